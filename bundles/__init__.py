@@ -1,0 +1,1 @@
+"""The config plane: loading, kinds, references and validation. Imports protocol."""

@@ -1,0 +1,316 @@
+"""The eight resource kinds of a bundle as strict Structs (unknown fields are errors).
+
+Field names follow Goondan's documents (camelCase on disk, snake_case in Python). Cross-resource
+rules (refs exist, names unique, entry files inside the bundle) live in `bundles.validate`;
+this module only says what shape each document has.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+API_VERSION = "goondan.ai/v1"
+BASE_PACKAGE = "@goondan/base"
+
+
+class _Spec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    pass
+
+
+class Kind(StrEnum):
+    PACKAGE = "Package"
+    MODEL = "Model"
+    AGENT = "Agent"
+    SWARM = "Swarm"
+    TOOL = "Tool"
+    EXTENSION = "Extension"
+    CONNECTOR = "Connector"
+    CONNECTION = "Connection"
+
+
+# -- references --------------------------------------------------------------------------
+
+
+class ObjectRef(_Spec):
+    """`{kind, name, package?}`; the string form `Kind/name` is parsed into this."""
+
+    kind: str
+    name: str
+    package: str | None = None
+    api_version: str | None = None
+
+
+class Selector(_Spec):
+    kind: str | None = None
+    match_labels: dict[str, str] = msgspec.field(default_factory=dict)
+    package: str | None = None
+
+
+class RefItem(_Spec):
+    """One entry of a list of references. Exactly one of `ref`, `selector`, or the inline
+    `kind`+`name` form is set; `overrides` is deep-merged into every resource it selects."""
+
+    ref: str | ObjectRef | None = None
+    selector: Selector | None = None
+    kind: str | None = None
+    name: str | None = None
+    package: str | None = None
+    overrides: dict[str, Any] | None = None
+
+
+RefLike = str | RefItem
+"""What a YAML list of references accepts: `Tool/bash`, `{ref: ...}`, `{selector: ...}`,
+or `{kind, name, package}`."""
+
+
+class SecretRef(_Spec):
+    ref: str
+    """`Secret/<name>`: a file `<state_root>/secrets/<name>.json` (or .env-style)."""
+    key: str
+
+
+class ValueFrom(_Spec):
+    env: str | None = None
+    secret_ref: SecretRef | None = None
+
+
+class ValueSource(_Spec):
+    """Exactly one of `value`, `valueFrom.env`, `valueFrom.secretRef`."""
+
+    value: str | None = None
+    value_from: ValueFrom | None = None
+
+
+# -- metadata and the resource envelope --------------------------------------------------
+
+
+class Metadata(_Spec):
+    name: str
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+# -- Package -----------------------------------------------------------------------------
+
+
+class PackageDependency(_Spec):
+    name: str
+    version: str | None = None
+
+
+class PackageSpec(_Spec):
+    version: str | None = None
+    description: str | None = None
+    dependencies: list[PackageDependency] = msgspec.field(default_factory=list)
+
+
+# -- Model -------------------------------------------------------------------------------
+
+
+class ModelSpec(_Spec):
+    provider: str
+    """`openai`, `anthropic` or `scripted`."""
+    model: str
+    endpoint: str | None = None
+    api_key: ValueSource | None = None
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    capabilities: dict[str, bool] = msgspec.field(default_factory=dict)
+
+
+class ScriptToolCall(_Spec):
+    name: str
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
+    id: str | None = None
+
+
+class ScriptRule(_Spec):
+    """One rule of a scripted model: the first rule whose `match` fits answers the step.
+
+    `match` is a regex searched in the latest user input (all rules match when absent);
+    `afterTool` matches only when the previous step ran that tool; `reply` may use
+    `{input}`, `{last_tool_result}` and `{last_tool_name}`; `toolCalls` are issued instead of
+    (or before) the reply.
+    """
+
+    match: str | None = None
+    after_tool: str | None = None
+    reply: str | None = None
+    tool_calls: list[ScriptToolCall] = msgspec.field(default_factory=list)
+    delay_ms: int = 0
+
+
+class ScriptedOptions(_Spec):
+    """`Model.spec.options` when `provider: scripted`."""
+
+    script: list[ScriptRule] = msgspec.field(default_factory=list)
+    script_file: str | None = None
+    default_reply: str = "{input}"
+
+
+# -- Agent -------------------------------------------------------------------------------
+
+
+class ModelConfig(_Spec):
+    model_ref: str | ObjectRef
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Prompt(_Spec):
+    system: str | None = None
+    system_ref: str | None = None
+
+
+class AgentSpec(_Spec):
+    model_config: ModelConfig
+    prompt: Prompt = msgspec.field(default_factory=Prompt)
+    tools: list[RefLike] = msgspec.field(default_factory=list)
+    extensions: list[RefLike] = msgspec.field(default_factory=list)
+    required_tools: list[str] = msgspec.field(default_factory=list)
+
+
+# -- Swarm -------------------------------------------------------------------------------
+
+
+class ShutdownPolicy(_Spec):
+    grace_period_seconds: float = 30.0
+
+
+class RestartPolicy(_Spec):
+    """Crash-loop settings: crashes 1..immediate restart at once, then exponential backoff."""
+
+    immediate_restarts: int = 5
+    backoff_base_seconds: float = 1.0
+    backoff_max_seconds: float = 300.0
+
+
+class LifecyclePolicy(_Spec):
+    idle_timeout_seconds: float | None = None
+    """Stop an idle child after this long (off by default); it respawns on the next event."""
+    reconcile_interval_seconds: float = 5.0
+    request_timeout_ms: int = 60_000
+
+
+class SwarmPolicy(_Spec):
+    max_steps_per_turn: int = 32
+    shutdown: ShutdownPolicy = msgspec.field(default_factory=ShutdownPolicy)
+    restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)
+    lifecycle: LifecyclePolicy = msgspec.field(default_factory=LifecyclePolicy)
+
+
+class SwarmSpec(_Spec):
+    entry_agent: str | ObjectRef
+    agents: list[RefLike]
+    instance_key: str | None = None
+    policy: SwarmPolicy = msgspec.field(default_factory=SwarmPolicy)
+
+
+# -- Tool --------------------------------------------------------------------------------
+
+
+class DeferredSpec(_Spec):
+    """An export with no handler that always runs on the client (seed 001)."""
+
+    method: str
+    message: str | None = None
+    ttl_seconds: float | None = None
+
+
+class ToolExport(_Spec):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    timeout_ms: int | None = None
+    result_schema: dict[str, Any] | None = None
+    deferred: DeferredSpec | None = None
+
+
+class McpServer(_Spec):
+    """stdio (`command`, `args`, `env`) or streamable HTTP (`url`, `headers`)."""
+
+    command: str | None = None
+    args: list[str] = msgspec.field(default_factory=list)
+    env: dict[str, str | ValueSource] = msgspec.field(default_factory=dict)
+    url: str | None = None
+    headers: dict[str, str | ValueSource] = msgspec.field(default_factory=dict)
+    timeout_ms: int = 30_000
+
+
+class ToolSpec(_Spec):
+    entry: str | None = None
+    """A Python file (relative to the bundle) or a dotted module exporting `handlers`."""
+    error_message_limit: int = 1000
+    exports: list[ToolExport] = msgspec.field(default_factory=list)
+    mcp: McpServer | None = None
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Tool settings handed to handlers as `ctx.config` (roots, caps, allow-lists)."""
+
+
+# -- Extension ---------------------------------------------------------------------------
+
+
+class ExtensionSpec(_Spec):
+    entry: str | None = None
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+    mcp: McpServer | None = None
+
+
+# -- Connector and Connection ------------------------------------------------------------
+
+
+class ConnectorEvent(_Spec):
+    name: str
+    properties: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ConnectorSpec(_Spec):
+    entry: str
+    events: list[ConnectorEvent] = msgspec.field(default_factory=list)
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class IngressMatch(_Spec):
+    event: str | None = None
+    properties: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class IngressRoute(_Spec):
+    agent_ref: str | ObjectRef | None = None
+    instance_key: str | None = None
+    instance_key_property: str | None = None
+    instance_key_prefix: str | None = None
+    reply: bool = True
+    """Send the agent's reply back through the connector (e.g. in the HTTP response)."""
+
+
+class IngressRule(_Spec):
+    match: IngressMatch = msgspec.field(default_factory=IngressMatch)
+    route: IngressRoute = msgspec.field(default_factory=IngressRoute)
+
+
+class Ingress(_Spec):
+    rules: list[IngressRule] = msgspec.field(default_factory=list)
+
+
+class ConnectionSpec(_Spec):
+    connector_ref: str | ObjectRef
+    swarm_ref: str | ObjectRef | None = None
+    config: dict[str, str | ValueSource] = msgspec.field(default_factory=dict)
+    secrets: dict[str, ValueSource] = msgspec.field(default_factory=dict)
+    ingress: Ingress = msgspec.field(default_factory=Ingress)
+
+
+SPEC_TYPES: dict[Kind, type[_Spec]] = {
+    Kind.PACKAGE: PackageSpec,
+    Kind.MODEL: ModelSpec,
+    Kind.AGENT: AgentSpec,
+    Kind.SWARM: SwarmSpec,
+    Kind.TOOL: ToolSpec,
+    Kind.EXTENSION: ExtensionSpec,
+    Kind.CONNECTOR: ConnectorSpec,
+    Kind.CONNECTION: ConnectionSpec,
+}

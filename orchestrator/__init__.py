@@ -1,0 +1,1 @@
+"""The daemon and its CLI. Never imports agent_process."""

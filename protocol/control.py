@@ -1,0 +1,147 @@
+"""CLI <-> daemon messages on the control socket: one request union, one reply type.
+
+The CLI connects a DEALER to `control.sock` and sends one request; the daemon answers with a
+`ControlReply` carrying the same `request_id`. Errors come back as coded data, never as a
+dropped connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol.errors import ErrorInfo
+
+
+class _Request(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True, rename="camel"
+):
+    request_id: str
+
+
+class Ping(_Request, frozen=True, tag="ping"):
+    """Health check: the reply carries the orchestrator summary."""
+
+
+class SendText(_Request, frozen=True, tag="send"):
+    """`goondan send`: one input to an agent; with `wait`, the reply is the response event."""
+
+    text: str
+    agent: str | None = None
+    instance_key: str | None = None
+    event_type: str = "user.message"
+    wait: bool = True
+    timeout_ms: int = 120_000
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class StatusQuery(_Request, frozen=True, tag="status"):
+    pass
+
+
+class Restart(_Request, frozen=True, tag="restart"):
+    agent: str | None = None
+    fresh: bool = False
+
+
+class Reload(_Request, frozen=True, tag="reload"):
+    """Re-read the bundle and restart what changed (SIGHUP does the same)."""
+
+
+class Stop(_Request, frozen=True, tag="stop"):
+    pass
+
+
+class InstanceList(_Request, frozen=True, tag="instance_list"):
+    pass
+
+
+class InstanceDelete(_Request, frozen=True, tag="instance_delete"):
+    instance_key: str
+    agent: str | None = None
+
+
+class CallsList(_Request, frozen=True, tag="calls_list"):
+    pass
+
+
+class CallsResolve(_Request, frozen=True, tag="calls_resolve"):
+    """Answer a pending deferred call with a JSON-RPC result or error."""
+
+    call_id: str
+    result: Any = None
+    error_code: int | None = None
+    error_message: str | None = None
+    error_data: Any = None
+
+
+ControlRequest = (
+    Ping
+    | SendText
+    | StatusQuery
+    | Restart
+    | Reload
+    | Stop
+    | InstanceList
+    | InstanceDelete
+    | CallsList
+    | CallsResolve
+)
+
+CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
+    Ping,
+    SendText,
+    StatusQuery,
+    Restart,
+    Reload,
+    Stop,
+    InstanceList,
+    InstanceDelete,
+    CallsList,
+    CallsResolve,
+)
+
+
+class ControlReply(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    request_id: str
+    ok: bool
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+# -- typed results (what `status --json` prints) -----------------------------------------
+
+
+class OrchestratorInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    pid: int
+    swarm: str
+    bundle: str
+    started_at: str
+    version: str
+    state_root: str
+    endpoints: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ExitInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    code: int | None = None
+    signal: int | None = None
+    at: str | None = None
+    reason: str | None = None
+
+
+class ProcessInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    id: str
+    kind: str
+    name: str
+    instance_key: str
+    pid: int | None
+    status: str
+    restarts: int
+    generation: int
+    last_exit: ExitInfo | None = None
+
+
+class StatusResult(msgspec.Struct, frozen=True, kw_only=True):
+    orchestrator: OrchestratorInfo
+    processes: list[ProcessInfo] = msgspec.field(default_factory=list)

@@ -1,0 +1,181 @@
+"""Where everything lives on disk (DESIGN 7) and the ipc endpoints of the run dir (DESIGN 3).
+
+Both the orchestrator and the agent processes compute paths through `StateLayout`, so the
+layout is written once. Instance keys are arbitrary text (e.g. `telegram:42`), so they are
+escaped into one safe path segment; nothing a user types can point a path outside the root.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.errors import ErrorCode, ProtocolError
+
+IPC_PATH_LIMIT = 107
+"""sun_path is 108 bytes including the terminating NUL."""
+
+ENV_STATE_ROOT = "GOONDAN_STATE_ROOT"
+_SAFE_SEGMENT = re.compile(r"[A-Za-z0-9_.-]")
+
+
+def default_state_root() -> Path:
+    env = os.environ.get(ENV_STATE_ROOT)
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".goondan"
+
+
+def path_segment(text: str) -> str:
+    """Escape arbitrary text into one directory name: `%XX` for anything not [A-Za-z0-9_.-].
+
+    The result never contains `/`, never is `.` or `..`, and maps distinct inputs to
+    distinct names (so two instance keys never share a directory).
+    """
+    out = []
+    for ch in text:
+        if _SAFE_SEGMENT.match(ch):
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode())
+    segment = "".join(out)
+    if segment in ("", ".", ".."):
+        segment = segment.replace(".", "%2E") or "%00"
+    return segment
+
+
+def ipc_endpoint(path: Path, state_root: Path) -> str:
+    """`ipc://<path>`, refusing paths over the unix socket limit with the fix in the message."""
+    size = len(os.fsencode(path))
+    if size > IPC_PATH_LIMIT:
+        raise ProtocolError(
+            f"socket path {path} is {size} bytes, over the {IPC_PATH_LIMIT}-byte limit of unix "
+            f"sockets; choose a shorter state root than {state_root} "
+            f"(--state-root DIR or {ENV_STATE_ROOT})",
+            code=ErrorCode.E_ENDPOINT_TOO_LONG,
+        )
+    return f"ipc://{path}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunPaths:
+    """The run directory of one swarm: sockets, pid file, active.json (mode 0700)."""
+
+    state_root: Path
+    run_dir: Path
+
+    @property
+    def agents_sock(self) -> Path:
+        return self.run_dir / "agents.sock"
+
+    @property
+    def control_sock(self) -> Path:
+        return self.run_dir / "control.sock"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / "orchestrator.pid"
+
+    @property
+    def active_json(self) -> Path:
+        return self.run_dir / "active.json"
+
+    @property
+    def agents_endpoint(self) -> str:
+        return ipc_endpoint(self.agents_sock, self.state_root)
+
+    @property
+    def control_endpoint(self) -> str:
+        return ipc_endpoint(self.control_sock, self.state_root)
+
+
+@dataclass(frozen=True, slots=True)
+class InstancePaths:
+    """Files of one agent instance (DESIGN 7)."""
+
+    root: Path
+
+    @property
+    def messages_dir(self) -> Path:
+        return self.root / "messages"
+
+    @property
+    def base_jsonl(self) -> Path:
+        return self.messages_dir / "base.jsonl"
+
+    @property
+    def events_jsonl(self) -> Path:
+        return self.messages_dir / "events.jsonl"
+
+    @property
+    def runtime_events_jsonl(self) -> Path:
+        return self.messages_dir / "runtime-events.jsonl"
+
+    @property
+    def extensions_dir(self) -> Path:
+        return self.root / "extensions"
+
+    def extension_state(self, name: str) -> Path:
+        return self.extensions_dir / f"{path_segment(name)}.json"
+
+    @property
+    def pending_calls_dir(self) -> Path:
+        return self.root / "pending-calls"
+
+    @property
+    def inbox_dir(self) -> Path:
+        """Durable inbox: inter-agent responses waiting for the caller's next step/turn."""
+        return self.root / "inbox"
+
+    @property
+    def workdir(self) -> Path:
+        return self.root / "workdir"
+
+
+@dataclass(frozen=True, slots=True)
+class StateLayout:
+    """`<state_root>` and everything below it. `run_root` and `logs_root` follow systemd's
+    RUNTIME_DIRECTORY / LOGS_DIRECTORY when the daemon runs as a service."""
+
+    root: Path
+    run_root: Path | None = None
+    logs_root: Path | None = None
+
+    @classmethod
+    def from_env(cls, root: Path | None = None) -> StateLayout:
+        state = (root or default_state_root()).expanduser().absolute()
+        run = os.environ.get("RUNTIME_DIRECTORY")
+        logs = os.environ.get("LOGS_DIRECTORY")
+        return cls(
+            root=state,
+            run_root=Path(run.split(":")[0]) if run else None,
+            logs_root=Path(logs.split(":")[0]) if logs else None,
+        )
+
+    def run_paths(self, swarm: str) -> RunPaths:
+        base = self.run_root if self.run_root is not None else self.root / "run"
+        return RunPaths(state_root=self.root, run_dir=base / path_segment(swarm))
+
+    def swarm_instances_dir(self, swarm: str) -> Path:
+        return self.root / "instances" / path_segment(swarm)
+
+    def instance_paths(self, swarm: str, instance_key: str, agent: str) -> InstancePaths:
+        return InstancePaths(
+            root=self.swarm_instances_dir(swarm) / path_segment(instance_key) / path_segment(agent)
+        )
+
+    def logs_dir(self, swarm: str) -> Path:
+        base = self.logs_root if self.logs_root is not None else self.root / "logs"
+        return base / path_segment(swarm)
+
+    def orchestrator_log(self, swarm: str) -> Path:
+        return self.logs_dir(swarm) / "orchestrator.log"
+
+    def process_log(self, swarm: str, name: str, instance_key: str) -> Path:
+        return self.logs_dir(swarm) / f"{path_segment(name)}.{path_segment(instance_key)}.log"
+
+    @property
+    def secrets_dir(self) -> Path:
+        return self.root / "secrets"

@@ -1,0 +1,107 @@
+"""Error codes shared by every process, and the one exception the codec raises."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+
+class ErrorCode(StrEnum):
+    """Every coded error goondan reports: config, tool, agent, extension, model, wire."""
+
+    # config plane (bundles/)
+    E_CONFIG_PARSE_ERROR = "E_CONFIG_PARSE_ERROR"
+    E_CONFIG_UNSUPPORTED_API_VERSION = "E_CONFIG_UNSUPPORTED_API_VERSION"
+    E_CONFIG_UNKNOWN_KIND = "E_CONFIG_UNKNOWN_KIND"
+    E_CONFIG_INVALID_NAME = "E_CONFIG_INVALID_NAME"
+    E_CONFIG_DUPLICATE_NAME = "E_CONFIG_DUPLICATE_NAME"
+    E_CONFIG_INVALID_REF = "E_CONFIG_INVALID_REF"
+    E_CONFIG_REF_NOT_FOUND = "E_CONFIG_REF_NOT_FOUND"
+    E_CONFIG_SCHEMA_INVALID = "E_CONFIG_SCHEMA_INVALID"
+    E_CONFIG_ENTRY_NOT_FOUND = "E_CONFIG_ENTRY_NOT_FOUND"
+    E_CONFIG_FILE_TOO_LARGE = "E_CONFIG_FILE_TOO_LARGE"
+    E_CONFIG_TOO_MANY_DOCUMENTS = "E_CONFIG_TOO_MANY_DOCUMENTS"
+    E_CONFIG_VALUE_SOURCE = "E_CONFIG_VALUE_SOURCE"
+    E_CONFIG_PACKAGE_DOC_POSITION = "E_CONFIG_PACKAGE_DOC_POSITION"
+    E_CONFIG_NOT_FOUND = "E_CONFIG_NOT_FOUND"
+
+    # tools (agent_process/)
+    E_TOOL = "E_TOOL"
+    E_TOOL_NOT_IN_CATALOG = "E_TOOL_NOT_IN_CATALOG"
+    E_TOOL_NOT_FOUND = "E_TOOL_NOT_FOUND"
+    E_TOOL_INVALID_ARGS = "E_TOOL_INVALID_ARGS"
+    E_TOOL_TIMEOUT = "E_TOOL_TIMEOUT"
+    E_TOOL_LOAD = "E_TOOL_LOAD"
+    E_TOOL_NAME_CONFLICT = "E_TOOL_NAME_CONFLICT"
+    E_TOOL_INVALID_RESULT = "E_TOOL_INVALID_RESULT"
+    E_TOOL_PATH_ESCAPE = "E_TOOL_PATH_ESCAPE"
+    E_TOOL_DEFERRED_EXPIRED = "E_TOOL_DEFERRED_EXPIRED"
+    E_TOOL_DEFERRED_REJECTED = "E_TOOL_DEFERRED_REJECTED"
+    E_TOOL_MIDDLEWARE = "E_TOOL_MIDDLEWARE"
+    E_TOOL_MCP = "E_TOOL_MCP"
+
+    # agents and the orchestrator
+    E_AGENT_NOT_FOUND = "E_AGENT_NOT_FOUND"
+    E_AGENT_NOT_IN_SWARM = "E_AGENT_NOT_IN_SWARM"
+    E_AGENT_TIMEOUT = "E_AGENT_TIMEOUT"
+    E_AGENT_CRASHED = "E_AGENT_CRASHED"
+    E_AGENT_CYCLE = "E_AGENT_CYCLE"
+    E_AGENT_SELF_REQUEST = "E_AGENT_SELF_REQUEST"
+    E_AGENT_START_FAILED = "E_AGENT_START_FAILED"
+    E_AGENT_TURN_FAILED = "E_AGENT_TURN_FAILED"
+    E_AGENT_MAX_STEPS = "E_AGENT_MAX_STEPS"
+    E_AGENT_NOT_CONNECTED = "E_AGENT_NOT_CONNECTED"
+    E_AGENT_SHUTTING_DOWN = "E_AGENT_SHUTTING_DOWN"
+    E_AGENT_BACKOFF = "E_AGENT_BACKOFF"
+    E_AGENT_UNDELIVERABLE = "E_AGENT_UNDELIVERABLE"
+    E_AGENT_INVALID_INSTANCE_KEY = "E_AGENT_INVALID_INSTANCE_KEY"
+
+    # extensions
+    E_EXT_LOAD = "E_EXT_LOAD"
+    E_EXT_INIT = "E_EXT_INIT"
+
+    # model providers
+    E_MODEL_AUTH = "E_MODEL_AUTH"
+    E_MODEL_RATE_LIMIT = "E_MODEL_RATE_LIMIT"
+    E_MODEL_TIMEOUT = "E_MODEL_TIMEOUT"
+    E_MODEL_CONNECTION = "E_MODEL_CONNECTION"
+    E_MODEL_BAD_REQUEST = "E_MODEL_BAD_REQUEST"
+    E_MODEL_ERROR = "E_MODEL_ERROR"
+    E_MODEL_SCRIPT = "E_MODEL_SCRIPT"
+
+    # wire, control plane and daemon
+    E_PROTOCOL_DECODE = "E_PROTOCOL_DECODE"
+    E_PROTOCOL_VERSION = "E_PROTOCOL_VERSION"
+    E_ENDPOINT_TOO_LONG = "E_ENDPOINT_TOO_LONG"
+    E_DAEMON_NOT_RUNNING = "E_DAEMON_NOT_RUNNING"
+    E_DAEMON_ALREADY_RUNNING = "E_DAEMON_ALREADY_RUNNING"
+    E_CONTROL_BAD_REQUEST = "E_CONTROL_BAD_REQUEST"
+    E_CONTROL_TIMEOUT = "E_CONTROL_TIMEOUT"
+    E_NOT_IMPLEMENTED = "E_NOT_IMPLEMENTED"
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    """A coded error as it travels on the wire and reaches a model or a user.
+
+    `name` is the exception type it came from; `suggestion` says what to change.
+    """
+
+    code: str
+    message: str
+    name: str | None = None
+    suggestion: str | None = None
+    help_url: str | None = None
+
+
+class ProtocolError(Exception):
+    """Raised for any frame or endpoint that breaks the wire contract.
+
+    The codec raises nothing else: callers catch this one type, log it with the sender,
+    and drop the frame.
+    """
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.E_PROTOCOL_DECODE) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

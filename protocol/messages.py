@@ -1,0 +1,200 @@
+"""Every frame between the orchestrator and its children: one closed tagged union on `type`.
+
+Each message carries `from` (wire name; `from_` in Python), `to` and a typed `payload`.
+Addresses are `orchestrator`, an address `<kind>:<name>:<instanceKey>` or a process id
+`<kind>:<name>:<instanceKey>:<generation>` (see protocol.ids).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+from protocol.errors import ErrorInfo
+from protocol.events import AgentEvent
+
+PROTOCOL_VERSION = 1
+
+
+class _Payload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    pass
+
+
+class _Frame(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
+    from_: str = msgspec.field(name="from")
+    to: str
+
+
+# -- handshake ---------------------------------------------------------------------------
+
+
+class HelloPayload(_Payload, frozen=True, omit_defaults=False):
+    """Always sent in full: the peer checks `protocol_version` before anything else."""
+
+    pid: int
+    kind: str
+    name: str
+    instance_key: str
+    generation: int
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class ReadyPayload(_Payload, frozen=True):
+    pid: int
+    tools: list[str] = msgspec.field(default_factory=list)
+    """Names in the process's tool registry, for `status` and debugging."""
+    pending_events: int = 0
+    """Events the child recovered from its own log and will process on its own."""
+
+
+class StartErrorPayload(_Payload, frozen=True):
+    error: ErrorInfo
+
+
+class Hello(_Frame, frozen=True, tag="hello"):
+    payload: HelloPayload
+
+
+class Ready(_Frame, frozen=True, tag="ready"):
+    payload: ReadyPayload
+
+
+class StartError(_Frame, frozen=True, tag="start_error"):
+    payload: StartErrorPayload
+
+
+# -- events and status -------------------------------------------------------------------
+
+
+class Event(_Frame, frozen=True, tag="event"):
+    payload: AgentEvent
+
+
+class ChildState(StrEnum):
+    IDLE = "idle"
+    PROCESSING = "processing"
+
+
+class TurnOutcome(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    MAX_STEPS = "max_steps"
+
+
+class StatusPayload(_Payload, frozen=True):
+    state: ChildState
+    turn_id: str | None = None
+    event_id: str | None = None
+    """The event whose turn started (processing) or ended (idle)."""
+    queue_depth: int = 0
+    last_turn: TurnOutcome | None = None
+    """Set on the idle report that ends a turn; a completed turn resets the crash counter."""
+
+
+class Status(_Frame, frozen=True, tag="status"):
+    payload: StatusPayload
+
+
+# -- runtime calls that are not events ---------------------------------------------------
+
+
+class CallOp(StrEnum):
+    SPAWN = "spawn"
+    LIST = "list"
+    CATALOG = "catalog"
+    RESTART = "restart"
+    DEFERRED_SUBMIT = "deferred_submit"
+    DEFERRED_RESOLVE = "deferred_resolve"
+
+
+class CallPayload(_Payload, frozen=True):
+    """`args` are the op's JSON arguments, validated by the orchestrator's handler for `op`."""
+
+    call_id: str
+    op: CallOp
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class CallResultPayload(_Payload, frozen=True):
+    """`ok` with a JSON `result`, or a coded `error`; never both."""
+
+    call_id: str
+    ok: bool
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+class Call(_Frame, frozen=True, tag="call"):
+    payload: CallPayload
+
+
+class CallResult(_Frame, frozen=True, tag="call_result"):
+    payload: CallResultPayload
+
+
+# -- liveness and shutdown ---------------------------------------------------------------
+
+
+class HeartbeatPayload(_Payload, frozen=True):
+    seq: int
+    sent_at: float = 0.0
+
+
+class Heartbeat(_Frame, frozen=True, tag="heartbeat"):
+    payload: HeartbeatPayload
+
+
+class ShutdownReason(StrEnum):
+    CONFIG_CHANGE = "config_change"
+    RESTART = "restart"
+    ORCHESTRATOR_SHUTDOWN = "orchestrator_shutdown"
+    IDLE = "idle"
+
+
+class ShutdownPayload(_Payload, frozen=True):
+    grace_period_ms: int = 30_000
+    reason: ShutdownReason = ShutdownReason.ORCHESTRATOR_SHUTDOWN
+
+
+class ShutdownAckPayload(_Payload, frozen=True):
+    drained: bool = True
+    undelivered_events: list[str] = msgspec.field(default_factory=list)
+    """Ids of queued events the child did not start; the orchestrator hands them on."""
+
+
+class Shutdown(_Frame, frozen=True, tag="shutdown"):
+    payload: ShutdownPayload
+
+
+class ShutdownAck(_Frame, frozen=True, tag="shutdown_ack"):
+    payload: ShutdownAckPayload
+
+
+Message = (
+    Hello
+    | Ready
+    | StartError
+    | Event
+    | Status
+    | Call
+    | CallResult
+    | Heartbeat
+    | Shutdown
+    | ShutdownAck
+)
+"""The closed union of every frame. Dispatch with `match` ending in `assert_never`."""
+
+MESSAGE_TYPES: tuple[type[Message], ...] = (
+    Hello,
+    Ready,
+    StartError,
+    Event,
+    Status,
+    Call,
+    CallResult,
+    Heartbeat,
+    Shutdown,
+    ShutdownAck,
+)

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from protocol.endpoints import IPC_PATH_LIMIT, StateLayout, ipc_endpoint, path_segment
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.ids import ProcessKind, parse_address, parse_process_id
+from protocol.trace import (
+    format_traceparent,
+    is_span_id,
+    is_trace_id,
+    new_span_id,
+    new_trace_id,
+    parse_traceparent,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "name", "key", "gen"),
+    [
+        ("agent:coder:default:0", ProcessKind.AGENT, "coder", "default", 0),
+        ("agent:coder:telegram:12345:7", ProcessKind.AGENT, "coder", "telegram:12345", 7),
+        ("connector:webhook:main:12", ProcessKind.CONNECTOR, "webhook", "main", 12),
+    ],
+)
+def test_process_id_round_trip(text: str, kind: ProcessKind, name: str, key: str, gen: int) -> None:
+    pid = parse_process_id(text)
+    assert (pid.kind, pid.name, pid.instance_key, pid.generation) == (kind, name, key, gen)
+    assert str(pid) == text
+    assert parse_process_id(text.encode()) == pid
+    assert str(pid.address) == text.rsplit(":", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "agent",
+        "agent:coder",
+        "agent:coder:key",  # no generation
+        "agent:coder:key:x",
+        "robot:coder:key:1",
+        "agent:1bad:key:1",
+        "agent:coder::1",
+        "agent:coder:" + "k" * 200 + ":1",
+        "agent:coder:a\x00b:1",
+    ],
+)
+def test_bad_process_ids(text: str) -> None:
+    with pytest.raises(ProtocolError):
+        parse_process_id(text)
+
+
+def test_bad_utf8_process_id() -> None:
+    with pytest.raises(ProtocolError):
+        parse_process_id(b"\xff\xfe")
+
+
+def test_address_parse() -> None:
+    addr = parse_address("agent:worker:k:1")
+    assert addr.instance_key == "k:1"
+    assert str(addr.with_generation(4)) == "agent:worker:k:1:4"
+
+
+def test_trace_ids_are_w3c() -> None:
+    t, s = new_trace_id(), new_span_id()
+    assert is_trace_id(t) and len(t) == 32
+    assert is_span_id(s) and len(s) == 16
+    assert not is_trace_id("0" * 32)
+    assert not is_trace_id("ABC")
+    assert parse_traceparent(format_traceparent(t, s)) == (t, s)
+    with pytest.raises(ProtocolError):
+        parse_traceparent("01-xyz")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("default", "default"),
+        ("telegram:42", "telegram%3A42"),
+        ("../../etc", "..%2F..%2Fetc"),
+        ("..", "%2E%2E"),
+        (".", "%2E"),
+        ("a/b", "a%2Fb"),
+        ("한", "%ED%95%9C"),
+        ("100%", "100%25"),
+    ],
+)
+def test_path_segment_is_one_safe_segment(raw: str, expected: str) -> None:
+    seg = path_segment(raw)
+    assert seg == expected
+    assert "/" not in seg and seg not in (".", "..")
+
+
+def test_instance_paths_stay_under_root(tmp_path: Path) -> None:
+    layout = StateLayout(root=tmp_path)
+    paths = layout.instance_paths("swarm", "../../../../etc", "agent")
+    assert paths.root.resolve().is_relative_to(tmp_path.resolve())
+    assert paths.base_jsonl.name == "base.jsonl"
+
+
+def test_ipc_path_limit_names_the_state_root(tmp_path: Path) -> None:
+    root = tmp_path / ("x" * 120)
+    layout = StateLayout(root=root)
+    with pytest.raises(ProtocolError) as info:
+        _ = layout.run_paths("swarm").agents_endpoint
+    assert info.value.code is ErrorCode.E_ENDPOINT_TOO_LONG
+    assert str(root) in info.value.message
+    assert "--state-root" in info.value.message
+    short = tmp_path / "s.sock"
+    assert ipc_endpoint(short, tmp_path) == f"ipc://{short}"
+    assert IPC_PATH_LIMIT == 107
+
+
+def test_exactly_at_limit_is_accepted(tmp_path: Path) -> None:
+    path = Path("/" + "a" * (IPC_PATH_LIMIT - 1))
+    assert ipc_endpoint(path, tmp_path).startswith("ipc://")
+    with pytest.raises(ProtocolError):
+        ipc_endpoint(Path("/" + "a" * IPC_PATH_LIMIT), tmp_path)
