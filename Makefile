@@ -28,6 +28,7 @@ lint: ## ruff, mypy --strict and the import contracts of DESIGN 2
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/layering
 
 typecheck: ## mypy --strict only
 	$(BIN)/mypy
