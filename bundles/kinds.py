@@ -45,6 +45,7 @@ class ObjectRef(_Spec):
 
 class Selector(_Spec):
     kind: str | None = None
+    name: str | None = None
     match_labels: dict[str, str] = msgspec.field(default_factory=dict)
     package: str | None = None
 

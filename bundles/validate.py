@@ -1,0 +1,237 @@
+"""Whole-bundle checks: unique names, references that resolve, swarms that make sense, and
+value sources that have a value. Every problem becomes a diagnostic; nothing raises.
+
+References are resolved with the very code the runtime uses (`bundles.resolve`), so a bundle
+that validates cannot fail resolution later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bundles import kindchecks
+from bundles.diagnostics import Collector, FieldPath
+from bundles.kinds import (
+    AgentSpec,
+    ConnectionSpec,
+    Kind,
+    ObjectRef,
+    RefLike,
+    SwarmSpec,
+    ValueSource,
+)
+from bundles.model import Bundle, Resource
+from bundles.paths import PathProblem, file_inside
+from bundles.reporter import Reporter, SourceMap
+from bundles.resolve import RefFailure, lookup, parse_ref, resolve_item
+from bundles.values import ValueProblem, shape_problem, value_of
+from protocol.errors import ErrorCode
+
+__all__ = ["Checks", "Options", "SourceMap"]
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    state_root: Path | None = None
+    require_swarm: bool = True
+
+
+class Checks:
+    def __init__(
+        self, bundle: Bundle, sources: SourceMap, collector: Collector, options: Options
+    ) -> None:
+        self.bundle = bundle
+        self.rep = Reporter(sources, collector)
+        self.options = options
+        self.secrets: set[str] = set()
+
+    def run(self) -> frozenset[str]:
+        """Run every check; returns every value resolved from a ValueSource (for redaction)."""
+        self._duplicates()
+        self._swarm_present()
+        for res in self.bundle.resources:
+            self._check(res)
+        return frozenset(self.secrets)
+
+    def _check(self, res: Resource[Any]) -> None:
+        match res.kind:
+            case Kind.MODEL:
+                kindchecks.check_model(self.rep, res)
+            case Kind.TOOL:
+                kindchecks.check_tool(self.rep, res)
+            case Kind.EXTENSION:
+                kindchecks.check_extension(self.rep, res)
+            case Kind.CONNECTOR:
+                kindchecks.check_connector(self.rep, res)
+            case Kind.AGENT:
+                self._agent(res)
+            case Kind.SWARM:
+                self._swarm(res)
+            case Kind.CONNECTION:
+                self._connection(res)
+            case Kind.PACKAGE:
+                pass
+        for path, vs in _value_sources(res):
+            self._value(res, path, vs)
+
+    # -- names -----------------------------------------------------------------------------
+
+    def _duplicates(self) -> None:
+        first: dict[tuple[str | None, Kind, str], Resource[Any]] = {}
+        for res in self.bundle.resources:
+            key = (res.package, res.kind, res.name)
+            if key not in first:
+                first[key] = res
+                continue
+            other = self.rep.where(first[key], ("metadata", "name"))
+            self.rep.error(
+                res,
+                ("metadata", "name"),
+                ErrorCode.E_CONFIG_DUPLICATE_NAME,
+                f"{res.kind} {res.name!r} is defined twice (first at {other})",
+                "rename one of them; names are unique per kind",
+            )
+
+    def _swarm_present(self) -> None:
+        if not self.options.require_swarm or any(self.bundle.of_kind(Kind.SWARM, user_only=True)):
+            return
+        self.rep.collector.error(
+            ErrorCode.E_CONFIG_NO_SWARM,
+            "the bundle declares no Swarm, so there is nothing to run",
+            self.bundle.path.name,
+            "add a Swarm with entryAgent and agents (see bundles/examples/hello)",
+        )
+
+    # -- references ------------------------------------------------------------------------
+
+    def _ref(
+        self, res: Resource[Any], path: FieldPath, ref: str | ObjectRef, kind: Kind
+    ) -> Resource[Any] | None:
+        try:
+            return lookup(self.bundle, parse_ref(ref, expected=kind), from_package=res.package)
+        except RefFailure as failure:
+            self.rep.failure(res, path, failure)
+            return None
+
+    def _items(
+        self, res: Resource[Any], field: str, items: list[RefLike], kind: Kind
+    ) -> list[Resource[Any]]:
+        found: list[Resource[Any]] = []
+        for i, item in enumerate(items):
+            try:
+                found += resolve_item(self.bundle, item, kind, from_package=res.package)
+            except RefFailure as failure:
+                self.rep.failure(res, ("spec", field, i), failure)
+        return found
+
+    def _agent(self, res: Resource[AgentSpec]) -> None:
+        spec = res.spec
+        self._ref(res, ("spec", "modelConfig", "modelRef"), spec.model_config.model_ref, Kind.MODEL)
+        self._items(res, "tools", spec.tools, Kind.TOOL)
+        self._items(res, "extensions", spec.extensions, Kind.EXTENSION)
+        if spec.prompt.system_ref is not None:
+            try:
+                file_inside(res.root, spec.prompt.system_ref, what="systemRef")
+            except PathProblem as problem:
+                self.rep.failure(res, ("spec", "prompt", "systemRef"), problem)
+
+    def _swarm(self, res: Resource[SwarmSpec]) -> None:
+        spec = res.spec
+        if not spec.agents:
+            self.rep.error(
+                res, ("spec", "agents"), ErrorCode.E_CONFIG_SCHEMA_INVALID,
+                "a Swarm needs at least one agent", "list its agents under spec.agents",
+            )  # fmt: skip
+        members = self._items(res, "agents", spec.agents, Kind.AGENT)
+        entry = self._ref(res, ("spec", "entryAgent"), spec.entry_agent, Kind.AGENT)
+        if entry is not None and members and entry.key not in {m.key for m in members}:
+            self.rep.error(
+                res,
+                ("spec", "entryAgent"),
+                ErrorCode.E_CONFIG_REF_NOT_FOUND,
+                f"entryAgent {entry.name} is not one of the swarm's agents",
+                f"add Agent/{entry.name} to spec.agents or choose one of: "
+                + ", ".join(m.name for m in members),
+            )
+        self._policy(res)
+
+    def _policy(self, res: Resource[SwarmSpec]) -> None:
+        policy = res.spec.policy
+        bad: list[tuple[FieldPath, str]] = []
+        if policy.max_steps_per_turn < 1:
+            bad.append((("maxStepsPerTurn",), "maxStepsPerTurn must be >= 1"))
+        if policy.shutdown.grace_period_seconds < 0:
+            bad.append((("shutdown", "gracePeriodSeconds"), "gracePeriodSeconds must be >= 0"))
+        if policy.lifecycle.reconcile_interval_seconds <= 0:
+            bad.append((("lifecycle", "reconcileIntervalSeconds"), "must be > 0"))
+        if res.spec.instance_key is not None and not res.spec.instance_key:
+            self.rep.error(
+                res,
+                ("spec", "instanceKey"),
+                ErrorCode.E_CONFIG_SCHEMA_INVALID,
+                "instanceKey must not be empty",
+                "remove it or give it a value",
+            )
+        for path, message in bad:
+            self.rep.error(
+                res,
+                ("spec", "policy", *path),
+                ErrorCode.E_CONFIG_SCHEMA_INVALID,
+                message,
+                "change the value",
+            )
+
+    def _connection(self, res: Resource[ConnectionSpec]) -> None:
+        spec = res.spec
+        self._ref(res, ("spec", "connectorRef"), spec.connector_ref, Kind.CONNECTOR)
+        if spec.swarm_ref is not None:
+            self._ref(res, ("spec", "swarmRef"), spec.swarm_ref, Kind.SWARM)
+        for i, rule in enumerate(spec.ingress.rules):
+            path: FieldPath = ("spec", "ingress", "rules", i, "route")
+            if rule.route.agent_ref is not None:
+                self._ref(res, (*path, "agentRef"), rule.route.agent_ref, Kind.AGENT)
+            if rule.route.instance_key is not None and rule.route.instance_key_property:
+                self.rep.error(
+                    res, path, ErrorCode.E_CONFIG_SCHEMA_INVALID,
+                    "route sets both instanceKey and instanceKeyProperty",
+                    "keep one: a fixed instanceKey or the event property to read it from",
+                )  # fmt: skip
+
+    # -- value sources ---------------------------------------------------------------------
+
+    def _value(self, res: Resource[Any], path: FieldPath, vs: ValueSource) -> None:
+        problem = shape_problem(vs)
+        if problem is not None:
+            self.rep.error(
+                res, path, ErrorCode.E_CONFIG_VALUE_SOURCE, problem.message, problem.suggestion
+            )
+            return
+        try:
+            value = value_of(self.bundle, vs, state_root=self.options.state_root)
+        except ValueProblem as missing:
+            report = self.rep.warn if missing.missing else self.rep.error
+            report(res, path, ErrorCode.E_CONFIG_VALUE_SOURCE, missing.message, missing.suggestion)
+            return
+        if value:
+            self.secrets.add(value)
+
+
+def _value_sources(res: Resource[Any]) -> Iterator[tuple[FieldPath, ValueSource]]:
+    """Every ValueSource of a resource with its field path."""
+    spec = res.spec
+    if res.kind is Kind.MODEL and spec.api_key is not None:
+        yield ("spec", "apiKey"), spec.api_key
+    mcp = getattr(spec, "mcp", None) if res.kind in (Kind.TOOL, Kind.EXTENSION) else None
+    if mcp is not None:
+        for field in ("env", "headers"):
+            for key, value in getattr(mcp, field).items():
+                if isinstance(value, ValueSource):
+                    yield ("spec", "mcp", field, key), value
+    if res.kind is Kind.CONNECTION:
+        for field in ("config", "secrets"):
+            for key, value in getattr(spec, field).items():
+                if isinstance(value, ValueSource):
+                    yield ("spec", field, key), value
