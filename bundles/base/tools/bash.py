@@ -1,0 +1,163 @@
+"""`bash`: run shell commands and scripts inside the instance workspace.
+
+Exports `exec` and `script`. Safe by default: the working directory must lie inside the
+workspace, the child gets a scrubbed environment (no credential-like variables and no resolved
+secrets), output is capped per stream, the whole process group dies on timeout, and nothing the
+command started in the background outlives the call.
+
+Settings (`Tool.spec.config`): `shell` (default /bin/bash, else /bin/sh), `maxOutputBytes`
+(per stream, default 100000), `maxTimeoutMs` (default 600000), `killGraceMs` (SIGTERM to SIGKILL,
+default 1000), `allowEnv` (variable names passed through even if they look secret),
+`inheritEnv` (default true; false keeps only PATH, HOME, LANG and a few more), `roots`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from bundles.sdk import JsonObject, ToolContext, ToolFailed
+from protocol.errors import ErrorCode
+
+
+def _load_sibling(name: str) -> ModuleType:
+    """Load a helper beside this file: bundles/base is loaded by path, not as a package."""
+    path = Path(__file__).with_name(f"{name}.py")
+    key = f"_goondan_base_{name}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load helper module {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from bundles.base.tools import _process, _workspace
+else:
+    _process = _load_sibling("_process")
+    _workspace = _load_sibling("_workspace")
+
+DEFAULT_TIMEOUT_MS = 30_000
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _int_setting(config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ToolFailed(f"Tool config {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def _shell(config: Mapping[str, Any]) -> str:
+    configured = config.get("shell")
+    if isinstance(configured, str):
+        return configured
+    return "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+
+
+def _child_env(ctx: ToolContext, extra: Mapping[str, Any] | None) -> dict[str, str]:
+    allow = ctx.config.get("allowEnv") or []
+    env = _process.scrub_env(
+        os.environ,
+        secrets=ctx.secret_values,
+        allow=frozenset(allow),
+        inherit=bool(ctx.config.get("inheritEnv", True)),
+    )
+    for name, value in (extra or {}).items():
+        if not _ENV_NAME.match(name) or not isinstance(value, str):
+            raise ToolFailed(
+                f"env entry {name!r} is not a NAME=string pair",
+                code=ErrorCode.E_TOOL_INVALID_ARGS,
+            )
+        env[name] = value
+    return env
+
+
+def _cwd(ws: _workspace.Workspace, raw: str | None) -> Path:
+    cwd = ws.resolve(raw or ".")
+    if not cwd.is_dir():
+        raise ToolFailed(
+            f"cwd {raw!r} is not a directory in the workspace",
+            code=ErrorCode.E_TOOL_PATH_NOT_FOUND,
+            suggestion="Create it first, or omit cwd to run in the workspace root.",
+        )
+    return cwd
+
+
+async def _run(ctx: ToolContext, argv: list[str], cwd: Path, input: JsonObject) -> JsonObject:
+    config = ctx.config
+    timeout_ms = min(
+        int(input.get("timeoutMs", DEFAULT_TIMEOUT_MS)),
+        _int_setting(config, "maxTimeoutMs", 600_000),
+    )
+    result = await _process.run_capped(
+        argv,
+        cwd=cwd,
+        env=_child_env(ctx, input.get("env")),
+        timeout_s=timeout_ms / 1000,
+        max_bytes=_int_setting(config, "maxOutputBytes", 100_000),
+        kill_grace_s=_int_setting(config, "killGraceMs", 1000) / 1000,
+    )
+    ctx.logger.info(
+        "bash.finished",
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        duration_ms=result.duration_ms,
+    )
+    return {
+        "durationMs": result.duration_ms,
+        "stdout": _process.redact(result.stdout, ctx.secret_values),
+        "stderr": _process.redact(result.stderr, ctx.secret_values),
+        "exitCode": result.exit_code,
+        "signal": result.signal,
+        "timedOut": result.timed_out,
+        "truncated": result.truncated,
+    }
+
+
+async def exec_(ctx: ToolContext, input: JsonObject) -> JsonObject:
+    """Run `command` with the configured shell (`-c`) in `cwd` (default: workspace root)."""
+    ws = _workspace.Workspace.from_context(ctx.workdir, ctx.config)
+    command = str(input["command"])
+    cwd = _cwd(ws, input.get("cwd"))
+    result = await _run(ctx, [_shell(ctx.config), "-c", command], cwd, input)
+    return {"command": command, "cwd": ws.display(cwd), **result}
+
+
+async def script(ctx: ToolContext, input: JsonObject) -> JsonObject:
+    """Run the workspace file `path` with interpreter `shell` (default bash) and `args`."""
+    ws = _workspace.Workspace.from_context(ctx.workdir, ctx.config)
+    path = ws.resolve(str(input["path"]))
+    if not path.is_file():
+        raise ToolFailed(
+            f"script {input['path']!r} is not a file in the workspace",
+            code=ErrorCode.E_TOOL_PATH_NOT_FOUND,
+            suggestion="Write the script with file-system__write first.",
+        )
+    interpreter = str(input.get("shell") or "bash")
+    found = shutil.which(interpreter)
+    if found is None:
+        raise ToolFailed(
+            f"interpreter {interpreter!r} was not found on PATH",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
+            suggestion="Use an installed interpreter such as bash, sh or python3.",
+        )
+    args = [str(arg) for arg in input.get("args") or []]
+    cwd = _cwd(ws, input.get("cwd"))
+    result = await _run(ctx, [found, str(path), *args], cwd, input)
+    return {"path": ws.display(path), "cwd": ws.display(cwd), **result}
+
+
+handlers = {"exec": exec_, "script": script}
