@@ -172,7 +172,7 @@ def check_mcp(rep: Reporter, res: Resource[Any], mcp: McpServer) -> None:
             ("spec", "mcp"),
             _SCHEMA,
             "mcp needs exactly one of command (stdio) or url (streamable HTTP)",
-            "set `command: [...]` for a local server or `url: https://...` for a remote one",
+            "set `command` (and `args`) for a local server or `url` for a remote one",
         )
 
 

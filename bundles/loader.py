@@ -34,6 +34,13 @@ SPLIT_STEMS = (
 
 BASE_PACKAGE_DIR = Path(bundles.__file__).parent / "base"
 _ENVELOPE = ("apiVersion", "kind", "metadata", "spec")
+_UNREADABLE = {
+    ErrorCode.E_CONFIG_PARSE_ERROR,
+    ErrorCode.E_CONFIG_FILE_TOO_LARGE,
+    ErrorCode.E_CONFIG_TOO_MANY_DOCUMENTS,
+    ErrorCode.E_CONFIG_NOT_FOUND,
+}
+"""A file with one of these errors was not read: references into it cannot be judged."""
 
 
 @dataclass(slots=True)
@@ -181,14 +188,28 @@ def _resource(
     )
 
 
+def _identity(data: Any) -> tuple[Kind, str] | None:
+    """Kind and name of a document that failed its checks, when they can still be read."""
+    if not isinstance(data, dict) or not isinstance(data.get("metadata"), dict):
+        return None
+    name = data["metadata"].get("name")
+    kind = data.get("kind")
+    if isinstance(name, str) and kind in {k.value for k in Kind}:
+        return Kind(kind), name
+    return None
+
+
 def _load_resources(
-    main: Path, *, prefix: str, collector: Collector
+    main: Path, *, prefix: str, collector: Collector, broken: set[tuple[Kind, str]]
 ) -> list[tuple[Resource[Any], SourceDoc]]:
     root = main.parent
     out: list[tuple[Resource[Any], SourceDoc]] = []
     for file, src, position in _read_documents(bundle_files(main), root, prefix, collector):
         res = _resource(src, file, root=root, collector=collector)
         if res is None:
+            identity = _identity(src.doc.data)
+            if identity is not None:
+                broken.add(identity)
             continue
         if res.kind is Kind.PACKAGE and (file != main or position != 0):
             collector.error(
@@ -203,13 +224,13 @@ def _load_resources(
 
 
 def _load_package(
-    pkg_dir: Path, default_name: str, collector: Collector
+    pkg_dir: Path, default_name: str, collector: Collector, broken: set[tuple[Kind, str]]
 ) -> list[tuple[Resource[Any], SourceDoc]]:
     """A package's resources, tagged with its name (from its Package document if it has one)."""
     main = next((pkg_dir / n for n in MAIN_FILES if (pkg_dir / n).is_file()), None)
     if main is None:
         return []
-    found = _load_resources(main, prefix=default_name, collector=collector)
+    found = _load_resources(main, prefix=default_name, collector=collector, broken=broken)
     manifest = next((r for r, _ in found if r.kind is Kind.PACKAGE), None)
     name = manifest.name if manifest is not None else default_name
     return [(dataclasses.replace(r, package=name), src) for r, src in found]
@@ -243,15 +264,22 @@ def inspect_bundle(
         main = find_main_file(Path(path))
     except BundleError as exc:
         return BundleReport(None, exc.diagnostics)
-    loaded = _load_resources(main, prefix="", collector=collector)
+    broken: set[tuple[Kind, str]] = set()
+    loaded = _load_resources(main, prefix="", collector=collector, broken=broken)
     for pkg_dir in (BASE_PACKAGE_DIR,) if packages is None else packages:
         default = BASE_PACKAGE if pkg_dir == BASE_PACKAGE_DIR else Path(pkg_dir).name
-        loaded += _load_package(Path(pkg_dir), default, collector)
+        loaded += _load_package(Path(pkg_dir), default, collector, broken)
+    incomplete = any(d.code in _UNREADABLE for d in collector.errors)
     resources = [res for res, _ in loaded]
     sources: SourceMap = {id(res): src for res, src in loaded}
     env = load_env_files(main.parent, [Path(p) for p in env_files], collector)
     bundle = Bundle(path=main, root=main.parent, resources=resources, env=env)
-    options = Options(state_root=state_root, require_swarm=require_swarm)
+    options = Options(
+        state_root=state_root,
+        require_swarm=require_swarm,
+        broken=frozenset(broken),
+        incomplete=incomplete,
+    )
     bundle.secret_values = Checks(bundle, sources, collector, options).run()
     errors, warnings = _in_file_order(collector.errors), _in_file_order(collector.warnings)
     if strict:

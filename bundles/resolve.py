@@ -29,6 +29,7 @@ class RefFailure(Exception):
         message: str,
         suggestion: str | None = None,
         at: FieldPath = (),
+        target: tuple[Kind, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -36,6 +37,8 @@ class RefFailure(Exception):
         self.suggestion = suggestion
         self.at = at
         """Where inside the reference the problem is (e.g. ("overrides", "spec"))."""
+        self.target = target
+        """For a missing resource: its kind and name."""
 
 
 def _kind(text: str, expected: Kind | None) -> Kind:
@@ -151,7 +154,12 @@ def _not_found(bundle: Bundle, kind: Kind, name: str, package: str | None) -> Re
         hint = "existing: " + ", ".join(sorted(names.values())[:8])
     else:
         hint = f"define a {kind} named {name!r} (no {kind} exists yet)"
-    return RefFailure(ErrorCode.E_CONFIG_REF_NOT_FOUND, f"{kind}/{name} not found{where}", hint)
+    return RefFailure(
+        ErrorCode.E_CONFIG_REF_NOT_FOUND,
+        f"{kind}/{name} not found{where}",
+        hint,
+        target=(kind, name),
+    )
 
 
 def select(
@@ -260,7 +268,12 @@ def resolve_item(
         assert item.selector is not None
         chosen = select(bundle, item.selector, expected, from_package=from_package)
     else:
-        chosen = [lookup(bundle, _item_ref(item, form, expected), from_package=from_package)]
+        ref = _item_ref(item, form, expected)
+        try:
+            chosen = [lookup(bundle, ref, from_package=from_package)]
+        except RefFailure as failure:
+            failure.at = ("ref",) if form == "ref" else ()
+            raise
     if item.overrides:
         chosen = [apply_overrides(r, item.overrides) for r in chosen]
     return chosen

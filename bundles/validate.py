@@ -37,6 +37,10 @@ __all__ = ["Checks", "Options", "SourceMap"]
 class Options:
     state_root: Path | None = None
     require_swarm: bool = True
+    broken: frozenset[tuple[Kind, str]] = frozenset()
+    """Resources whose document had errors: references to them are not reported again."""
+    incomplete: bool = False
+    """A file could not be parsed at all: any missing reference may be in it."""
 
 
 class Checks:
@@ -96,7 +100,11 @@ class Checks:
             )
 
     def _swarm_present(self) -> None:
-        if not self.options.require_swarm or any(self.bundle.of_kind(Kind.SWARM, user_only=True)):
+        if not self.options.require_swarm or self.options.incomplete:
+            return
+        if any(self.bundle.of_kind(Kind.SWARM, user_only=True)):
+            return
+        if any(kind is Kind.SWARM for kind, _ in self.options.broken):
             return
         self.rep.collector.error(
             ErrorCode.E_CONFIG_NO_SWARM,
@@ -107,13 +115,21 @@ class Checks:
 
     # -- references ------------------------------------------------------------------------
 
+    def _report(self, res: Resource[Any], path: FieldPath, failure: RefFailure) -> None:
+        # A missing target that failed its own checks was reported already: say it once.
+        if failure.code is ErrorCode.E_CONFIG_REF_NOT_FOUND and (
+            self.options.incomplete or failure.target in self.options.broken
+        ):
+            return
+        self.rep.failure(res, path, failure)
+
     def _ref(
         self, res: Resource[Any], path: FieldPath, ref: str | ObjectRef, kind: Kind
     ) -> Resource[Any] | None:
         try:
             return lookup(self.bundle, parse_ref(ref, expected=kind), from_package=res.package)
         except RefFailure as failure:
-            self.rep.failure(res, path, failure)
+            self._report(res, path, failure)
             return None
 
     def _items(
@@ -124,7 +140,7 @@ class Checks:
             try:
                 found += resolve_item(self.bundle, item, kind, from_package=res.package)
             except RefFailure as failure:
-                self.rep.failure(res, ("spec", field, i), failure)
+                self._report(res, ("spec", field, i), failure)
         return found
 
     def _agent(self, res: Resource[AgentSpec]) -> None:
