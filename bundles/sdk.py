@@ -142,3 +142,161 @@ class Pending:
     def __init__(self, handle: str, output: JsonValue = None) -> None:
         self.handle = handle
         self.output = output
+
+
+# -- extensions and middleware ------------------------------------------------------------
+
+
+class MiddlewareError(Exception):
+    """Raise from middleware to short-circuit on purpose (deny a call, stop a turn).
+
+    In `toolCall` middleware it becomes the call's error result (fed back to the model); in
+    `step` or `turn` middleware it fails the turn with this code. Any other exception raised by
+    middleware is a bug in the extension: it is logged with the extension's name and reported
+    as `E_TOOL_MIDDLEWARE` (tool calls) or `E_AGENT_TURN_FAILED` (steps and turns).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "E_TOOL_MIDDLEWARE",
+        suggestion: str | None = None,
+        help_url: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.suggestion = suggestion
+        self.help_url = help_url
+
+
+class CatalogItem(Protocol):
+    """One tool as the model sees it in one step; `source` is `config`, `extension` or `mcp`."""
+
+    name: str
+    description: str
+    parameters: JsonObject
+
+    @property
+    def source_kind(self) -> str: ...
+    @property
+    def source_name(self) -> str: ...
+
+
+class Conversation(Protocol):
+    """The event-sourced message list; every edit is a MessageEvent written as it happens."""
+
+    @property
+    def messages(self) -> list[Any]: ...
+    def append(self, role: str, content: str, **fields: Any) -> Any: ...
+    def replace(self, message_id: str, content: str) -> Any: ...
+    def remove(self, message_id: str) -> None: ...
+    def truncate(self) -> None: ...
+
+
+class TurnMiddlewareContext(Protocol):
+    """`turn` middleware: one AgentEvent in, one TurnResult out of `await ctx.next()`."""
+
+    @property
+    def event(self) -> Any: ...
+    @property
+    def turn_id(self) -> str: ...
+    @property
+    def agent_name(self) -> str: ...
+    @property
+    def instance_key(self) -> str: ...
+    @property
+    def conversation(self) -> Conversation: ...
+    async def next(self) -> Any: ...
+
+
+class StepMiddlewareContext(Protocol):
+    """`step` middleware: edit `tool_catalog` before `await ctx.next()`; the model sees that."""
+
+    tool_catalog: list[Any]
+
+    @property
+    def turn(self) -> TurnMiddlewareContext: ...
+    @property
+    def index(self) -> int: ...
+    def catalog_item(self, name: str) -> Any:
+        """The registry's catalog item for `name` (to add a hidden tool back); KeyError if none."""
+        ...
+
+    async def next(self) -> Any: ...
+
+
+class ToolCallMiddlewareContext(Protocol):
+    """`toolCall` middleware: edit `args` before `await ctx.next()`; transform the result after."""
+
+    args: JsonObject
+
+    @property
+    def tool_name(self) -> str: ...
+    @property
+    def tool_call_id(self) -> str: ...
+    @property
+    def step(self) -> StepMiddlewareContext: ...
+    async def next(self) -> Any: ...
+
+
+TurnMiddleware = Callable[[TurnMiddlewareContext], Awaitable[Any]]
+StepMiddleware = Callable[[StepMiddlewareContext], Awaitable[Any]]
+ToolCallMiddleware = Callable[[ToolCallMiddlewareContext], Awaitable[Any]]
+
+
+class PipelineApi(Protocol):
+    def register(self, kind: str, fn: Callable[[Any], Awaitable[Any]]) -> None:
+        """`kind` is `turn`, `step` or `toolCall`; the first registered runs outermost."""
+        ...
+
+
+class ToolsApi(Protocol):
+    def register(
+        self,
+        name: str,
+        handler: ToolHandler,
+        *,
+        description: str = "",
+        parameters: JsonObject | None = None,
+        timeout_ms: int | None = None,
+        visible: bool = True,
+    ) -> str:
+        """Add a tool named `<extension>__<name>` to the registry and return that name.
+        `visible=False` keeps it out of the default catalog (step middleware may add it)."""
+        ...
+
+
+class StateApi(Protocol):
+    """Extension state, persisted to `extensions/<name>.json` at turn end and on shutdown."""
+
+    def get(self) -> JsonObject: ...
+    def set(self, value: JsonObject) -> None: ...
+
+
+class EventsApi(Protocol):
+    """Runtime events (`turn.*`, `step.*`, `tool.*`) and events emitted by extensions."""
+
+    def on(self, event_type: str, fn: Callable[[JsonObject], Any]) -> None:
+        """`event_type` is exact (`tool.completed`), a prefix (`tool.*`) or `*`."""
+        ...
+
+    def emit(self, event_type: str, data: JsonObject | None = None) -> None: ...
+
+
+class ExtensionApi(Protocol):
+    """What `register(api, config)` of an extension module receives."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def pipeline(self) -> PipelineApi: ...
+    @property
+    def tools(self) -> ToolsApi: ...
+    @property
+    def state(self) -> StateApi: ...
+    @property
+    def events(self) -> EventsApi: ...
+    @property
+    def logger(self) -> Logger: ...

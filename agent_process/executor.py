@@ -1,0 +1,65 @@
+"""Run one tool: validate the arguments, call the handler, return data (DESIGN 6).
+
+Async handlers run on the loop; plain `def` handlers run in a worker thread so the loop keeps
+serving IPC while they block. A per-export `timeoutMs` bounds either (a timed-out thread cannot
+be killed: it finishes in the background and its result is dropped). Nothing a handler does
+escapes `execute`: every exception becomes an error result through
+`results.result_from_exception`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+from agent_process.registry import ToolEntry
+from agent_process.results import ToolResult, ok_result, result_from_exception
+from bundles.sdk import ToolContext, ToolFailed
+from protocol.errors import ErrorCode
+
+
+async def execute(entry: ToolEntry, ctx: ToolContext, args: Any) -> ToolResult:
+    try:
+        if entry.validator is not None:
+            entry.validator.validate(args)
+        value = await _invoke(entry, ctx, args)
+        return _as_result(value)
+    except Exception as exc:
+        return result_from_exception(exc, entry.error_message_limit)
+
+
+async def _invoke(entry: ToolEntry, ctx: ToolContext, args: Any) -> Any:
+    if entry.timeout_ms is None:
+        return await _call(entry, ctx, args)
+    try:
+        async with asyncio.timeout(entry.timeout_ms / 1000) as scope:
+            return await _call(entry, ctx, args)
+    except TimeoutError:
+        if not scope.expired():
+            raise  # the handler's own TimeoutError: an ordinary failure
+        raise ToolFailed(
+            f"{entry.name} did not finish within its timeout of {entry.timeout_ms} ms",
+            code=ErrorCode.E_TOOL_TIMEOUT,
+            suggestion="retry with a smaller request, or raise timeoutMs on the export",
+        ) from None
+
+
+async def _call(entry: ToolEntry, ctx: ToolContext, args: Any) -> Any:
+    if entry.is_async:
+        return await entry.handler(ctx, args)
+    value = await asyncio.to_thread(entry.handler, ctx, args)
+    if inspect.isawaitable(value):  # a plain function that returned a coroutine
+        value = await value
+    return value
+
+
+def _as_result(value: Any) -> ToolResult:
+    try:
+        return ok_result(value)
+    except (TypeError, ValueError) as exc:
+        raise ToolFailed(
+            f"the handler returned a value that cannot be sent to the model: {exc}",
+            code=ErrorCode.E_TOOL_INVALID_RESULT,
+            suggestion="return JSON data: dict, list, str, int, float, bool, None or a Struct",
+        ) from exc

@@ -1,0 +1,51 @@
+"""Load a handler/extension module named by an `entry`: a file (relative to the resource's
+root) or a dotted module. Every failure becomes `EntryLoadError` with the file and the cause."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+
+class EntryLoadError(Exception):
+    pass
+
+
+def is_path_entry(entry: str) -> bool:
+    return entry.endswith(".py") or "/" in entry or entry.startswith(".")
+
+
+def load_entry(entry: str, root: Path) -> ModuleType:
+    """Import `entry` once per process (a second load returns the same module)."""
+    if not is_path_entry(entry):
+        try:
+            return importlib.import_module(entry)
+        except Exception as exc:
+            raise EntryLoadError(f"cannot import module {entry!r}: {_cause(exc)}") from exc
+    path = (root / entry).resolve()
+    if not path.is_file():
+        raise EntryLoadError(f"entry file {path} does not exist (entry {entry!r})")
+    # A stable unique name per file: modules loaded by path must not shadow each other.
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    name = f"goondan_entry_{path.stem.replace('-', '_')}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise EntryLoadError(f"entry file {path} is not a loadable Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise EntryLoadError(f"importing {path} failed: {_cause(exc)}") from exc
+    return module
+
+
+def _cause(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

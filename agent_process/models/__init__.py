@@ -1,0 +1,43 @@
+"""Model providers behind one interface (`models.base.Model`); `create_model` picks one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent_process.models.base import Model, ModelError, ModelRequest, ModelResponse, Usage
+from bundles.kinds import ModelSpec
+from bundles.model import Resource
+from protocol.errors import ErrorCode
+
+__all__ = ["Model", "ModelError", "ModelRequest", "ModelResponse", "Usage", "create_model"]
+
+PROVIDERS = ("scripted", "openai", "anthropic")
+
+
+def create_model(resource: Resource[ModelSpec], *, api_key: str | None) -> Model:
+    """Build the provider client; raises ModelError (E_MODEL_*) for a bad configuration."""
+    spec = resource.spec
+    root = resource.root if isinstance(resource.root, Path) else Path(resource.root)
+    # SDKs are imported lazily: each costs 100+ ms of start-up and a process uses one.
+    match spec.provider:
+        case "scripted":
+            from agent_process.models.scripted import ScriptedModel
+
+            return ScriptedModel.from_options(spec.model, spec.options, root)
+        case "openai":
+            from agent_process.models.openai_chat import OpenAIChatModel
+
+            return OpenAIChatModel(
+                spec.model, api_key=api_key, endpoint=spec.endpoint, options=spec.options
+            )
+        case "anthropic":
+            from agent_process.models.anthropic_messages import AnthropicModel
+
+            return AnthropicModel(
+                spec.model, api_key=api_key, endpoint=spec.endpoint, options=spec.options
+            )
+    raise ModelError(
+        ErrorCode.E_MODEL_BAD_REQUEST,
+        f"Model/{resource.name}: unknown provider {spec.provider!r}",
+        suggestion=f"use one of: {', '.join(PROVIDERS)}",
+    )

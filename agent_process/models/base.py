@@ -1,0 +1,60 @@
+"""The one small interface every model provider implements, and its coded error."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import msgspec
+
+from agent_process.catalog import CatalogItem
+from agent_process.messages import Message, ToolCall
+from protocol.errors import ErrorCode, ErrorInfo
+
+
+class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
+
+
+class ModelRequest(msgspec.Struct, kw_only=True):
+    system: str | None
+    """The agent's system prompt, sent on every step."""
+    messages: list[Message]
+    tools: list[CatalogItem]
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    """`Agent.spec.modelConfig.params` (temperature, max_tokens, ...)."""
+
+
+class ModelResponse(msgspec.Struct, kw_only=True):
+    text: str = ""
+    tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
+    usage: Usage = msgspec.field(default_factory=Usage)
+    finish_reason: str | None = None
+
+
+class ModelError(Exception):
+    """A provider failure after the SDK's own retries: fails the turn with this code."""
+
+    def __init__(self, code: ErrorCode, message: str, *, suggestion: str | None = None) -> None:
+        super().__init__(message)
+        self.info = ErrorInfo(
+            code=code.value, message=message, name=type(self).__name__, suggestion=suggestion
+        )
+
+
+class Model(Protocol):
+    name: str
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+def usage_sum(a: dict[str, int], b: Usage) -> dict[str, int]:
+    out = dict(a)
+    for key, value in b.as_dict().items():
+        out[key] = out.get(key, 0) + value
+    return out

@@ -1,0 +1,117 @@
+"""`provider: openai` through the official SDK (Chat Completions, standard tool-call format).
+
+`Model.spec.endpoint` becomes the client's `base_url`, so any OpenAI-compatible server works.
+`Model.spec.options`: `maxRetries` (SDK retries, default 2), `timeoutSeconds`; anything else is
+passed to `chat.completions.create` (the agent's `modelConfig.params` override it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import openai
+
+from agent_process.messages import Message, Role, ToolCall
+from agent_process.models.base import ModelRequest, ModelResponse, Usage
+from agent_process.models.errors import map_provider_error
+
+CLIENT_OPTIONS = ("maxRetries", "timeoutSeconds")
+
+
+class OpenAIChatModel:
+    def __init__(
+        self, name: str, *, api_key: str | None, endpoint: str | None, options: dict[str, Any]
+    ) -> None:
+        self.name = name
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key or "not-set",
+            base_url=endpoint,
+            max_retries=int(options.get("maxRetries", 2)),
+            timeout=float(options.get("timeoutSeconds", 120.0)),
+        )
+        self._defaults = {k: v for k, v in options.items() if k not in CLIENT_OPTIONS}
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        kwargs: dict[str, Any] = {**self._defaults, **request.params}
+        if request.tools:
+            kwargs["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in request.tools
+            ]
+        try:
+            completion = await self._client.chat.completions.create(
+                model=self.name, messages=cast(Any, to_openai_messages(request)), **kwargs
+            )
+        except openai.OpenAIError as exc:
+            raise map_provider_error("openai", self.name, exc) from exc
+        return _response(completion)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    out.extend(_message(m) for m in request.messages)
+    return out
+
+
+def _message(m: Message) -> dict[str, Any]:
+    if m.role is Role.TOOL:
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    if m.role is Role.ASSISTANT and m.tool_calls:
+        return {
+            "role": "assistant",
+            "content": m.content or None,
+            "tool_calls": [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {
+                        "name": c.name,
+                        "arguments": c.invalid_args
+                        if c.invalid_args is not None
+                        else json.dumps(c.args),
+                    },
+                }
+                for c in m.tool_calls
+            ],
+        }
+    return {"role": m.role.value, "content": m.content}
+
+
+def _response(completion: Any) -> ModelResponse:
+    choice = completion.choices[0]
+    message = choice.message
+    calls = [_tool_call(c) for c in (message.tool_calls or [])]
+    usage = completion.usage
+    return ModelResponse(
+        text=message.content or "",
+        tool_calls=calls,
+        usage=Usage(
+            input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+            output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        ),
+        finish_reason=choice.finish_reason,
+    )
+
+
+def _tool_call(call: Any) -> ToolCall:
+    raw = call.function.arguments or "{}"
+    try:
+        args = json.loads(raw)
+    except json.JSONDecodeError:
+        return ToolCall(id=call.id, name=call.function.name, invalid_args=raw)
+    if not isinstance(args, dict):
+        return ToolCall(id=call.id, name=call.function.name, invalid_args=raw)
+    return ToolCall(id=call.id, name=call.function.name, args=args)

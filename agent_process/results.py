@@ -1,0 +1,100 @@
+"""Tool results are data (DESIGN 6), and exactly one function turns exceptions into that data.
+
+`result_from_exception` is the only place that maps what a handler (or middleware, or the
+executor itself) raised to `{status: error, error: {code, name, message, suggestion, helpUrl}}`,
+and the only place that cuts the message to the Tool's `errorMessageLimit`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+from bundles.sdk import CallDeferred, MiddlewareError, Pending, ToolFailed
+from protocol.errors import ErrorCode, ErrorInfo
+
+TRUNCATION_SUFFIX = "... (truncated)"
+DEFAULT_ERROR_MESSAGE_LIMIT = 1000
+
+_result_encoder = msgspec.json.Encoder()
+
+
+class ResultStatus(StrEnum):
+    OK = "ok"
+    PENDING = "pending"
+    ERROR = "error"
+
+
+class DeferredRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A handler raised `CallDeferred`: the call must run on the client (seed 001)."""
+
+    method: str
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    message: str | None = None
+
+
+class ToolResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+    status: ResultStatus
+    output: Any = None
+    handle: str | None = None
+    error: ErrorInfo | None = None
+    deferred: DeferredRequest | None = None
+    """Set (with status `pending`) until the deferred hook resolves the call; never sent."""
+
+    def to_model_text(self) -> str:
+        """The JSON text the model receives as the tool message content."""
+        return _result_encoder.encode(msgspec.structs.replace(self, deferred=None)).decode()
+
+
+def ok_result(value: Any) -> ToolResult:
+    """What a handler returned: `Pending` -> pending; anything else must be JSON-able."""
+    if isinstance(value, Pending):
+        return ToolResult(
+            status=ResultStatus.PENDING,
+            handle=value.handle,
+            output=msgspec.to_builtins(value.output),
+        )
+    return ToolResult(status=ResultStatus.OK, output=msgspec.to_builtins(value))
+
+
+def error_result(
+    code: ErrorCode | str, message: str, *, limit: int = DEFAULT_ERROR_MESSAGE_LIMIT, **kw: Any
+) -> ToolResult:
+    return result_from_exception(ToolFailed(message, code=str(code), **kw), limit)
+
+
+def truncate_message(message: str, limit: int) -> str:
+    """Cut to `limit` characters with the suffix inside the limit (seed 003, 7.2)."""
+    if len(message) <= limit:
+        return message
+    keep = max(0, limit - len(TRUNCATION_SUFFIX))
+    return (message[:keep] + TRUNCATION_SUFFIX)[: max(limit, 0)]
+
+
+def result_from_exception(exc: BaseException, limit: int) -> ToolResult:
+    """THE exception -> data map of the tool system (STYLE habit 8)."""
+    if isinstance(exc, CallDeferred):
+        return ToolResult(
+            status=ResultStatus.PENDING,
+            deferred=DeferredRequest(method=exc.method, params=exc.params, message=exc.message),
+        )
+    if isinstance(exc, ToolFailed | MiddlewareError):
+        code, message = exc.code, exc.message
+        suggestion, help_url = exc.suggestion, exc.help_url
+        name = type(exc).__name__
+    else:
+        code, name = ErrorCode.E_TOOL.value, type(exc).__name__
+        message = str(exc) or name
+        suggestion = help_url = None
+    return ToolResult(
+        status=ResultStatus.ERROR,
+        error=ErrorInfo(
+            code=code,
+            name=name,
+            message=truncate_message(message, limit),
+            suggestion=suggestion,
+            help_url=help_url,
+        ),
+    )

@@ -1,0 +1,96 @@
+"""Argument validation against an export's JSON Schema (draft 2020-12), compiled once per export.
+
+The check that runs on every call is `is_valid` of the fastest real 2020-12 validator available:
+jsonschema-rs when installed (≈ 0.3 µs for a small schema), else the reference `jsonschema`
+(≈ 13 µs). Both implement the whole draft; neither is a hand-written subset. Only when arguments
+are invalid does the reference library produce the detailed report fed back to the model (every
+failing path, plus the required and allowed keys), so the report reads the same either way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, cast
+
+import jsonschema
+from jsonschema import Draft202012Validator
+
+from bundles.sdk import ToolFailed
+from protocol.errors import ErrorCode
+
+MAX_REPORTED_ERRORS = 10
+
+
+class SchemaInvalid(ValueError):
+    """The export's schema itself is not valid JSON Schema (a load-time error)."""
+
+
+class _FastValidator(Protocol):
+    def is_valid(self, instance: Any) -> bool: ...
+
+
+def _fast_factory() -> Callable[[dict[str, Any]], _FastValidator] | None:
+    try:
+        module = importlib.import_module("jsonschema_rs")
+    except ImportError:
+        return None
+    return cast(Callable[[dict[str, Any]], _FastValidator], module.Draft202012Validator)
+
+
+_FAST = _fast_factory()
+
+
+class ArgsValidator:
+    """Validates one export's arguments; raise-or-return, built once at registry load."""
+
+    __slots__ = ("_fast", "_reference", "_tool", "schema")
+
+    def __init__(self, tool: str, schema: dict[str, Any]) -> None:
+        try:
+            Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+            raise SchemaInvalid(f"parameters schema is invalid at {where}: {exc.message}") from exc
+        self._tool = tool
+        self.schema = schema
+        self._reference = Draft202012Validator(schema)
+        self._fast: _FastValidator = _FAST(schema) if _FAST is not None else self._reference
+
+    @property
+    def fast_backend(self) -> str:
+        return type(self._fast).__module__.split(".")[0]
+
+    def validate(self, args: Any) -> None:
+        """Return if valid, else raise ToolFailed(E_TOOL_INVALID_ARGS) with the full report."""
+        if self._fast.is_valid(args):
+            return
+        raise ToolFailed(
+            self.report(args),
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
+            suggestion=f"call {self._tool} again with arguments that match its parameters schema",
+        )
+
+    def report(self, args: Any) -> str:
+        errors = sorted(self._reference.iter_errors(args), key=lambda e: list(e.absolute_path))
+        lines = [f"invalid arguments for {self._tool}:"]
+        for err in errors[:MAX_REPORTED_ERRORS]:
+            lines.append(f"- at {_path(err.absolute_path)}: {err.message}")
+        if len(errors) > MAX_REPORTED_ERRORS:
+            lines.append(f"- ... and {len(errors) - MAX_REPORTED_ERRORS} more")
+        required = self.schema.get("required") or []
+        allowed = list((self.schema.get("properties") or {}).keys())
+        lines.append(f"required keys: {_keys(required)}; allowed keys: {_keys(allowed)}")
+        if self.schema.get("additionalProperties") is False:
+            lines.append("no other keys are allowed")
+        return "\n".join(lines)
+
+
+def _path(parts: Iterable[Any]) -> str:
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+    return "$" + text if text else "$ (the arguments object)"
+
+
+def _keys(keys: Iterable[Any]) -> str:
+    items = [str(k) for k in keys]
+    return ", ".join(items) if items else "(none)"

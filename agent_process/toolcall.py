@@ -1,0 +1,160 @@
+"""One tool call through the `toolCall` onion: catalog check, registry lookup, executor.
+
+The core refuses a name the model was not offered this step (`E_TOOL_NOT_IN_CATALOG`), then
+runs the tool (`executor.execute`) and, when the handler deferred the call to the client
+(`CallDeferred`), hands it to the deferred hook: the point where the JSON-RPC cycle of seed 001
+plugs in. Until that exists, `reject_deferred` answers with a coded error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from agent_process.context import ToolCallContext
+from agent_process.contexts import StepContext, ToolCallMwContext
+from agent_process.executor import execute
+from agent_process.messages import Message, ToolCall
+from agent_process.pipeline import PipelineKind, Pipelines
+from agent_process.registry import ToolEntry, ToolRegistry
+from agent_process.results import (
+    DEFAULT_ERROR_MESSAGE_LIMIT,
+    DeferredRequest,
+    ResultStatus,
+    ToolResult,
+    error_result,
+    result_from_exception,
+)
+from agent_process.telemetry import EventBus, RuntimeEvent
+from bundles.sdk import AgentsRuntime, MiddlewareError
+from protocol.errors import ErrorCode
+
+DeferredHook = Callable[[ToolCallMwContext, DeferredRequest], Awaitable[ToolResult]]
+
+
+async def reject_deferred(ctx: ToolCallMwContext, request: DeferredRequest) -> ToolResult:
+    return error_result(
+        ErrorCode.E_TOOL_DEFERRED_REJECTED,
+        f"{ctx.tool_name} must run on the client ({request.method}), and this process has "
+        "no client channel for deferred calls",
+        suggestion="use a connector or the goondan CLI that answers deferred calls",
+    )
+
+
+class ToolCallRunner:
+    def __init__(
+        self,
+        *,
+        registry: ToolRegistry,
+        pipelines: Pipelines,
+        bus: EventBus,
+        workdir: Path,
+        logger: Any,
+        runtime: AgentsRuntime,
+        secret_values: frozenset[str],
+        deferred_hook: DeferredHook = reject_deferred,
+    ) -> None:
+        self._registry = registry
+        self._pipelines = pipelines
+        self._bus = bus
+        self._workdir = workdir
+        self._logger = logger
+        self._runtime = runtime
+        self._secret_values = secret_values
+        self.deferred_hook = deferred_hook
+
+    async def run(self, step: StepContext, call: ToolCall, message: Message) -> ToolResult:
+        ctx = ToolCallMwContext(step=step, call=call, message=message, span=step.span.child())
+        started = time.perf_counter()
+        self._emit("tool.called", ctx, None, None)
+        try:
+            result = await self._pipelines.run(PipelineKind.TOOL_CALL, ctx, self._core)
+        except MiddlewareError as exc:
+            entry = self._registry.get(call.name)
+            limit = entry.error_message_limit if entry else DEFAULT_ERROR_MESSAGE_LIMIT
+            result = result_from_exception(exc, limit)
+        failed = result.status is ResultStatus.ERROR
+        self._emit(
+            "tool.failed" if failed else "tool.completed",
+            ctx,
+            result,
+            (time.perf_counter() - started) * 1000,
+        )
+        return result
+
+    async def _core(self, ctx: ToolCallMwContext) -> ToolResult:
+        call = ctx.call
+        if call.name not in ctx.step.catalog_names:
+            return _not_in_catalog(call.name, ctx.step.catalog_names)
+        entry = self._registry.get(call.name)
+        if entry is None:
+            return error_result(
+                ErrorCode.E_TOOL_NOT_FOUND,
+                f"{call.name} is in this step's catalog but no tool of that name is registered",
+                suggestion="the step middleware that added it must add a registered tool",
+            )
+        if call.invalid_args is not None:
+            return error_result(
+                ErrorCode.E_TOOL_INVALID_ARGS,
+                f"the arguments of {call.name} are not a JSON object: {call.invalid_args}",
+                limit=entry.error_message_limit,
+                suggestion="send the arguments as one JSON object",
+            )
+        result = await execute(entry, self._tool_context(entry, ctx), ctx.args)
+        if result.deferred is not None:
+            result = await self.deferred_hook(ctx, result.deferred)
+        return result
+
+    def _tool_context(self, entry: ToolEntry, ctx: ToolCallMwContext) -> ToolCallContext:
+        turn = ctx.step.turn
+        return ToolCallContext(
+            workdir=self._workdir,
+            base_logger=self._logger,
+            runtime=self._runtime,
+            message=ctx.message,
+            tool_call_id=ctx.call.id,
+            tool_name=entry.name,
+            agent_name=turn.agent_name,
+            instance_key=turn.instance_key,
+            trace_id=ctx.span.trace_id,
+            config=entry.config,
+            secret_values=self._secret_values,
+        )
+
+    def _emit(
+        self,
+        kind: str,
+        ctx: ToolCallMwContext,
+        result: ToolResult | None,
+        duration_ms: float | None,
+    ) -> None:
+        turn = ctx.step.turn
+        self._bus.emit(
+            RuntimeEvent(
+                type=kind,
+                at=time.time(),
+                agent=turn.agent_name,
+                instance_key=turn.instance_key,
+                trace_id=ctx.span.trace_id,
+                span_id=ctx.span.span_id,
+                parent_span_id=ctx.span.parent_span_id,
+                turn_id=turn.turn_id,
+                step=ctx.step.index,
+                tool_name=ctx.call.name,
+                tool_call_id=ctx.call.id,
+                status=result.status.value if result is not None else None,
+                duration_ms=duration_ms,
+                error=result.error if result is not None else None,
+            )
+        )
+
+
+def _not_in_catalog(name: str, names: frozenset[str]) -> ToolResult:
+    offered = ", ".join(sorted(names)) or "none"
+    return error_result(
+        ErrorCode.E_TOOL_NOT_IN_CATALOG,
+        f"{name} is not in this step's tool catalog (offered: {offered})",
+        suggestion="call one of the tools offered in this step",
+    )

@@ -1,0 +1,219 @@
+"""The Turn/Step engine (DESIGN 6): one AgentEvent in, one TurnResult out.
+
+A turn appends the input as a user message and runs steps through the `step` onion: each step
+builds the catalog, lets step middleware edit it, sends system prompt + conversation + catalog
+to the model, appends the assistant message, runs its tool calls in order (each through the
+`toolCall` onion) and appends their results. Steps continue while the model calls tools, up to
+`maxStepsPerTurn` (outcome `max_steps`). The system prompt is sent on every step; the engine
+injects no other text. `run` never raises for a failed turn: it returns outcome `failed` with
+a coded error.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from agent_process.catalog import CatalogBuilder, names_of
+from agent_process.contexts import StepContext, StepResult, TurnContext, TurnResult
+from agent_process.messages import Role, new_message
+from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
+from agent_process.pipeline import PipelineKind, Pipelines
+from agent_process.store import ConversationStore
+from agent_process.telemetry import EventBus, RuntimeEvent
+from agent_process.toolcall import ToolCallRunner
+from bundles.sdk import MiddlewareError
+from protocol.errors import ErrorCode, ErrorInfo
+from protocol.events import AgentEvent, TraceContext
+from protocol.messages import TurnOutcome
+
+_log = structlog.get_logger("goondan.turn")
+
+
+@dataclass(slots=True)
+class TurnDeps:
+    agent_name: str
+    instance_key: str
+    model: Model
+    model_params: dict[str, Any]
+    system_prompt: str
+    max_steps: int
+    catalog: CatalogBuilder
+    pipelines: Pipelines
+    store: ConversationStore
+    bus: EventBus
+    tool_calls: ToolCallRunner
+    at_turn_end: Callable[[], None]
+    """Durability point: fold the log, save extension state, flush runtime events."""
+
+
+class TurnEngine:
+    def __init__(self, deps: TurnDeps) -> None:
+        self._d = deps
+
+    async def run(self, event: AgentEvent) -> TurnResult:
+        d = self._d
+        span = event.trace.child()
+        ctx = TurnContext(
+            event=event,
+            turn_id="t_" + uuid.uuid4().hex,
+            agent_name=d.agent_name,
+            instance_key=d.instance_key,
+            conversation=d.store,
+            span=span,
+        )
+        d.bus.current_trace_id = span.trace_id
+        started = time.perf_counter()
+        self._emit("turn.started", ctx, span, data={"eventType": event.type})
+        result = await self._guarded(ctx)
+        d.at_turn_end()
+        kind = "turn.completed" if result.outcome is TurnOutcome.COMPLETED else "turn.failed"
+        self._emit(
+            kind,
+            ctx,
+            span,
+            status=result.outcome.value,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            usage=result.usage,
+            steps=result.steps,
+            error=result.error,
+        )
+        d.bus.flush()
+        return result
+
+    async def _guarded(self, ctx: TurnContext) -> TurnResult:
+        try:
+            return await self._d.pipelines.run(PipelineKind.TURN, ctx, self._turn_core)
+        except MiddlewareError as exc:
+            info = ErrorInfo(code=exc.code, message=exc.message, suggestion=exc.suggestion)
+        except ModelError as exc:
+            info = exc.info
+        except Exception as exc:  # the engine's own bug must not take the process down
+            _log.exception("turn_crashed", turn_id=ctx.turn_id)
+            info = ErrorInfo(
+                code=ErrorCode.E_AGENT_TURN_FAILED,
+                message=f"the turn failed: {type(exc).__name__}: {exc}",
+                name=type(exc).__name__,
+            )
+        return self._result(ctx, TurnOutcome.FAILED, "", info)
+
+    def _result(
+        self, ctx: TurnContext, outcome: TurnOutcome, text: str, error: ErrorInfo | None
+    ) -> TurnResult:
+        return TurnResult(
+            turn_id=ctx.turn_id,
+            event_id=ctx.event.id,
+            outcome=outcome,
+            text=text,
+            error=error,
+            steps=ctx.steps,
+            usage=dict(ctx.usage),
+        )
+
+    async def _turn_core(self, ctx: TurnContext) -> TurnResult:
+        d = self._d
+        event = ctx.event
+        d.store.append(
+            Role.USER.value,
+            event.input,
+            turn_id=ctx.turn_id,
+            metadata={"eventId": event.id, "eventType": event.type, "source": event.source.name},
+        )
+        text = ""
+        for index in range(1, d.max_steps + 1):
+            step = await self._run_step(ctx, index)
+            text = step.text
+            if not step.tool_calls:
+                return self._result(ctx, TurnOutcome.COMPLETED, text, None)
+        error = ErrorInfo(
+            code=ErrorCode.E_AGENT_MAX_STEPS,
+            message=f"the turn stopped after maxStepsPerTurn={d.max_steps} steps while the "
+            "model kept calling tools",
+            suggestion="raise Swarm.spec.policy.maxStepsPerTurn or check the tools' results",
+        )
+        return self._result(ctx, TurnOutcome.MAX_STEPS, text, error)
+
+    async def _run_step(self, turn: TurnContext, index: int) -> StepResult:
+        d = self._d
+        span = turn.span.child()
+        step = StepContext(turn=turn, index=index, catalog=d.catalog, span=span)
+        started = time.perf_counter()
+        self._emit("step.started", turn, span, step=index)
+        try:
+            result = await d.pipelines.run(PipelineKind.STEP, step, self._step_core)
+        except Exception as exc:
+            self._emit("step.failed", turn, span, step=index, data={"error": repr(exc)})
+            raise
+        turn.steps = index
+        turn.usage = usage_sum(turn.usage, result.usage)
+        self._emit(
+            "step.completed",
+            turn,
+            span,
+            step=index,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            usage=result.usage.as_dict(),
+            data={"toolCalls": len(result.tool_calls), "finishReason": result.finish_reason},
+        )
+        return result
+
+    async def _step_core(self, step: StepContext) -> StepResult:
+        d = self._d
+        turn = step.turn
+        step.catalog_names = names_of(step.tool_catalog)
+        response = await d.model.complete(
+            ModelRequest(
+                system=d.system_prompt or None,
+                messages=d.store.messages,
+                tools=list(step.tool_catalog),
+                params=d.model_params,
+            )
+        )
+        assistant = d.store.append(
+            Role.ASSISTANT.value,
+            response.text,
+            tool_calls=response.tool_calls,
+            turn_id=turn.turn_id,
+        )
+        results = []
+        for call in response.tool_calls:
+            result = await d.tool_calls.run(step, call, assistant)
+            results.append(result)
+            d.store.append_message(
+                new_message(
+                    Role.TOOL,
+                    result.to_model_text(),
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    turn_id=turn.turn_id,
+                )
+            )
+        return StepResult(
+            index=step.index,
+            text=response.text,
+            tool_calls=response.tool_calls,
+            results=results,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+        )
+
+    def _emit(self, kind: str, turn: TurnContext, span: TraceContext, **fields: Any) -> None:
+        self._d.bus.emit(
+            RuntimeEvent(
+                type=kind,
+                at=time.time(),
+                agent=turn.agent_name,
+                instance_key=turn.instance_key,
+                trace_id=span.trace_id,
+                span_id=span.span_id,
+                parent_span_id=span.parent_span_id,
+                turn_id=turn.turn_id,
+                event_id=turn.event.id,
+                **fields,
+            )
+        )

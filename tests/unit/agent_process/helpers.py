@@ -1,0 +1,54 @@
+"""Shared helpers for the runtime tests: create a runtime from in-memory resources, run turns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from agent_process.messages import Role
+from agent_process.models.scripted import ScriptedModel
+from agent_process.runtime import AgentRuntime, TurnResult
+from bundles.model import Resource
+from protocol.endpoints import StateLayout
+from protocol.events import AgentEvent, Source, SourceKind, new_event
+from tests.unit.agent_process import builders
+
+TIMEOUT = 20
+
+
+async def make_runtime(
+    *resources: Resource[Any], agent: str = "a", instance: str = "k1", swarm: str = "s"
+) -> AgentRuntime:
+    async with asyncio.timeout(TIMEOUT):
+        return await AgentRuntime.create(
+            bundle=builders.bundle(*resources),
+            agent=agent,
+            instance_key=instance,
+            swarm=swarm,
+            layout=StateLayout.from_env(),
+        )
+
+
+def event(text: str, instance: str = "k1") -> AgentEvent:
+    return new_event(
+        type="user.input",
+        input=text,
+        instance_key=instance,
+        source=Source(kind=SourceKind.CLI, name="cli"),
+    )
+
+
+async def turn(runtime: AgentRuntime, text: str) -> TurnResult:
+    async with asyncio.timeout(TIMEOUT):
+        return await runtime.run_turn(event(text))
+
+
+def tool_results(runtime: AgentRuntime) -> list[dict[str, Any]]:
+    """The tool messages of the conversation, decoded (what the model received)."""
+    return [json.loads(m.content) for m in runtime.store.messages if m.role is Role.TOOL]
+
+
+def scripted(runtime: AgentRuntime) -> ScriptedModel:
+    assert isinstance(runtime.model, ScriptedModel)
+    return runtime.model
