@@ -28,17 +28,17 @@ class Command(Protocol):
 
 def _commands() -> list[Command]:
     # Imported here so `goondan --help` stays fast and a broken command cannot break the rest.
-    from orchestrator.commands import validate
+    from orchestrator.commands import instance, restart, run, send, status, stop, validate
 
     return [
         PendingCommand("init", "write a new bundle that runs offline"),
         validate.COMMAND,
-        PendingCommand("run", "start the orchestrator in the foreground"),
-        PendingCommand("send", "send text to an agent of the running daemon and print the reply"),
-        PendingCommand("status", "show the orchestrator and its process table"),
-        PendingCommand("instance", "list or delete agent instances"),
-        PendingCommand("restart", "gracefully restart agent processes, keeping history"),
-        PendingCommand("stop", "stop the running daemon gracefully"),
+        run.COMMAND,
+        send.COMMAND,
+        status.COMMAND,
+        instance.COMMAND,
+        restart.COMMAND,
+        stop.COMMAND,
         PendingCommand("logs", "read the logs and runtime events"),
         PendingCommand("calls", "list or resolve pending client-side (deferred) tool calls"),
         PendingCommand("service", "systemd helpers (print-unit)"),

@@ -1,0 +1,5 @@
+import sys
+
+from agent_process.child import main
+
+sys.exit(main())

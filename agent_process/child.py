@@ -1,0 +1,341 @@
+"""The agent child's composition root: DEALER, handshake, FIFO turns, heartbeats, drain.
+
+    hello -> load the runner -> ready | start_error (exit 3)
+    event -> queue (FIFO, one turn at a time) -> status processing -> turn -> reply -> status idle
+    shutdown -> stop taking events, finish the current turn -> shutdown_ack -> exit 0
+
+The turn executor is injected (`TurnRunner`): the real `AgentRuntime` by default, or the
+factory named by `GOONDAN_TURN_RUNNER=module:function` (tests only). A turn that fails still
+answers a `replyTo` with a coded error: the caller never waits in silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import importlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import structlog
+import zmq
+import zmq.asyncio
+
+from agent_process.bridge import Bridge
+from agent_process.child_options import ChildOptions, parse_options
+from protocol.codec import decode_message, encode
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.events import AgentEvent, Source, SourceKind, response_to
+from protocol.ids import ORCHESTRATOR
+from protocol.messages import (
+    Call,
+    CallResult,
+    ChildState,
+    Event,
+    Heartbeat,
+    HeartbeatPayload,
+    Hello,
+    HelloPayload,
+    Message,
+    Ready,
+    ReadyPayload,
+    Shutdown,
+    ShutdownAck,
+    ShutdownAckPayload,
+    StartError,
+    StartErrorPayload,
+    Status,
+    StatusPayload,
+    TurnOutcome,
+)
+
+ENV_TURN_RUNNER = "GOONDAN_TURN_RUNNER"
+EXIT_START_ERROR = 3
+EXIT_ORPHANED = 4
+PR_SET_PDEATHSIG = 1
+log = structlog.get_logger("goondan.child")
+
+
+class TurnReport(Protocol):
+    """What the child needs from a turn's result (`agent_process.runtime.TurnResult`)."""
+
+    @property
+    def outcome(self) -> TurnOutcome: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def error(self) -> ErrorInfo | None: ...
+
+
+class TurnRunner(Protocol):
+    tool_names: list[str]
+
+    async def run_turn(self, event: AgentEvent) -> TurnReport: ...
+    async def close(self) -> None: ...
+
+
+RunnerFactory = Callable[[ChildOptions, Bridge], Awaitable[TurnRunner]]
+
+
+def preload() -> None:
+    """Imports the fork server does once, so forked children share them copy-on-write."""
+    for name in ("agent_process.runtime", "bundles.loader"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
+    """The real engine: load the bundle, then `AgentRuntime.create` (raises StartFailure)."""
+    from protocol.endpoints import StateLayout
+
+    loader = importlib.import_module("bundles.loader")
+    runtime = importlib.import_module("agent_process.runtime")
+    bundle = loader.load_bundle(opts.bundle, env_files=opts.env_files, state_root=opts.state_root)
+    pid = opts.process_id
+    runner: TurnRunner = await runtime.AgentRuntime.create(
+        bundle=bundle,
+        agent=pid.name,
+        instance_key=pid.instance_key,
+        swarm=opts.swarm,
+        layout=StateLayout.from_env(opts.state_root),
+        agents=bridge,
+    )
+    return runner
+
+
+def select_factory() -> RunnerFactory:
+    spec = os.environ.get(ENV_TURN_RUNNER)
+    if not spec:
+        return runtime_factory
+    module_name, _, attr = spec.partition(":")
+    factory: RunnerFactory = getattr(importlib.import_module(module_name), attr or "create")
+    return factory
+
+
+def start_error_info(exc: BaseException) -> ErrorInfo:
+    """The coded reason of a failed start: the runner's own ErrorInfo when it has one."""
+    info = getattr(exc, "error", None)
+    if isinstance(info, ErrorInfo):
+        return info
+    return ErrorInfo(
+        code=ErrorCode.E_AGENT_START_FAILED,
+        message=f"{type(exc).__name__}: {exc}",
+        name=type(exc).__name__,
+        suggestion="fix the agent's bundle resources, then send the event again",
+    )
+
+
+def turn_error(report: TurnReport) -> ErrorInfo | None:
+    match report.outcome:
+        case TurnOutcome.COMPLETED:
+            return None
+        case TurnOutcome.MAX_STEPS:
+            return report.error or ErrorInfo(
+                code=ErrorCode.E_AGENT_MAX_STEPS, message="the turn hit maxStepsPerTurn"
+            )
+        case TurnOutcome.FAILED:
+            return report.error or ErrorInfo(
+                code=ErrorCode.E_AGENT_TURN_FAILED, message="the turn failed"
+            )
+
+
+class Child:
+    def __init__(self, opts: ChildOptions, sock: zmq.asyncio.Socket) -> None:
+        self.opts = opts
+        self.sock = sock
+        self.me = str(opts.process_id)
+        self.source = Source(
+            kind=SourceKind(opts.process_id.kind),
+            name=opts.process_id.name,
+            instance_key=opts.process_id.instance_key,
+        )
+        self.queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
+        self.bridge = Bridge(self.send)
+        self.bridge.bind(self.me, self.source)
+        self.runner: TurnRunner | None = None
+        self.draining = asyncio.Event()
+        self.last_heard = time.monotonic()
+        self.busy = False
+
+    async def send(self, msg: Message) -> None:
+        await self.sock.send(encode(msg))
+
+    async def start(self, factory: RunnerFactory) -> bool:
+        pid = self.opts.process_id
+        hello = HelloPayload(
+            pid=os.getpid(),
+            kind=str(pid.kind),
+            name=pid.name,
+            instance_key=pid.instance_key,
+            generation=pid.generation,
+        )
+        await self.send(Hello(from_=self.me, to=ORCHESTRATOR, payload=hello))
+        try:
+            self.runner = await factory(self.opts, self.bridge)
+        except Exception as exc:
+            info = start_error_info(exc)
+            log.error("start_error", code=info.code, message=info.message)
+            payload = StartErrorPayload(error=info)
+            await self.send(StartError(from_=self.me, to=ORCHESTRATOR, payload=payload))
+            return False
+        ready = ReadyPayload(pid=os.getpid(), tools=list(self.runner.tool_names))
+        await self.send(Ready(from_=self.me, to=ORCHESTRATOR, payload=ready))
+        return True
+
+    async def serve(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            recv = tg.create_task(self._recv_loop())
+            beat = tg.create_task(self._heartbeat_loop())
+            await self._turn_loop()
+            undelivered = self._take_queue()
+            ack = ShutdownAckPayload(undelivered_events=undelivered)
+            await self.send(ShutdownAck(from_=self.me, to=ORCHESTRATOR, payload=ack))
+            recv.cancel()
+            beat.cancel()
+
+    def _take_queue(self) -> list[str]:
+        ids = []
+        while not self.queue.empty():
+            ids.append(self.queue.get_nowait().id)
+        return ids
+
+    async def _turn_loop(self) -> None:
+        while not self.draining.is_set():
+            get = asyncio.ensure_future(self.queue.get())
+            stop = asyncio.ensure_future(self.draining.wait())
+            await asyncio.wait({get, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not get.done():
+                get.cancel()
+                return
+            await self._run_one(get.result())
+
+    async def _run_one(self, event: AgentEvent) -> None:
+        assert self.runner is not None
+        self.busy = True
+        await self._status(ChildState.PROCESSING, event.id)
+        try:
+            report = await self.runner.run_turn(event)
+            outcome, text, error = report.outcome, report.text, turn_error(report)
+        except Exception as exc:  # the runtime promises not to raise; never go silent anyway
+            log.exception("turn_raised", event_id=event.id)
+            outcome, text = TurnOutcome.FAILED, ""
+            error = ErrorInfo(code=ErrorCode.E_AGENT_TURN_FAILED, message=f"{exc}")
+        if event.reply_to is not None:
+            reply = response_to(event, source=self.source, text=text, error=error)
+            await self.send(Event(from_=self.me, to=event.reply_to.target, payload=reply))
+        self.busy = False
+        await self._status(ChildState.IDLE, event.id, outcome)
+
+    async def _status(
+        self, state: ChildState, event_id: str, outcome: TurnOutcome | None = None
+    ) -> None:
+        payload = StatusPayload(
+            state=state, event_id=event_id, queue_depth=self.queue.qsize(), last_turn=outcome
+        )
+        await self.send(Status(from_=self.me, to=ORCHESTRATOR, payload=payload))
+
+    async def _recv_loop(self) -> None:
+        while True:
+            data = await self.sock.recv()
+            self.last_heard = time.monotonic()
+            try:
+                msg = decode_message(data)
+            except ProtocolError as exc:
+                log.warning("frame_dropped", sender=ORCHESTRATOR, reason=exc.message)
+                continue
+            self._dispatch(msg)
+
+    def _dispatch(self, msg: Message) -> None:
+        match msg:
+            case Event(payload=event):
+                if event.in_reply_to is not None:
+                    self.bridge.deliver_response(event)
+                elif self.draining.is_set():
+                    log.warning("event_after_shutdown", event_id=event.id)
+                else:
+                    self.queue.put_nowait(event)
+            case CallResult(payload=result):
+                self.bridge.deliver_call_result(result)
+            case Shutdown(payload=payload):
+                log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
+                self.draining.set()
+            case Heartbeat():
+                pass
+            case Hello() | Ready() | StartError() | Status() | Call() | ShutdownAck():
+                log.warning("frame_unexpected", type=type(msg).__name__)
+
+    async def _heartbeat_loop(self) -> None:
+        seq = 0
+        while True:
+            await asyncio.sleep(self.opts.heartbeat_interval)
+            seq += 1
+            beat = HeartbeatPayload(seq=seq, sent_at=time.time())
+            await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=beat))
+            if time.monotonic() - self.last_heard > self.opts.heartbeat_timeout:
+                log.error("orchestrator_lost", silent_for=self.opts.heartbeat_timeout)
+                sys.stdout.flush()
+                os._exit(EXIT_ORPHANED)
+
+
+async def amain(opts: ChildOptions, factory: RunnerFactory) -> int:
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, opts.process_id.encode())
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.connect(opts.endpoint)
+    child = Child(opts, sock)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, child.draining.set)
+    try:
+        if not await child.start(factory):
+            return EXIT_START_ERROR
+        await child.serve()
+        return 0
+    finally:
+        if child.runner is not None:
+            await child.runner.close()
+        sock.close()
+        ctx.term()
+
+
+def _die_with_parent(parent_pid: int | None) -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(EXIT_ORPHANED)  # the parent died before PDEATHSIG was armed
+
+
+def _configure_logging(opts: ChildOptions) -> None:
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if opts.log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        cache_logger_on_first_use=True,
+    )
+    structlog.contextvars.bind_contextvars(process=str(opts.process_id))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = parse_options(sys.argv[1:] if argv is None else argv)
+    _die_with_parent(opts.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
+    _configure_logging(opts)
+    import uvloop
+
+    return uvloop.run(amain(opts, select_factory()))

@@ -1,0 +1,124 @@
+"""The CLI side of the control socket: find the running daemon, send one request.
+
+The daemon is found through `<state_root>/run/<swarm>/active.json` (and `--swarm` when
+several run); a pid that no longer exists means no daemon, whatever the files say.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from orchestrator.rundir import read_active
+from protocol.codec import decode_control_reply, encode
+from protocol.control import ControlReply, ControlRequest, OrchestratorInfo
+from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+
+
+class ClientError(Exception):
+    def __init__(self, code: ErrorCode, message: str, suggestion: str | None = None) -> None:
+        super().__init__(message)
+        self.error = ErrorInfo(code=code, message=message, suggestion=suggestion)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def layout_of(args: argparse.Namespace) -> StateLayout:
+    root = getattr(args, "state_root", None)
+    return StateLayout.from_env(Path(root) if root else None)
+
+
+def _running(layout: StateLayout) -> list[OrchestratorInfo]:
+    run_root = layout.run_paths("x").run_dir.parent
+    found = []
+    for active in sorted(run_root.glob("*/active.json")) if run_root.is_dir() else []:
+        info = read_active(active)
+        if info is not None and pid_alive(info.pid):
+            found.append(info)
+    return found
+
+
+def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
+    layout = layout_of(args)
+    swarm = getattr(args, "swarm", None)
+    if swarm:
+        info = read_active(layout.run_paths(swarm).active_json)
+        if info is None or not pid_alive(info.pid):
+            raise ClientError(
+                ErrorCode.E_DAEMON_NOT_RUNNING,
+                f"no goondan daemon runs swarm {swarm!r} under {layout.root}",
+                "start it with `goondan run`, or pass the right --state-root",
+            )
+        return info
+    running = _running(layout)
+    if not running:
+        raise ClientError(
+            ErrorCode.E_DAEMON_NOT_RUNNING,
+            f"no goondan daemon is running under {layout.root}",
+            "start one with `goondan run BUNDLE`, or pass --state-root / --swarm",
+        )
+    if len(running) > 1:
+        names = ", ".join(i.swarm for i in running)
+        raise ClientError(
+            ErrorCode.E_CONTROL_BAD_REQUEST,
+            f"several daemons run under {layout.root}: {names}",
+            "choose one with --swarm S",
+        )
+    return running[0]
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def call(info: OrchestratorInfo, req: ControlRequest, timeout: float = 10.0) -> ControlReply:
+    """One request, one reply (blocking pyzmq: the CLI has no event loop)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(info.endpoints["control"])
+        sock.send(encode(req))
+        if not sock.poll(int(timeout * 1000)):
+            raise ClientError(
+                ErrorCode.E_CONTROL_TIMEOUT,
+                f"the daemon (pid {info.pid}) did not answer within {timeout:g} s",
+            )
+        return decode_control_reply(sock.recv())
+    except ProtocolError as exc:
+        raise ClientError(ErrorCode.E_PROTOCOL_DECODE, exc.message) from None
+    finally:
+        sock.close()
+        ctx.term()
+
+
+@dataclass(frozen=True, slots=True)
+class Printer:
+    command: str
+
+    def error(self, error: ErrorInfo) -> None:
+        hint = f" ({error.suggestion})" if error.suggestion else ""
+        sys.stderr.write(f"goondan {self.command}: {error.code} {error.message}{hint}\n")
+
+    def reply_error(self, reply: ControlReply) -> None:
+        self.error(reply.error or ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message="failed"))
+
+
+def result_of(reply: ControlReply) -> Any:
+    return reply.result

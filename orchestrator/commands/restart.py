@@ -1,0 +1,41 @@
+"""`goondan restart [--agent A] [--fresh]`: gracefully restart running agent processes.
+
+Only the chosen agent's processes (all agents without `--agent`) get `shutdown{restart}`
+and a new generation; conversation history is kept unless `--fresh` deletes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
+from protocol.control import Restart
+
+
+class _Restart:
+    name = "restart"
+    help = "gracefully restart agent processes, keeping history"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--agent", metavar="A", help="only this agent's processes")
+        parser.add_argument("--fresh", action="store_true", help="also delete their history")
+        parser.add_argument("--timeout", type=float, default=120.0, metavar="S")
+
+    def run(self, args: argparse.Namespace) -> int:
+        printer = Printer(self.name)
+        req = Restart(request_id=new_request_id(), agent=args.agent, fresh=args.fresh)
+        try:
+            reply = call(find_daemon(args), req, timeout=args.timeout)
+        except ClientError as exc:
+            printer.error(exc.error)
+            return EXIT_RUNTIME
+        if not reply.ok:
+            printer.reply_error(reply)
+            return EXIT_RUNTIME
+        restarted = reply.result.get("restarted", [])
+        print(f"restarted {len(restarted)} process(es)" + "".join(f"\n  {p}" for p in restarted))
+        return EXIT_OK
+
+
+COMMAND = _Restart()

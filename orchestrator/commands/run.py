@@ -1,0 +1,109 @@
+"""`goondan run [BUNDLE] [--input TEXT | --input-file F] [--env-file F] [--log-format F]`.
+
+Loads and validates the bundle (invalid: every error on stderr, exit 2, nothing started),
+then runs the daemon in the foreground until SIGTERM/SIGINT or `goondan stop`. With
+`--input`, it sends that one input to the entry agent, prints the reply and exits 0 after
+a graceful shutdown (1 if the reply is an error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bundles.diagnostics import BundleError
+from bundles.loader import load_bundle
+from orchestrator import daemon
+from orchestrator.client import Printer, layout_of
+from orchestrator.control import ControlContext, ControlFailed, send_and_wait
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from orchestrator.rundir import AlreadyRunning
+from protocol.control import SendText
+from protocol.errors import ProtocolError
+
+
+def one_shot(text: str, printer: Printer) -> daemon.OnStarted:
+    async def send(ctx: ControlContext) -> int:
+        timeout_ms = ctx.supervisor.settings.request_timeout_ms
+        try:
+            reply = await send_and_wait(
+                ctx, SendText(request_id="run-input", text=text, timeout_ms=timeout_ms)
+            )
+        except ControlFailed as exc:
+            printer.error(exc.error)
+            return EXIT_RUNTIME
+        if isinstance(reply, str):
+            return EXIT_OK
+        if reply.error is not None:
+            printer.error(reply.error)
+            return EXIT_RUNTIME
+        print(reply.input, flush=True)
+        return EXIT_OK
+
+    return send
+
+
+def _read_input(args: argparse.Namespace) -> str | None:
+    if args.input_file is not None:
+        return Path(args.input_file).read_text(encoding="utf-8")
+    text: str | None = args.input
+    return text
+
+
+class _Run:
+    name = "run"
+    help = "start the orchestrator in the foreground"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("bundle", nargs="?", default="goondan.yaml", metavar="BUNDLE")
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument("--input", metavar="TEXT", help="send one input, print the reply, exit")
+        group.add_argument("--input-file", metavar="F", help="like --input, read from file F")
+        parser.add_argument("--env-file", action="append", default=[], metavar="F")
+        parser.add_argument("--log-format", choices=("json", "console"), default="console")
+        parser.add_argument("--watch", action="store_true", help="restart on edits (not built yet)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        printer = Printer("run")
+        if args.watch:
+            print("goondan run: --watch is not built yet in this version", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            text = _read_input(args)
+        except OSError as exc:
+            print(f"goondan run: cannot read --input-file: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        layout = layout_of(args)
+        env_files = tuple(Path(f) for f in args.env_file)
+        try:
+            bundle = load_bundle(args.bundle, env_files=env_files, state_root=layout.root)
+            swarm = bundle.swarm(args.swarm)
+        except BundleError as exc:
+            for diag in exc.diagnostics:
+                print(str(diag), file=sys.stderr)
+            print(f"{len(exc.diagnostics)} error(s); nothing was started", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyError as exc:
+            print(f"goondan run: {exc.args[0]}; nothing was started", file=sys.stderr)
+            return EXIT_USAGE
+        opts = daemon.DaemonOptions(
+            bundle=bundle,
+            swarm=swarm,
+            layout=layout,
+            env_files=env_files,
+            log_format=args.log_format,
+            quiet=text is not None,
+            on_started=one_shot(text, printer) if text is not None else None,
+        )
+        try:
+            return daemon.run(opts)
+        except AlreadyRunning as exc:
+            print(f"goondan run: {exc}", file=sys.stderr)
+            return EXIT_RUNTIME
+        except ProtocolError as exc:
+            print(f"goondan run: {exc.code} {exc.message}", file=sys.stderr)
+            return EXIT_USAGE
+
+
+COMMAND = _Run()

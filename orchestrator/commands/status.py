@@ -1,0 +1,69 @@
+"""`goondan status [--json]`: the orchestrator and its process table (DESIGN 9).
+
+`--json` prints `{"orchestrator": {...}, "processes": [{"id", "kind", "name", "instanceKey",
+"pid", "status", "restarts", "generation", "lastExit"}, ...]}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
+from protocol.control import StatusQuery
+
+
+def _exit_text(last: dict[str, Any] | None) -> str:
+    if not last:
+        return "-"
+    if last.get("signal") is not None:
+        return f"signal {last['signal']}"
+    if last.get("code") is not None:
+        return f"code {last['code']}"
+    return str(last.get("reason", "-"))
+
+
+def render(result: dict[str, Any]) -> str:
+    orch = result["orchestrator"]
+    lines = [f"orchestrator pid {orch['pid']}  swarm {orch['swarm']}  since {orch['startedAt']}"]
+    header = ("ID", "PID", "STATUS", "RESTARTS", "GEN", "LAST EXIT")
+    rows = [header] + [
+        (
+            p["id"],
+            str(p["pid"] or "-"),
+            p["status"],
+            str(p["restarts"]),
+            str(p["generation"]),
+            _exit_text(p.get("lastExit")),
+        )
+        for p in result["processes"]
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+class _Status:
+    name = "status"
+    help = "show the orchestrator and its process table"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true", help="print the status as JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        printer = Printer(self.name)
+        try:
+            reply = call(find_daemon(args), StatusQuery(request_id=new_request_id()))
+        except ClientError as exc:
+            printer.error(exc.error)
+            return EXIT_RUNTIME
+        if not reply.ok:
+            printer.reply_error(reply)
+            return EXIT_RUNTIME
+        print(json.dumps(reply.result, indent=2) if args.json else render(reply.result))
+        return EXIT_OK
+
+
+COMMAND = _Status()

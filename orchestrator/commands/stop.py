@@ -1,0 +1,57 @@
+"""`goondan stop [--no-wait]`: drain every child and stop the daemon (like SIGTERM).
+
+Waits until the daemon's process is gone (watched through a pidfd), unless `--no-wait`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+
+from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
+from protocol.control import Stop
+from protocol.errors import ErrorCode, ErrorInfo
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+class _Stop:
+    name = "stop"
+    help = "stop the running daemon gracefully"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--no-wait", action="store_true", help="return once it is asked")
+        parser.add_argument("--timeout", type=float, default=120.0, metavar="S")
+
+    def run(self, args: argparse.Namespace) -> int:
+        printer = Printer(self.name)
+        try:
+            info = find_daemon(args)
+            reply = call(info, Stop(request_id=new_request_id()))
+        except ClientError as exc:
+            printer.error(exc.error)
+            return EXIT_RUNTIME
+        if not reply.ok:
+            printer.reply_error(reply)
+            return EXIT_RUNTIME
+        if not args.no_wait and not wait_gone(info.pid, args.timeout):
+            message = f"pid {info.pid} still running after {args.timeout:g} s"
+            printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_TIMEOUT, message=message))
+            return EXIT_RUNTIME
+        print(f"stopped swarm {info.swarm} (pid {info.pid})")
+        return EXIT_OK
+
+
+COMMAND = _Stop()

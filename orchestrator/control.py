@@ -1,0 +1,218 @@
+"""The control ROUTER (`control.sock`): one small handler per request type (DESIGN 9).
+
+Every request gets exactly one `ControlReply` with the same `request_id`; a request that
+cannot be decoded gets a coded E_CONTROL_BAD_REQUEST reply, and a handler that fails gets
+its error back as data. Handlers run as tasks so a waiting `send` never blocks `status`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+import structlog
+import zmq
+import zmq.asyncio
+
+from orchestrator.router import Router
+from orchestrator.supervisor import Supervisor
+from protocol.codec import decode_control_request, encode, to_builtins
+from protocol.control import (
+    CallsList,
+    CallsResolve,
+    ControlReply,
+    ControlRequest,
+    InstanceDelete,
+    InstanceList,
+    OrchestratorInfo,
+    Ping,
+    Reload,
+    Restart,
+    SendText,
+    StatusQuery,
+    StatusResult,
+    Stop,
+)
+from protocol.endpoints import StateLayout, path_segment
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
+from protocol.ids import ProcessKind, agent_address, check_instance_key
+from protocol.messages import ShutdownReason
+
+log = structlog.get_logger("goondan.control")
+CLI_SOURCE = Source(kind=SourceKind.CLI, name="goondan")
+
+
+class ControlFailed(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = ErrorInfo(code=code, message=message)
+
+
+@dataclass(slots=True)
+class ControlContext:
+    router: Router
+    supervisor: Supervisor
+    info: OrchestratorInfo
+    layout: StateLayout
+    entry_agent: str
+    default_instance_key: str
+    request_stop: Callable[[], None]
+
+
+async def send_and_wait(ctx: ControlContext, req: SendText) -> AgentEvent | str:
+    """Submit one input; with `wait`, return the response event, else the event id."""
+    agent = req.agent or ctx.entry_agent
+    try:
+        key = check_instance_key(req.instance_key or ctx.default_instance_key)
+    except ProtocolError as exc:
+        raise ControlFailed(ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message) from None
+    target = agent_address(agent, key)
+    correlation_id = uuid.uuid4().hex
+    reply_to = ReplyTo(target="control", correlation_id=correlation_id) if req.wait else None
+    event = new_event(
+        type=req.event_type,
+        input=req.text,
+        instance_key=key,
+        source=CLI_SOURCE,
+        reply_to=reply_to,
+        metadata=req.metadata,
+    )
+    if not req.wait:
+        ctx.router.submit(event, target)
+        return event.id
+    waiter: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+    ctx.router.submit(event, target, waiter)
+    try:
+        async with asyncio.timeout(req.timeout_ms / 1000):
+            return await waiter
+    except TimeoutError:
+        ctx.router.book.close(correlation_id)
+        raise ControlFailed(
+            ErrorCode.E_AGENT_TIMEOUT, f"{target} did not answer within {req.timeout_ms} ms"
+        ) from None
+
+
+def _status(ctx: ControlContext) -> StatusResult:
+    return StatusResult(orchestrator=ctx.info, processes=[e.info() for e in ctx.supervisor.table])
+
+
+def _instances(ctx: ControlContext) -> list[dict[str, Any]]:
+    swarm = ctx.info.swarm
+    root = ctx.layout.swarm_instances_dir(swarm)
+    live = {
+        (path_segment(e.address.instance_key), path_segment(e.address.name)): e
+        for e in ctx.supervisor.table
+    }
+    found = []
+    for key_dir in sorted(root.iterdir()) if root.is_dir() else []:
+        for agent_dir in sorted(p for p in key_dir.iterdir() if p.is_dir()):
+            entry = live.get((key_dir.name, agent_dir.name))
+            found.append(
+                {
+                    "instanceKey": entry.address.instance_key if entry else key_dir.name,
+                    "agent": entry.address.name if entry else agent_dir.name,
+                    "status": str(entry.status) if entry else "stopped",
+                    "path": str(agent_dir),
+                }
+            )
+    return found
+
+
+async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str]:
+    sup = ctx.supervisor
+    chosen = [
+        e
+        for e in sup.table
+        if e.address.kind is ProcessKind.AGENT
+        and e.address.instance_key == req.instance_key
+        and (req.agent is None or e.address.name == req.agent)
+    ]
+    await asyncio.gather(*(sup.stop(e, ShutdownReason.RESTART) for e in chosen))
+    key_dir = ctx.layout.swarm_instances_dir(ctx.info.swarm) / path_segment(req.instance_key)
+    target = key_dir / path_segment(req.agent) if req.agent else key_dir
+    shutil.rmtree(target, ignore_errors=True)
+    return [str(e.address) for e in chosen]
+
+
+async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
+    """The result of one request (raise ControlFailed for a coded error)."""
+    match req:
+        case Ping():
+            return ctx.info
+        case SendText():
+            return await send_and_wait(ctx, req)
+        case StatusQuery():
+            return _status(ctx)
+        case Restart(agent=agent, fresh=fresh):
+            if agent is not None and agent not in ctx.supervisor.members:
+                raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {agent!r}")
+            return {"restarted": await ctx.supervisor.restart(agent, fresh=fresh)}
+        case Stop():
+            ctx.request_stop()
+            return {"stopping": True, "pid": ctx.info.pid}
+        case InstanceList():
+            return {"instances": _instances(ctx)}
+        case InstanceDelete():
+            return {"stopped": await _delete_instance(ctx, req)}
+        case Reload() | CallsList() | CallsResolve():
+            raise ControlFailed(
+                ErrorCode.E_NOT_IMPLEMENTED, f"{type(req).__name__} is not built yet"
+            )
+        case _:
+            assert_never(req)
+
+
+class ControlServer:
+    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, control: ControlContext) -> None:
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.control = control
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        while True:
+            frames = await self.sock.recv_multipart()
+            if len(frames) < 2:
+                continue
+            task = asyncio.ensure_future(self._serve(frames[:-1], frames[-1]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, envelope: list[bytes], data: bytes) -> None:
+        try:
+            req = decode_control_request(data)
+        except ProtocolError as exc:
+            log.warning("control_bad_request", reason=exc.message)
+            error = ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=exc.message)
+            await self._reply(envelope, ControlReply(request_id="", ok=False, error=error))
+            return
+        try:
+            result = await handle(req, self.control)
+        except ControlFailed as exc:
+            reply = ControlReply(request_id=req.request_id, ok=False, error=exc.error)
+        else:
+            if isinstance(result, AgentEvent) and result.error is not None:
+                reply = ControlReply(
+                    request_id=req.request_id, ok=False, result=to_builtins(result),
+                    error=result.error,
+                )  # fmt: skip
+            else:
+                reply = ControlReply(request_id=req.request_id, ok=True, result=to_builtins(result))
+        await self._reply(envelope, reply)
+
+    async def _reply(self, envelope: list[bytes], reply: ControlReply) -> None:
+        try:
+            await self.sock.send_multipart([*envelope, encode(reply)])
+        except zmq.ZMQError as exc:
+            log.info("control_client_gone", reason=str(exc))
+
+    def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self.sock.close(linger=0)

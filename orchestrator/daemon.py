@@ -1,0 +1,234 @@
+"""The composition root: fork server first, then the loop, sockets, supervisor and servers.
+
+Order matters (DESIGN 8): the fork server is forked while this process still has no zmq
+Context, no thread and no event loop. Signal handlers only enqueue; `main()` takes the
+first SIGTERM/SIGINT (or `goondan stop`) as "drain every child in parallel, exit 0" and a
+second one as "SIGKILL what is left now".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import structlog
+import zmq
+import zmq.asyncio
+
+from bundles.kinds import SwarmSpec
+from bundles.model import Bundle, Resource
+from bundles.refs import entry_agent, swarm_agents
+from orchestrator import logs, rundir
+from orchestrator.control import ControlContext, ControlServer
+from orchestrator.forkserver import ForkServerProcess, start_fork_server
+from orchestrator.reconciler import Reconciler
+from orchestrator.router import Router
+from orchestrator.settings import ChildLaunch, Settings, SpawnMode
+from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
+from orchestrator.states import ProcessStatus
+from orchestrator.supervisor import Supervisor
+from orchestrator.table import ProcessEntry, ProcessTable
+from protocol.control import OrchestratorInfo
+from protocol.endpoints import StateLayout
+
+CHILD_MODULE = "agent_process"
+CHILD_ENTRY = "agent_process.child"
+log = structlog.get_logger("goondan.daemon")
+OnStarted = Callable[[ControlContext], Awaitable[int]]
+"""Run once everything is up (e.g. `run --input`); its return value is the exit code."""
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonOptions:
+    bundle: Bundle
+    swarm: Resource[SwarmSpec]
+    layout: StateLayout
+    env_files: tuple[Path, ...] = ()
+    log_format: str = "console"
+    quiet: bool = False
+    on_started: OnStarted | None = None
+
+
+def _version() -> str:
+    try:
+        return metadata.version("goondan")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def run(opts: DaemonOptions) -> int:
+    """Start the daemon in the foreground; return its exit code. Raises AlreadyRunning."""
+    settings = Settings.from_policy(opts.swarm.spec.policy)
+    paths = opts.layout.run_paths(opts.swarm.name)
+    endpoints = (paths.agents_endpoint, paths.control_endpoint)  # raise before anything starts
+    lock = rundir.acquire(paths, opts.swarm.name)
+    logfile = logs.configure(
+        opts.layout.orchestrator_log(opts.swarm.name), opts.log_format, quiet=opts.quiet
+    )
+    server = None
+    if settings.spawn_mode is SpawnMode.FORKSERVER:
+        server = start_fork_server(CHILD_ENTRY, close_fds=(lock.fileno(),))
+    import uvloop
+
+    try:
+        return uvloop.run(Daemon(opts, settings, server, endpoints).main())
+    finally:
+        rundir.release(paths, lock)
+        logfile.close()
+
+
+class Daemon:
+    def __init__(
+        self,
+        opts: DaemonOptions,
+        settings: Settings,
+        server: ForkServerProcess | None,
+        endpoints: tuple[str, str],
+    ) -> None:
+        self.opts = opts
+        self.settings = settings
+        self.server = server
+        self.endpoints = endpoints
+        self.paths = opts.layout.run_paths(opts.swarm.name)
+        self.events: asyncio.Queue[str] = asyncio.Queue()
+        self.exit_code = 0
+
+    def request_stop(self, why: str = "stop") -> None:
+        self.events.put_nowait(why)
+
+    def _spawner(self) -> Spawner:
+        cold = ColdSpawner(CHILD_MODULE)
+        if self.server is None:
+            return cold
+        spawner = ForkServerSpawner(self.server, cold)
+        spawner.attach()
+        return spawner
+
+    def _info(self) -> OrchestratorInfo:
+        return OrchestratorInfo(
+            pid=os.getpid(),
+            swarm=self.opts.swarm.name,
+            bundle=str(self.opts.bundle.path),
+            started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            version=_version(),
+            state_root=str(self.opts.layout.root),
+            endpoints={"agents": self.endpoints[0], "control": self.endpoints[1]},
+        )
+
+    def _build(self, zctx: zmq.asyncio.Context, spawner: Spawner) -> tuple[Router, Supervisor]:
+        bundle, swarm = self.opts.bundle, self.opts.swarm
+        table = ProcessTable(listener=_log_transition)
+        router = Router(zctx, self.endpoints[0], table)
+        rundir.secure_socket(self.paths.agents_sock)
+        launch = ChildLaunch(
+            endpoint=self.endpoints[0],
+            swarm=swarm.name,
+            bundle=bundle.path,
+            state_root=self.opts.layout.root,
+            env_files=self.opts.env_files,
+            heartbeat_interval=self.settings.heartbeat_interval,
+            heartbeat_timeout=self.settings.heartbeat_timeout,
+        )
+        supervisor = Supervisor(
+            table=table,
+            router=router,
+            spawner=spawner,
+            settings=self.settings,
+            launch=launch,
+            layout=self.opts.layout,
+            members=[a.name for a in swarm_agents(bundle, swarm)],
+        )
+        router.lifecycle = supervisor
+        return router, supervisor
+
+    async def main(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.events.put_nowait, signal.Signals(sig).name)
+        spawner = self._spawner()
+        zctx = zmq.asyncio.Context()
+        router, supervisor = self._build(zctx, spawner)
+        swarm = self.opts.swarm
+        info = self._info()
+        control_ctx = ControlContext(
+            router=router,
+            supervisor=supervisor,
+            info=info,
+            layout=self.opts.layout,
+            entry_agent=entry_agent(self.opts.bundle, swarm).name,
+            default_instance_key=swarm.spec.instance_key or swarm.name,
+            request_stop=self.request_stop,
+        )
+        control = ControlServer(zctx, self.endpoints[1], control_ctx)
+        rundir.secure_socket(self.paths.control_sock)
+        rundir.write_active(self.paths, info)
+        tasks = [
+            self._core(router.run(), "router"),
+            self._core(control.run(), "control"),
+            self._core(Reconciler(supervisor, self.settings).run(), "reconciler"),
+            self._core(supervisor.heartbeats(), "heartbeats"),
+        ]
+        if self.opts.on_started is not None:
+            tasks.append(asyncio.ensure_future(self._once(self.opts.on_started(control_ctx))))
+        log.info("started", swarm=swarm.name, pid=info.pid, spawner=spawner.mode,
+                 agents=sorted(supervisor.members), control=self.endpoints[1])  # fmt: skip
+        why = await self.events.get()
+        await self._shutdown(supervisor, why)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        control.close()
+        router.close()
+        zctx.term()
+        await spawner.close()
+        log.info("stopped", exit_code=self.exit_code)
+        return self.exit_code
+
+    def _core(self, coro: Awaitable[Any], name: str) -> asyncio.Future[Any]:
+        task = asyncio.ensure_future(coro)
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            if not fut.cancelled() and fut.exception() is not None:
+                log.error("task_failed", task=name, error=repr(fut.exception()))
+                self.exit_code = 1
+                self.request_stop(f"{name} failed")
+
+        task.add_done_callback(done)
+        return task
+
+    async def _once(self, coro: Awaitable[int]) -> None:
+        try:
+            self.exit_code = await coro
+        finally:
+            self.request_stop("one-shot input answered")
+
+    async def _shutdown(self, supervisor: Supervisor, why: str) -> None:
+        started = time.monotonic()
+        log.info("stopping", reason=why, children=len(supervisor.table.live()))
+        drain = asyncio.ensure_future(supervisor.shutdown_all())
+        second = asyncio.ensure_future(self.events.get())
+        done, _ = await asyncio.wait({drain, second}, return_when=asyncio.FIRST_COMPLETED)
+        if second in done:
+            log.warning("forced_stop", reason=second.result())
+            supervisor.kill_all()
+            self.exit_code = self.exit_code or 1
+            try:
+                async with asyncio.timeout(5.0):
+                    await drain
+            except TimeoutError:
+                log.error("children_not_reaped", live=len(supervisor.table.live()))
+        else:
+            second.cancel()
+        log.info("drained", seconds=round(time.monotonic() - started, 3))
+
+
+def _log_transition(entry: ProcessEntry, source: ProcessStatus, target: ProcessStatus) -> None:
+    log.debug("transition", process=str(entry.process_id), source=str(source), target=str(target))

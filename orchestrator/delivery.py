@@ -1,0 +1,104 @@
+"""Per-address mailboxes and the open-request book: who is owed what, with no I/O.
+
+A `Mailbox` holds the events of one address: `queue` (waiting for a ready process, in
+order) and `inflight` (sent to the current generation and not finished). When the process
+dies, the event whose turn had started is the one that crashed; the events it had received
+but not started go back to the front of the queue for the replacement (DESIGN 5).
+
+The `RequestBook` knows every open correlation id: who asked (an address, or a control
+client's future) and which address serves it, so a crash answers the caller at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from protocol.events import AgentEvent
+from protocol.ids import Address
+
+
+@dataclass(slots=True)
+class Mailbox:
+    queue: deque[AgentEvent] = field(default_factory=deque)
+    inflight: dict[str, AgentEvent] = field(default_factory=dict)
+    """Insertion-ordered: the order the process received them."""
+    started: str | None = None
+    """The event whose turn the process reported `processing` for."""
+
+    def take(self) -> list[AgentEvent]:
+        """Everything queued, now in flight to the current process."""
+        events = list(self.queue)
+        self.queue.clear()
+        for event in events:
+            self.inflight[event.id] = event
+        return events
+
+    def mark_started(self, event_id: str) -> None:
+        if event_id in self.inflight:
+            self.started = event_id
+
+    def mark_done(self, event_id: str) -> None:
+        self.inflight.pop(event_id, None)
+        if self.started == event_id:
+            self.started = None
+
+    def requeue(self, event_ids: list[str] | None = None) -> list[AgentEvent]:
+        """Put in-flight events back at the front of the queue, in the order sent.
+
+        With `event_ids`, only those (the child's `shutdown_ack` says which it did not start).
+        """
+        chosen = [e for e in self.inflight.values() if event_ids is None or e.id in set(event_ids)]
+        for event in chosen:
+            self.inflight.pop(event.id, None)
+        self.queue.extendleft(reversed(chosen))
+        return chosen
+
+    def on_death(self) -> AgentEvent | None:
+        """The process is gone: return the event it was running; requeue the rest."""
+        crashed = self.inflight.pop(self.started, None) if self.started is not None else None
+        self.started = None
+        self.requeue()
+        return crashed
+
+    def drain_queue(self) -> list[AgentEvent]:
+        events = list(self.queue)
+        self.queue.clear()
+        return events
+
+    @property
+    def empty(self) -> bool:
+        return not self.queue and not self.inflight
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRequest:
+    correlation_id: str
+    requester: str
+    """The `replyTo.target` of the request (an address, or a control client's token)."""
+    server: Address | None
+    """None when the target could not even be parsed."""
+    event_id: str
+    waiter: asyncio.Future[AgentEvent] | None = None
+    """Set when a control client (`goondan send`) waits in this process."""
+
+
+@dataclass(slots=True)
+class RequestBook:
+    _open: dict[str, OpenRequest] = field(default_factory=dict)
+
+    def open(self, request: OpenRequest) -> None:
+        self._open[request.correlation_id] = request
+
+    def close(self, correlation_id: str) -> OpenRequest | None:
+        return self._open.pop(correlation_id, None)
+
+    def get(self, correlation_id: str) -> OpenRequest | None:
+        return self._open.get(correlation_id)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def served_by(self, server: Address) -> list[OpenRequest]:
+        return [r for r in self._open.values() if r.server == server]

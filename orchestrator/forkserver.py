@@ -1,0 +1,242 @@
+"""The fork server: a pre-imported process that forks agent children on request (DESIGN 8).
+
+`start_fork_server()` must run before the daemon creates any zmq Context, thread or event loop:
+it forks this process; the copy imports the agent runtime stack (by module name, so the
+orchestrator never imports agent_process code), calls `gc.freeze()` so children keep the
+imported objects shared copy-on-write, and then serves requests over a SOCK_SEQPACKET pair.
+
+For each `spawn` it forks; the child redirects stdout/stderr to its log file and calls
+`<entry>.main(argv)`. The server opens a pidfd of the child at once (before it can reap it,
+so the pid cannot be reused under us) and passes it with the reply; when the child exits it
+reaps it and reports the status. It dies with the daemon (PR_SET_PDEATHSIG), and so do its
+children, which set their own PR_SET_PDEATHSIG.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import os
+import selectors
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+PR_SET_PDEATHSIG = 1
+MAX_DATAGRAM = 1 << 16
+
+
+class SpawnRequest(msgspec.Struct, frozen=True, tag="spawn"):
+    req_id: int
+    argv: list[str]
+    log_path: str
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class Spawned(msgspec.Struct, frozen=True, tag="spawned"):
+    """Carries the child's pidfd as SCM_RIGHTS ancillary data."""
+
+    req_id: int
+    pid: int
+
+
+class SpawnFailed(msgspec.Struct, frozen=True, tag="failed"):
+    req_id: int
+    message: str
+
+
+class Exited(msgspec.Struct, frozen=True, tag="exited"):
+    pid: int
+    code: int | None
+    signal: int | None
+
+
+Reply = Spawned | SpawnFailed | Exited
+_encoder = msgspec.msgpack.Encoder()
+_request_decoder = msgspec.msgpack.Decoder(SpawnRequest)
+reply_decoder = msgspec.msgpack.Decoder(Reply)
+
+
+def encode(obj: SpawnRequest | Reply) -> bytes:
+    return _encoder.encode(obj)
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` to this process when its parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def exit_status(status: int) -> tuple[int | None, int | None]:
+    """(code, signal) of a wait status."""
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status), None
+
+
+@dataclass(slots=True)
+class ForkServerProcess:
+    """The daemon's side: the server's pid and our end of the socket pair."""
+
+    pid: int
+    sock: socket.socket
+
+
+def start_fork_server(
+    entry_module: str, preload: tuple[str, ...] = (), close_fds: tuple[int, ...] = ()
+) -> ForkServerProcess:
+    """Fork the server from this (still single-threaded, loop-less) process.
+
+    `close_fds` are closed in the server (e.g. the daemon's pid-file lock)."""
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    daemon_pid = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the fork server
+        code = 1
+        try:
+            parent_end.close()
+            for fd in close_fds:
+                os.close(fd)
+            set_parent_death_signal()
+            if os.getppid() != daemon_pid:
+                os._exit(1)
+            code = _serve(child_end, entry_module, preload)
+        finally:
+            os._exit(code)
+    child_end.close()
+    return ForkServerProcess(pid=pid, sock=parent_end)
+
+
+def _serve(sock: socket.socket, entry_module: str, preload: tuple[str, ...]) -> int:
+    # The terminal's Ctrl-C is for the daemon, which then shuts children down in order.
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    module = importlib.import_module(entry_module)
+    for name in preload:
+        importlib.import_module(name)
+    hook = getattr(module, "preload", None)
+    if callable(hook):
+        hook()
+    entry: Callable[[list[str]], int] = module.main
+    gc.collect()
+    gc.freeze()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    server = _Server(sock, entry, wake_r, wake_w)
+    return server.loop()
+
+
+class _Server:
+    def __init__(
+        self, sock: socket.socket, entry: Callable[[list[str]], int], wake_r: int, wake_w: int
+    ) -> None:
+        self.sock = sock
+        self.entry = entry
+        self.wake_r = wake_r
+        self.wake_w = wake_w
+
+    def loop(self) -> int:
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ, "sock")
+        sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        while True:
+            for key, _ in sel.select():
+                if key.data == "wake":
+                    self._drain_wakeups()
+                    self._reap()
+                elif not self._handle_request():
+                    return 0
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            code, sig = exit_status(status)
+            self._send(encode(Exited(pid=pid, code=code, signal=sig)))
+
+    def _send(self, data: bytes, fds: list[int] | None = None) -> None:
+        try:
+            if fds:
+                socket.send_fds(self.sock, [data], fds)
+            else:
+                self.sock.send(data)
+        except OSError:
+            os._exit(0)  # the daemon is gone; PDEATHSIG will follow anyway
+
+    def _handle_request(self) -> bool:
+        data = self.sock.recv(MAX_DATAGRAM)
+        if not data:
+            return False
+        try:
+            req = _request_decoder.decode(data)
+        except msgspec.DecodeError:
+            return True
+        try:
+            pid = self._fork(req)
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:
+            self._send(encode(SpawnFailed(req_id=req.req_id, message=str(exc))))
+            return True
+        self._send(encode(Spawned(req_id=req.req_id, pid=pid)), [pidfd])
+        os.close(pidfd)
+        return True
+
+    def _fork(self, req: SpawnRequest) -> int:
+        log_fd = os.open(req.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        server_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the agent child
+            self._become_child(req, log_fd, server_pid)
+        os.close(log_fd)
+        return pid
+
+    def _become_child(self, req: SpawnRequest, log_fd: int, server_pid: int) -> None:
+        code = 70
+        try:
+            set_parent_death_signal()
+            if os.getppid() != server_pid:
+                os._exit(1)
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            self.sock.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            os.close(null)
+            os.close(log_fd)
+            os.environ.update(req.env)
+            code = self.entry(req.argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)

@@ -1,0 +1,65 @@
+"""structlog for the daemon: JSON lines to logs/<swarm>/orchestrator.log, and the console.
+
+The file is always JSON lines (for `goondan logs` and machines); the console uses
+`--log-format json|console`. Children write their own stdout/stderr to
+logs/<swarm>/<agent>.<instanceKey>.log (the spawner redirects them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+import structlog
+
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50, "exception": 40}
+
+
+class _Sink:
+    """The last processor: writes the event to the file and the console, then drops it."""
+
+    def __init__(self, file: TextIO, console: TextIO, fmt: str, console_level: int) -> None:
+        self.file = file
+        self.console = console
+        self.console_level = console_level
+        self.render_console = (
+            self._json if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+        )
+
+    @staticmethod
+    def _json(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> str:
+        return msgspec.json.encode(event, enc_hook=str).decode()
+
+    def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> str:
+        line = self._json(logger, name, event)
+        self.file.write(line + "\n")
+        self.file.flush()
+        if LEVELS.get(str(event.get("level", "info")), 20) >= self.console_level:
+            rendered = self.render_console(logger, name, dict(event))
+            self.console.write(f"{rendered}\n")
+            self.console.flush()
+        raise structlog.DropEvent
+
+
+def configure(log_file: Path, fmt: str = "console", *, quiet: bool = False) -> TextIO:
+    """Set up structlog for this process; return the open log file (close it at exit)."""
+    log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    file = os.fdopen(fd, "a", encoding="utf-8")
+    level = logging.WARNING if quiet else logging.INFO
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            _Sink(file, sys.stderr, fmt, level),
+        ],
+        cache_logger_on_first_use=True,
+    )
+    return file

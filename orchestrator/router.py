@@ -1,0 +1,330 @@
+"""The agents ROUTER: every frame between children goes through here (DESIGN 3-5).
+
+Inbound frames are checked in order: two frames, a parseable process id, a current
+generation of a live entry (else the frame is stale and dropped), a decodable message. Each
+failure is counted and logged with the sender; nothing a peer sends can stop the loop.
+
+The loop uses the drain pattern of RESULTS.md: await one message, then take what is already
+queued (up to DRAIN_MAX) through a sync shadow of the same socket, and send without awaiting.
+ROUTER_MANDATORY makes an unroutable send an error we count and answer, never a silent drop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol, assert_never
+
+import structlog
+import zmq
+import zmq.asyncio
+
+from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
+from orchestrator.states import READY
+from orchestrator.table import ProcessEntry, ProcessTable
+from protocol.codec import decode_message, encode
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.events import AgentEvent, Source, SourceKind, response_to
+from protocol.ids import ORCHESTRATOR, Address, ProcessId, parse_address, parse_process_id
+from protocol.messages import (
+    Call,
+    CallPayload,
+    CallResult,
+    Event,
+    Heartbeat,
+    Hello,
+    HelloPayload,
+    Message,
+    Ready,
+    ReadyPayload,
+    Shutdown,
+    ShutdownAck,
+    ShutdownAckPayload,
+    StartError,
+    StartErrorPayload,
+    Status,
+    StatusPayload,
+)
+
+DRAIN_MAX = 1000
+HWM = 100_000
+log = structlog.get_logger("goondan.router")
+ORCHESTRATOR_SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
+
+
+class Lifecycle(Protocol):
+    """What the router tells the supervisor (and asks it)."""
+
+    def check_target(self, target: Address) -> ErrorInfo | None: ...
+    def ensure(self, target: Address) -> None: ...
+    def on_hello(self, entry: ProcessEntry, payload: HelloPayload) -> None: ...
+    def on_ready(self, entry: ProcessEntry, payload: ReadyPayload) -> None: ...
+    def on_start_error(self, entry: ProcessEntry, payload: StartErrorPayload) -> None: ...
+    def on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None: ...
+    def on_shutdown_ack(self, entry: ProcessEntry, payload: ShutdownAckPayload) -> None: ...
+    def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None: ...
+
+
+class Stats:
+    __slots__ = ("delivered", "malformed", "stale", "undeliverable")
+
+    def __init__(self) -> None:
+        self.malformed = 0
+        self.stale = 0
+        self.undeliverable = 0
+        self.delivered = 0
+
+
+def _should_log(count: int) -> bool:
+    """Log the first ten drops, then every thousandth: a flood must not flood the log."""
+    return count <= 10 or count % 1000 == 0
+
+
+class Router:
+    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, table: ProcessTable) -> None:
+        self.table = table
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.SNDHWM, HWM)
+        self.sock.setsockopt(zmq.RCVHWM, HWM)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.shadow: zmq.Socket[bytes] = zmq.Socket.shadow(self.sock.underlying)
+        self.endpoint = endpoint
+        self.lifecycle: Lifecycle | None = None
+        self.mailboxes: dict[Address, Mailbox] = {}
+        self.book = RequestBook()
+        self.stats = Stats()
+
+    def mailbox(self, address: Address) -> Mailbox:
+        box = self.mailboxes.get(address)
+        if box is None:
+            box = self.mailboxes[address] = Mailbox()
+        return box
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        recv = self.sock.recv_multipart
+        shadow = self.shadow
+        while True:
+            self._on_frames(await recv())
+            for _ in range(DRAIN_MAX):
+                try:
+                    frames = shadow.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._on_frames(frames)
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            self._malformed(frames[0] if frames else b"", f"{len(frames)} frames, want 2")
+            return
+        ident, data = frames
+        try:
+            pid = parse_process_id(ident)
+        except ProtocolError as exc:
+            self._malformed(ident, exc.message)
+            return
+        entry = self.table.get(pid.address)
+        if entry is None or entry.generation != pid.generation or not entry.live:
+            self.stats.stale += 1
+            if _should_log(self.stats.stale):
+                log.info("frame_stale", sender=str(pid), dropped=self.stats.stale)
+            return
+        try:
+            msg = decode_message(data)
+        except ProtocolError as exc:
+            self._malformed(ident, exc.message)
+            return
+        entry.last_seen = time.monotonic()
+        try:
+            self._dispatch(entry, msg)
+        except Exception:  # a bug in one handler must not take the broker down
+            log.exception("frame_handler_failed", sender=str(pid), type=type(msg).__name__)
+
+    def _malformed(self, ident: bytes, reason: str) -> None:
+        self.stats.malformed += 1
+        if _should_log(self.stats.malformed):
+            sender = ident[:80].decode(errors="replace")
+            log.warning(
+                "frame_malformed", sender=sender, reason=reason, dropped=self.stats.malformed
+            )
+
+    def _dispatch(self, entry: ProcessEntry, msg: Message) -> None:
+        lifecycle = self.lifecycle
+        assert lifecycle is not None, "the composition root sets the lifecycle"
+        match msg:
+            case Event(payload=event):
+                self._on_child_event(entry, msg.to, event)
+            case Status(payload=payload):
+                self._on_status(entry, payload)
+                lifecycle.on_status(entry, payload)
+            case Hello(payload=payload):
+                lifecycle.on_hello(entry, payload)
+            case Ready(payload=payload):
+                lifecycle.on_ready(entry, payload)
+            case StartError(payload=payload):
+                lifecycle.on_start_error(entry, payload)
+            case ShutdownAck(payload=payload):
+                self.mailbox(entry.address).requeue(payload.undelivered_events)
+                lifecycle.on_shutdown_ack(entry, payload)
+            case Call(payload=payload):
+                lifecycle.on_call(entry, payload)
+            case Heartbeat():
+                pass
+            case CallResult() | Shutdown():
+                log.warning("frame_unexpected", sender=str(entry.process_id), type=msg.to)
+            case _:
+                assert_never(msg)
+
+    def _on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
+        if payload.event_id is None:
+            return
+        box = self.mailbox(entry.address)
+        if payload.state == "processing":
+            box.mark_started(payload.event_id)
+        else:
+            box.mark_done(payload.event_id)
+
+    def _on_child_event(self, entry: ProcessEntry, to: str, event: AgentEvent) -> None:
+        if event.in_reply_to is not None:
+            self.respond(event)
+            return
+        try:
+            target = parse_address(to)
+        except ProtocolError as exc:
+            self._reject(event, ErrorCode.E_AGENT_NOT_FOUND, exc.message)
+            return
+        self.submit(event, target)
+
+    # -- sending ----------------------------------------------------------------------
+
+    def send(self, pid: ProcessId, msg: Message) -> bool:
+        """Send without awaiting; False (counted, logged) when it cannot be routed."""
+        try:
+            self.shadow.send_multipart([pid.encode(), encode(msg)], zmq.NOBLOCK)
+        except zmq.Again:
+            reason = "high-water mark reached"
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            reason = "peer not connected"
+        else:
+            self.stats.delivered += 1
+            return True
+        self.stats.undeliverable += 1
+        log.warning("undeliverable", to=str(pid), type=type(msg).__name__, reason=reason)
+        return False
+
+    def submit(
+        self,
+        event: AgentEvent,
+        target: Address,
+        waiter: asyncio.Future[AgentEvent] | None = None,
+    ) -> None:
+        """A new event for `target`: queue it, spawn on demand, deliver when ready."""
+        if event.reply_to is not None:
+            request = OpenRequest(
+                correlation_id=event.reply_to.correlation_id,
+                requester=event.reply_to.target,
+                server=target,
+                event_id=event.id,
+                waiter=waiter,
+            )
+            self.book.open(request)
+        assert self.lifecycle is not None
+        problem = self.lifecycle.check_target(target)
+        if problem is not None:
+            self._answer_error(event, problem)
+            return
+        self.mailbox(target).queue.append(event)
+        entry = self.table.get(target)
+        if entry is not None and entry.status in READY:
+            self.flush(target)
+        else:
+            self.lifecycle.ensure(target)
+
+    def flush(self, address: Address) -> None:
+        """Deliver the queue of `address` to its ready process, in order."""
+        entry = self.table.get(address)
+        box = self.mailboxes.get(address)
+        if entry is None or box is None or entry.status not in READY:
+            return
+        pid = entry.process_id
+        for event in box.take():
+            if not self.send(pid, Event(from_=ORCHESTRATOR, to=str(pid), payload=event)):
+                box.mark_done(event.id)
+                self._answer_error(
+                    event,
+                    ErrorInfo(code=ErrorCode.E_AGENT_UNDELIVERABLE, message=f"{pid} unreachable"),
+                )
+
+    def respond(self, response: AgentEvent) -> None:
+        """Route a response by its correlation id to whoever opened the request."""
+        request = self.book.close(response.in_reply_to or "")
+        if request is None:
+            log.info("response_unclaimed", correlation_id=response.in_reply_to)
+            return
+        if request.waiter is not None:
+            if not request.waiter.done():
+                request.waiter.set_result(response)
+            return
+        try:
+            requester = parse_address(request.requester)
+        except ProtocolError:
+            log.warning("response_bad_requester", requester=request.requester)
+            return
+        entry = self.table.get(requester)
+        if entry is None or entry.status not in READY:
+            log.info("response_requester_gone", requester=request.requester)
+            return
+        pid = entry.process_id
+        self.send(pid, Event(from_=ORCHESTRATOR, to=str(pid), payload=response))
+
+    def _answer_error(self, request: AgentEvent, error: ErrorInfo) -> None:
+        if request.reply_to is None:
+            log.warning("event_dropped", event_id=request.id, code=error.code, reason=error.message)
+            return
+        self.respond(response_to(request, source=ORCHESTRATOR_SOURCE, text="", error=error))
+
+    def _reject(self, event: AgentEvent, code: ErrorCode, message: str) -> None:
+        if event.reply_to is not None:
+            self.book.open(
+                OpenRequest(
+                    correlation_id=event.reply_to.correlation_id,
+                    requester=event.reply_to.target,
+                    server=None,
+                    event_id=event.id,
+                )
+            )
+        self._answer_error(event, ErrorInfo(code=code, message=message))
+
+    # -- lifecycle hooks the supervisor calls ------------------------------------------
+
+    def on_process_dead(self, entry: ProcessEntry, how: str) -> None:
+        """The process of `entry` is gone: answer its running request, keep the rest."""
+        box = self.mailboxes.get(entry.address)
+        if box is None:
+            return
+        crashed = box.on_death()
+        if crashed is not None:
+            error = ErrorInfo(
+                code=ErrorCode.E_AGENT_CRASHED,
+                message=f"{entry.process_id} ({how}) died while handling event {crashed.id}",
+                suggestion="the agent is restarted; send the request again",
+            )
+            self._answer_error(crashed, error)
+
+    def fail_queued(self, address: Address, error: ErrorInfo) -> int:
+        """Answer every queued event of `address` with `error`; return how many."""
+        box = self.mailboxes.get(address)
+        if box is None:
+            return 0
+        events = box.drain_queue()
+        for event in events:
+            self._answer_error(event, error)
+        return len(events)

@@ -1,0 +1,82 @@
+"""The daemon's settings: the Swarm's policy plus process-level knobs (environment)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from bundles.kinds import SwarmPolicy
+from orchestrator.policy import RestartSettings
+from protocol.ids import ProcessId
+
+ENV_SPAWN_MODE = "GOONDAN_SPAWN_MODE"
+ENV_HEARTBEAT_INTERVAL = "GOONDAN_HEARTBEAT_INTERVAL"
+ENV_HEARTBEAT_TIMEOUT = "GOONDAN_HEARTBEAT_TIMEOUT"
+
+
+class SpawnMode(StrEnum):
+    FORKSERVER = "forkserver"
+    COLD = "cold"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    grace_period: float = 30.0
+    restart: RestartSettings = field(default_factory=RestartSettings)
+    reconcile_interval: float = 5.0
+    idle_timeout: float | None = None
+    request_timeout_ms: int = 60_000
+    max_steps_per_turn: int = 32
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 10.0
+    """Each side gives up on the other after this long without a frame."""
+    spawn_mode: SpawnMode = SpawnMode.FORKSERVER
+
+    @classmethod
+    def from_policy(cls, policy: SwarmPolicy, env: Mapping[str, str] = os.environ) -> Settings:
+        interval = float(env.get(ENV_HEARTBEAT_INTERVAL, "1.0"))
+        return cls(
+            grace_period=policy.shutdown.grace_period_seconds,
+            restart=RestartSettings.from_policy(policy.restart),
+            reconcile_interval=policy.lifecycle.reconcile_interval_seconds,
+            idle_timeout=policy.lifecycle.idle_timeout_seconds,
+            request_timeout_ms=policy.lifecycle.request_timeout_ms,
+            max_steps_per_turn=policy.max_steps_per_turn,
+            heartbeat_interval=interval,
+            heartbeat_timeout=float(env.get(ENV_HEARTBEAT_TIMEOUT, str(max(10.0, 10 * interval)))),
+            spawn_mode=SpawnMode(env.get(ENV_SPAWN_MODE, SpawnMode.FORKSERVER)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChildLaunch:
+    """Everything a child needs to find its bundle and us: its command line."""
+
+    endpoint: str
+    swarm: str
+    bundle: Path
+    state_root: Path
+    env_files: tuple[Path, ...] = ()
+    log_format: str = "json"
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 10.0
+
+    def argv(self, process_id: ProcessId, parent_pid: int | None) -> list[str]:
+        argv = [
+            "--id", str(process_id),
+            "--endpoint", self.endpoint,
+            "--swarm", self.swarm,
+            "--bundle", str(self.bundle),
+            "--state-root", str(self.state_root),
+            "--heartbeat-interval", str(self.heartbeat_interval),
+            "--heartbeat-timeout", str(self.heartbeat_timeout),
+            "--log-format", self.log_format,
+        ]  # fmt: skip
+        for env_file in self.env_files:
+            argv += ["--env-file", str(env_file)]
+        if parent_pid is not None:
+            argv += ["--ppid", str(parent_pid)]
+        return argv

@@ -1,0 +1,297 @@
+"""The OS seam: the only module that starts, signals and waits for children (STYLE 10).
+
+Two ways to start an agent process, one handle type:
+- `ColdSpawner`: `python -m agent_process ARGS` through `os.posix_spawn`; we are the parent,
+  so the exit status comes from `waitid(P_PIDFD)`.
+- `ForkServerSpawner`: asks the fork server (orchestrator.forkserver) for a fork; the pidfd
+  arrives with the reply and the exit status in a later report from the server.
+
+Either way a child is watched through its pidfd on the event loop: death is seen the moment
+the kernel releases the process (RESULTS.md 7), not at the next reconcile tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+import structlog
+
+from orchestrator.forkserver import (
+    MAX_DATAGRAM,
+    Exited,
+    ForkServerProcess,
+    Spawned,
+    SpawnFailed,
+    SpawnRequest,
+    encode,
+    reply_decoder,
+)
+
+log = structlog.get_logger("goondan.spawner")
+
+
+class SpawnError(Exception):
+    """The OS refused to start a child (fork/exec failed, fork server gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    argv: list[str]
+    """Arguments of `python -m agent_process`."""
+    log_path: Path
+    """stdout and stderr of the child go here (appended)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to the inherited environment."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    code: int | None
+    signal: int | None
+    at: float = 0.0
+    """Wall-clock time the exit was seen."""
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            return f"killed by {signal.Signals(self.signal).name}"
+        if self.code is None:
+            return "exit status unknown"
+        return f"exit code {self.code}"
+
+
+UNKNOWN_EXIT = ExitStatus(code=None, signal=None)
+
+
+class ChildHandle:
+    """One started child: `exited` resolves when it is gone, `status` when its status is known."""
+
+    def __init__(self, pid: int, pidfd: int, *, reap: bool) -> None:
+        loop = asyncio.get_running_loop()
+        self.pid = pid
+        self._pidfd: int | None = pidfd
+        self._reap = reap
+        self.started_at = time.monotonic()
+        self.exited: asyncio.Future[float] = loop.create_future()
+        self.status: asyncio.Future[ExitStatus] = loop.create_future()
+        loop.add_reader(pidfd, self._on_exit, loop)
+
+    def _on_exit(self, loop: asyncio.AbstractEventLoop) -> None:
+        fd = self._pidfd
+        if fd is None:
+            return
+        loop.remove_reader(fd)
+        now = time.time()
+        if self._reap:
+            self.report_status(_waitid(fd, now))
+        self._pidfd = None
+        os.close(fd)
+        if not self.exited.done():
+            self.exited.set_result(now)
+
+    def report_status(self, status: ExitStatus) -> None:
+        if not self.status.done():
+            self.status.set_result(status)
+
+    def send_signal(self, sig: int) -> bool:
+        """Signal the child through its pidfd (never a reused pid); False if it is gone."""
+        if self._pidfd is None:
+            return False
+        try:
+            signal.pidfd_send_signal(self._pidfd, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def kill(self) -> bool:
+        return self.send_signal(signal.SIGKILL)
+
+
+def _waitid(pidfd: int, now: float) -> ExitStatus:
+    try:
+        res = os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)
+    except ChildProcessError:
+        return UNKNOWN_EXIT
+    if res is None:
+        return UNKNOWN_EXIT
+    if res.si_code == os.CLD_EXITED:
+        return ExitStatus(code=res.si_status, signal=None, at=now)
+    return ExitStatus(code=None, signal=res.si_status, at=now)
+
+
+class Spawner(Protocol):
+    mode: str
+
+    async def spawn(self, spec: ChildSpec) -> ChildHandle: ...
+    async def close(self) -> None: ...
+
+
+def _open_log(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+class ColdSpawner:
+    """`python -m <module> ARGS`: a fresh interpreter per child (fallback and tests)."""
+
+    mode = "cold"
+
+    def __init__(self, module: str = "agent_process", python: str = sys.executable) -> None:
+        self.module = module
+        self.python = python
+
+    async def spawn(self, spec: ChildSpec) -> ChildHandle:
+        log_fd = _open_log(spec.log_path)
+        try:
+            # posix_spawn is vfork+exec: it returns once the child has exec'd (~1 ms)
+            pid = os.posix_spawn(  # noqa: ASYNC221
+                self.python,
+                [self.python, "-m", self.module, *spec.argv],
+                {**os.environ, **spec.env},
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                ],
+                # own process group: the terminal's Ctrl-C is for the daemon alone
+                setpgroup=0,
+            )
+        except OSError as exc:
+            raise SpawnError(f"cannot start {self.python} -m {self.module}: {exc}") from exc
+        finally:
+            os.close(log_fd)
+        return ChildHandle(pid, os.pidfd_open(pid), reap=True)
+
+    async def close(self) -> None:
+        return None
+
+
+class ForkServerSpawner:
+    """Forks children from the pre-imported fork server; falls back to cold if it dies."""
+
+    def __init__(self, server: ForkServerProcess, fallback: ColdSpawner) -> None:
+        self.server = server
+        self.fallback = fallback
+        self.mode = "forkserver"
+        self._next_id = 0
+        self._pending: dict[int, asyncio.Future[tuple[int, int]]] = {}
+        self._children: dict[int, ChildHandle] = {}
+        self._server_handle: ChildHandle | None = None
+        self._alive = True
+        self._closing = False
+        self.on_server_death: Callable[[ExitStatus], None] | None = None
+
+    def attach(self) -> None:
+        """Start reading the server's replies; call once the event loop runs."""
+        loop = asyncio.get_running_loop()
+        self.server.sock.setblocking(False)
+        loop.add_reader(self.server.sock.fileno(), self._on_readable)
+        self._server_handle = ChildHandle(
+            self.server.pid, os.pidfd_open(self.server.pid), reap=True
+        )
+        self._server_handle.status.add_done_callback(self._server_died)
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    async def spawn(self, spec: ChildSpec) -> ChildHandle:
+        if not self._alive:
+            return await self.fallback.spawn(spec)
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._next_id += 1
+        req_id = self._next_id
+        fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = fut
+        req = SpawnRequest(req_id=req_id, argv=spec.argv, log_path=str(spec.log_path), env=spec.env)
+        try:
+            self.server.sock.send(encode(req))
+        except OSError as exc:
+            self._pending.pop(req_id, None)
+            raise SpawnError(f"fork server unreachable: {exc}") from exc
+        pid, pidfd = await fut
+        handle = ChildHandle(pid, pidfd, reap=False)
+        self._children[pid] = handle
+        handle.status.add_done_callback(lambda _f: self._children.pop(pid, None))
+        return handle
+
+    def _on_readable(self) -> None:
+        while True:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(self.server.sock, MAX_DATAGRAM, 4)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                self._stop_reading()
+                return
+            self._dispatch(data, fds)
+
+    def _dispatch(self, data: bytes, fds: list[int]) -> None:
+        try:
+            reply = reply_decoder.decode(data)
+        except msgspec.DecodeError:
+            log.error("forkserver_bad_reply", size=len(data))
+            for fd in fds:
+                os.close(fd)
+            return
+        match reply:
+            case Spawned(req_id=req_id, pid=pid):
+                fut = self._pending.pop(req_id, None)
+                if fut is not None and fds:
+                    fut.set_result((pid, fds[0]))
+                else:
+                    for fd in fds:
+                        os.close(fd)
+            case SpawnFailed(req_id=req_id, message=message):
+                fut = self._pending.pop(req_id, None)
+                if fut is not None:
+                    fut.set_exception(SpawnError(f"fork server could not fork: {message}"))
+            case Exited(pid=pid, code=code, signal=sig):
+                handle = self._children.get(pid)
+                if handle is not None:
+                    handle.report_status(ExitStatus(code=code, signal=sig, at=time.time()))
+
+    def _stop_reading(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(self.server.sock.fileno())
+
+    def _server_died(self, fut: asyncio.Future[ExitStatus]) -> None:
+        self._alive = False
+        status = fut.result()
+        if not self._closing:
+            log.error("forkserver_died", exit=status.describe(), fallback="cold spawns")
+        for pending in self._pending.values():
+            if not pending.done():
+                pending.set_exception(SpawnError("the fork server died"))
+        self._pending.clear()
+        for handle in list(self._children.values()):
+            handle.report_status(UNKNOWN_EXIT)
+        if self.on_server_death is not None and not self._closing:
+            self.on_server_death(status)
+
+    async def close(self) -> None:
+        """Close our end: the server sees EOF and exits; wait for it briefly."""
+        self._closing = True
+        self._stop_reading()
+        self.server.sock.close()
+        handle = self._server_handle
+        if handle is None:
+            return
+        try:
+            async with asyncio.timeout(2.0):
+                await handle.exited
+        except TimeoutError:
+            handle.kill()
+            await handle.exited

@@ -1,0 +1,393 @@
+"""Spawn, watch, drain and kill children; apply the crash policy and deadlines.
+
+The supervisor owns every status change of the process table. It is told about frames by
+the router (through the `Lifecycle` hooks) and about deaths by the spawner's pidfd watch,
+so a crash is handled the moment the kernel reports it, not at the next reconcile tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from orchestrator.calls import CallContext, answer_call
+from orchestrator.policy import (
+    ExitKind,
+    HoldDown,
+    RespawnAfter,
+    RespawnNow,
+    RestartHistory,
+    decide,
+)
+from orchestrator.router import Router
+from orchestrator.settings import ChildLaunch, Settings
+from orchestrator.spawner import ChildHandle, ChildSpec, ExitStatus, Spawner, SpawnError
+from orchestrator.states import DOWN, READY, ProcessStatus
+from orchestrator.table import ProcessEntry, ProcessTable
+from protocol.control import ExitInfo
+from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode, ErrorInfo
+from protocol.ids import ORCHESTRATOR, Address, ProcessKind
+from protocol.messages import (
+    PROTOCOL_VERSION,
+    CallPayload,
+    CallResult,
+    ChildState,
+    Heartbeat,
+    HeartbeatPayload,
+    HelloPayload,
+    ReadyPayload,
+    Shutdown,
+    ShutdownAckPayload,
+    ShutdownPayload,
+    ShutdownReason,
+    StartErrorPayload,
+    StatusPayload,
+    TurnOutcome,
+)
+
+S = ProcessStatus
+log = structlog.get_logger("goondan.supervisor")
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+class Supervisor:
+    def __init__(
+        self,
+        *,
+        table: ProcessTable,
+        router: Router,
+        spawner: Spawner,
+        settings: Settings,
+        launch: ChildLaunch,
+        layout: StateLayout,
+        members: Iterable[str],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.table = table
+        self.router = router
+        self.spawner = spawner
+        self.settings = settings
+        self.launch = launch
+        self.layout = layout
+        self.members = frozenset(members)
+        self.clock = clock
+        self.closing = False
+        self._handles: dict[Address, ChildHandle] = {}
+        self._exited: dict[Address, asyncio.Event] = {}
+        self._timers: dict[Address, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- routing questions -------------------------------------------------------------
+
+    def check_target(self, target: Address) -> ErrorInfo | None:
+        if self.closing:
+            return ErrorInfo(code=ErrorCode.E_AGENT_SHUTTING_DOWN, message="the daemon is stopping")
+        if target.kind is ProcessKind.AGENT and target.name not in self.members:
+            return ErrorInfo(
+                code=ErrorCode.E_AGENT_NOT_IN_SWARM,
+                message=f"agent {target.name!r} is not in swarm {self.launch.swarm!r}",
+                suggestion=f"use one of: {', '.join(sorted(self.members))}",
+            )
+        return None
+
+    def ensure(self, target: Address) -> None:
+        """Spawn `target` on demand unless it is live, backing off, or held down."""
+        entry = self.table.entry(target)
+        if entry.status is not S.TERMINATED or self.closing:
+            return
+        if entry.retry_at is not None and self.clock() < entry.retry_at:
+            self.router.fail_queued(target, self._start_failed(entry))
+            return
+        self._spawn(entry)
+
+    # -- spawning ----------------------------------------------------------------------
+
+    def _spawn(self, entry: ProcessEntry) -> None:
+        if entry.ever_started:
+            entry.restarts += 1
+        entry.ever_started = True
+        entry.generation += 1
+        entry.pid = None
+        entry.start_error = None
+        entry.retry_at = None
+        entry.spawned_at = self.clock()
+        self._exited[entry.address] = asyncio.Event()
+        # terminated | crashed | crashLoopBackOff -> spawning
+        self.table.transition(entry, S.SPAWNING, expect=DOWN)
+        self._task(self._launch(entry, entry.generation))
+
+    def _task(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _launch(self, entry: ProcessEntry, generation: int) -> None:
+        pid = entry.address.with_generation(generation)
+        cold = self.spawner.mode == "cold"
+        spec = ChildSpec(
+            argv=self.launch.argv(pid, os.getpid() if cold else None),
+            log_path=self.layout.process_log(self.launch.swarm, pid.name, pid.instance_key),
+        )
+        try:
+            handle = await self.spawner.spawn(spec)
+        except SpawnError as exc:
+            log.error("spawn_failed", process=str(pid), error=str(exc))
+            self._on_exit(entry, generation, ExitStatus(code=None, signal=None, at=time.time()))
+            return
+        if entry.generation != generation:
+            handle.kill()
+            return
+        self._handles[entry.address] = handle
+        entry.pid = handle.pid
+        log.info("spawned", process=str(pid), pid=handle.pid, mode=self.spawner.mode)
+        handle.exited.add_done_callback(lambda _f: self._on_exit(entry, generation, None))
+        if entry.status is S.DRAINING:  # stopped while the fork was on its way
+            handle.send_signal(signal.SIGTERM)
+
+    # -- deaths ------------------------------------------------------------------------
+
+    def _on_exit(self, entry: ProcessEntry, generation: int, known: ExitStatus | None) -> None:
+        if entry.generation != generation or not entry.live:
+            return
+        handle = self._handles.pop(entry.address, None)
+        how = "exited" if known is None else known.describe()
+        self._record_exit(entry, handle, known)
+        self.router.on_process_dead(entry, how)
+        self._exited.get(entry.address, asyncio.Event()).set()
+        if entry.status is S.DRAINING:
+            # draining -> terminated: we asked it to stop
+            self.table.transition(entry, S.TERMINATED, expect=S.DRAINING)
+            if not self.closing and self.router.mailbox(entry.address).queue:
+                self.ensure(entry.address)
+            return
+        # spawning | idle | processing -> crashed
+        self.table.transition(entry, S.CRASHED, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
+        self._after_crash(entry)
+
+    def _record_exit(
+        self, entry: ProcessEntry, handle: ChildHandle | None, known: ExitStatus | None
+    ) -> None:
+        reason = "start_error" if entry.start_error else str(entry.status)
+        entry.last_exit = ExitInfo(at=_iso(time.time()), reason=reason)
+        if known is not None:
+            entry.last_exit = ExitInfo(
+                code=known.code, signal=known.signal, at=_iso(time.time()), reason=reason
+            )
+        if handle is None:
+            return
+        generation = entry.generation
+
+        def fill(fut: asyncio.Future[ExitStatus]) -> None:
+            status = fut.result()
+            if entry.generation == generation and entry.last_exit is not None:
+                entry.last_exit = ExitInfo(
+                    code=status.code, signal=status.signal, at=entry.last_exit.at, reason=reason
+                )
+                log.info("exit_status", process=str(entry.process_id), exit=status.describe())
+
+        handle.status.add_done_callback(fill)
+
+    def _after_crash(self, entry: ProcessEntry) -> None:
+        if self.closing:
+            self.table.transition(entry, S.TERMINATED, expect=S.CRASHED)  # crashed -> terminated
+            return
+        if entry.start_error is not None:
+            kind = ExitKind.START_ERROR
+            entry.start_errors += 1
+        else:
+            kind = ExitKind.CRASH
+            entry.crashes += 1
+        history = RestartHistory(crashes=entry.crashes, start_errors=entry.start_errors)
+        decision = decide(history, kind, self.settings.restart)
+        log.warning("crashed", process=str(entry.process_id), kind=str(kind), decision=decision)
+        match decision:
+            case RespawnNow():
+                self._spawn(entry)  # crashed -> spawning
+            case RespawnAfter(delay=delay):
+                self.table.transition(entry, S.CRASH_LOOP_BACKOFF, expect=S.CRASHED)
+                entry.retry_at = self.clock() + delay
+                loop = asyncio.get_running_loop()
+                self._timers[entry.address] = loop.call_later(
+                    delay, self._backoff_over, entry, entry.generation
+                )
+            case HoldDown(retry_after=retry_after):
+                self.table.transition(entry, S.TERMINATED, expect=S.CRASHED)
+                entry.retry_at = self.clock() + retry_after
+                self.router.fail_queued(entry.address, self._start_failed(entry))
+
+    def _backoff_over(self, entry: ProcessEntry, generation: int) -> None:
+        self._timers.pop(entry.address, None)
+        current = entry.generation == generation and entry.status is S.CRASH_LOOP_BACKOFF
+        if current and not self.closing:
+            self._spawn(entry)  # crashLoopBackOff -> spawning
+
+    def respawn_if_due(self, entry: ProcessEntry) -> None:
+        """The reconciler's safety net for a backoff whose timer was lost."""
+        if entry.status is S.CRASH_LOOP_BACKOFF and entry.address not in self._timers:
+            self._backoff_over(entry, entry.generation)
+
+    def _start_failed(self, entry: ProcessEntry) -> ErrorInfo:
+        cause = entry.start_error.message if entry.start_error else "it failed to start"
+        return ErrorInfo(
+            code=ErrorCode.E_AGENT_START_FAILED,
+            message=f"{entry.address} cannot start: {cause}",
+            suggestion="fix the bundle and run `goondan restart`, or send again later",
+        )
+
+    # -- frames from children (router.Lifecycle) ---------------------------------------
+
+    def on_hello(self, entry: ProcessEntry, payload: HelloPayload) -> None:
+        if payload.protocol_version != PROTOCOL_VERSION:
+            entry.start_error = ErrorInfo(
+                code=ErrorCode.E_PROTOCOL_VERSION,
+                message=f"child speaks protocol {payload.protocol_version}, "
+                f"we speak {PROTOCOL_VERSION}",
+            )
+            handle = self._handles.get(entry.address)
+            if handle is not None:
+                handle.kill()
+
+    def on_ready(self, entry: ProcessEntry, payload: ReadyPayload) -> None:
+        if entry.status is S.DRAINING:
+            self._send_shutdown(entry, ShutdownReason.ORCHESTRATOR_SHUTDOWN)
+            return
+        self.table.transition(entry, S.IDLE, expect=S.SPAWNING)  # spawning -> idle
+        entry.start_errors = 0
+        log.info("ready", process=str(entry.process_id), pid=payload.pid, tools=len(payload.tools))
+        self.router.flush(entry.address)
+
+    def on_start_error(self, entry: ProcessEntry, payload: StartErrorPayload) -> None:
+        entry.start_error = payload.error
+        log.error("start_error", process=str(entry.process_id), code=payload.error.code,
+                  message=payload.error.message)  # fmt: skip
+
+    def on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
+        if payload.state is ChildState.PROCESSING and entry.status is S.IDLE:
+            self.table.transition(entry, S.PROCESSING, expect=S.IDLE)  # idle -> processing
+        elif payload.state is ChildState.IDLE and entry.status is S.PROCESSING:
+            self.table.transition(entry, S.IDLE, expect=S.PROCESSING)  # processing -> idle
+        if payload.last_turn is TurnOutcome.COMPLETED:
+            entry.crashes = 0
+
+    def on_shutdown_ack(self, entry: ProcessEntry, payload: ShutdownAckPayload) -> None:
+        log.info("shutdown_ack", process=str(entry.process_id),
+                 undelivered=len(payload.undelivered_events))  # fmt: skip
+
+    def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None:
+        ctx = CallContext(table=self.table, members=self.members, check=self.check_target,
+                          ensure=self.ensure, caller=entry.address)  # fmt: skip
+        result = answer_call(payload, ctx)
+        pid = entry.process_id
+        self.router.send(pid, CallResult(from_=ORCHESTRATOR, to=str(pid), payload=result))
+
+    # -- stopping ----------------------------------------------------------------------
+
+    def _send_shutdown(self, entry: ProcessEntry, reason: ShutdownReason) -> None:
+        grace_ms = int(self.settings.grace_period * 1000)
+        payload = ShutdownPayload(grace_period_ms=grace_ms, reason=reason)
+        pid = entry.process_id
+        if not self.router.send(pid, Shutdown(from_=ORCHESTRATOR, to=str(pid), payload=payload)):
+            handle = self._handles.get(entry.address)
+            if handle is not None:
+                handle.send_signal(signal.SIGTERM)
+
+    async def stop(self, entry: ProcessEntry, reason: ShutdownReason) -> None:
+        """shutdown -> wait for exit up to the grace period -> SIGKILL."""
+        if not entry.live:
+            return
+        if entry.status is not S.DRAINING:
+            # spawning | idle | processing -> draining
+            self.table.transition(entry, S.DRAINING, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
+            if entry.address in self._handles:
+                self._send_shutdown(entry, reason)
+        exited = self._exited[entry.address]
+        try:
+            async with asyncio.timeout(self.settings.grace_period):
+                await exited.wait()
+        except TimeoutError:
+            log.warning("grace_period_over", process=str(entry.process_id), action="SIGKILL")
+            while not exited.is_set():
+                handle = self._handles.get(entry.address)
+                if handle is not None:
+                    handle.kill()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await exited.wait()
+
+    async def shutdown_all(self) -> None:
+        """Stop every child in parallel; nothing respawns from now on."""
+        self.closing = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        stopping = ErrorInfo(code=ErrorCode.E_AGENT_SHUTTING_DOWN, message="the daemon is stopping")
+        for entry in self.table:
+            self.router.fail_queued(entry.address, stopping)
+            if entry.status is S.CRASH_LOOP_BACKOFF:
+                self.table.transition(entry, S.TERMINATED, expect=S.CRASH_LOOP_BACKOFF)
+        live = self.table.live()
+        await asyncio.gather(*(self.stop(e, ShutdownReason.ORCHESTRATOR_SHUTDOWN) for e in live))
+
+    def kill(self, entry: ProcessEntry) -> None:
+        """SIGKILL the current process of `entry`; its death is handled as a crash."""
+        handle = self._handles.get(entry.address)
+        if handle is not None:
+            handle.kill()
+
+    def kill_all(self) -> None:
+        """The second signal: no more waiting."""
+        for handle in list(self._handles.values()):
+            handle.kill()
+
+    async def restart(self, agent: str | None, *, fresh: bool) -> list[str]:
+        """Stop the matching running instances (reason restart); start new generations."""
+        chosen = [
+            e
+            for e in self.table
+            if e.address.kind is ProcessKind.AGENT
+            and (agent is None or e.address.name == agent)
+            and (e.live or e.status is S.CRASH_LOOP_BACKOFF or e.retry_at is not None)
+        ]
+        await asyncio.gather(*(self.stop(e, ShutdownReason.RESTART) for e in chosen))
+        restarted = []
+        for entry in chosen:
+            if fresh:
+                key, name = entry.address.instance_key, entry.address.name
+                root = self.layout.instance_paths(self.launch.swarm, key, name).root
+                shutil.rmtree(root, ignore_errors=True)
+            timer = self._timers.pop(entry.address, None)
+            if timer is not None:
+                timer.cancel()
+            entry.crashes = entry.start_errors = 0
+            entry.retry_at = None
+            if entry.status in DOWN and not self.closing:
+                self._spawn(entry)
+                restarted.append(str(entry.process_id))
+        return restarted
+
+    def live_ready(self) -> list[ProcessEntry]:
+        return [e for e in self.table if e.status in READY or e.status is S.DRAINING]
+
+    async def heartbeats(self) -> None:
+        """Tell every connected child we are alive (it exits after heartbeat_timeout)."""
+        seq = 0
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval)
+            seq += 1
+            payload = HeartbeatPayload(seq=seq, sent_at=time.time())
+            for entry in self.live_ready():
+                pid = entry.process_id
+                self.router.send(pid, Heartbeat(from_=ORCHESTRATOR, to=str(pid), payload=payload))

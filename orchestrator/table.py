@@ -1,0 +1,123 @@
+"""The process table: one entry per child address, changed only through `transition()`.
+
+`transition()` asserts that the entry is in one of the expected source statuses and that the
+edge is in `states.ALLOWED`, stamps the monotonic time and tells the listener (the logger).
+The table knows nothing about sockets or the OS; the supervisor drives it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from orchestrator.states import LIVE, ProcessStatus, is_allowed
+from protocol.control import ExitInfo, ProcessInfo
+from protocol.errors import ErrorInfo
+from protocol.ids import Address, ProcessId
+
+Clock = Callable[[], float]
+TransitionListener = Callable[["ProcessEntry", ProcessStatus, ProcessStatus], None]
+
+
+class TransitionError(AssertionError):
+    """A transition from the wrong status: a supervisor bug, never bad input."""
+
+
+@dataclass(slots=True)
+class ProcessEntry:
+    address: Address
+    status: ProcessStatus = ProcessStatus.TERMINATED
+    generation: int = 0
+    pid: int | None = None
+    restarts: int = 0
+    """Respawns after the first start (crashes and restarts alike)."""
+    crashes: int = 0
+    """Consecutive crashes; reset by a completed turn."""
+    start_errors: int = 0
+    """Consecutive start failures; reset by `ready`."""
+    last_exit: ExitInfo | None = None
+    start_error: ErrorInfo | None = None
+    """The `start_error` of the current generation, if it sent one."""
+    changed_at: float = 0.0
+    retry_at: float | None = None
+    """Monotonic time before which a held-down entry is not restarted."""
+    last_seen: float = 0.0
+    """Monotonic time of the last frame from the current generation."""
+    spawned_at: float = 0.0
+    ever_started: bool = False
+
+    @property
+    def process_id(self) -> ProcessId:
+        return self.address.with_generation(self.generation)
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE
+
+    def info(self) -> ProcessInfo:
+        return ProcessInfo(
+            id=str(self.process_id),
+            kind=str(self.address.kind),
+            name=self.address.name,
+            instance_key=self.address.instance_key,
+            pid=self.pid if self.live else None,
+            status=str(self.status),
+            restarts=self.restarts,
+            generation=self.generation,
+            last_exit=self.last_exit,
+        )
+
+
+@dataclass(slots=True)
+class ProcessTable:
+    clock: Clock = time.monotonic
+    listener: TransitionListener | None = None
+    _entries: dict[Address, ProcessEntry] = field(default_factory=dict)
+
+    def get(self, address: Address) -> ProcessEntry | None:
+        return self._entries.get(address)
+
+    def entry(self, address: Address) -> ProcessEntry:
+        """The entry of `address`, created `terminated` (never started) if it is new."""
+        found = self._entries.get(address)
+        if found is None:
+            found = ProcessEntry(address=address, changed_at=self.clock())
+            self._entries[address] = found
+        return found
+
+    def remove(self, address: Address) -> None:
+        entry = self._entries.get(address)
+        if entry is not None and entry.live:
+            raise TransitionError(f"cannot remove {address}: it is {entry.status}")
+        self._entries.pop(address, None)
+
+    def __iter__(self) -> Iterator[ProcessEntry]:
+        return iter(list(self._entries.values()))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def live(self) -> list[ProcessEntry]:
+        return [e for e in self._entries.values() if e.live]
+
+    def transition(
+        self,
+        entry: ProcessEntry,
+        target: ProcessStatus,
+        *,
+        expect: ProcessStatus | Iterable[ProcessStatus],
+    ) -> None:
+        expected = {expect} if isinstance(expect, ProcessStatus) else set(expect)
+        source = entry.status
+        if source not in expected:
+            raise TransitionError(
+                f"{entry.process_id}: {source} -> {target} expected the source to be "
+                f"{sorted(expected)}"
+            )
+        if not is_allowed(source, target):
+            raise TransitionError(f"{entry.process_id}: {source} -> {target} is not allowed")
+        entry.status = target
+        entry.changed_at = self.clock()
+        if self.listener is not None:
+            self.listener(entry, source, target)

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
+from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
+from protocol.ids import agent_address
+
+CLI = Source(kind=SourceKind.CLI, name="test")
+
+
+def _event(text: str, reply: bool = False) -> AgentEvent:
+    reply_to = ReplyTo(target="control", correlation_id=f"c-{text}") if reply else None
+    return new_event(type="t", input=text, instance_key="k", source=CLI, reply_to=reply_to)
+
+
+def test_take_moves_the_queue_in_flight_in_order() -> None:
+    box = Mailbox()
+    events = [_event(str(i)) for i in range(3)]
+    box.queue.extend(events)
+    assert box.take() == events
+    assert list(box.inflight) == [e.id for e in events]
+    assert not box.queue
+
+
+def test_death_returns_the_started_event_and_requeues_the_rest_in_order() -> None:
+    box = Mailbox()
+    a, b, c, d = (_event(x) for x in "abcd")
+    box.queue.extend([a, b, c])
+    box.take()
+    box.queue.append(d)  # arrived after delivery, before the death
+    box.mark_started(a.id)
+    crashed = box.on_death()
+    assert crashed == a
+    assert list(box.queue) == [b, c, d]
+    assert not box.inflight
+    assert box.started is None
+
+
+def test_death_with_nothing_started_loses_nothing() -> None:
+    box = Mailbox()
+    a, b = _event("a"), _event("b")
+    box.queue.extend([a, b])
+    box.take()
+    assert box.on_death() is None
+    assert list(box.queue) == [a, b]
+
+
+def test_finished_events_are_not_redelivered() -> None:
+    box = Mailbox()
+    a, b = _event("a"), _event("b")
+    box.queue.extend([a, b])
+    box.take()
+    box.mark_started(a.id)
+    box.mark_done(a.id)
+    assert box.on_death() is None
+    assert list(box.queue) == [b]
+
+
+def test_shutdown_ack_requeues_only_the_named_events() -> None:
+    box = Mailbox()
+    a, b, c = (_event(x) for x in "abc")
+    box.queue.extend([a, b, c])
+    box.take()
+    assert box.requeue([c.id, b.id]) == [b, c]
+    assert list(box.queue) == [b, c]
+    assert list(box.inflight) == [a.id]
+
+
+def test_marking_an_unknown_event_started_is_ignored() -> None:
+    box = Mailbox()
+    box.mark_started("nope")
+    assert box.started is None
+    assert box.empty
+
+
+def test_request_book_open_close_and_served_by() -> None:
+    book = RequestBook()
+    server = agent_address("coder", "k")
+    req = OpenRequest(correlation_id="c1", requester="control", server=server, event_id="e1")
+    book.open(req)
+    assert book.served_by(server) == [req]
+    assert book.close("c1") == req
+    assert book.close("c1") is None
+    assert len(book) == 0
