@@ -15,31 +15,21 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import structlog
-
 from agent_process import resolve
-from agent_process.catalog import CatalogBuilder
-from agent_process.context import NotConnectedRuntime, agent_logger
+from agent_process.assembly import Parts, StartRequest, assemble, save_states
 from agent_process.contexts import TurnResult
-from agent_process.extensions import ExtensionFailure, ExtensionHandle, load_extension
-from agent_process.models import Model, ModelError, create_model
-from agent_process.pipeline import Pipelines
-from agent_process.registry import ToolEntry, ToolRegistry, ToolRegistryError
-from agent_process.store import ConversationStore
-from agent_process.telemetry import EventBus
-from agent_process.tool_loader import load_tool_resource
-from agent_process.toolcall import ToolCallRunner
-from agent_process.turn import TurnDeps, TurnEngine
+from agent_process.extensions import ExtensionFailure
+from agent_process.models import ModelError
+from agent_process.registry import ToolRegistryError
+from agent_process.toolcall import DeferredHook
 from bundles.model import Bundle
 from bundles.sdk import AgentsRuntime
-from protocol.endpoints import InstancePaths, StateLayout
+from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent
 from protocol.messages import TurnOutcome
 
 __all__ = ["AgentRuntime", "StartFailure", "TurnResult"]
-
-_log = structlog.get_logger("goondan.runtime")
 
 
 class StartFailure(Exception):
@@ -51,40 +41,23 @@ class StartFailure(Exception):
 
 
 class AgentRuntime:
-    """One agent instance: model, tools, extensions, pipelines, conversation, runtime events."""
+    """One agent instance: model, tools, extensions, pipelines, conversation, runtime events.
 
-    def __init__(
-        self,
-        *,
-        engine: TurnEngine,
-        model: Model,
-        registry: ToolRegistry,
-        store: ConversationStore,
-        bus: EventBus,
-        extensions: list[ExtensionHandle],
-        paths: InstancePaths,
-        tool_calls: ToolCallRunner,
-    ) -> None:
-        self._engine = engine
-        self.model = model
-        self.registry = registry
-        self.store = store
-        self.bus = bus
-        self.extensions = extensions
-        self.paths = paths
-        self.tool_calls = tool_calls
+    Build it with `create`; the attributes besides the interface (`model`, `registry`, `store`,
+    `bus`, `extensions`, `paths`) are there for tests and diagnostics.
+    """
+
+    def __init__(self, parts: Parts) -> None:
+        self._engine = parts.engine
+        self._tool_calls = parts.tool_calls
+        self.model = parts.model
+        self.registry = parts.registry
+        self.store = parts.store
+        self.bus = parts.bus
+        self.extensions = parts.extensions
+        self.paths = parts.paths
         self._lock = asyncio.Lock()
         self._closed = False
-
-    @property
-    def tool_names(self) -> list[str]:
-        """Registry names, for the `ready` frame."""
-        return self.registry.names
-
-    @property
-    def recovered_events(self) -> int:
-        """Message events replayed from a previous process's unfolded log."""
-        return self.store.recovered_events
 
     @classmethod
     async def create(
@@ -99,21 +72,30 @@ class AgentRuntime:
         workdir: Path | None = None,
     ) -> AgentRuntime:
         """Load model, tools and extensions and replay the conversation; raise StartFailure."""
-        paths = layout.instance_paths(swarm, instance_key, agent)
+        request = StartRequest(bundle, agent, instance_key, swarm, layout, agents, workdir)
         try:
-            return await _build(
-                cls, bundle, agent, instance_key, swarm, layout, paths, agents, workdir
-            )
-        except resolve.ConfigProblem as exc:
+            return cls(await assemble(request))
+        except (resolve.ConfigProblem, ModelError) as exc:
             raise StartFailure(exc.info) from exc
-        except ModelError as exc:
-            raise StartFailure(exc.info) from exc
-        except ToolRegistryError as exc:
-            raise StartFailure(ErrorInfo(code=exc.code.value, message=exc.message)) from exc
-        except ExtensionFailure as exc:
-            raise StartFailure(
-                ErrorInfo(code=exc.code.value, message=exc.message, suggestion=exc.suggestion)
-            ) from exc
+        except (ToolRegistryError, ExtensionFailure) as exc:
+            suggestion = getattr(exc, "suggestion", None)
+            info = ErrorInfo(code=exc.code.value, message=exc.message, suggestion=suggestion)
+            raise StartFailure(info) from exc
+
+    @property
+    def tool_names(self) -> list[str]:
+        """Registry names, for the `ready` frame."""
+        return self.registry.names
+
+    @property
+    def recovered_events(self) -> int:
+        """Message events replayed from a previous process's unfolded log."""
+        return self.store.recovered_events
+
+    def set_deferred_hook(self, hook: DeferredHook) -> None:
+        """Where the deferred-call cycle (seed 001) plugs in: `hook(ctx, request)` gets every
+        call whose handler raised `CallDeferred` and returns its final ToolResult."""
+        self._tool_calls.deferred_hook = hook
 
     async def run_turn(self, event: AgentEvent) -> TurnResult:
         """One turn; never raises for a failed turn (outcome FAILED with a coded error)."""
@@ -136,99 +118,8 @@ class AgentRuntime:
             if self._closed:
                 return
             self._closed = True
-            _save_states(self.extensions)
+            save_states(self.extensions)
             self.store.close()
             await self.bus.drain()
             self.bus.close()
             await self.model.aclose()
-
-
-def _save_states(extensions: list[ExtensionHandle]) -> None:
-    for ext in extensions:
-        try:
-            ext.state.save()
-        except OSError as exc:
-            _log.error("extension_state_save_failed", extension=ext.name, error=str(exc))
-
-
-async def _build(
-    cls: type[AgentRuntime],
-    bundle: Bundle,
-    agent_name: str,
-    instance_key: str,
-    swarm: str,
-    layout: StateLayout,
-    paths: InstancePaths,
-    agents: AgentsRuntime | None,
-    workdir: Path | None,
-) -> AgentRuntime:
-    agent = resolve.agent(bundle, agent_name)
-    model_res = resolve.model(bundle, agent)
-    system_prompt = resolve.system_prompt(bundle, agent)
-    policy = resolve.swarm_policy(bundle, swarm)
-    tool_entries: list[list[ToolEntry]] = [
-        list(load_tool_resource(t)) for t in resolve.tools(bundle, agent)
-    ]
-    for directory in (paths.messages_dir, paths.extensions_dir):
-        directory.mkdir(parents=True, exist_ok=True)
-    work = workdir if workdir is not None else paths.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    logger = agent_logger(agent_name, instance_key)
-    bus = EventBus(paths.runtime_events_jsonl, agent=agent_name, instance_key=instance_key)
-    pipelines = Pipelines()
-    extensions = [
-        await load_extension(
-            ext,
-            pipelines=pipelines,
-            bus=bus,
-            state_path=paths.extension_state(ext.name),
-            logger=logger,
-        )
-        for ext in resolve.extensions(bundle, agent)
-    ]
-    registry = ToolRegistry.build([*tool_entries, *(e.tool_entries() for e in extensions)])
-    model = create_model(model_res, api_key=resolve.api_key(bundle, model_res, layout.root))
-    store = ConversationStore(paths.messages_dir)
-    store.open()
-    bus.open()
-    tool_calls = ToolCallRunner(
-        registry=registry,
-        pipelines=pipelines,
-        bus=bus,
-        workdir=work,
-        logger=logger,
-        runtime=agents if agents is not None else NotConnectedRuntime(),
-        secret_values=bundle.secret_values,
-    )
-
-    def at_turn_end() -> None:
-        store.fold()
-        _save_states(extensions)
-        bus.flush()
-
-    engine = TurnEngine(
-        TurnDeps(
-            agent_name=agent_name,
-            instance_key=instance_key,
-            model=model,
-            model_params=dict(agent.spec.model_config.params),
-            system_prompt=system_prompt,
-            max_steps=policy.max_steps_per_turn,
-            catalog=CatalogBuilder(registry),
-            pipelines=pipelines,
-            store=store,
-            bus=bus,
-            tool_calls=tool_calls,
-            at_turn_end=at_turn_end,
-        )
-    )
-    return cls(
-        engine=engine,
-        model=model,
-        registry=registry,
-        store=store,
-        bus=bus,
-        extensions=extensions,
-        paths=paths,
-        tool_calls=tool_calls,
-    )

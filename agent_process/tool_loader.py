@@ -14,7 +14,13 @@ from types import ModuleType
 from typing import Any
 
 from agent_process.loading import EntryLoadError, load_entry
-from agent_process.registry import SourceKind, ToolEntry, ToolOrigin, ToolRegistryError
+from agent_process.registry import (
+    SourceKind,
+    ToolEntry,
+    ToolOrigin,
+    ToolRegistryError,
+    check_name_part,
+)
 from agent_process.toolsets import FunctionToolset, PrefixedToolset
 from bundles.kinds import DeferredSpec, ToolExport, ToolSpec
 from bundles.model import Resource
@@ -70,6 +76,7 @@ def _from_handlers(
         )
     entries = []
     for export in spec.exports:
+        check_name_part(export.name, "export name", origin)
         handler = handlers.get(export.name)
         if export.deferred is not None and handler is None:
             handler = _deferred_handler(export.deferred)

@@ -1,0 +1,153 @@
+"""The composition root of one agent runtime: resolve, load and wire the parts, in order.
+
+Order matters: tools are loaded before extensions (a broken Tool fails fast), the runtime-event
+bus opens before extensions register (they may emit or subscribe at once), the registry is
+built once every source has registered, and the conversation log is replayed last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agent_process import resolve
+from agent_process.catalog import CatalogBuilder
+from agent_process.context import NotConnectedRuntime, agent_logger
+from agent_process.extensions import ExtensionHandle, load_extension
+from agent_process.models import Model, create_model
+from agent_process.pipeline import Pipelines
+from agent_process.registry import ToolEntry, ToolRegistry
+from agent_process.store import ConversationStore
+from agent_process.telemetry import EventBus
+from agent_process.tool_loader import load_tool_resource
+from agent_process.toolcall import ToolCallRunner
+from agent_process.turn import TurnDeps, TurnEngine
+from bundles.kinds import AgentSpec
+from bundles.model import Bundle, Resource
+from bundles.sdk import AgentsRuntime
+from protocol.endpoints import InstancePaths, StateLayout
+
+_log = structlog.get_logger("goondan.runtime")
+
+
+@dataclass(frozen=True, slots=True)
+class StartRequest:
+    bundle: Bundle
+    agent: str
+    instance_key: str
+    swarm: str
+    layout: StateLayout
+    agents: AgentsRuntime | None
+    workdir: Path | None
+
+    @property
+    def paths(self) -> InstancePaths:
+        return self.layout.instance_paths(self.swarm, self.instance_key, self.agent)
+
+
+@dataclass(slots=True)
+class Parts:
+    engine: TurnEngine
+    model: Model
+    registry: ToolRegistry
+    store: ConversationStore
+    bus: EventBus
+    extensions: list[ExtensionHandle]
+    paths: InstancePaths
+    tool_calls: ToolCallRunner
+
+
+def save_states(extensions: list[ExtensionHandle]) -> None:
+    for ext in extensions:
+        try:
+            ext.state.save()
+        except OSError as exc:
+            _log.error("extension_state_save_failed", extension=ext.name, error=str(exc))
+
+
+async def assemble(req: StartRequest) -> Parts:
+    """Raises resolve.ConfigProblem, ModelError, ToolRegistryError or ExtensionFailure."""
+    agent = resolve.agent(req.bundle, req.agent)
+    tool_entries: list[list[ToolEntry]] = [
+        list(load_tool_resource(t)) for t in resolve.tools(req.bundle, agent)
+    ]
+    paths = req.paths
+    for directory in (paths.messages_dir, paths.extensions_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    logger = agent_logger(req.agent, req.instance_key)
+    bus = EventBus(paths.runtime_events_jsonl, agent=req.agent, instance_key=req.instance_key)
+    bus.open()  # before the extensions: their register() may already emit events
+    pipelines = Pipelines()
+    try:
+        extensions = await _load_extensions(req, agent, pipelines, bus, logger)
+        registry = ToolRegistry.build([*tool_entries, *(e.tool_entries() for e in extensions)])
+        model_res = resolve.model(req.bundle, agent)
+        api_key = resolve.api_key(req.bundle, model_res, req.layout.root)
+        model = create_model(model_res, api_key=api_key)
+    except BaseException:
+        bus.close()
+        raise
+    store = ConversationStore(paths.messages_dir)
+    store.open()
+    tool_calls = _tool_calls(req, registry, pipelines, bus, logger)
+    engine = TurnEngine(
+        TurnDeps(
+            agent_name=req.agent,
+            instance_key=req.instance_key,
+            model=model,
+            model_params=dict(agent.spec.model_config.params),
+            system_prompt=resolve.system_prompt(req.bundle, agent),
+            max_steps=resolve.swarm_policy(req.bundle, req.swarm).max_steps_per_turn,
+            catalog=CatalogBuilder(registry),
+            pipelines=pipelines,
+            store=store,
+            bus=bus,
+            tool_calls=tool_calls,
+            at_turn_end=lambda: _turn_end(store, extensions, bus),
+        )
+    )
+    return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls)
+
+
+def _turn_end(store: ConversationStore, extensions: list[ExtensionHandle], bus: EventBus) -> None:
+    store.fold()
+    save_states(extensions)
+    bus.flush()
+
+
+async def _load_extensions(
+    req: StartRequest,
+    agent: Resource[AgentSpec],
+    pipelines: Pipelines,
+    bus: EventBus,
+    logger: Any,
+) -> list[ExtensionHandle]:
+    return [
+        await load_extension(
+            ext,
+            pipelines=pipelines,
+            bus=bus,
+            state_path=req.paths.extension_state(ext.name),
+            logger=logger,
+        )
+        for ext in resolve.extensions(req.bundle, agent)
+    ]
+
+
+def _tool_calls(
+    req: StartRequest, registry: ToolRegistry, pipelines: Pipelines, bus: EventBus, logger: Any
+) -> ToolCallRunner:
+    workdir = req.workdir if req.workdir is not None else req.paths.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    return ToolCallRunner(
+        registry=registry,
+        pipelines=pipelines,
+        bus=bus,
+        workdir=workdir,
+        logger=logger,
+        runtime=req.agents if req.agents is not None else NotConnectedRuntime(),
+        secret_values=req.bundle.secret_values,
+    )
