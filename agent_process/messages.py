@@ -101,3 +101,17 @@ def _put(messages: list[Message], mid: str, msg: Message, *, append_missing: boo
             return
     if append_missing:
         messages.append(msg)
+
+
+def dangling_calls(messages: list[Message]) -> list[ToolCall]:
+    """Tool calls of the last assistant message that have no tool result after them: what a
+    process killed mid-step leaves behind. Providers reject such a history, so the next turn
+    answers them first."""
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if msg.role is Role.ASSISTANT and msg.tool_calls:
+            answered = {m.tool_call_id for m in messages[i + 1 :] if m.role is Role.TOOL}
+            return [c for c in msg.tool_calls if c.id not in answered]
+        if msg.role is Role.USER:
+            return []
+    return []

@@ -21,9 +21,10 @@ import structlog
 
 from agent_process.catalog import CatalogBuilder, names_of
 from agent_process.contexts import StepContext, StepResult, TurnContext, TurnResult
-from agent_process.messages import Role, new_message
+from agent_process.messages import Role, dangling_calls, new_message
 from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
 from agent_process.pipeline import PipelineKind, Pipelines
+from agent_process.results import error_result
 from agent_process.store import ConversationStore
 from agent_process.telemetry import EventBus, RuntimeEvent
 from agent_process.toolcall import ToolCallRunner
@@ -118,6 +119,7 @@ class TurnEngine:
     async def _turn_core(self, ctx: TurnContext) -> TurnResult:
         d = self._d
         event = ctx.event
+        self._answer_interrupted_calls(ctx)
         d.store.append(
             Role.USER.value,
             event.input,
@@ -137,6 +139,24 @@ class TurnEngine:
             suggestion="raise Swarm.spec.policy.maxStepsPerTurn or check the tools' results",
         )
         return self._result(ctx, TurnOutcome.MAX_STEPS, text, error)
+
+    def _answer_interrupted_calls(self, ctx: TurnContext) -> None:
+        store = self._d.store
+        for call in dangling_calls(store.messages):
+            result = error_result(
+                ErrorCode.E_AGENT_CRASHED,
+                f"the agent process stopped before {call.name} returned; its effect is unknown",
+                suggestion="check whether the action happened before repeating it",
+            )
+            store.append_message(
+                new_message(
+                    Role.TOOL,
+                    result.to_model_text(),
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    turn_id=ctx.turn_id,
+                )
+            )
 
     async def _run_step(self, turn: TurnContext, index: int) -> StepResult:
         d = self._d
