@@ -80,6 +80,11 @@ class EventBus:
 
     # -- producing ----------------------------------------------------------------------
 
+    @property
+    def active(self) -> bool:
+        """False when nothing records or listens: producers may skip building events."""
+        return self._fd is not None or bool(self._subscribers)
+
     def emit(self, event: RuntimeEvent) -> None:
         if self._fd is not None:
             self._buffer.append(_encoder.encode(event))

@@ -130,6 +130,8 @@ class ToolCallRunner:
         result: ToolResult | None,
         duration_ms: float | None,
     ) -> None:
+        if not self._bus.active:
+            return
         turn = ctx.step.turn
         self._bus.emit(
             RuntimeEvent(
