@@ -230,10 +230,28 @@ def _load_package(
     main = next((pkg_dir / n for n in MAIN_FILES if (pkg_dir / n).is_file()), None)
     if main is None:
         return []
-    found = _load_resources(main, prefix=default_name, collector=collector, broken=broken)
-    manifest = next((r for r, _ in found if r.kind is Kind.PACKAGE), None)
-    name = manifest.name if manifest is not None else default_name
+    name = _package_name(main, default_name)
+    found = _load_resources(main, prefix=name, collector=collector, broken=broken)
     return [(dataclasses.replace(r, package=name), src) for r, src in found]
+
+
+def _package_name(main: Path, default: str) -> str:
+    """The name in the package's leading Package document (read once more, errors ignored:
+    the real load reports them), so that diagnostics already carry the right prefix."""
+    try:
+        docs = load_file(main, main.name)
+    except YamlFileError:
+        return default
+    first = docs[0].data if docs else None
+    if isinstance(first, dict) and first.get("kind") == Kind.PACKAGE.value:
+        name = (
+            first.get("metadata", {}).get("name")
+            if isinstance(first.get("metadata"), dict)
+            else None
+        )
+        if isinstance(name, str) and package_name_problem(name) is None:
+            return name
+    return default
 
 
 def _in_file_order(diagnostics: list[Diagnostic]) -> list[Diagnostic]:

@@ -145,7 +145,9 @@ def _not_found(bundle: Bundle, kind: Kind, name: str, package: str | None) -> Re
     pool = [r for r in bundle.resources if r.kind is kind]
     if package is not None:
         pool = [r for r in pool if r.package == package] or pool
-    names = {r.name: _label(r) for r in pool}
+    names: dict[str, str] = {}
+    for r in sorted(pool, key=lambda r: r.package is not None):  # user resources first
+        names.setdefault(r.name, _label(r))
     near = [names[n] for n in closest(name, names)]
     where = f" in package {package}" if package else ""
     if near:
@@ -195,9 +197,9 @@ def select(
 
 def deep_merge(base: Any, overrides: Any) -> Any:
     """Objects merge recursively, scalars and lists are replaced, `null` removes the key."""
-    if not isinstance(base, dict) or not isinstance(overrides, dict):
+    if not isinstance(overrides, dict):
         return overrides
-    out = dict(base)
+    out = dict(base) if isinstance(base, dict) else {}
     for key, value in overrides.items():
         if value is None:
             out.pop(key, None)
