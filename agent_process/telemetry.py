@@ -135,7 +135,9 @@ class EventBus:
                     self._tasks.add(task)
                     task.add_done_callback(self._task_done(owner, event.type))
             except Exception as exc:
-                _log.error("subscriber_failed", extension=owner, event=event.type, error=repr(exc))
+                _log.error(
+                    "subscriber_failed", extension=owner, event_type=event.type, error=repr(exc)
+                )
 
     def _task_done(self, owner: str, event_type: str) -> Callable[[asyncio.Task[Any]], None]:
         def done(task: asyncio.Task[Any]) -> None:
@@ -144,7 +146,7 @@ class EventBus:
                 _log.error(
                     "subscriber_failed",
                     extension=owner,
-                    event=event_type,
+                    event_type=event_type,
                     error=repr(task.exception()),
                 )
 

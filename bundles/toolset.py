@@ -128,7 +128,7 @@ def build_tool_def(
         else:
             fields.append((param.name, hint, param.default))
     args_type = msgspec.defstruct(
-        f"{fn.__name__}_args", fields, kw_only=True, forbid_unknown_fields=True
+        re.sub(r"\W", "_", f"{fn.__name__}_args"), fields, kw_only=True, forbid_unknown_fields=True
     )
     schema = _inline_schema(args_type, arg_docs)
     is_async = inspect.iscoroutinefunction(fn)
@@ -169,7 +169,7 @@ def _make_handler(
 def _inline_schema(args_type: type[msgspec.Struct], arg_docs: Mapping[str, str]) -> JsonObject:
     raw = msgspec.json.schema(args_type)
     defs: dict[str, Any] = dict(raw.get("$defs", {}))
-    schema: dict[str, Any] = dict(defs.pop(args_type.__name__))
+    schema: dict[str, Any] = dict(defs.pop(str(raw["$ref"]).rsplit("/", 1)[-1]))
     schema.pop("title", None)
     schema.setdefault("properties", {})
     for prop, doc in arg_docs.items():

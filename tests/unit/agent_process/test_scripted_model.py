@@ -1,0 +1,75 @@
+"""The scripted model: rule matching on the latest input, afterTool, templating, script files."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agent_process.messages import Role, new_message
+from agent_process.models import ModelError, ModelRequest, ModelResponse
+from agent_process.models.scripted import ScriptedModel
+
+
+def model(script: list[dict[str, object]], **options: object) -> ScriptedModel:
+    return ScriptedModel.from_options("m", {"script": script, **options}, Path("."))
+
+
+async def ask(m: ScriptedModel, *messages: tuple[Role, str, str | None]) -> ModelResponse:
+    msgs = [new_message(role, text, tool_name=tool) for role, text, tool in messages]
+    async with asyncio.timeout(5):
+        return await m.complete(ModelRequest(system="s", messages=msgs, tools=[]))
+
+
+async def test_first_matching_rule_answers_and_templates_fill_in() -> None:
+    m = model(
+        [
+            {
+                "match": "^weather in (\\w+)",
+                "toolCalls": [{"name": "w__get", "args": {"q": "{input}", "n": [1, "{input}"]}}],
+            },
+            {"match": "hello", "reply": "hi! you said {input}"},
+            {"afterTool": "w__get", "reply": "forecast: {last_tool_result} from {last_tool_name}"},
+        ]
+    )
+    greet = await ask(m, (Role.USER, "well hello", None))
+    assert greet.text == "hi! you said well hello" and not greet.tool_calls
+    call = await ask(m, (Role.USER, "weather in Seoul", None))
+    assert call.tool_calls[0].args == {"q": "weather in Seoul", "n": [1, "weather in Seoul"]}
+    assert call.finish_reason == "tool_calls"
+    after = await ask(
+        m,
+        (Role.USER, "weather in Seoul", None),
+        (Role.ASSISTANT, "", None),
+        (Role.TOOL, '{"status":"ok","output":"sun"}', "w__get"),
+    )
+    assert after.text == 'forecast: {"status":"ok","output":"sun"} from w__get'
+
+
+async def test_rules_without_after_tool_do_not_fire_after_a_tool_and_vice_versa() -> None:
+    m = model(
+        [{"match": "x", "toolCalls": [{"name": "t__a"}]}, {"afterTool": "*", "reply": "any tool"}],
+        defaultReply="default for {input}",
+    )
+    after = await ask(m, (Role.USER, "x", None), (Role.TOOL, "{}", "t__b"))
+    assert after.text == "any tool" and not after.tool_calls
+    fresh = await ask(m, (Role.USER, "nothing matches", None))
+    assert fresh.text == "default for nothing matches"
+    assert fresh.usage.input_tokens > 0
+
+
+async def test_script_file_rules_are_appended(tmp_path: Path) -> None:
+    (tmp_path / "script.yaml").write_text("- match: ping\n  reply: pong\n")
+    m = ScriptedModel.from_options("m", {"scriptFile": "script.yaml"}, tmp_path)
+    assert (await ask(m, (Role.USER, "ping", None))).text == "pong"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"script": [{"match": "("}]}, {"script": [{"bogus": 1}]}, {"scriptFile": "missing.yaml"}],
+)
+def test_bad_scripts_are_coded_errors(options: dict[str, object]) -> None:
+    with pytest.raises(ModelError) as caught:
+        ScriptedModel.from_options("m", options, Path("/nonexistent"))
+    assert caught.value.info.code == "E_MODEL_SCRIPT"
