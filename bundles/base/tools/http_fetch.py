@@ -8,7 +8,8 @@ variables from the environment are ignored. Bodies are read as a stream and cut 
 
 Settings (`Tool.spec.config`): `allowHosts` (host names, IPs or CIDRs that skip the address
 checks), `maxRedirects` (default 5), `maxTimeoutMs` (default 120000), `maxBytesLimit` (largest
-`maxBytes` a call may ask for, default 5000000), `userAgent`.
+`maxBytes` a call may ask for, default 5000000), `userAgent`, `caFile` (a PEM bundle to trust
+instead of the system store, for internal CAs).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import base64
 import hashlib
 import importlib.util
 import json
+import ssl
 import sys
 import time
 from collections.abc import Mapping
@@ -63,6 +65,16 @@ def _setting(config: Mapping[str, Any], key: str, default: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ToolFailed(f"Tool config {key!r} must be a non-negative integer, got {value!r}")
     return value
+
+
+def _verify(config: Mapping[str, Any]) -> ssl.SSLContext | bool:
+    ca_file = config.get("caFile")
+    if ca_file is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as error:
+        raise ToolFailed(f"Tool config 'caFile' cannot be loaded: {error}") from None
 
 
 def _parse_url(raw: str) -> httpx.URL:
@@ -163,7 +175,9 @@ async def _fetch(ctx: ToolContext, method: str, input: JsonObject) -> JsonObject
     headers, content = _request_parts(ctx, input)
     redirects: list[str] = []
     started = time.monotonic()
-    async with httpx.AsyncClient(trust_env=False, follow_redirects=False) as client:
+    async with httpx.AsyncClient(
+        trust_env=False, follow_redirects=False, verify=_verify(config)
+    ) as client:
         while True:
             response = await _send(client, method, url, headers, content, allow)
             try:
