@@ -52,6 +52,8 @@ class _ToolsApi:
         self._owner = owner
         self._origin = origin
         self.toolset = FunctionToolset()
+        self.sealed = False
+        """Set once the registry is built: tools can only be added during register()."""
 
     def register(
         self,
@@ -64,6 +66,11 @@ class _ToolsApi:
         visible: bool = True,
         error_message_limit: int = 1000,
     ) -> str:
+        if self.sealed:
+            raise RuntimeError(
+                f"extension {self._owner!r}: tools.register({name!r}) after start-up; "
+                "register tools inside register(api, config)"
+            )
         if not callable(handler):
             raise TypeError(f"tools.register({name!r}, ...) needs a handler fn(ctx, input)")
         target = getattr(handler, "__call__", None)  # noqa: B004 - async callables count too
@@ -147,6 +154,8 @@ class ExtensionHandle:
         self.logger: Logger = logger.bind(extension=resource.name)
 
     def tool_entries(self) -> list[ToolEntry]:
+        """The tools this extension registered, named `<extension>__<name>`; seals the API."""
+        self.tools.sealed = True
         return list(PrefixedToolset(self.tools.toolset, self.name))
 
 

@@ -155,6 +155,7 @@ class TurnEngine:
                     tool_call_id=call.id,
                     tool_name=call.name,
                     turn_id=ctx.turn_id,
+                    metadata={"status": result.status.value},
                 )
             )
 
@@ -211,6 +212,7 @@ class TurnEngine:
                     tool_call_id=call.id,
                     tool_name=call.name,
                     turn_id=turn.turn_id,
+                    metadata={"status": result.status.value},
                 )
             )
         return StepResult(

@@ -76,7 +76,7 @@ def _blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
             "tool_use_id": m.tool_call_id,
             "content": m.content,
         }
-        if '"status":"error"' in m.content:
+        if m.metadata.get("status") == "error":
             block["is_error"] = True
         return "user", [block]
     if m.role is Role.ASSISTANT:
