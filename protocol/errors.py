@@ -74,6 +74,7 @@ class ErrorCode(StrEnum):
     # extensions
     E_EXT_LOAD = "E_EXT_LOAD"
     E_EXT_INIT = "E_EXT_INIT"
+    E_EXT_REQUIRED_TOOLS_MISSING = "E_EXT_REQUIRED_TOOLS_MISSING"
 
     # model providers
     E_MODEL_AUTH = "E_MODEL_AUTH"
