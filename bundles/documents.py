@@ -208,14 +208,14 @@ def read_text(file: Path, display: str) -> str:
         ) from exc
 
 
-def parse_documents(text: str, display: str) -> list[YamlDocument]:
+def parse_documents(text: str, display: str, *, limit: int | None = None) -> list[YamlDocument]:
     """Every non-empty document of `text`; a coded `YamlFileError` for anything unusable."""
     docs: list[YamlDocument] = []
     index = 0
     loader: Any = None
     try:
         loader = LineLoader(text)
-        while loader.check_node():
+        while (limit is None or len(docs) < limit) and loader.check_node():
             if index >= MAX_DOCUMENTS:
                 raise _Stop(
                     f"file has more than {MAX_DOCUMENTS} YAML documents",
@@ -264,8 +264,9 @@ def _yaml_diagnostic(exc: yaml.YAMLError, display: str) -> Diagnostic:
     )
 
 
-def load_file(file: Path, display: str) -> list[YamlDocument]:
-    return parse_documents(read_text(file, display), display)
+def load_file(file: Path, display: str, *, limit: int | None = None) -> list[YamlDocument]:
+    """The documents of `file` (only the first `limit` non-empty ones if given)."""
+    return parse_documents(read_text(file, display), display, limit=limit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -239,7 +239,7 @@ def _package_name(main: Path, default: str) -> str:
     """The name in the package's leading Package document (read once more, errors ignored:
     the real load reports them), so that diagnostics already carry the right prefix."""
     try:
-        docs = load_file(main, main.name)
+        docs = load_file(main, main.name, limit=1)
     except YamlFileError:
         return default
     first = docs[0].data if docs else None

@@ -26,7 +26,7 @@ from bundles.kinds import (
 from bundles.model import Bundle, Resource
 from bundles.paths import PathProblem, file_inside
 from bundles.reporter import Reporter, SourceMap
-from bundles.resolve import RefFailure, lookup, parse_ref, resolve_item
+from bundles.resolve import RefFailure, lookup, parse_ref, resolve_item, resolve_list
 from bundles.values import ValueProblem, shape_problem, value_of
 from protocol.errors import ErrorCode
 
@@ -203,18 +203,43 @@ class Checks:
     def _connection(self, res: Resource[ConnectionSpec]) -> None:
         spec = res.spec
         self._ref(res, ("spec", "connectorRef"), spec.connector_ref, Kind.CONNECTOR)
-        if spec.swarm_ref is not None:
-            self._ref(res, ("spec", "swarmRef"), spec.swarm_ref, Kind.SWARM)
+        swarm = self._connection_swarm(res)
         for i, rule in enumerate(spec.ingress.rules):
             path: FieldPath = ("spec", "ingress", "rules", i, "route")
             if rule.route.agent_ref is not None:
-                self._ref(res, (*path, "agentRef"), rule.route.agent_ref, Kind.AGENT)
+                agent = self._ref(res, (*path, "agentRef"), rule.route.agent_ref, Kind.AGENT)
+                if agent is not None and swarm is not None:
+                    self._in_swarm(res, (*path, "agentRef"), agent, swarm)
             if rule.route.instance_key is not None and rule.route.instance_key_property:
                 self.rep.error(
                     res, path, ErrorCode.E_CONFIG_SCHEMA_INVALID,
                     "route sets both instanceKey and instanceKeyProperty",
                     "keep one: a fixed instanceKey or the event property to read it from",
                 )  # fmt: skip
+
+    def _connection_swarm(self, res: Resource[ConnectionSpec]) -> Resource[SwarmSpec] | None:
+        if res.spec.swarm_ref is not None:
+            return self._ref(res, ("spec", "swarmRef"), res.spec.swarm_ref, Kind.SWARM)
+        return next(self.bundle.of_kind(Kind.SWARM, user_only=True), None)
+
+    def _in_swarm(
+        self,
+        res: Resource[Any],
+        path: FieldPath,
+        agent: Resource[Any],
+        swarm: Resource[SwarmSpec],
+    ) -> None:
+        try:
+            members = resolve_list(self.bundle, swarm.spec.agents, Kind.AGENT)
+        except RefFailure:
+            return  # reported on the swarm itself
+        if agent.key not in {m.key for m in members}:
+            self.rep.error(
+                res, path, ErrorCode.E_CONFIG_REF_NOT_FOUND,
+                f"Agent/{agent.name} is not one of the agents of Swarm/{swarm.name}",
+                f"add Agent/{agent.name} to the swarm's spec.agents or route to one of: "
+                + ", ".join(m.name for m in members),
+            )  # fmt: skip
 
     # -- value sources ---------------------------------------------------------------------
 

@@ -70,6 +70,17 @@ CASES = [
      E.E_CONFIG_ENTRY_NOT_FOUND, "goondan.yaml:30 spec.prompt.systemRef"),
     ("kind: Connection\nmetadata: {name: c}\nspec:\n  connectorRef: Connector/nope\n",
      E.E_CONFIG_REF_NOT_FOUND, "goondan.yaml:29 spec.connectorRef"),
+    ("kind: Agent\nmetadata: {name: outsider}\nspec: {modelConfig: {modelRef: Model/fake}}\n"
+     "---\napiVersion: goondan.ai/v1\nkind: Connector\nmetadata: {name: c}\n"
+     "spec: {entry: ./tool.py}\n---\napiVersion: goondan.ai/v1\nkind: Connection\n"
+     "metadata: {name: c}\nspec:\n  connectorRef: Connector/c\n  ingress:\n    rules:\n"
+     "      - route: {agentRef: Agent/outsider, instanceKeyProperty: chat}\n",
+     E.E_CONFIG_REF_NOT_FOUND, "goondan.yaml:42 spec.ingress.rules[0].route.agentRef"),
+    ("kind: Connector\nmetadata: {name: c}\nspec: {entry: ./tool.py}\n"
+     "---\napiVersion: goondan.ai/v1\nkind: Connection\n"
+     "metadata: {name: c}\nspec:\n  connectorRef: Connector/c\n  ingress:\n    rules:\n"
+     "      - route: {instanceKey: a, instanceKeyProperty: chat}\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:37 spec.ingress.rules[0].route"),
 ]  # fmt: skip
 
 
@@ -121,3 +132,22 @@ def test_hello_example_is_valid() -> None:
     assert bundle.swarm().name == "hello"
     assert bundle.swarm().spec.entry_agent == "Agent/greeter"
     assert bundle.model("scripted").spec.provider == "scripted"
+
+
+def test_watched_paths_and_fingerprints(tmp_path: Path) -> None:
+    from bundles.files import fingerprint, resource_files, watched_paths
+
+    (tmp_path / "prompt.md").write_text("v1")
+    with_prompt = "modelRef: Model/fake\n  prompt: {systemRef: prompt.md}"
+    tool_doc = "---\n" + HEAD + TOOL + "  entry: ./tool.py\n  exports: [{name: run}]\n"
+    write_bundle(tmp_path, VALID_TAIL.replace("modelRef: Model/fake", with_prompt) + tool_doc)
+    (tmp_path / "tool.py").write_text("handlers = {}\n")
+    bundle = load_bundle(tmp_path, packages=[])
+    agent, tool = bundle.agent("main"), bundle.tool("t")
+    assert resource_files(agent) == [tmp_path / "goondan.yaml", (tmp_path / "prompt.md").resolve()]
+    assert resource_files(tool)[1] == (tmp_path / "tool.py").resolve()
+    assert set(watched_paths(bundle)) >= {tmp_path / "goondan.yaml", tmp_path / ".env"}
+    before = fingerprint(agent)
+    (tmp_path / "prompt.md").write_text("v2")
+    assert fingerprint(agent) != before
+    assert fingerprint(tool) == fingerprint(bundle.tool("t"))
