@@ -23,6 +23,7 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _SENSITIVE_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _MIN_SECRET_LEN = 4  # shorter values would match half the environment by accident
@@ -110,6 +111,15 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def _kill_spawned(spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, Any]]) -> None:
+    """Done-callback for a spawn whose caller was cancelled: nothing of it may survive."""
+    if spawn.cancelled() or spawn.exception() is not None:
+        return
+    transport, _ = spawn.result()
+    _signal_group(transport.get_pid(), signal.SIGKILL)
+    transport.close()
+
+
 async def _stop_group(pgid: int, output: _CappedOutput, grace_s: float) -> None:
     """SIGTERM the group, give the leader `grace_s` to exit, then SIGKILL the group."""
     _signal_group(pgid, signal.SIGTERM)
@@ -143,16 +153,25 @@ async def run_capped(
     """Run `argv` to completion or deadline; never leaves a process of its group behind."""
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    transport, output = await loop.subprocess_exec(
-        lambda: _CappedOutput(max_bytes),
-        *argv,
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _CappedOutput(max_bytes),
+            *argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
     )
+    try:
+        # Shielded: a cancellation while asyncio is still wiring the pipes would otherwise
+        # kill only the leader and then wait for pipes that a grandchild keeps open.
+        transport, output = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        spawn.add_done_callback(_kill_spawned)
+        raise
     pgid = transport.get_pid()
     timed_out = False
     try:

@@ -224,4 +224,7 @@ async def test_cancelling_the_call_kills_the_group(ctx: FakeContext, workdir: Pa
     with pytest.raises(asyncio.CancelledError):
         async with asyncio.timeout(10):
             await task
-    assert _gone(int((workdir / "child.pid").read_text()))
+    # In a thread: if the cancel landed while asyncio was still wiring the pipes, the group is
+    # killed by a callback on this loop, which must keep running meanwhile.
+    async with asyncio.timeout(10):
+        assert await asyncio.to_thread(_gone, int((workdir / "child.pid").read_text()))

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from bundles.kinds import API_VERSION, BASE_PACKAGE, PackageSpec, ToolSpec
+from bundles.kinds import API_VERSION, BASE_PACKAGE, ExtensionSpec, PackageSpec, ToolSpec
 from bundles.loader import inspect_bundle
 
 from .conftest import BASE, load_tool
@@ -19,6 +19,7 @@ from .conftest import BASE, load_tool
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 DOCS: list[dict[str, Any]] = list(yaml.safe_load_all((BASE / "goondan.yaml").read_text()))
 TOOLS = [doc for doc in DOCS if doc["kind"] == "Tool"]
+EXTENSIONS = [doc for doc in DOCS if doc["kind"] == "Extension"]
 EXPORTS = [(tool, export) for tool in TOOLS for export in tool["spec"]["exports"]]
 
 
@@ -73,6 +74,19 @@ def test_every_export_has_a_handler_and_no_handler_is_undeclared(tool: dict[str,
     exports = {e["name"] for e in tool["spec"]["exports"]}
     assert set(module.handlers) == exports
     assert all(callable(handler) for handler in module.handlers.values())
+
+
+def test_the_extensions_are_declared() -> None:
+    names = [ext["metadata"]["name"] for ext in EXTENSIONS]
+    assert names == ["logging", "message-window", "required-tools-guard"]
+
+
+@pytest.mark.parametrize("extension", EXTENSIONS, ids=_id)
+def test_extension_specs_fit_the_kind_and_export_register(extension: dict[str, Any]) -> None:
+    spec = msgspec.convert(extension["spec"], ExtensionSpec)
+    assert spec.entry is not None
+    module = load_tool(spec.entry)
+    assert callable(module.register)
 
 
 def _properties(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
