@@ -29,6 +29,7 @@ class Command(Protocol):
 def _commands() -> list[Command]:
     # Imported here so `goondan --help` stays fast and a broken command cannot break the rest.
     from orchestrator.commands import instance, restart, run, send, status, stop, validate
+    from orchestrator.commands import service as service_cmd
 
     return [
         PendingCommand("init", "write a new bundle that runs offline"),
@@ -41,7 +42,7 @@ def _commands() -> list[Command]:
         stop.COMMAND,
         PendingCommand("logs", "read the logs and runtime events"),
         PendingCommand("calls", "list or resolve pending client-side (deferred) tool calls"),
-        PendingCommand("service", "systemd helpers (print-unit)"),
+        service_cmd.COMMAND,
         PendingCommand("doctor", "check this machine and the bundle"),
     ]
 
