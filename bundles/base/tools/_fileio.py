@@ -8,11 +8,14 @@ replacing a file that appeared in the meantime.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from bundles.sdk import ToolFailed
+from bundles.sdk import JsonObject, JsonValue, ToolContext, ToolFailed, ToolHandler
 from protocol.errors import ErrorCode
 
 BINARY_SNIFF_BYTES = 8192
@@ -88,3 +91,31 @@ def append_text(path: Path, text: str) -> None:
     fd = os.open(path, flags, _new_file_mode())
     with os.fdopen(fd, "a", encoding="utf-8", newline="") as handle:
         handle.write(text)
+
+
+def _os_failure(ctx: ToolContext, error: OSError) -> ToolFailed:
+    # OS messages name host paths: show the workspace as <workspace> instead.
+    reason = error.strerror or str(error)
+    reason = reason.replace(os.path.realpath(ctx.workdir), "<workspace>")
+    return ToolFailed(f"file operation failed: {reason}", code=ErrorCode.E_TOOL)
+
+
+def guard_os_errors(handler: Callable[[ToolContext, JsonObject], Any]) -> ToolHandler:
+    """Turn unexpected OSErrors (permissions, full disk, cross-device) into coded failures."""
+    if inspect.iscoroutinefunction(handler):
+
+        async def run_async(ctx: ToolContext, input: JsonObject) -> JsonValue:
+            try:
+                return await handler(ctx, input)
+            except OSError as error:
+                raise _os_failure(ctx, error) from error
+
+        return run_async
+
+    def run(ctx: ToolContext, input: JsonObject) -> JsonValue:
+        try:
+            return handler(ctx, input)
+        except OSError as error:
+            raise _os_failure(ctx, error) from error
+
+    return run

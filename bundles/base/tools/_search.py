@@ -120,8 +120,8 @@ async def search_ripgrep(
     limit: int,
     timeout_s: float,
 ) -> SearchResult:
-    argv = [rg, "--json", "--no-config", "--no-require-git", f"--max-filesize={limit}"]
-    argv += ["--glob", glob] if glob else []
+    argv = [rg, "--json", "--no-config", "--no-require-git", "--sort=path"]
+    argv += [f"--max-filesize={limit}", *(["--glob", glob] if glob else [])]
     argv += ["--regexp", query, "--", "."]
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -131,17 +131,22 @@ async def search_ripgrep(
         stderr=subprocess.PIPE,
         limit=_RG_LINE_LIMIT,
     )
+    assert proc.stderr is not None
+    errors = asyncio.ensure_future(proc.stderr.read())  # drained alongside: it must not fill up
+    returncode: int | None = None
     try:
         async with asyncio.timeout(timeout_s):
             matches = await _rg_collect(proc, max_results)
+            if len(matches) <= max_results:  # rg ran to its end: its exit status matters
+                returncode = await proc.wait()
     except TimeoutError:
         raise _timeout(timeout_s) from None
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()  # enough results, or a timeout: stop rg rather than drain it
-        assert proc.stderr is not None
-        stderr = (await proc.stderr.read()).decode("utf-8", errors="replace")
-        returncode = await proc.wait()
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()  # enough results, or a timeout: stop rg rather than drain it
+            await proc.wait()
+        stderr = (await errors).decode("utf-8", errors="replace")
     if returncode == 2 and not matches and "regex" in stderr:
         raise _invalid_regex(query, stderr.strip().splitlines()[-1] if stderr.strip() else "")
     matches.sort(key=lambda m: (m.path, m.line))

@@ -12,18 +12,18 @@ or written, default 10000000), `maxListEntries` (default 1000), `searchEngine` (
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib.util
-import inspect
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from bundles.sdk import JsonObject, JsonValue, ToolContext, ToolFailed, ToolHandler
+from bundles.sdk import JsonObject, ToolContext, ToolFailed
 from protocol.errors import ErrorCode
 
 
@@ -242,8 +242,15 @@ async def search(ctx: ToolContext, input: JsonObject) -> JsonObject:
             rg, start, query, glob, max_results, limit=limit, timeout_s=timeout_s
         )
     else:
-        found = _search.search_python(
-            ws.root_of(start), start, query, glob, max_results, limit=limit, timeout_s=timeout_s
+        found = await asyncio.to_thread(  # a long walk must not stall the agent's event loop
+            _search.search_python,
+            ws.root_of(start),
+            start,
+            query,
+            glob,
+            max_results,
+            limit=limit,
+            timeout_s=timeout_s,
         )
     matches = [
         {"path": ws.display(start / m.path), "line": m.line, "text": m.text} for m in found.matches
@@ -352,36 +359,8 @@ def move(ctx: ToolContext, input: JsonObject) -> JsonObject:
     return {"source": ws.display(source), "destination": ws.display(destination)}
 
 
-def _os_failure(ctx: ToolContext, error: OSError) -> ToolFailed:
-    # OS messages name host paths: show the workspace as <workspace> instead.
-    reason = error.strerror or str(error)
-    reason = reason.replace(os.path.realpath(ctx.workdir), "<workspace>")
-    return ToolFailed(f"file operation failed: {reason}", code=ErrorCode.E_TOOL)
-
-
-def _guarded(handler: Callable[[ToolContext, JsonObject], Any]) -> ToolHandler:
-    """Turn unexpected OSErrors (permissions, full disk, cross-device) into coded failures."""
-    if inspect.iscoroutinefunction(handler):
-
-        async def run_async(ctx: ToolContext, input: JsonObject) -> JsonValue:
-            try:
-                return await handler(ctx, input)
-            except OSError as error:
-                raise _os_failure(ctx, error) from error
-
-        return run_async
-
-    def run(ctx: ToolContext, input: JsonObject) -> JsonValue:
-        try:
-            return handler(ctx, input)
-        except OSError as error:
-            raise _os_failure(ctx, error) from error
-
-    return run
-
-
 handlers = {
-    name: _guarded(fn)
+    name: _fileio.guard_os_errors(fn)
     for name, fn in {
         "read": read,
         "write": write,
