@@ -77,13 +77,18 @@ def _directory(ws: _workspace.Workspace, raw: str) -> Path:
 
 
 def _numbered(lines: list[str], first: int, max_bytes: int) -> tuple[str, int, bool]:
-    """Lines as `%6d  text`, stopping before `max_bytes`; returns (text, last line, cut)."""
+    """Lines as `%6d  text`, stopping before `max_bytes`; returns (text, last line, cut).
+
+    A first line that alone is over the budget is shown cut (a minified file is one line)."""
     out: list[str] = []
     used = 0
     for offset, line in enumerate(lines):
         row = f"{first + offset:6d}  {line}\n"
         used += len(row.encode("utf-8"))
-        if used > max_bytes and out:
+        if used > max_bytes:
+            if not out:
+                head = row.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+                return head.rstrip("\n") + "\n", first, True
             return "".join(out), first + offset - 1, True
         out.append(row)
     return "".join(out), first + len(lines) - 1, False

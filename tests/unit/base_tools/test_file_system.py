@@ -160,6 +160,15 @@ async def test_read_caps_output_and_says_where_to_continue(ctx: FakeContext, wor
     assert out["nextStart"] == 2
 
 
+async def test_read_cuts_a_single_line_over_the_budget(ctx: FakeContext, workdir: Path) -> None:
+    (workdir / "min.js").write_text("x" * 5000 + "\nsecond\n")
+    out = await run(ctx, "read", {"path": "min.js", "maxBytes": 100})
+    assert out["truncated"] is True
+    assert len(out["content"].encode()) <= 101
+    assert out["content"].startswith("     1  xxx")
+    assert (out["endLine"], out["nextStart"]) == (1, 2)
+
+
 async def test_read_refuses_bad_ranges_missing_binary_and_huge_files(
     ctx: FakeContext, workdir: Path
 ) -> None:
