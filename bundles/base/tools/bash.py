@@ -69,6 +69,8 @@ def _shell(config: Mapping[str, Any]) -> str:
 
 def _child_env(ctx: ToolContext, extra: Mapping[str, Any] | None) -> dict[str, str]:
     allow = ctx.config.get("allowEnv") or []
+    if not isinstance(allow, list) or not all(isinstance(name, str) for name in allow):
+        raise ToolFailed("Tool config 'allowEnv' must be a list of variable names")
     env = _process.scrub_env(
         os.environ,
         secrets=ctx.secret_values,
