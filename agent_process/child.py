@@ -28,7 +28,11 @@ import zmq.asyncio
 
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
+from agent_process.runtime import AgentRuntime, StartFailure
+from bundles.diagnostics import BundleError
+from bundles.loader import load_bundle
 from protocol.codec import decode_message, encode
+from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
 from protocol.ids import ORCHESTRATOR
@@ -73,7 +77,8 @@ class TurnReport(Protocol):
 
 
 class TurnRunner(Protocol):
-    tool_names: list[str]
+    @property
+    def tool_names(self) -> list[str]: ...
 
     async def run_turn(self, event: AgentEvent) -> TurnReport: ...
     async def close(self) -> None: ...
@@ -83,21 +88,31 @@ RunnerFactory = Callable[[ChildOptions, Bridge], Awaitable[TurnRunner]]
 
 
 def preload() -> None:
-    """Imports the fork server does once, so forked children share them copy-on-write."""
-    for name in ("agent_process.runtime", "bundles.loader"):
+    """Imports the fork server does once, so forked children share them copy-on-write.
+
+    Everything `runtime_factory` needs is imported at the top of this module; the model
+    SDKs are imported lazily by the runtime, so take them here too.
+    """
+    for name in ("openai", "anthropic", "httpx", "jsonschema"):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
 
 
 async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
     """The real engine: load the bundle, then `AgentRuntime.create` (raises StartFailure)."""
-    from protocol.endpoints import StateLayout
-
-    loader = importlib.import_module("bundles.loader")
-    runtime = importlib.import_module("agent_process.runtime")
-    bundle = loader.load_bundle(opts.bundle, env_files=opts.env_files, state_root=opts.state_root)
+    try:
+        bundle = load_bundle(opts.bundle, env_files=opts.env_files, state_root=opts.state_root)
+    except BundleError as exc:
+        first = exc.diagnostics[0] if exc.diagnostics else None
+        raise StartFailure(
+            ErrorInfo(
+                code=first.code if first else ErrorCode.E_CONFIG_PARSE_ERROR,
+                message=str(exc),
+                suggestion="fix the bundle (goondan validate), then `goondan restart`",
+            )
+        ) from exc
     pid = opts.process_id
-    runner: TurnRunner = await runtime.AgentRuntime.create(
+    return await AgentRuntime.create(
         bundle=bundle,
         agent=pid.name,
         instance_key=pid.instance_key,
@@ -105,7 +120,6 @@ async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
         layout=StateLayout.from_env(opts.state_root),
         agents=bridge,
     )
-    return runner
 
 
 def select_factory() -> RunnerFactory:

@@ -231,4 +231,4 @@ class Daemon:
 
 
 def _log_transition(entry: ProcessEntry, source: ProcessStatus, target: ProcessStatus) -> None:
-    log.debug("transition", process=str(entry.process_id), source=str(source), target=str(target))
+    log.info("transition", process=str(entry.process_id), source=str(source), target=str(target))

@@ -2,8 +2,9 @@
 
 A `Mailbox` holds the events of one address: `queue` (waiting for a ready process, in
 order) and `inflight` (sent to the current generation and not finished). When the process
-dies, the event whose turn had started is the one that crashed; the events it had received
-but not started go back to the front of the queue for the replacement (DESIGN 5).
+dies, the event whose turn had started is the one that crashed (answered, never retried);
+the events it had received but not started go back to the front of the queue for the
+replacement (DESIGN 5).
 
 The `RequestBook` knows every open correlation id: who asked (an address, or a control
 client's future) and which address serves it, so a crash answers the caller at once.
@@ -56,8 +57,14 @@ class Mailbox:
         return chosen
 
     def on_death(self) -> AgentEvent | None:
-        """The process is gone: return the event it was running; requeue the rest."""
-        crashed = self.inflight.pop(self.started, None) if self.started is not None else None
+        """The process is gone: return the event it was running; requeue the rest.
+
+        Without a `processing` report (a process that dies at once may never flush it), the
+        oldest event it received is taken as the one it was running: the child works FIFO,
+        and redelivering an event that kills its process would kill every replacement.
+        """
+        current = self.started if self.started is not None else next(iter(self.inflight), None)
+        crashed = self.inflight.pop(current, None) if current is not None else None
         self.started = None
         self.requeue()
         return crashed

@@ -55,7 +55,7 @@ ORCHESTRATOR_SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 class Lifecycle(Protocol):
     """What the router tells the supervisor (and asks it)."""
 
-    def check_target(self, target: Address) -> ErrorInfo | None: ...
+    def check_target(self, target: Address, *, request: bool = False) -> ErrorInfo | None: ...
     def ensure(self, target: Address) -> None: ...
     def on_hello(self, entry: ProcessEntry, payload: HelloPayload) -> None: ...
     def on_ready(self, entry: ProcessEntry, payload: ReadyPayload) -> None: ...
@@ -237,7 +237,7 @@ class Router:
             )
             self.book.open(request)
         assert self.lifecycle is not None
-        problem = self.lifecycle.check_target(target)
+        problem = self.lifecycle.check_target(target, request=event.reply_to is not None)
         if problem is not None:
             self._answer_error(event, problem)
             return
@@ -319,12 +319,18 @@ class Router:
             )
             self._answer_error(crashed, error)
 
-    def fail_queued(self, address: Address, error: ErrorInfo) -> int:
-        """Answer every queued event of `address` with `error`; return how many."""
+    def fail_queued(
+        self, address: Address, error: ErrorInfo, *, requests_only: bool = False
+    ) -> int:
+        """Answer the queued events of `address` with `error` (with `requests_only`, only
+        those that carry `replyTo`; the others stay queued for the next process)."""
         box = self.mailboxes.get(address)
         if box is None:
             return 0
         events = box.drain_queue()
         for event in events:
-            self._answer_error(event, error)
-        return len(events)
+            if requests_only and event.reply_to is None:
+                box.queue.append(event)
+            else:
+                self._answer_error(event, error)
+        return len(events) - len(box.queue)

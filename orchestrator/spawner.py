@@ -284,6 +284,9 @@ class ForkServerSpawner:
     async def close(self) -> None:
         """Close our end: the server sees EOF and exits; wait for it briefly."""
         self._closing = True
+        statuses = [h.status for h in self._children.values() if h.exited.done()]
+        if statuses:  # exits already seen: let their statuses arrive before we hang up
+            await asyncio.wait(statuses, timeout=1.0)
         self._stop_reading()
         self.server.sock.close()
         handle = self._server_handle

@@ -92,7 +92,14 @@ class Supervisor:
 
     # -- routing questions -------------------------------------------------------------
 
-    def check_target(self, target: Address) -> ErrorInfo | None:
+    def check_target(self, target: Address, *, request: bool = False) -> ErrorInfo | None:
+        """Why an event for `target` cannot be taken now (None: it can).
+
+        A request for an agent in crashLoopBackOff is answered at once rather than left
+        waiting for a process that keeps dying; plain events stay queued for it."""
+        entry = self.table.get(target)
+        if request and entry is not None and entry.status is S.CRASH_LOOP_BACKOFF:
+            return self._backing_off(entry)
         if self.closing:
             return ErrorInfo(code=ErrorCode.E_AGENT_SHUTTING_DOWN, message="the daemon is stopping")
         if target.kind is ProcessKind.AGENT and target.name not in self.members:
@@ -180,23 +187,27 @@ class Supervisor:
     def _record_exit(
         self, entry: ProcessEntry, handle: ChildHandle | None, known: ExitStatus | None
     ) -> None:
-        reason = "start_error" if entry.start_error else str(entry.status)
-        entry.last_exit = ExitInfo(at=_iso(time.time()), reason=reason)
-        if known is not None:
-            entry.last_exit = ExitInfo(
-                code=known.code, signal=known.signal, at=_iso(time.time()), reason=reason
-            )
+        if entry.start_error is not None:
+            reason = "start_error"
+        elif entry.status is S.DRAINING:
+            reason = "stopped"
+        else:
+            reason = "crashed"
+        now = _iso(time.time())
+        process = str(entry.process_id)
+        code, sig = (known.code, known.signal) if known is not None else (None, None)
+        recorded = entry.last_exit = ExitInfo(code=code, signal=sig, at=now, reason=reason)
         if handle is None:
             return
-        generation = entry.generation
 
         def fill(fut: asyncio.Future[ExitStatus]) -> None:
+            # the status may come after a respawn: update only the record made for this exit
             status = fut.result()
-            if entry.generation == generation and entry.last_exit is not None:
+            if entry.last_exit is recorded:
                 entry.last_exit = ExitInfo(
-                    code=status.code, signal=status.signal, at=entry.last_exit.at, reason=reason
+                    code=status.code, signal=status.signal, at=now, reason=reason
                 )
-                log.info("exit_status", process=str(entry.process_id), exit=status.describe())
+            log.info("exit_status", process=process, exit=status.describe())
 
         handle.status.add_done_callback(fill)
 
@@ -212,7 +223,9 @@ class Supervisor:
             entry.crashes += 1
         history = RestartHistory(crashes=entry.crashes, start_errors=entry.start_errors)
         decision = decide(history, kind, self.settings.restart)
-        log.warning("crashed", process=str(entry.process_id), kind=str(kind), decision=decision)
+        log.warning(
+            "crashed", process=str(entry.process_id), kind=str(kind), decision=repr(decision)
+        )
         match decision:
             case RespawnNow():
                 self._spawn(entry)  # crashed -> spawning
@@ -223,6 +236,7 @@ class Supervisor:
                 self._timers[entry.address] = loop.call_later(
                     delay, self._backoff_over, entry, entry.generation
                 )
+                self.router.fail_queued(entry.address, self._backing_off(entry), requests_only=True)
             case HoldDown(retry_after=retry_after):
                 self.table.transition(entry, S.TERMINATED, expect=S.CRASHED)
                 entry.retry_at = self.clock() + retry_after
@@ -238,6 +252,18 @@ class Supervisor:
         """The reconciler's safety net for a backoff whose timer was lost."""
         if entry.status is S.CRASH_LOOP_BACKOFF and entry.address not in self._timers:
             self._backoff_over(entry, entry.generation)
+
+    def _backing_off(self, entry: ProcessEntry) -> ErrorInfo:
+        wait = max(0.0, (entry.retry_at or 0.0) - self.clock())
+        exit_text = ""
+        if entry.last_exit is not None and entry.last_exit.code is not None:
+            exit_text = f", last exit code {entry.last_exit.code}"
+        return ErrorInfo(
+            code=ErrorCode.E_AGENT_BACKOFF,
+            message=f"{entry.address} is in crashLoopBackOff after {entry.crashes} crashes"
+            f"{exit_text}; next start in {wait:.1f} s",
+            suggestion=f"see its log ({self.launch.swarm} logs), fix it, then `goondan restart`",
+        )
 
     def _start_failed(self, entry: ProcessEntry) -> ErrorInfo:
         cause = entry.start_error.message if entry.start_error else "it failed to start"

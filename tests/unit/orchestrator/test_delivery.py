@@ -35,11 +35,19 @@ def test_death_returns_the_started_event_and_requeues_the_rest_in_order() -> Non
     assert box.started is None
 
 
-def test_death_with_nothing_started_loses_nothing() -> None:
+def test_death_before_the_processing_report_blames_the_oldest_event() -> None:
     box = Mailbox()
     a, b = _event("a"), _event("b")
     box.queue.extend([a, b])
     box.take()
+    assert box.on_death() == a  # never redelivered: it may be what kills the process
+    assert list(box.queue) == [b]
+
+
+def test_death_of_an_idle_process_loses_nothing() -> None:
+    box = Mailbox()
+    a, b = _event("a"), _event("b")
+    box.queue.extend([a, b])
     assert box.on_death() is None
     assert list(box.queue) == [a, b]
 
@@ -51,8 +59,9 @@ def test_finished_events_are_not_redelivered() -> None:
     box.take()
     box.mark_started(a.id)
     box.mark_done(a.id)
-    assert box.on_death() is None
-    assert list(box.queue) == [b]
+    box.mark_started(b.id)
+    assert box.on_death() == b
+    assert not box.queue
 
 
 def test_shutdown_ack_requeues_only_the_named_events() -> None:

@@ -1,0 +1,186 @@
+"""Drive a real `goondan run` daemon from a test: its JSON log lines are the awaitable signals.
+
+The daemon runs as `python -m orchestrator run BUNDLE --log-format json`; a reader task
+parses its stderr so a test can `await daemon.wait_for("transition", target="processing")`
+instead of sleeping. Control requests go over the real control socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import psutil
+import zmq
+import zmq.asyncio
+
+from orchestrator.rundir import read_active
+from protocol.codec import decode_control_reply, encode
+from protocol.control import ControlReply, ControlRequest, SendText, StatusQuery, StatusResult
+from protocol.endpoints import StateLayout
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "integration"
+SWARM = FIXTURES / "swarm"
+PYTHON = sys.executable
+
+LogLine = dict[str, Any]
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra or {})
+    return env
+
+
+async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """`goondan ARGS` as a real process: (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON, "-m", "orchestrator", *args,
+        env=child_env(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+class Daemon:
+    def __init__(self, proc: asyncio.subprocess.Process, swarm: str) -> None:
+        self.proc = proc
+        self.swarm = swarm
+        self.lines: list[LogLine] = []
+        self._changed = asyncio.Condition()
+        self._reader = asyncio.ensure_future(self._read())
+        self._zctx = zmq.asyncio.Context()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @classmethod
+    async def start(
+        cls,
+        bundle: Path = SWARM,
+        *,
+        swarm: str = "probe",
+        env: dict[str, str] | None = None,
+        args: Sequence[str] = (),
+    ) -> Daemon:
+        proc = await asyncio.create_subprocess_exec(
+            PYTHON, "-m", "orchestrator", "run", str(bundle), "--log-format", "json", *args,
+            env=child_env(env), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        daemon = cls(proc, swarm)
+        started = asyncio.ensure_future(daemon.wait_for("started"))
+        exited = asyncio.ensure_future(proc.wait())
+        await asyncio.wait({started, exited}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            started.cancel()
+            raise RuntimeError(f"daemon exited with {proc.returncode}: {daemon.lines[-5:]}")
+        exited.cancel()
+        return daemon
+
+    async def _read(self) -> None:
+        assert self.proc.stderr is not None
+        async for raw in self.proc.stderr:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                line = {"event": "_text", "text": raw.decode(errors="replace")}
+            async with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        async with self._changed:
+            self.lines.append({"event": "_eof"})
+            self._changed.notify_all()
+
+    def mark(self) -> int:
+        return len(self.lines)
+
+    def find(self, event: str, since: int = 0, **fields: Any) -> list[LogLine]:
+        return [
+            line
+            for line in self.lines[since:]
+            if line.get("event") == event and all(line.get(k) == v for k, v in fields.items())
+        ]
+
+    async def wait_for(self, event: str, since: int = 0, **fields: Any) -> LogLine:
+        async with self._changed:
+            while True:
+                found = self.find(event, since, **fields)
+                if found:
+                    return found[0]
+                if self.lines and self.lines[-1].get("event") == "_eof":
+                    raise AssertionError(f"daemon log ended before {event} {fields}")
+                await self._changed.wait()
+
+    async def request(self, req: ControlRequest, limit: float = 20.0) -> ControlReply:
+        layout = StateLayout.from_env()
+        info = read_active(layout.run_paths(self.swarm).active_json)
+        assert info is not None, "active.json is missing"
+        sock = self._zctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.connect(info.endpoints["control"])
+            await sock.send(encode(req))
+            async with asyncio.timeout(limit):
+                return decode_control_reply(await sock.recv())
+        finally:
+            sock.close()
+
+    async def send(
+        self, text: str, agent: str | None = None, *, wait: bool = True, key: str | None = None
+    ) -> ControlReply:
+        req = SendText(
+            request_id=os.urandom(4).hex(), text=text, agent=agent, instance_key=key, wait=wait,
+            timeout_ms=60_000,
+        )  # fmt: skip
+        return await self.request(req)
+
+    async def status(self) -> StatusResult:
+        reply = await self.request(StatusQuery(request_id="s"))
+        assert reply.ok, reply.error
+        return msgspec.convert(reply.result, StatusResult)
+
+    async def process(self, name: str) -> Any:
+        status = await self.status()
+        return next(p for p in status.processes if p.name == name)
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    async def wait(self) -> int:
+        code = await self.proc.wait()
+        await self._reader
+        return code
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    async def close(self) -> None:
+        """Leave nothing behind, whatever the test did."""
+        leftovers = self.descendants()
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGKILL)
+            await self.proc.wait()
+        for proc in leftovers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        self._zctx.term()
