@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,8 @@ import pytest
 @pytest.fixture(autouse=True)
 def _isolated_state_root(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Path]:
+) -> Path:
     # Short path: ipc socket paths must stay under 107 bytes.
     root = tmp_path_factory.mktemp("st")
     monkeypatch.setenv("GOONDAN_STATE_ROOT", str(root))
-    yield root
+    return root
