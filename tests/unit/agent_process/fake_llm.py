@@ -11,6 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+HANG = 0
+"""A reply status that makes the server never answer."""
+
 
 @dataclass
 class Recorded:
@@ -26,7 +29,6 @@ class FakeLLMServer:
     requests: list[Recorded] = field(default_factory=list)
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _writers: set[asyncio.StreamWriter] = field(default_factory=set)
 
     @property
     def port(self) -> int:
@@ -40,8 +42,8 @@ class FakeLLMServer:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
-        for writer in self._writers:  # end keep-alive connections the SDK left open
-            writer.close()
+        for task in self._tasks:  # end keep-alive connections and never-answered requests
+            task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
 
@@ -49,7 +51,6 @@ class FakeLLMServer:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        self._writers.add(writer)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -64,6 +65,8 @@ class FakeLLMServer:
                     Recorded(method, path, headers, json.loads(body) if body else None)
                 )
                 status, payload = self.replies.pop(0) if self.replies else (500, {"error": "none"})
+                if status == HANG:
+                    await asyncio.Event().wait()  # never answer: the client's timeout ends it
                 data = json.dumps(payload).encode()
                 writer.write(
                     f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
@@ -71,10 +74,9 @@ class FakeLLMServer:
                     + data
                 )
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionResetError):
+        except (asyncio.IncompleteReadError, ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
-            self._writers.discard(writer)
             writer.close()
 
 

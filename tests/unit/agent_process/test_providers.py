@@ -10,7 +10,12 @@ import pytest
 
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
-from tests.unit.agent_process.fake_llm import FakeLLMServer, anthropic_message, chat_completion
+from tests.unit.agent_process.fake_llm import (
+    HANG,
+    FakeLLMServer,
+    anthropic_message,
+    chat_completion,
+)
 from tests.unit.agent_process.helpers import make_runtime, turn
 
 ADD = {
@@ -111,6 +116,18 @@ async def test_openai_provider_errors_fail_the_turn_with_a_code(status: int, cod
     assert result.error is not None and result.error.code == code
     assert "openai model 'openai-test'" in result.error.message
     assert result.error.suggestion
+
+
+async def test_a_provider_that_never_answers_is_a_timeout() -> None:
+    async with FakeLLMServer() as server:
+        server.replies = [(HANG, None)]
+        endpoint = f"http://127.0.0.1:{server.port}/v1"
+        rt = await make_runtime(model("openai", endpoint, timeoutSeconds=0.2), b.agent())
+        try:
+            result = await turn(rt, "hi")
+        finally:
+            await rt.close()
+    assert result.error is not None and result.error.code == "E_MODEL_TIMEOUT"
 
 
 async def test_unreachable_endpoint_is_a_connection_error() -> None:
