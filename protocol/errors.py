@@ -54,6 +54,8 @@ class ErrorCode(StrEnum):
     E_TOOL_URL_INVALID = "E_TOOL_URL_INVALID"
     E_TOOL_HTTP = "E_TOOL_HTTP"
     E_TOOL_QUERY_INVALID = "E_TOOL_QUERY_INVALID"
+    E_TOOL_API = "E_TOOL_API"
+    E_TOOL_RATE_LIMITED = "E_TOOL_RATE_LIMITED"
 
     # agents and the orchestrator
     E_AGENT_NOT_FOUND = "E_AGENT_NOT_FOUND"
