@@ -20,17 +20,21 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import structlog
+import uvloop
 import zmq
 import zmq.asyncio
 
+from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
 from agent_process.runtime import AgentRuntime, StartFailure
 from bundles.diagnostics import BundleError
 from bundles.loader import load_bundle
+from bundles.model import Bundle
 from protocol.codec import decode_message, encode
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
@@ -87,21 +91,31 @@ class TurnRunner(Protocol):
 RunnerFactory = Callable[[ChildOptions, Bridge], Awaitable[TurnRunner]]
 
 
-def preload() -> None:
-    """Imports the fork server does once, so forked children share them copy-on-write.
+def preload(bundle: Bundle | None = None, env_files: tuple[Path, ...] = (),
+            state_root: Path | None = None) -> None:  # fmt: skip
+    """What the fork server does once, so forked children share it copy-on-write.
 
     Everything `runtime_factory` needs is imported at the top of this module; the model
-    SDKs are imported lazily by the runtime, so take them here too.
+    SDKs are imported lazily by the runtime, so take them here too. The daemon's loaded
+    bundle is remembered so children skip re-loading it while its files are unchanged.
     """
-    for name in ("openai", "anthropic", "httpx", "jsonschema"):
+    for name in (
+        "agent_process.models.scripted",
+        "agent_process.models.openai_chat",
+        "agent_process.models.anthropic_messages",
+    ):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    if bundle is not None and state_root is not None:
+        preloaded.remember(bundle, env_files, state_root)
 
 
 async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
     """The real engine: load the bundle, then `AgentRuntime.create` (raises StartFailure)."""
+    bundle = preloaded.take(opts.bundle, opts.env_files, opts.state_root)
     try:
-        bundle = load_bundle(opts.bundle, env_files=opts.env_files, state_root=opts.state_root)
+        if bundle is None:
+            bundle = load_bundle(opts.bundle, env_files=opts.env_files, state_root=opts.state_root)
     except BundleError as exc:
         first = exc.diagnostics[0] if exc.diagnostics else None
         raise StartFailure(
@@ -350,6 +364,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     _die_with_parent(opts.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
     _configure_logging(opts)
-    import uvloop
-
     return uvloop.run(amain(opts, select_factory()))

@@ -75,7 +75,12 @@ def run(opts: DaemonOptions) -> int:
     )
     server = None
     if settings.spawn_mode is SpawnMode.FORKSERVER:
-        server = start_fork_server(CHILD_ENTRY, close_fds=(lock.fileno(),))
+        context = {
+            "bundle": opts.bundle,
+            "env_files": opts.env_files,
+            "state_root": opts.layout.root,
+        }
+        server = start_fork_server(CHILD_ENTRY, close_fds=(lock.fileno(),), context=context)
     import uvloop
 
     try:

@@ -22,8 +22,9 @@ import selectors
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -90,11 +91,16 @@ class ForkServerProcess:
 
 
 def start_fork_server(
-    entry_module: str, preload: tuple[str, ...] = (), close_fds: tuple[int, ...] = ()
+    entry_module: str,
+    preload: tuple[str, ...] = (),
+    close_fds: tuple[int, ...] = (),
+    context: Mapping[str, Any] | None = None,
 ) -> ForkServerProcess:
     """Fork the server from this (still single-threaded, loop-less) process.
 
-    `close_fds` are closed in the server (e.g. the daemon's pid-file lock)."""
+    `close_fds` are closed in the server (e.g. the daemon's pid-file lock); `context` is
+    passed as keyword arguments to the entry module's `preload()` hook (e.g. the bundle
+    this process already loaded, so children need not load it again)."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     daemon_pid = os.getpid()
     sys.stdout.flush()
@@ -109,14 +115,16 @@ def start_fork_server(
             set_parent_death_signal()
             if os.getppid() != daemon_pid:
                 os._exit(1)
-            code = _serve(child_end, entry_module, preload)
+            code = _serve(child_end, entry_module, preload, dict(context or {}))
         finally:
             os._exit(code)
     child_end.close()
     return ForkServerProcess(pid=pid, sock=parent_end)
 
 
-def _serve(sock: socket.socket, entry_module: str, preload: tuple[str, ...]) -> int:
+def _serve(
+    sock: socket.socket, entry_module: str, preload: tuple[str, ...], context: dict[str, Any]
+) -> int:
     # The terminal's Ctrl-C is for the daemon, which then shuts children down in order.
     os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -125,7 +133,7 @@ def _serve(sock: socket.socket, entry_module: str, preload: tuple[str, ...]) -> 
         importlib.import_module(name)
     hook = getattr(module, "preload", None)
     if callable(hook):
-        hook()
+        hook(**context)
     entry: Callable[[list[str]], int] = module.main
     gc.collect()
     gc.freeze()

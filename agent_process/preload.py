@@ -1,0 +1,76 @@
+"""The bundle the fork server already holds, reused by its children while it is current.
+
+Loading and validating a bundle costs tens of milliseconds (YAML, refs, the base package);
+a forked child would pay that on every spawn. The fork server is a fork of the daemon, which
+loaded the bundle before forking it, so it hands that object to `remember()`; a child takes
+it only if no file it came from has changed since (restart after an edit re-reads).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bundles.loader import bundle_files
+from bundles.model import Bundle
+
+Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+def _files(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> set[Path]:
+    files = set(bundle_files(bundle.path))
+    files.update(res.location.file for res in bundle.resources)
+    files.update(env_files)
+    for name in (".env", ".env.local"):
+        files.add(bundle.root / name)
+    secrets = state_root / "secrets"
+    if secrets.is_dir():
+        files.update(secrets.iterdir())
+    return files
+
+
+def fingerprint(files: set[Path]) -> Fingerprint:
+    out = []
+    for path in sorted(files):
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append((str(path), -1, -1))
+            continue
+        out.append((str(path), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Preloaded:
+    bundle: Bundle
+    env_files: tuple[Path, ...]
+    state_root: Path
+    files: frozenset[Path]
+    stamp: Fingerprint
+
+    def matches(self, path: Path, env_files: tuple[Path, ...], state_root: Path) -> bool:
+        same_inputs = (
+            path.resolve() in (self.bundle.path.resolve(), self.bundle.root.resolve())
+            and env_files == self.env_files
+            and state_root.resolve() == self.state_root.resolve()
+        )
+        return same_inputs and fingerprint(set(self.files)) == self.stamp
+
+
+_held: list[Preloaded] = []
+"""Set once in the fork server (before it forks anyone); read by its children."""
+
+
+def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> None:
+    files = _files(bundle, env_files, state_root)
+    _held[:] = [Preloaded(bundle, env_files, state_root, frozenset(files), fingerprint(files))]
+
+
+def take(path: Path, env_files: tuple[Path, ...], state_root: Path) -> Bundle | None:
+    """The remembered bundle if it was loaded from these inputs and is still current."""
+    for held in _held:
+        if held.matches(path, env_files, state_root):
+            return held.bundle
+    return None
