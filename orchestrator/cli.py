@@ -29,10 +29,11 @@ class Command(Protocol):
 def _commands() -> list[Command]:
     # Imported here so `goondan --help` stays fast and a broken command cannot break the rest.
     from orchestrator.commands import instance, restart, run, send, status, stop, validate
+    from orchestrator.commands import init as init_cmd
     from orchestrator.commands import service as service_cmd
 
     return [
-        PendingCommand("init", "write a new bundle that runs offline"),
+        init_cmd.COMMAND,
         validate.COMMAND,
         run.COMMAND,
         send.COMMAND,
