@@ -89,7 +89,7 @@ def chat_completion(
             {
                 "id": c["id"],
                 "type": "function",
-                "function": {"name": c["name"], "arguments": json.dumps(c["args"])},
+                "function": {"name": c["name"], "arguments": c.get("raw") or json.dumps(c["args"])},
             }
             for c in tool_calls
         ]

@@ -95,6 +95,22 @@ async def test_openai_provider_sends_system_prompt_tool_schemas_and_tool_results
     assert json.loads(messages[3]["content"]) == {"status": "ok", "output": {"sum": 5}}
 
 
+async def test_arguments_that_are_not_json_are_fed_back_as_invalid_args() -> None:
+    async with FakeLLMServer() as server:
+        bad = {"id": "call_9", "name": "calc__add", "args": {}, "raw": "{a: 2"}
+        server.replies = [(200, chat_completion(tool_calls=[bad])), (200, chat_completion("ok"))]
+        endpoint = f"http://127.0.0.1:{server.port}/v1"
+        rt = await make_runtime(model("openai", endpoint), b.agent(tools=["calc"]), CALC)
+        try:
+            await turn(rt, "add")
+        finally:
+            await rt.close()
+    messages = server.requests[1].body["messages"]
+    assert messages[2]["tool_calls"][0]["function"]["arguments"] == "{a: 2"  # sent back as is
+    error = json.loads(messages[3]["content"])["error"]
+    assert error["code"] == "E_TOOL_INVALID_ARGS" and "{a: 2" in error["message"]
+
+
 @pytest.mark.parametrize(
     ("status", "code"),
     [

@@ -102,6 +102,35 @@ async def test_deferred_export_reaches_the_deferred_hook() -> None:
     assert "calendar.get" in error["message"]
 
 
+async def test_a_deferred_hook_can_complete_deferred_calls() -> None:
+    from agent_process.contexts import ToolCallMwContext
+    from agent_process.results import DeferredRequest, ToolResult, ok_result
+
+    seen: list[tuple[str, DeferredRequest]] = []
+
+    async def client(ctx: ToolCallMwContext, request: DeferredRequest) -> ToolResult:
+        seen.append((ctx.tool_call_id, request))
+        return ok_result({"events": []})
+
+    tool = b.tool(
+        "t",
+        "tools/basic.py",
+        [{"name": "cal", "deferred": {"method": "calendar.get", "message": "wait"}}],
+    )
+    rt = await make_runtime(
+        b.scripted(script=call_then_report("t__cal", {"day": "mon"})), b.agent(tools=["t"]), tool
+    )
+    rt.set_deferred_hook(client)
+    try:
+        await turn(rt, "go")
+        assert tool_results(rt)[0] == {"status": "ok", "output": {"events": []}}
+    finally:
+        await rt.close()
+    assert seen[0][1] == DeferredRequest(
+        method="calendar.get", params={"day": "mon"}, message="wait"
+    )
+
+
 async def test_tool_context_fields() -> None:
     tool = b.tool("t", "tools/basic.py", [{"name": "info"}], config={"root": "/r"})
     rt = await make_runtime(
