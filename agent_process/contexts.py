@@ -12,6 +12,7 @@ from agent_process.models.base import Usage
 from agent_process.pipeline import _Onion
 from agent_process.results import ToolResult
 from agent_process.store import ConversationStore
+from bundles import sdk
 from protocol.errors import ErrorInfo
 from protocol.events import AgentEvent, TraceContext
 from protocol.messages import TurnOutcome
@@ -110,3 +111,10 @@ class ToolCallMwContext(_Onion[ToolResult]):
     @property
     def tool_call_id(self) -> str:
         return self.call.id
+
+
+def _conforms(
+    turn: TurnContext, step: StepContext, call: ToolCallMwContext
+) -> tuple[sdk.TurnMiddlewareContext, sdk.StepMiddlewareContext, sdk.ToolCallMiddlewareContext]:
+    """Never called: makes mypy check these contexts against the SDK's Protocols."""
+    return turn, step, call

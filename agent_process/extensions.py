@@ -24,7 +24,7 @@ from agent_process.telemetry import EventBus, Subscriber
 from agent_process.toolsets import FunctionToolset, PrefixedToolset
 from bundles.kinds import ExtensionSpec
 from bundles.model import Resource
-from bundles.sdk import JsonObject, Logger, ToolHandler
+from bundles.sdk import ExtensionApi, JsonObject, Logger, ToolHandler
 from protocol.errors import ErrorCode
 
 _log = structlog.get_logger("goondan.extensions")
@@ -189,8 +189,9 @@ async def load_extension(
             f"{where}: entry {resource.spec.entry!r} does not define register(api, config)",
             "add `def register(api, config): ...` (or async def) to the module",
         )
+    api: ExtensionApi = handle  # checked statically against the SDK's Protocol
     try:
-        result = register(handle, resource.spec.config)
+        result = register(api, resource.spec.config)
         if inspect.isawaitable(result):
             await result
     except Exception as exc:

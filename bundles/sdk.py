@@ -262,6 +262,7 @@ class ToolsApi(Protocol):
         parameters: JsonObject | None = None,
         timeout_ms: int | None = None,
         visible: bool = True,
+        error_message_limit: int = 1000,
     ) -> str:
         """Add a tool named `<extension>__<name>` to the registry and return that name.
         `visible=False` keeps it out of the default catalog (step middleware may add it)."""
