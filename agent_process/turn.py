@@ -71,8 +71,7 @@ class TurnEngine:
         d.bus.current_trace_id = span.trace_id
         started = time.perf_counter()
         self._emit("turn.started", ctx, span, data={"eventType": event.type})
-        result = await self._guarded(ctx)
-        d.at_turn_end()
+        result = self._persist(ctx, await self._guarded(ctx))
         kind = "turn.completed" if result.outcome is TurnOutcome.COMPLETED else "turn.failed"
         self._emit(
             kind,
@@ -85,6 +84,24 @@ class TurnEngine:
             error=result.error,
         )
         d.bus.flush()
+        return result
+
+    def _persist(self, ctx: TurnContext, result: TurnResult) -> TurnResult:
+        """The turn-end durability point; a turn whose state cannot be saved has failed."""
+        try:
+            self._d.at_turn_end()
+        except OSError as exc:  # disk full, permissions
+            _log.error("turn_end_persist_failed", turn_id=ctx.turn_id, error=str(exc))
+            return self._result(
+                ctx,
+                TurnOutcome.FAILED,
+                result.text,
+                ErrorInfo(
+                    code=ErrorCode.E_AGENT_TURN_FAILED,
+                    message=f"the turn's conversation could not be saved: {exc}",
+                    suggestion="check free space and permissions of the state directory",
+                ),
+            )
         return result
 
     async def _guarded(self, ctx: TurnContext) -> TurnResult:

@@ -194,3 +194,20 @@ def test_turn_result_encodes_to_json() -> None:
 
     r = TurnResult(turn_id="t", event_id="e", outcome=TurnOutcome.COMPLETED, text="hi")
     assert msgspec.json.decode(msgspec.json.encode(r))["outcome"] == "completed"
+
+
+async def test_a_turn_whose_log_cannot_be_folded_fails_and_loses_nothing() -> None:
+    rt = await make_runtime(b.scripted(), b.agent())
+    try:
+        blocker = rt.paths.messages_dir / "base.jsonl.tmp"
+        blocker.mkdir()  # the fold's temp file cannot be created
+        result = await turn(rt, "first")
+        assert result.outcome is TurnOutcome.FAILED
+        assert result.error is not None and result.error.code == "E_AGENT_TURN_FAILED"
+        assert "could not be saved" in result.error.message
+        assert len(rt.paths.events_jsonl.read_bytes().splitlines()) == 2  # still on disk
+        blocker.rmdir()
+        assert (await turn(rt, "second")).outcome is TurnOutcome.COMPLETED
+        assert len(rt.paths.base_jsonl.read_bytes().splitlines()) == 4
+    finally:
+        await rt.close()
