@@ -30,6 +30,7 @@ def _commands() -> list[Command]:
     # Imported here so `goondan --help` stays fast and a broken command cannot break the rest.
     from orchestrator.commands import instance, restart, run, send, status, stop, validate
     from orchestrator.commands import init as init_cmd
+    from orchestrator.commands import doctor as doctor_cmd
     from orchestrator.commands import service as service_cmd
 
     return [
@@ -44,7 +45,7 @@ def _commands() -> list[Command]:
         PendingCommand("logs", "read the logs and runtime events"),
         PendingCommand("calls", "list or resolve pending client-side (deferred) tool calls"),
         service_cmd.COMMAND,
-        PendingCommand("doctor", "check this machine and the bundle"),
+        doctor_cmd.COMMAND,
     ]
 
 

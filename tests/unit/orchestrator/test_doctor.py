@@ -1,0 +1,227 @@
+"""`goondan doctor`: passing and failing checks, the exit code and the JSON shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.commands.doctor import (
+    Dependency,
+    Level,
+    check_dependency,
+    check_python,
+)
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
+
+SECRET = "sk-doctor-test-0123456789"
+
+SCRIPTED = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: scripted, model: s}
+"""
+
+OPENAI = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: openai
+  model: gpt-4o-mini
+"""
+
+REST = """\
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: a}
+spec: {modelConfig: {modelRef: Model/m}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: doc}
+spec: {entryAgent: Agent/a, agents: [Agent/a]}
+"""
+
+
+def _bundle(directory: Path, model: str = SCRIPTED) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "goondan.yaml").write_text(model + REST)
+    return directory
+
+
+def _doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code = main(["doctor", "--json", *argv])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def _status(report: dict[str, Any], name: str) -> list[str]:
+    return [c["status"] for c in report["checks"] if c["name"] == name]
+
+
+def _check(report: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [c for c in report["checks"] if c["name"] == name]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_healthy_machine_and_bundle_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = _doctor(capsys, str(_bundle(tmp_path / "b")))
+    assert code == EXIT_OK
+    assert report["ok"] is True
+    assert not [c for c in report["checks"] if c["status"] == "fail"]
+    names = {c["name"] for c in report["checks"]}
+    assert {"python", "state root", "bundle", "pyzmq", "PyYAML", "ipc path", "systemd"} <= names
+    assert _check(report, "bundle")["detail"].endswith("is valid (swarm doc)")
+    assert "/run/doc/control.sock" in _check(report, "ipc path")["detail"]
+
+
+def test_human_output_lists_checks_and_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor", str(_bundle(tmp_path / "b"))]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("ok    python")
+    assert lines[-1].endswith("0 fail")
+
+
+def test_unwritable_state_root_fails_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a directory cannot be made under a file, even by root
+    code, report = _doctor(capsys, "--state-root", str(blocker / "state"))
+    assert code == EXIT_RUNTIME
+    assert report["ok"] is False
+    check = _check(report, "state root")
+    assert check["status"] == "fail"
+    assert "GOONDAN_STATE_ROOT" in check["fix"]
+
+
+def test_ipc_path_too_long_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deep = tmp_path / ("d" * 100)
+    code, report = _doctor(capsys, "--state-root", str(deep), str(_bundle(tmp_path / "b")))
+    assert code == EXIT_RUNTIME
+    check = _check(report, "ipc path")
+    assert check["status"] == "fail"
+    assert "E_ENDPOINT_TOO_LONG" in check["detail"]
+
+
+def test_missing_api_key_env_var_fails_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DOCTOR_TEST_KEY", raising=False)
+    model = OPENAI + "  apiKey: {valueFrom: {env: DOCTOR_TEST_KEY}}\n"
+    code, report = _doctor(capsys, str(_bundle(tmp_path / "b", model)))
+    assert code == EXIT_RUNTIME
+    check = _check(report, "Model/m")
+    assert check["status"] == "fail"
+    assert "DOCTOR_TEST_KEY" in check["detail"]
+    assert "DOCTOR_TEST_KEY" in check["fix"]
+
+
+def test_present_api_key_passes_and_is_never_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCTOR_TEST_KEY", SECRET)
+    model = OPENAI + "  apiKey: {valueFrom: {env: DOCTOR_TEST_KEY}}\n"
+    bundle = _bundle(tmp_path / "b", model)
+    code = main(["doctor", "--json", str(bundle)])
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert _check(json.loads(out), "Model/m")["status"] == "ok"
+    assert SECRET not in out
+    assert main(["doctor", str(bundle)]) == EXIT_OK
+    assert SECRET not in capsys.readouterr().out
+
+
+def test_api_key_from_dotenv_file_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DOCTOR_TEST_KEY", raising=False)
+    model = OPENAI + "  apiKey: {valueFrom: {env: DOCTOR_TEST_KEY}}\n"
+    bundle = _bundle(tmp_path / "b", model)
+    (bundle / ".env").write_text(f"DOCTOR_TEST_KEY={SECRET}\n")
+    code, report = _doctor(capsys, str(bundle))
+    assert code == EXIT_OK
+    assert _check(report, "Model/m")["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [("", "fail"), ("  endpoint: http://127.0.0.1:9/v1\n", "warn")],
+)
+def test_model_without_api_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, status: str
+) -> None:
+    _, report = _doctor(capsys, str(_bundle(tmp_path / "b", OPENAI + extra)))
+    assert _check(report, "Model/m")["status"] == status
+
+
+def test_invalid_bundle_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "goondan.yaml").write_text("apiVersion: goondan.ai/v1\nkind: Agent\n")
+    code, report = _doctor(capsys, str(tmp_path))
+    assert code == EXIT_RUNTIME
+    check = _check(report, "bundle")
+    assert check["status"] == "fail"
+    assert check["fix"] == f"goondan validate {tmp_path}"
+
+
+def test_unknown_swarm_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _doctor(capsys, str(_bundle(tmp_path / "b")), "--swarm", "nope")
+    assert code == EXIT_RUNTIME
+    assert _status(report, "bundle") == ["fail"]
+
+
+def test_without_a_bundle_the_bundle_check_is_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, report = _doctor(capsys)
+    assert code == EXIT_OK
+    assert "skipped" in _check(report, "bundle")["detail"]
+
+
+def test_goondan_yaml_in_the_working_directory_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(_bundle(tmp_path / "b"))
+    _, report = _doctor(capsys)
+    assert "swarm doc" in _check(report, "bundle")["detail"]
+
+
+@pytest.mark.parametrize(
+    ("version", "status"),
+    [((3, 11, 0), Level.OK), ((3, 13, 1), Level.OK), ((3, 10, 9), Level.FAIL)],
+)
+def test_python_version(version: tuple[int, int, int], status: Level) -> None:
+    assert check_python(version).status is status
+
+
+@pytest.mark.parametrize(
+    ("needed_for", "features", "status"),
+    [
+        (None, set(), Level.FAIL),
+        ("openai", set(), Level.WARN),
+        ("openai", {"openai"}, Level.FAIL),
+    ],
+)
+def test_missing_dependency(needed_for: str | None, features: set[str], status: Level) -> None:
+    check = check_dependency(Dependency("goondan_no_such_module", "nope", needed_for), features)
+    assert check.status is status
+    assert check.fix is not None
+    assert "pip install 'nope'" in check.fix
+
+
+def test_present_dependency_reports_its_version() -> None:
+    check = check_dependency(Dependency("zmq", "pyzmq"), set())
+    assert check.status is Level.OK
+    assert "libzmq" in check.detail
