@@ -22,6 +22,8 @@ ENV_NOTIFY_SOCKET = "NOTIFY_SOCKET"
 ENV_WATCHDOG_USEC = "WATCHDOG_USEC"
 ENV_WATCHDOG_PID = "WATCHDOG_PID"
 _OWN_VARIABLES = (ENV_NOTIFY_SOCKET, ENV_WATCHDOG_USEC, ENV_WATCHDOG_PID)
+STATUS_INTERVAL = 5.0
+"""How often STATUS= is refreshed when there is no watchdog to piggyback on (seconds)."""
 
 
 def socket_address(value: str) -> str | bytes:
@@ -145,19 +147,34 @@ async def watchdog_loop(
     is_alive: Callable[[], bool],
     *,
     interval: float | None = None,
+    status: Callable[[], str] | None = None,
 ) -> None:
-    """Send WATCHDOG=1 every `interval` (default: half of WATCHDOG_USEC) while `is_alive()`.
+    """Send WATCHDOG=1 every `interval` (default: half of WATCHDOG_USEC) while `is_alive()`,
+    and `STATUS=status()` in the same datagram whenever that text changed.
 
-    Returns at once when the watchdog is off. When the probe says the broker is stuck, the
-    ping is withheld, so systemd kills and restarts the service once WatchdogSec passes; a
-    blocked event loop withholds it too, since this coroutine cannot run. Cancel to stop.
+    When the probe says the broker is stuck, the ping is withheld, so systemd kills and
+    restarts the service once WatchdogSec passes; a blocked event loop withholds it too, since
+    this coroutine cannot run. Without a watchdog it only refreshes STATUS (every
+    STATUS_INTERVAL), and without a socket it returns at once. Cancel it to stop.
     """
-    period = interval if interval is not None else notifier.watchdog_interval()
-    if period is None or not notifier.enabled:
+    if not notifier.enabled:
         return
+    period = interval if interval is not None else notifier.watchdog_interval()
+    watchdog = period is not None
+    if period is None:
+        if status is None:
+            return
+        period = STATUS_INTERVAL
+    last_status: str | None = None
     while True:
-        if is_alive():
-            notifier.watchdog()
+        fields: dict[str, str | int] = {}
+        if watchdog and is_alive():
+            fields["WATCHDOG"] = 1
+        text = status() if status is not None else None
+        if text is not None and text != last_status:
+            fields["STATUS"] = last_status = text
+        if fields:
+            notifier.notify(fields)
         await asyncio.sleep(period)
 
 

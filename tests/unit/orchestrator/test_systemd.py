@@ -151,3 +151,42 @@ def test_status_text_counts_processes() -> None:
     assert status_text("hello", ["idle"]) == "swarm hello: 1 process (1 idle)"
     text = status_text("s", ["idle", "processing", "idle"])
     assert text == "swarm s: 3 processes (2 idle, 1 processing)"
+
+
+async def test_watchdog_loop_sends_status_when_it_changes(
+    listener: tuple[socket.socket, str],
+) -> None:
+    sock, path = listener
+    sock.setblocking(False)
+    notifier = Notifier.from_env({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "2000"})
+    texts = ["a", "a", "b"]
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(
+        watchdog_loop(notifier, lambda: True, status=lambda: texts.pop(0) if texts else "b")
+    )
+    try:
+        async with asyncio.timeout(5.0):
+            got = [await loop.sock_recv(sock, 4096) for _ in range(3)]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        notifier.close()
+    assert got == [b"WATCHDOG=1\nSTATUS=a", b"WATCHDOG=1", b"WATCHDOG=1\nSTATUS=b"]
+
+
+async def test_without_watchdog_the_loop_still_reports_status(
+    listener: tuple[socket.socket, str],
+) -> None:
+    sock, path = listener
+    sock.setblocking(False)
+    notifier = Notifier.from_env({"NOTIFY_SOCKET": path})
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(watchdog_loop(notifier, lambda: True, status=lambda: "s"))
+    try:
+        async with asyncio.timeout(5.0):
+            got = await loop.sock_recv(sock, 4096)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        notifier.close()
+    assert got == b"STATUS=s"
