@@ -272,7 +272,7 @@ async def test_calls_through_the_real_executor(api: FakeApi) -> None:
         )["spec"]
     )
     spec["config"].update(token=TOKEN, apiBaseUrl=api.url)
-    script = [
+    script: list[dict[str, Any]] = [
         {
             "match": "go",
             "toolCalls": [
