@@ -65,8 +65,9 @@ async def test_minimal_template_answers(tmp_path: Path) -> None:
     reason="the worker's response to the coordinator is dropped (`response_requester_gone`): "
     "agent_process/bridge.py sets replyTo.target to the process id with its generation "
     "(agent:coordinator:KEY:1) and orchestrator/router.py parses it as an address, so the "
-    "instance key becomes `KEY:1`",
-    strict=True,
+    "instance key becomes `KEY:1`. Not strict: the router fix is in progress; drop this "
+    "marker once it lands",
+    strict=False,
 )
 async def test_multi_agent_template_delegates_to_the_worker(tmp_path: Path) -> None:
     bundle = tmp_path / "team"
