@@ -3,7 +3,7 @@
 Writes a bundle that validates and runs offline (scripted model) into DIR (default `.`,
 created if missing): goondan.yaml with a commented switch to OpenAI/Anthropic, .env.example
 and .gitignore (plus the template's own tool files). Files that already exist are not touched
-unless `--force`: exit 2 naming them. The swarm is named after DIR (or `--name`).
+unless `--force`: exit 2 naming them. The swarm is named after DIR (or `--name` / `--swarm`).
 Exit 0 written, 1 the files could not be written, 2 usage.
 """
 
@@ -58,7 +58,8 @@ class _Init:
 
     def run(self, args: argparse.Namespace) -> int:
         directory = Path(args.directory)
-        project = args.name or project_name(directory.resolve().name)
+        given = args.name or getattr(args, "swarm", None)  # `--swarm S` names it too
+        project = given or project_name(directory.resolve().name)
         problem = name_problem(project)
         if problem is not None:
             print(f"goondan init: --name: {problem}", file=sys.stderr)

@@ -109,6 +109,14 @@ def test_force_overwrites(tmp_path: Path) -> None:
     load_bundle(tmp_path)
 
 
+@pytest.mark.parametrize("option", ["--name", "--swarm"])
+def test_name_option_names_swarm_and_package(tmp_path: Path, option: str) -> None:
+    assert _init(tmp_path / "dir", option, "shop-bot") == EXIT_OK
+    bundle = load_bundle(tmp_path / "dir")
+    assert bundle.swarm().name == "shop-bot"
+    assert [p.name for p in bundle.of_kind(Kind.PACKAGE, user_only=True)] == ["shop-bot"]
+
+
 def test_bad_name_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _init(tmp_path, "--name", "has__separator") == EXIT_USAGE
     assert "--name" in capsys.readouterr().err
