@@ -78,7 +78,12 @@ def test_every_export_has_a_handler_and_no_handler_is_undeclared(tool: dict[str,
 
 def test_the_extensions_are_declared() -> None:
     names = [ext["metadata"]["name"] for ext in EXTENSIONS]
-    assert names == ["logging", "message-window", "required-tools-guard"]
+    assert names == [
+        "logging",
+        "message-window",
+        "required-tools-guard",
+        "message-compaction",
+    ]
 
 
 @pytest.mark.parametrize("extension", EXTENSIONS, ids=_id)
