@@ -83,6 +83,7 @@ def test_the_extensions_are_declared() -> None:
         "message-window",
         "required-tools-guard",
         "message-compaction",
+        "tool-search",
     ]
 
 
