@@ -84,6 +84,7 @@ def test_the_extensions_are_declared() -> None:
         "required-tools-guard",
         "message-compaction",
         "tool-search",
+        "context-message",
     ]
 
 
