@@ -215,15 +215,24 @@ class Api:
         )
 
 
-def download_target(raw: str, workspace: Any) -> Path:
-    """Where a download goes: `raw` resolved inside the workspace; an existing file is refused."""
-    target: Path = workspace.resolve(raw)
-    if target.exists():
-        raise ToolFailed(
-            f"{raw!r} already exists in the workspace",
-            code=ErrorCode.E_TOOL_PATH_EXISTS,
-            suggestion="Pass another path, or delete the file first.",
-        )
+def download_target(raw: str | None, default: str, workspace: Any) -> Path:
+    """Where a download goes, inside the workspace. An explicit `raw` path that exists is
+    refused; the default path gets a numbered name (`a-1.png`) instead of overwriting."""
+    if raw:
+        target: Path = workspace.resolve(raw)
+        if target.exists():
+            raise ToolFailed(
+                f"{raw!r} already exists in the workspace",
+                code=ErrorCode.E_TOOL_PATH_EXISTS,
+                suggestion="Pass another path, or delete the file first.",
+            )
+        return target
+    target = workspace.resolve(default)
+    stem, suffix = target.stem, target.suffix
+    n = 0
+    while target.exists():
+        n += 1
+        target = target.with_name(f"{stem}-{n}{suffix}")
     return target
 
 

@@ -199,10 +199,8 @@ async def download_file(ctx: ToolContext, input: JsonObject) -> JsonObject:
     _check_file_url(api, ctx.config, url)
     workspace = _workspace.Workspace.from_context(ctx.workdir, ctx.config)
     fallback = f"slack-{str(input.get('fileId', 'file'))[:16]}"
-    raw = str(
-        input.get("path") or f"{api.settings.download_dir}/{_chatapi.safe_name(name, fallback)}"
-    )
-    target = _chatapi.download_target(raw, workspace)
+    default = f"{api.settings.download_dir}/{_chatapi.safe_name(name, fallback)}"
+    target = _chatapi.download_target(input.get("path"), default, workspace)
     written = await _chatapi.download(api, url, target)
     return {"ok": True, "path": workspace.display(target), "bytes": written, "name": target.name}
 

@@ -149,8 +149,8 @@ async def download_file(ctx: ToolContext, input: JsonObject) -> JsonObject:
         )
     workspace = _workspace.Workspace.from_context(ctx.workdir, ctx.config)
     name = _chatapi.safe_name(file_path, f"telegram-{file_id[:16]}")
-    raw = str(input.get("path") or f"{api.settings.download_dir}/{name}")
-    target = _chatapi.download_target(raw, workspace)
+    default = f"{api.settings.download_dir}/{name}"
+    target = _chatapi.download_target(input.get("path"), default, workspace)
     url = f"{api.settings.base_url}/file/bot{api.settings.token}/{file_path}"
     written = await _chatapi.download(api, url, target)
     return {"ok": True, "path": workspace.display(target), "bytes": written, "fileId": file_id}

@@ -192,10 +192,12 @@ async def test_download_saves_inside_the_workspace(
     assert api.requests[0].json == {"file_id": "F1"}
     assert api.requests[1].method == "GET"
 
-    again = await failure(tg, "downloadFile", {"fileId": "F1"})
-    assert again.code == "E_TOOL_PATH_EXISTS"
+    again = await run(tg, "downloadFile", {"fileId": "F1"})
+    assert again["path"] == "downloads/file_1-1.jpg"  # a default name is never overwritten
     custom = await run(tg, "downloadFile", {"fileId": "F1", "path": "in/photo.jpg"})
     assert custom["path"] == "in/photo.jpg"
+    exists = await failure(tg, "downloadFile", {"fileId": "F1", "path": "in/photo.jpg"})
+    assert exists.code == "E_TOOL_PATH_EXISTS"
 
 
 @pytest.mark.parametrize("path", ["../outside/x.jpg", "/etc/evil.jpg", "link/x.jpg"])
