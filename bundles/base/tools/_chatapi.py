@@ -113,8 +113,8 @@ def _json(response: httpx.Response) -> Any:
 class Api:
     """One configured API: `call` sends a request and returns the decoded JSON object.
 
-    `describe(payload)` is supplied by the tool: it turns an error body into text
-    (Telegram: `description`, Slack: `error`).
+    Both APIs answer `{ok: false, ...}` on failure; the reason is Telegram's `description` or
+    Slack's `error`.
     """
 
     def __init__(self, settings: Settings, headers: Mapping[str, str] | None = None) -> None:
@@ -149,9 +149,11 @@ class Api:
             if response.status_code != 429:
                 return self._checked(response, payload, name)
             wait_s = _retry_after(response, payload)
-            if wait_s is None or wait_s > self.settings.max_retry_after:
-                raise self._rate_limited(name, wait_s)
-            if attempt >= self.settings.max_retries:
+            if (
+                wait_s is None
+                or wait_s > self.settings.max_retry_after
+                or attempt >= self.settings.max_retries
+            ):
                 raise self._rate_limited(name, wait_s)
             attempt += 1
             await asyncio.sleep(wait_s)  # the server named the delay: waiting is the protocol

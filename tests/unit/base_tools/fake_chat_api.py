@@ -34,6 +34,8 @@ class Reply:
     status: int = 200
     body: bytes = b"{}"
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
+    hold: bool = False
+    """Answer only once `FakeApi.release` is set (for timeouts)."""
 
 
 def ok(payload: Any, status: int = 200, **headers: str) -> Reply:
@@ -54,6 +56,7 @@ class FakeApi:
         self._replies: dict[str, list[Reply]] = {}
         self._lock = threading.Lock()
         self.url = ""
+        self.release = threading.Event()
 
     def on(self, path: str, *replies: Reply) -> None:
         with self._lock:
@@ -86,6 +89,8 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             headers = {k.lower(): v for k, v in self.headers.items()}
             api.record(Seen(self.command, url.path, query, headers, body))
             reply = api.reply_for(url.path)
+            if reply.hold:
+                api.release.wait(10)
             self.send_response(reply.status)
             for name, value in reply.headers.items():
                 self.send_header(name, value)
@@ -112,6 +117,7 @@ def serve() -> Iterator[FakeApi]:
     try:
         yield api
     finally:
+        api.release.set()
         server.shutdown()
         server.server_close()
         thread.join(5)

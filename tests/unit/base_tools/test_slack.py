@@ -231,3 +231,11 @@ async def test_default_token_variable(
     monkeypatch.delenv("SLACK_BOT_TOKEN")
     missing = await failure(FakeContext(workdir=workdir), "delete", {"channel": "C", "ts": "1"})
     assert "SLACK_BOT_TOKEN" in missing.message
+
+
+async def test_a_slow_api_is_e_tool_timeout(sl: FakeContext, api: FakeApi) -> None:
+    api.on("/chat.postMessage", Reply(hold=True))
+    quick = replace(sl, config={**sl.config, "timeoutMs": 100})
+    failed = await failure(quick, "send", {"channel": "C1", "text": "x"})
+    assert failed.code == "E_TOOL_TIMEOUT"
+    assert "100 ms" in failed.message
