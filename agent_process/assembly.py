@@ -17,6 +17,7 @@ from agent_process import resolve
 from agent_process.catalog import CatalogBuilder
 from agent_process.context import NotConnectedRuntime, agent_logger
 from agent_process.extensions import ExtensionHandle, load_extension
+from agent_process.mcp import McpBridge
 from agent_process.models import Model, create_model
 from agent_process.pipeline import Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
@@ -58,6 +59,7 @@ class Parts:
     extensions: list[ExtensionHandle]
     paths: InstancePaths
     tool_calls: ToolCallRunner
+    mcp: McpBridge
 
 
 def save_states(extensions: list[ExtensionHandle]) -> None:
@@ -69,11 +71,30 @@ def save_states(extensions: list[ExtensionHandle]) -> None:
 
 
 async def assemble(req: StartRequest) -> Parts:
-    """Raises resolve.ConfigProblem, ModelError, ToolRegistryError or ExtensionFailure."""
+    """Raises resolve.ConfigProblem, ModelError, ToolRegistryError or ExtensionFailure.
+
+    MCP servers start after the local tools loaded and are closed again if anything later fails.
+    """
     agent = resolve.agent(req.bundle, req.agent)
-    tool_entries: list[list[ToolEntry]] = [
-        list(load_tool_resource(t)) for t in resolve.tools(req.bundle, agent)
-    ]
+    tools = resolve.tools(req.bundle, agent)
+    tool_entries = [list(load_tool_resource(t)) for t in tools]
+    servers: list[Resource[Any]] = [*tools, *resolve.extensions(req.bundle, agent)]
+    mcp = await McpBridge.start(req.bundle, servers, state_root=req.layout.root)
+    try:
+        for entries, tool in zip(tool_entries, tools, strict=True):
+            entries.extend(mcp.entries("Tool", tool.name))
+        return await _assemble(req, agent, tool_entries, mcp)
+    except BaseException:
+        await mcp.close()
+        raise
+
+
+async def _assemble(
+    req: StartRequest,
+    agent: Resource[AgentSpec],
+    tool_entries: list[list[ToolEntry]],
+    mcp: McpBridge,
+) -> Parts:
     paths = req.paths
     for directory in (paths.messages_dir, paths.extensions_dir):
         directory.mkdir(parents=True, exist_ok=True)
@@ -83,7 +104,8 @@ async def assemble(req: StartRequest) -> Parts:
     pipelines = Pipelines()
     try:
         extensions = await _load_extensions(req, agent, pipelines, bus, logger)
-        registry = ToolRegistry.build([*tool_entries, *(e.tool_entries() for e in extensions)])
+        ext_entries = [[*e.tool_entries(), *mcp.entries("Extension", e.name)] for e in extensions]
+        registry = ToolRegistry.build([*tool_entries, *ext_entries])
         model_res = resolve.model(req.bundle, agent)
         api_key = resolve.api_key(req.bundle, model_res, req.layout.root)
         model = create_model(model_res, api_key=api_key)
@@ -109,7 +131,7 @@ async def assemble(req: StartRequest) -> Parts:
             at_turn_end=lambda: _turn_end(store, extensions, bus),
         )
     )
-    return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls)
+    return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls, mcp)
 
 
 def _turn_end(store: ConversationStore, extensions: list[ExtensionHandle], bus: EventBus) -> None:

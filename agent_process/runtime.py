@@ -44,7 +44,7 @@ class AgentRuntime:
     """One agent instance: model, tools, extensions, pipelines, conversation, runtime events.
 
     Build it with `create`; the attributes besides the interface (`model`, `registry`, `store`,
-    `bus`, `extensions`, `paths`) are there for tests and diagnostics.
+    `bus`, `extensions`, `paths`, `mcp`) are there for tests and diagnostics.
     """
 
     def __init__(self, parts: Parts) -> None:
@@ -56,6 +56,7 @@ class AgentRuntime:
         self.bus = parts.bus
         self.extensions = parts.extensions
         self.paths = parts.paths
+        self.mcp = parts.mcp
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -113,7 +114,8 @@ class AgentRuntime:
             return await self._engine.run(event)
 
     async def close(self) -> None:
-        """Fold the log, save extension state, flush events, close the model client."""
+        """Fold the log, save extension state, flush events, close the model client, stop the
+        MCP servers (no server process outlives the runtime)."""
         async with self._lock:
             if self._closed:
                 return
@@ -122,4 +124,7 @@ class AgentRuntime:
             self.store.close()
             await self.bus.drain()
             self.bus.close()
-            await self.model.aclose()
+            try:
+                await self.model.aclose()
+            finally:
+                await self.mcp.close()

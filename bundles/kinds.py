@@ -239,6 +239,8 @@ class McpServer(_Spec):
     url: str | None = None
     headers: dict[str, str | ValueSource] = msgspec.field(default_factory=dict)
     timeout_ms: int = 30_000
+    required: bool = True
+    """A server that cannot start fails the agent's start; `false` starts without its tools."""
 
 
 class ToolSpec(_Spec):
