@@ -14,6 +14,7 @@ from bundles.diagnostics import closest
 from bundles.kinds import (
     ConnectorSpec,
     ExtensionSpec,
+    Kind,
     McpServer,
     ModelSpec,
     ScriptedOptions,
@@ -174,6 +175,15 @@ def check_mcp(rep: Reporter, res: Resource[Any], mcp: McpServer) -> None:
             "mcp needs exactly one of command (stdio) or url (streamable HTTP)",
             "set `command` (and `args`) for a local server or `url` for a remote one",
         )
+    if mcp.timeout_ms < 1:
+        rep.error(res, ("spec", "mcp", "timeoutMs"), _SCHEMA, "mcp.timeoutMs must be >= 1")
+    if res.kind is Kind.TOOL and res.spec.entry is not None:
+        rep.error(
+            res, ("spec", "entry"), _SCHEMA,
+            "a Tool takes its tools from spec.entry or from spec.mcp, not both",
+            "split it into two Tool resources; with mcp, exports is the allow-list of the "
+            "server's tool names",
+        )  # fmt: skip
 
 
 def check_extension(rep: Reporter, res: Resource[ExtensionSpec]) -> None:

@@ -15,12 +15,15 @@ import pytest
 from agent_process.mcp.connection import Backoff, describe_exception
 from agent_process.mcp.tools import export_name, output_of
 from agent_process.runtime import StartFailure
+from bundles.loader import inspect_bundle
 from bundles.sdk import ToolFailed
 from protocol.errors import ErrorCode
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime
+from tests.unit.bundles.conftest import VALID_TAIL, write_bundle
 
 SERVER = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp" / "server.py")
+TOOL_DOC = "kind: Tool\nmetadata: {name: t}\nspec:\n  mcp: "
 
 
 def tool(name: str, **mcp: Any) -> Any:
@@ -134,3 +137,27 @@ def test_backoff_doubles_from_half_a_second_and_is_capped() -> None:
 def test_grouped_exceptions_are_described_by_the_innermost_one() -> None:
     group = ExceptionGroup("outer", [ExceptionGroup("inner", [OSError("pipe broke")])])
     assert describe_exception(group) == "OSError: pipe broke"
+
+
+@pytest.mark.parametrize(
+    ("mcp", "field", "message"),
+    [
+        ("{command: x, timeoutMs: 0}", "spec.mcp.timeoutMs", "timeoutMs must be >= 1"),
+        ("{command: x}\n  entry: ./tool.py", "spec.entry", "not both"),
+    ],
+    ids=["timeout", "entry-and-mcp"],
+)
+def test_bundle_validation_of_mcp_tools(tmp_path: Path, mcp: str, field: str, message: str) -> None:
+    write_bundle(tmp_path, VALID_TAIL + "---\napiVersion: goondan.ai/v1\n" + TOOL_DOC + mcp + "\n")
+    (tmp_path / "tool.py").write_text("handlers = {}\n")
+    errors = inspect_bundle(tmp_path, packages=[]).errors
+    assert [(e.code, e.path.split(" ")[-1]) for e in errors] == [
+        (ErrorCode.E_CONFIG_SCHEMA_INVALID, field)
+    ]
+    assert message in errors[0].message
+
+
+def test_required_false_and_exports_are_valid_on_an_mcp_tool(tmp_path: Path) -> None:
+    mcp = "{command: x, required: false}\n  exports: [{name: add}]"
+    write_bundle(tmp_path, VALID_TAIL + "---\napiVersion: goondan.ai/v1\n" + TOOL_DOC + mcp + "\n")
+    assert inspect_bundle(tmp_path, packages=[]).errors == []
