@@ -1,8 +1,9 @@
 """The tool registry: every executable tool of this process, keyed by `<resource>__<export>`.
 
 Entries come from small composable toolsets (see `toolsets.py`): a Tool resource's exports, an
-extension's `api.tools.register(...)` calls, MCP bridges later. `ToolRegistry.build()` combines
-them and refuses a name clash with an error that names both sources and the fix.
+extension's `api.tools.register(...)` calls, an MCP server's tools (`agent_process.mcp`).
+`ToolRegistry.build()` combines them and refuses a name clash with an error that names both
+sources and the fix.
 """
 
 from __future__ import annotations
