@@ -72,7 +72,7 @@ class McpConnection:
         self._task = asyncio.create_task(self._supervise(first), name=f"mcp:{self.cfg.owner}")
         try:
             await first
-        except McpStartError:
+        except BaseException:  # a failed start, or the agent's start cancelled: no orphan
             await self.close()
             raise
 

@@ -12,12 +12,14 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from agent_process.mcp import connection
 from agent_process.mcp.config import ServerConfig
 from agent_process.mcp.connection import McpConnection
 from agent_process.mcp.tools import content_text
@@ -117,3 +119,42 @@ async def test_streamable_http_with_headers_from_a_value_source(
     finally:
         async with asyncio.timeout(TIMEOUT):
             await rt.close()
+
+
+async def test_a_start_cancelled_during_the_handshake_leaves_no_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spawned = asyncio.Event()
+    real_open = connection.open_transport
+
+    @asynccontextmanager
+    async def observed(*args: Any) -> AsyncIterator[Any]:
+        async with real_open(*args) as streams:
+            spawned.set()  # the server process exists; its handshake has not been answered
+            yield streams
+
+    monkeypatch.setattr(connection, "open_transport", observed)
+    cfg = ServerConfig(
+        owner="calc", kind="Tool", where="test", command=sys.executable, args=(SERVER,)
+    )
+    conn = McpConnection(cfg)
+    starting = asyncio.create_task(conn.start())
+    async with asyncio.timeout(TIMEOUT):
+        await spawned.wait()
+        pids = server_children()
+        assert len(pids) == 1
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+    assert await wait_gone(pids[0], limit=5)
+
+
+def server_children() -> list[int]:
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if SERVER in proc.cmdline():
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
