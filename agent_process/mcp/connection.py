@@ -105,6 +105,11 @@ class McpConnection:
         async with self._up:
             await self._up.wait_for(lambda: self.generation > after and self.connected)
 
+    async def wait_disconnected(self) -> None:
+        """Until no session is live (tests, health probes)."""
+        async with self._up:
+            await self._up.wait_for(lambda: not self.connected)
+
     async def close(self) -> None:
         """Stop the server (the SDK closes stdin, then SIGTERM/SIGKILL); idempotent."""
         self._stop.set()
@@ -175,7 +180,9 @@ class McpConnection:
             try:
                 await self._wake.wait()
             finally:
-                self._session = None
+                async with self._up:
+                    self._session = None
+                    self._up.notify_all()
 
     async def _adopt(self, session: ClientSession, tools: list[mt.Tool]) -> None:
         before = {t.name for t in self.tools}

@@ -21,8 +21,10 @@ import pytest
 
 from agent_process.mcp import connection
 from agent_process.mcp.config import ServerConfig
-from agent_process.mcp.connection import McpConnection
+from agent_process.mcp.connection import Backoff, McpConnection
 from agent_process.mcp.tools import content_text
+from bundles.sdk import ToolFailed
+from protocol.errors import ErrorCode
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import TIMEOUT, make_runtime, tool_results, turn
@@ -158,3 +160,21 @@ def server_children() -> list[int]:
         except psutil.Error:
             continue
     return found
+
+
+async def test_during_the_restart_backoff_a_call_fails_at_once_and_close_does_not_wait() -> None:
+    cfg = ServerConfig(
+        owner="calc", kind="Tool", where="test", command=sys.executable, args=(SERVER,)
+    )
+    conn = McpConnection(cfg, Backoff(first=3600))
+    async with asyncio.timeout(TIMEOUT):
+        await conn.start()
+        pid = int(content_text((await conn.call("pid", {})).content))
+        os.kill(pid, signal.SIGKILL)
+        await conn.wait_disconnected()
+        with pytest.raises(ToolFailed) as caught:
+            await conn.call("echo", {"text": "x"})
+        assert caught.value.code == ErrorCode.E_TOOL_MCP
+        assert "being restarted" in caught.value.message
+        await conn.close()  # the hour-long backoff wait ends with close
+    assert not conn.connected
