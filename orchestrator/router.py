@@ -48,6 +48,10 @@ from protocol.messages import (
 
 DRAIN_MAX = 1000
 HWM = 100_000
+ID_CACHE_MAX = 4096
+# plain ints: pyzmq's flag enums cost several µs per message in enum arithmetic
+NOBLOCK = int(zmq.NOBLOCK)
+SNDMORE = int(zmq.SNDMORE)
 log = structlog.get_logger("goondan.router")
 ORCHESTRATOR_SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
@@ -95,6 +99,28 @@ class Router:
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
         self.stats = Stats()
+        self._ids: dict[bytes, ProcessId] = {}
+        self._addresses: dict[str, Address] = {}
+
+    def _process_id(self, ident: bytes) -> ProcessId:
+        """Parse a routing id (cached; only ids that parse are cached, and a bounded number)."""
+        pid = self._ids.get(ident)
+        if pid is None:
+            pid = parse_process_id(ident)
+            if len(self._ids) >= ID_CACHE_MAX:
+                self._ids.clear()
+            self._ids[ident] = pid
+        return pid
+
+    def address(self, text: str) -> Address:
+        """Parse an address (cached like routing ids); raise ProtocolError."""
+        found = self._addresses.get(text)
+        if found is None:
+            found = parse_address(text)
+            if len(self._addresses) >= ID_CACHE_MAX:
+                self._addresses.clear()
+            self._addresses[text] = found
+        return found
 
     def mailbox(self, address: Address) -> Mailbox:
         box = self.mailboxes.get(address)
@@ -111,7 +137,7 @@ class Router:
             self._on_frames(await recv())
             for _ in range(DRAIN_MAX):
                 try:
-                    frames = shadow.recv_multipart(zmq.NOBLOCK)
+                    frames = shadow.recv_multipart(NOBLOCK)
                 except zmq.Again:
                     break
                 self._on_frames(frames)
@@ -125,7 +151,7 @@ class Router:
             return
         ident, data = frames
         try:
-            pid = parse_process_id(ident)
+            pid = self._process_id(ident)
         except ProtocolError as exc:
             self._malformed(ident, exc.message)
             return
@@ -177,7 +203,7 @@ class Router:
             case Heartbeat():
                 pass
             case CallResult() | Shutdown():
-                log.warning("frame_unexpected", sender=str(entry.process_id), type=msg.to)
+                log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:
                 assert_never(msg)
 
@@ -195,7 +221,7 @@ class Router:
             self.respond(event)
             return
         try:
-            target = parse_address(to)
+            target = self.address(to)
         except ProtocolError as exc:
             self._reject(event, ErrorCode.E_AGENT_NOT_FOUND, exc.message)
             return
@@ -203,10 +229,13 @@ class Router:
 
     # -- sending ----------------------------------------------------------------------
 
-    def send(self, pid: ProcessId, msg: Message) -> bool:
-        """Send without awaiting; False (counted, logged) when it cannot be routed."""
+    def send(self, entry: ProcessEntry, msg: Message) -> bool:
+        """Send to the current process of `entry` without awaiting; False (counted, logged)
+        when it cannot be routed."""
+        shadow = self.shadow
         try:
-            self.shadow.send_multipart([pid.encode(), encode(msg)], zmq.NOBLOCK)
+            shadow.send(entry.routing_id, SNDMORE | NOBLOCK)
+            shadow.send(encode(msg), NOBLOCK)
         except zmq.Again:
             reason = "high-water mark reached"
         except zmq.ZMQError as exc:
@@ -217,7 +246,7 @@ class Router:
             self.stats.delivered += 1
             return True
         self.stats.undeliverable += 1
-        log.warning("undeliverable", to=str(pid), type=type(msg).__name__, reason=reason)
+        log.warning("undeliverable", to=entry.id_text, type=type(msg).__name__, reason=reason)
         return False
 
     def submit(
@@ -254,14 +283,12 @@ class Router:
         box = self.mailboxes.get(address)
         if entry is None or box is None or entry.status not in READY:
             return
-        pid = entry.process_id
+        to = entry.id_text
         for event in box.take():
-            if not self.send(pid, Event(from_=ORCHESTRATOR, to=str(pid), payload=event)):
+            if not self.send(entry, Event(from_=ORCHESTRATOR, to=to, payload=event)):
                 box.mark_done(event.id)
-                self._answer_error(
-                    event,
-                    ErrorInfo(code=ErrorCode.E_AGENT_UNDELIVERABLE, message=f"{pid} unreachable"),
-                )
+                error = ErrorInfo(code=ErrorCode.E_AGENT_UNDELIVERABLE, message=f"{to} unreachable")
+                self._answer_error(event, error)
 
     def respond(self, response: AgentEvent) -> None:
         """Route a response by its correlation id to whoever opened the request."""
@@ -274,7 +301,7 @@ class Router:
                 request.waiter.set_result(response)
             return
         try:
-            requester = parse_address(request.requester)
+            requester = self.address(request.requester)
         except ProtocolError:
             log.warning("response_bad_requester", requester=request.requester)
             return
@@ -282,8 +309,7 @@ class Router:
         if entry is None or entry.status not in READY:
             log.info("response_requester_gone", requester=request.requester)
             return
-        pid = entry.process_id
-        self.send(pid, Event(from_=ORCHESTRATOR, to=str(pid), payload=response))
+        self.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=response))
 
     def _answer_error(self, request: AgentEvent, error: ErrorInfo) -> None:
         if request.reply_to is None:

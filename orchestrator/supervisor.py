@@ -316,16 +316,15 @@ class Supervisor:
         ctx = CallContext(table=self.table, members=self.members, check=self.check_target,
                           ensure=self.ensure, caller=entry.address)  # fmt: skip
         result = answer_call(payload, ctx)
-        pid = entry.process_id
-        self.router.send(pid, CallResult(from_=ORCHESTRATOR, to=str(pid), payload=result))
+        self.router.send(entry, CallResult(from_=ORCHESTRATOR, to=entry.id_text, payload=result))
 
     # -- stopping ----------------------------------------------------------------------
 
     def _send_shutdown(self, entry: ProcessEntry, reason: ShutdownReason) -> None:
         grace_ms = int(self.settings.grace_period * 1000)
         payload = ShutdownPayload(grace_period_ms=grace_ms, reason=reason)
-        pid = entry.process_id
-        if not self.router.send(pid, Shutdown(from_=ORCHESTRATOR, to=str(pid), payload=payload)):
+        shutdown = Shutdown(from_=ORCHESTRATOR, to=entry.id_text, payload=payload)
+        if not self.router.send(entry, shutdown):
             handle = self._handles.get(entry.address)
             if handle is not None:
                 handle.send_signal(signal.SIGTERM)
@@ -415,5 +414,5 @@ class Supervisor:
             seq += 1
             payload = HeartbeatPayload(seq=seq, sent_at=time.time())
             for entry in self.live_ready():
-                pid = entry.process_id
-                self.router.send(pid, Heartbeat(from_=ORCHESTRATOR, to=str(pid), payload=payload))
+                beat = Heartbeat(from_=ORCHESTRATOR, to=entry.id_text, payload=payload)
+                self.router.send(entry, beat)

@@ -46,10 +46,30 @@ class ProcessEntry:
     """Monotonic time of the last frame from the current generation."""
     spawned_at: float = 0.0
     ever_started: bool = False
+    _ids: tuple[int, ProcessId, str, bytes] | None = field(default=None, repr=False)
+    """(generation, id, text, routing bytes), rebuilt when the generation changes."""
+
+    def _current_ids(self) -> tuple[int, ProcessId, str, bytes]:
+        ids = self._ids
+        if ids is None or ids[0] != self.generation:
+            pid = self.address.with_generation(self.generation)
+            text = str(pid)
+            ids = self._ids = (self.generation, pid, text, text.encode())
+        return ids
 
     @property
     def process_id(self) -> ProcessId:
-        return self.address.with_generation(self.generation)
+        return self._current_ids()[1]
+
+    @property
+    def id_text(self) -> str:
+        """`str(process_id)`, cached: the hot path sends with it."""
+        return self._current_ids()[2]
+
+    @property
+    def routing_id(self) -> bytes:
+        """The ZeroMQ routing identity of the current generation."""
+        return self._current_ids()[3]
 
     @property
     def live(self) -> bool:

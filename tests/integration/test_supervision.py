@@ -64,8 +64,13 @@ async def test_events_behind_a_crash_are_served_by_the_replacement(
     async with asyncio.timeout(30):
         daemon = await start_daemon()
         await daemon.send("pid", "alpha")
+        mark = daemon.mark()
         crash = asyncio.ensure_future(daemon.send("crash", "alpha"))
-        await daemon.wait_for("transition", process="agent:alpha:probe:1", target="processing")
+        # the crash turn has started before the others are sent (separate control sockets
+        # carry no order between them)
+        await daemon.wait_for(
+            "transition", since=mark, process="agent:alpha:probe:1", target="processing"
+        )
         echoes = [asyncio.ensure_future(daemon.send(f"echo {i}", "alpha")) for i in range(5)]
         assert (await crash).error.code == ErrorCode.E_AGENT_CRASHED  # type: ignore[union-attr]
         replies = await asyncio.gather(*echoes)
