@@ -10,8 +10,12 @@ to hand the call to the client (seed 001); any other exception is reported as `E
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 JsonValue = Any
@@ -301,3 +305,23 @@ class ExtensionApi(Protocol):
     def events(self) -> EventsApi: ...
     @property
     def logger(self) -> Logger: ...
+
+
+def load_sibling(anchor: str, name: str) -> ModuleType:
+    """Load the helper module `<name>.py` that sits beside `anchor` (pass `__file__`).
+
+    Tool and extension files are loaded by path, not as a package, so they cannot use relative
+    imports; this loads a helper once per process under a name unique to its path.
+    """
+    path = Path(anchor).with_name(f"{name}.py")
+    key = f"_goondan_sibling_{name}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load helper module {path}")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before exec so dataclasses and typing can resolve the module by name.
+    sys.modules[key] = module
+    spec.loader.exec_module(module)
+    return module

@@ -10,42 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import importlib.util
 import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
-from bundles.sdk import ToolFailed
+from bundles.sdk import ToolFailed, load_sibling
 from protocol.errors import ErrorCode
-
-
-def _load_sibling(name: str) -> ModuleType:
-    """Load a helper beside this file: bundles/base is loaded by path, not as a package."""
-    path = Path(__file__).with_name(f"{name}.py")
-    key = f"_goondan_base_{name}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load helper module {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 if TYPE_CHECKING:
     from bundles.base.tools import _ignore
 else:
-    _ignore = _load_sibling("_ignore")
+    _ignore = load_sibling(__file__, "_ignore")
 
 MAX_LINE_CHARS = 500
 _RG_LINE_LIMIT = 16 * 1024 * 1024  # one JSON line holds a whole matched line

@@ -13,42 +13,22 @@ or written, default 10000000), `maxListEntries` (default 1000), `searchEngine` (
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import importlib.util
 import os
 import shutil
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from bundles.sdk import JsonObject, ToolContext, ToolFailed
+from bundles.sdk import JsonObject, ToolContext, ToolFailed, load_sibling
 from protocol.errors import ErrorCode
-
-
-def _load_sibling(name: str) -> ModuleType:
-    """Load a helper beside this file: bundles/base is loaded by path, not as a package."""
-    path = Path(__file__).with_name(f"{name}.py")
-    key = f"_goondan_base_{name}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load helper module {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 if TYPE_CHECKING:
     from bundles.base.tools import _edits, _fileio, _search, _workspace
 else:
-    _edits = _load_sibling("_edits")
-    _fileio = _load_sibling("_fileio")
-    _search = _load_sibling("_search")
-    _workspace = _load_sibling("_workspace")
+    _edits = load_sibling(__file__, "_edits")
+    _fileio = load_sibling(__file__, "_fileio")
+    _search = load_sibling(__file__, "_search")
+    _workspace = load_sibling(__file__, "_workspace")
 
 DEFAULT_READ_BYTES = 100_000
 

@@ -14,37 +14,16 @@ limit), `downloadDir` (default `downloads`), `roots` (as file-system; default th
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from bundles.sdk import JsonObject, ToolContext, ToolFailed
+from bundles.sdk import JsonObject, ToolContext, ToolFailed, load_sibling
 from protocol.errors import ErrorCode
-
-
-def _load_sibling(name: str) -> ModuleType:
-    """Load a helper beside this file: bundles/base is loaded by path, not as a package."""
-    path = Path(__file__).with_name(f"{name}.py")
-    key = f"_goondan_base_{name}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load helper module {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 if TYPE_CHECKING:
     from bundles.base.tools import _chatapi, _workspace
 else:
-    _chatapi = _load_sibling("_chatapi")
-    _workspace = _load_sibling("_workspace")
+    _chatapi = load_sibling(__file__, "_chatapi")
+    _workspace = load_sibling(__file__, "_workspace")
 
 DEFAULT_BASE = "https://api.telegram.org"
 
