@@ -147,6 +147,26 @@ class Daemon:
         )  # fmt: skip
         return await self.request(req)
 
+    async def send_in_order(self, texts: list[str], agent: str) -> list[ControlReply]:
+        """Several sends over one control connection: they reach the daemon in this order."""
+        info = read_active(StateLayout.from_env().run_paths(self.swarm).active_json)
+        assert info is not None, "active.json is missing"
+        sock = self._zctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.connect(info.endpoints["control"])
+            ids = [f"r{i}" for i in range(len(texts))]
+            for request_id, text in zip(ids, texts, strict=True):
+                req = SendText(request_id=request_id, text=text, agent=agent, timeout_ms=60_000)
+                await sock.send(encode(req))
+            replies = {}
+            while len(replies) < len(texts):
+                reply = decode_control_reply(await sock.recv())
+                replies[reply.request_id] = reply
+            return [replies[i] for i in ids]
+        finally:
+            sock.close()
+
     async def status(self) -> StatusResult:
         reply = await self.request(StatusQuery(request_id="s"))
         assert reply.ok, reply.error

@@ -64,16 +64,9 @@ async def test_events_behind_a_crash_are_served_by_the_replacement(
     async with asyncio.timeout(30):
         daemon = await start_daemon()
         await daemon.send("pid", "alpha")
-        mark = daemon.mark()
-        crash = asyncio.ensure_future(daemon.send("crash", "alpha"))
-        # the crash turn has started before the others are sent (separate control sockets
-        # carry no order between them)
-        await daemon.wait_for(
-            "transition", since=mark, process="agent:alpha:probe:1", target="processing"
-        )
-        echoes = [asyncio.ensure_future(daemon.send(f"echo {i}", "alpha")) for i in range(5)]
-        assert (await crash).error.code == ErrorCode.E_AGENT_CRASHED  # type: ignore[union-attr]
-        replies = await asyncio.gather(*echoes)
+        texts = ["crash"] + [f"echo {i}" for i in range(5)]
+        crash, *replies = await daemon.send_in_order(texts, "alpha")
+        assert crash.error is not None and crash.error.code == ErrorCode.E_AGENT_CRASHED
         assert [r.result["input"] for r in replies] == [f"echo {i}" for i in range(5)]
         assert {r.result["source"]["instanceKey"] for r in replies} == {"probe"}
         assert (await daemon.process("alpha")).generation == 2
