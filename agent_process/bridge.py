@@ -26,12 +26,16 @@ class Bridge:
     def __init__(self, send: Send) -> None:
         self._send = send
         self._me = ""
+        self._address = ""
         self._source: Source | None = None
         self._responses: dict[str, asyncio.Future[AgentEvent]] = {}
         self._calls: dict[str, asyncio.Future[CallResultPayload]] = {}
 
-    def bind(self, me: str, source: Source) -> None:
+    def bind(self, me: str, address: str, source: Source) -> None:
+        """`me` is this process's id (frames' `from`); `address` (no generation) is where
+        responses come back, so a reply still finds a replacement of this process."""
         self._me = me
+        self._address = address
         self._source = source
 
     def deliver_response(self, event: AgentEvent) -> bool:
@@ -70,7 +74,7 @@ class Bridge:
             input,
             instance_key,
             type=event_type,
-            reply_to=ReplyTo(target=self._me, correlation_id=correlation_id),
+            reply_to=ReplyTo(target=self._address, correlation_id=correlation_id),
             metadata=metadata,
         )
         fut: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import importlib
 import os
 import signal
@@ -28,11 +29,13 @@ import uvloop
 import zmq
 import zmq.asyncio
 
+from agent_process import child_options
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
 from agent_process.runtime import AgentRuntime, StartFailure
 from bundles.diagnostics import BundleError
+from bundles.kinds import Kind
 from bundles.loader import load_bundle
 from bundles.model import Bundle
 from protocol.codec import decode_message, encode
@@ -65,7 +68,14 @@ from protocol.messages import (
 ENV_TURN_RUNNER = "GOONDAN_TURN_RUNNER"
 EXIT_START_ERROR = 3
 EXIT_ORPHANED = 4
+MODELS = {
+    "scripted": "agent_process.models.scripted",
+    "openai": "agent_process.models.openai_chat",
+    "anthropic": "agent_process.models.anthropic_messages",
+}
+"""Model adapter module per provider, imported ahead by the fork server."""
 PR_SET_PDEATHSIG = 1
+M_ARENA_MAX = -8
 log = structlog.get_logger("goondan.child")
 
 
@@ -99,13 +109,14 @@ def preload(bundle: Bundle | None = None, env_files: tuple[Path, ...] = (),
     SDKs are imported lazily by the runtime, so take them here too. The daemon's loaded
     bundle is remembered so children skip re-loading it while its files are unchanged.
     """
-    for name in (
-        "agent_process.models.scripted",
-        "agent_process.models.openai_chat",
-        "agent_process.models.anthropic_messages",
-    ):
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
+    child_options.parser()
+    _libc()
+    _configure_logging("json")  # the usual format; a child asking for another redoes it
+    providers = {m.spec.provider for m in bundle.of_kind(Kind.MODEL)} if bundle else set(MODELS)
+    for provider in sorted(providers):
+        # only the SDKs the bundle uses: a smaller fork server forks faster
+        with contextlib.suppress(ImportError, KeyError):
+            importlib.import_module(MODELS[provider])
     if bundle is not None and state_root is not None:
         preloaded.remember(bundle, env_files, state_root)
 
@@ -184,7 +195,7 @@ class Child:
         )
         self.queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
         self.bridge = Bridge(self.send)
-        self.bridge.bind(self.me, self.source)
+        self.bridge.bind(self.me, str(opts.process_id.address), self.source)
         self.runner: TurnRunner | None = None
         self.draining = asyncio.Event()
         self.last_heard = time.monotonic()
@@ -332,17 +343,29 @@ async def amain(opts: ChildOptions, factory: RunnerFactory) -> int:
         ctx.term()
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _die_with_parent(parent_pid: int | None) -> None:
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # one malloc arena: a second one for the zmq I/O thread costs private pages
+        _libc().mallopt(M_ARENA_MAX, 1)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(EXIT_ORPHANED)  # the parent died before PDEATHSIG was armed
 
 
-def _configure_logging(opts: ChildOptions) -> None:
+_configured: list[str] = []
+
+
+def _configure_logging(log_format: str) -> None:
+    if _configured == [log_format]:
+        return
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
-        if opts.log_format == "json"
+        if log_format == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
     structlog.configure(
@@ -353,15 +376,17 @@ def _configure_logging(opts: ChildOptions) -> None:
             structlog.processors.format_exc_info,
             renderer,
         ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        # stdout is looked up per call: a forked child's fd 1 is its own log file
+        logger_factory=structlog.PrintLoggerFactory(),
         cache_logger_on_first_use=True,
     )
-    structlog.contextvars.bind_contextvars(process=str(opts.process_id))
+    _configured[:] = [log_format]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_options(sys.argv[1:] if argv is None else argv)
     _die_with_parent(opts.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
-    _configure_logging(opts)
+    _configure_logging(opts.log_format)
+    structlog.contextvars.bind_contextvars(process=str(opts.process_id))
     return uvloop.run(amain(opts, select_factory()))
