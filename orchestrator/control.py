@@ -196,6 +196,14 @@ class ControlServer:
             result = await handle(req, self.control)
         except ControlFailed as exc:
             reply = ControlReply(request_id=req.request_id, ok=False, error=exc.error)
+        except Exception as exc:  # a bug in a handler: the client still gets a coded reply
+            log.exception("control_handler_failed", type=type(req).__name__)
+            error = ErrorInfo(
+                code=ErrorCode.E_CONTROL_BAD_REQUEST,
+                message=f"the daemon failed to handle {type(req).__name__}: {exc!r}",
+                suggestion="see orchestrator.log",
+            )
+            reply = ControlReply(request_id=req.request_id, ok=False, error=error)
         else:
             if isinstance(result, AgentEvent) and result.error is not None:
                 reply = ControlReply(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -64,8 +65,16 @@ def _version() -> str:
         return "0+unknown"
 
 
+def _raise_fd_limit() -> None:
+    """Each child costs a pidfd and a socket: take the hard limit of open files."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run(opts: DaemonOptions) -> int:
     """Start the daemon in the foreground; return its exit code. Raises AlreadyRunning."""
+    _raise_fd_limit()
     settings = Settings.from_policy(opts.swarm.spec.policy)
     paths = opts.layout.run_paths(opts.swarm.name)
     endpoints = (paths.agents_endpoint, paths.control_endpoint)  # raise before anything starts

@@ -150,7 +150,7 @@ class Supervisor:
         )
         try:
             handle = await self.spawner.spawn(spec)
-        except SpawnError as exc:
+        except (SpawnError, OSError) as exc:  # OSError: e.g. the log directory is not writable
             log.error("spawn_failed", process=str(pid), error=str(exc))
             self._on_exit(entry, generation, ExitStatus(code=None, signal=None, at=time.time()))
             return

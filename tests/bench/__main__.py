@@ -1,0 +1,46 @@
+"""`python -m tests.bench` (`make bench`): run every `tests/bench/bench_*.py` and print a summary.
+
+Each benchmark prints its own table (figures as ratios to raw baselines measured in the same
+run, median and p99); the summary repeats the rows that have a goal.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import time
+from pathlib import Path
+
+from tests.bench.baselines import Row, print_rows
+
+
+def _modules() -> list[str]:
+    here = Path(__file__).parent
+    names = [m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_")]
+    only = sys.argv[1:]
+    return [n for n in sorted(names) if not only or n in only]
+
+
+def main() -> int:
+    summary: list[Row] = []
+    failed = []
+    for name in _modules():
+        start = time.perf_counter()
+        print(f"\n=== {name} ===", flush=True)
+        try:
+            rows = importlib.import_module(f"tests.bench.{name}").main()
+        except Exception as exc:  # one broken benchmark must not hide the others' figures
+            print(f"{name} failed: {exc!r}", flush=True)
+            failed.append(name)
+            continue
+        if isinstance(rows, list):
+            summary += [r for r in rows if isinstance(r, Row) and r.goal]
+        print(f"({name}: {time.perf_counter() - start:.0f} s)", flush=True)
+    if summary:
+        print_rows("summary: figures with a goal", summary)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
