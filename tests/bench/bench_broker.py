@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tests.bench.baselines import Row, p99, print_rows
 
@@ -130,11 +131,198 @@ def main() -> list[Row]:
         f"sync + {WINDOWED_RTTS} with {WINDOW} in flight)",
         rows,
     )
-    return rows
+    hop = warm_hop()
+    print_rows(
+        f"warm hop: orchestrator -> agent turn with one model call to a local "
+        f"OpenAI-compatible server -> reply ({HOP_TURNS} turns, state root on {HOP_ROOT})",
+        hop,
+    )
+    return rows + hop
+
+
+# -- warm hop: one turn with one model call --------------------------------------------------
+
+HOP_TURNS = 300
+HOP_WARMUP = 30
+HOP_PER_INSTANCE = 5
+HOP_ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
+COMPLETION = json.dumps(
+    {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "local",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "pong"}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+).encode()  # fmt: skip
+HOP_BUNDLE = """
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: local}
+spec: {provider: openai, model: local, endpoint: "http://127.0.0.1:PORT/v1",
+       apiKey: {value: sk-local}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: hop}
+spec: {modelConfig: {modelRef: Model/local}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: hop}
+spec: {entryAgent: Agent/hop, agents: [Agent/hop]}
+"""
+
+
+async def _llm_server() -> None:
+    """Answers every POST with the same chat completion (keep-alive), as fast as it can."""
+    import asyncio
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(COMPLETION), COMPLETION)
+            )
+            await writer.drain()
+
+    async def guarded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await serve(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(guarded, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+
+
+def _llm_role() -> None:
+    import uvloop
+
+    uvloop.run(_llm_server())
+
+
+async def _hop_measure(harness: Any, port: int) -> dict[str, list[float]]:
+    import asyncio
+    import time
+
+    import openai
+
+    from protocol.events import ReplyTo, Source, SourceKind, new_event
+    from protocol.ids import agent_address
+
+    cli = Source(kind=SourceKind.CLI, name="bench")
+
+    async def turn(key: str, i: int) -> float:
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        event = new_event(
+            type="user.message", input=f"ping {i}", instance_key=key, source=cli,
+            reply_to=ReplyTo(target="control", correlation_id=f"{key}-{i}"),
+        )  # fmt: skip
+        start = time.perf_counter()
+        harness.router.submit(event, agent_address("hop", key), waiter)
+        reply = await waiter
+        assert reply.error is None and reply.input == "pong", reply
+        return (time.perf_counter() - start) * 1e6
+
+    client = openai.AsyncOpenAI(api_key="sk-local", base_url=f"http://127.0.0.1:{port}/v1")
+
+    async def bare(i: int) -> float:
+        start = time.perf_counter()
+        await client.chat.completions.create(
+            model="local", messages=[{"role": "user", "content": f"ping {i}"}]
+        )
+        return (time.perf_counter() - start) * 1e6
+
+    out: dict[str, list[float]] = {"bare": [], "hop": []}
+    for i in range(HOP_WARMUP):
+        await bare(i)
+    # a conversation's history grows with every turn (and so does each model request), so
+    # the turns are spread over warm instances: one warm-up turn each, then a few measured
+    for n in range(HOP_TURNS // HOP_PER_INSTANCE):
+        key = f"i{n}"
+        await harness.spawn(key)
+        await turn(key, -1)
+        for i in range(HOP_PER_INSTANCE):  # alternate so drift hits both
+            out["hop"].append(await turn(key, i))
+            out["bare"].append(await bare(i))
+    await client.close()
+    return out
+
+
+def _hop_role() -> None:
+    import logging
+
+    import structlog
+    import uvloop
+
+    from bundles.loader import load_bundle
+    from orchestrator.forkserver import start_fork_server
+    from protocol.endpoints import StateLayout
+    from tests.bench.bench_spawn import Harness
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    llm = subprocess.Popen(
+        [sys.executable, "-m", "tests.bench.bench_broker", "llm"], stdout=subprocess.PIPE
+    )
+    try:
+        assert llm.stdout is not None
+        port = int(llm.stdout.readline())
+        with tempfile.TemporaryDirectory(prefix="gh", dir=HOP_ROOT) as tmp:
+            bundle_file = Path(tmp) / "goondan.yaml"
+            bundle_file.write_text(HOP_BUNDLE.replace("PORT", str(port)))
+            layout = StateLayout(root=Path(tmp) / "state")
+            bundle = load_bundle(bundle_file, state_root=layout.root)
+            context = {"bundle": bundle, "env_files": (), "state_root": layout.root}
+            server = start_fork_server("agent_process.child", context=context)
+
+            async def run_all() -> dict[str, list[float]]:
+                harness = Harness("forkserver", server, layout, bundle, agents=("hop",))
+                try:
+                    return await _hop_measure(harness, port)
+                finally:
+                    await harness.close()
+
+            result = uvloop.run(run_all())
+    finally:
+        llm.kill()
+        llm.wait()
+    print(json.dumps(result), flush=True)
+
+
+def warm_hop() -> list[Row]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.bench.bench_broker", "hop"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"warm hop failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    bare = statistics.median(result["bare"])
+    return [
+        Row("model call alone (openai SDK -> local server)", bare, p99(result["bare"]), "µs", bare),
+        Row(
+            "warm hop orchestrator -> agent turn -> reply",
+            statistics.median(result["hop"]),
+            p99(result["hop"]),
+            "µs",
+            bare,
+            "≤ 2000 µs p50",
+        ),
+    ]
 
 
 if __name__ == "__main__":
+    roles = {"llm": _llm_role, "hop": _hop_role}
     if len(sys.argv) > 2 and sys.argv[1] == "router":
         _router_role(sys.argv[2])
+    elif len(sys.argv) > 1 and sys.argv[1] in roles:
+        roles[sys.argv[1]]()
     else:
         main()

@@ -47,7 +47,14 @@ def _mem_available() -> int:
 class Harness:
     """The daemon's supervisor, router and spawner, with a future per awaited `ready`."""
 
-    def __init__(self, mode: str, server: Any, layout: Any, bundle: Any) -> None:
+    def __init__(
+        self,
+        mode: str,
+        server: Any,
+        layout: Any,
+        bundle: Any,
+        agents: tuple[str, ...] = ("greeter",),
+    ) -> None:
         import zmq.asyncio
 
         from orchestrator.router import Router
@@ -58,6 +65,7 @@ class Harness:
         from orchestrator.table import ProcessTable
 
         self.waiters: dict[Any, asyncio.Future[float]] = {}
+        self.agents = agents
 
         def listener(entry: Any, source: ProcessStatus, target: ProcessStatus) -> None:
             if target is ProcessStatus.IDLE and source is ProcessStatus.SPAWNING:
@@ -82,7 +90,7 @@ class Harness:
         )  # fmt: skip
         self.supervisor = Supervisor(
             table=self.table, router=self.router, spawner=spawner, settings=settings,
-            launch=launch, layout=layout, members=["greeter"],
+            launch=launch, layout=layout, members=agents,
         )  # fmt: skip
         self.router.lifecycle = self.supervisor
         self.tasks = [
@@ -98,7 +106,7 @@ class Harness:
     async def spawn(self, key: str) -> float:
         from protocol.ids import agent_address
 
-        address = agent_address("greeter", key)
+        address = agent_address(self.agents[0], key)
         fut = self._await_ready(address)
         start = time.perf_counter()
         self.supervisor.ensure(address)
