@@ -179,3 +179,26 @@ async def test_sigkill_of_the_daemon_leaves_no_child_alive(
         await daemon.wait()
         _, alive = await asyncio.to_thread(psutil.wait_procs, family, 10)
         assert alive == []
+
+
+async def test_an_idle_child_is_stopped_and_respawns_on_the_next_event(
+    start_daemon: StartDaemon,
+) -> None:
+    from tests.integration.harness import FIXTURES
+
+    async with asyncio.timeout(30):
+        daemon = await start_daemon(FIXTURES / "idle", swarm="idle")
+        first = await daemon.send("hello", "napper")
+        assert first.ok and first.result["input"] == "hello"
+        await daemon.wait_for("idle_stop", process="agent:napper:idle:1")
+        await daemon.wait_for("transition", process="agent:napper:idle:1", target="terminated")
+        napper = await daemon.process("napper")
+        assert (napper.status, napper.pid, napper.last_exit.reason) == (
+            "terminated",
+            None,
+            "stopped",
+        )
+        await daemon.wait_for("exit_status", process="agent:napper:idle:1", exit="exit code 0")
+        again = await daemon.send("again", "napper")
+        assert again.ok and again.result["input"] == "again"
+        assert (await daemon.process("napper")).generation == 2
