@@ -128,3 +128,23 @@ async def test_send_status_restart_and_stop_through_the_cli(start_daemon: StartD
         code, out, _ = await run_cli("stop")
         assert code == 0 and "stopped" in out
         assert await daemon.wait() == 0
+
+
+async def test_run_dir_is_private_and_active_json_names_the_daemon(
+    start_daemon: StartDaemon,
+) -> None:
+    import stat
+
+    async with asyncio.timeout(30):
+        daemon = await start_daemon()
+        paths = StateLayout.from_env().run_paths("probe")
+        assert stat.S_IMODE(paths.run_dir.stat().st_mode) == 0o700
+        for sock in (paths.agents_sock, paths.control_sock):
+            assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        active = json.loads(paths.active_json.read_text())
+        assert active["pid"] == daemon.pid and active["swarm"] == "probe"
+        assert set(active["endpoints"]) == {"agents", "control"}
+        assert paths.pid_file.read_text().strip() == str(daemon.pid)
+        daemon.signal(15)
+        assert await daemon.wait() == 0
+        assert not paths.active_json.exists() and not paths.pid_file.exists()
