@@ -57,6 +57,7 @@ def test_the_issue_tools_are_all_declared() -> None:
     assert declared["text-transform"] == ["replace", "slice", "split", "join", "trim", "case"]
     assert declared["wait"] == ["wait"]
     assert declared["self-restart"] == ["request"]
+    assert declared["agents"] == ["request", "send", "spawn", "list", "catalog"]
 
 
 @pytest.mark.parametrize("tool", TOOLS, ids=_id)
