@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from orchestrator import reasons
 from orchestrator.calls import CallContext, answer_call
 from orchestrator.policy import (
     ExitKind,
@@ -101,7 +102,7 @@ class Supervisor:
         if request and entry is not None and entry.status is S.CRASH_LOOP_BACKOFF:
             return self._backing_off(entry)
         if self.closing:
-            return ErrorInfo(code=ErrorCode.E_AGENT_SHUTTING_DOWN, message="the daemon is stopping")
+            return reasons.shutting_down()
         if target.kind is ProcessKind.AGENT and target.name not in self.members:
             return ErrorInfo(
                 code=ErrorCode.E_AGENT_NOT_IN_SWARM,
@@ -116,7 +117,7 @@ class Supervisor:
         if entry.status is not S.TERMINATED or self.closing:
             return
         if entry.retry_at is not None and self.clock() < entry.retry_at:
-            self.router.fail_queued(target, self._start_failed(entry))
+            self.router.fail_queued(target, reasons.start_failed(entry))
             return
         self._spawn(entry)
 
@@ -240,7 +241,7 @@ class Supervisor:
             case HoldDown(retry_after=retry_after):
                 self.table.transition(entry, S.TERMINATED, expect=S.CRASHED)
                 entry.retry_at = self.clock() + retry_after
-                self.router.fail_queued(entry.address, self._start_failed(entry))
+                self.router.fail_queued(entry.address, reasons.start_failed(entry))
 
     def _backoff_over(self, entry: ProcessEntry, generation: int) -> None:
         self._timers.pop(entry.address, None)
@@ -254,24 +255,9 @@ class Supervisor:
             self._backoff_over(entry, entry.generation)
 
     def _backing_off(self, entry: ProcessEntry) -> ErrorInfo:
-        wait = max(0.0, (entry.retry_at or 0.0) - self.clock())
-        exit_text = ""
-        if entry.last_exit is not None and entry.last_exit.code is not None:
-            exit_text = f", last exit code {entry.last_exit.code}"
-        return ErrorInfo(
-            code=ErrorCode.E_AGENT_BACKOFF,
-            message=f"{entry.address} is in crashLoopBackOff after {entry.crashes} crashes"
-            f"{exit_text}; next start in {wait:.1f} s",
-            suggestion=f"see its log ({self.launch.swarm} logs), fix it, then `goondan restart`",
-        )
-
-    def _start_failed(self, entry: ProcessEntry) -> ErrorInfo:
-        cause = entry.start_error.message if entry.start_error else "it failed to start"
-        return ErrorInfo(
-            code=ErrorCode.E_AGENT_START_FAILED,
-            message=f"{entry.address} cannot start: {cause}",
-            suggestion="fix the bundle and run `goondan restart`, or send again later",
-        )
+        key, name = entry.address.instance_key, entry.address.name
+        log_file = self.layout.process_log(self.launch.swarm, name, key)
+        return reasons.backing_off(entry, self.clock(), str(log_file))
 
     # -- frames from children (router.Lifecycle) ---------------------------------------
 
@@ -358,7 +344,7 @@ class Supervisor:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        stopping = ErrorInfo(code=ErrorCode.E_AGENT_SHUTTING_DOWN, message="the daemon is stopping")
+        stopping = reasons.shutting_down()
         for entry in self.table:
             self.router.fail_queued(entry.address, stopping)
             if entry.status is S.CRASH_LOOP_BACKOFF:

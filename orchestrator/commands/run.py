@@ -56,12 +56,21 @@ class _Run:
     help = "start the orchestrator in the foreground"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("bundle", nargs="?", default="goondan.yaml", metavar="BUNDLE")
+        parser.add_argument(
+            "bundle", nargs="?", default="goondan.yaml", metavar="BUNDLE",
+            help="goondan.yaml or its directory (default: ./goondan.yaml)",
+        )  # fmt: skip
         group = parser.add_mutually_exclusive_group()
         group.add_argument("--input", metavar="TEXT", help="send one input, print the reply, exit")
         group.add_argument("--input-file", metavar="F", help="like --input, read from file F")
-        parser.add_argument("--env-file", action="append", default=[], metavar="F")
-        parser.add_argument("--log-format", choices=("json", "console"), default="console")
+        parser.add_argument(
+            "--env-file", action="append", default=[], metavar="F",
+            help="KEY=VALUE lines (repeatable; never override the environment)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--log-format", choices=("json", "console"), default="console",
+            help="console output format; logs/<swarm>/orchestrator.log is always JSON lines",
+        )  # fmt: skip
         parser.add_argument("--watch", action="store_true", help="restart on edits (not built yet)")
 
     def run(self, args: argparse.Namespace) -> int:
