@@ -17,6 +17,7 @@ from agent_process import resolve
 from agent_process.catalog import CatalogBuilder
 from agent_process.context import NotConnectedRuntime, agent_logger
 from agent_process.extensions import ExtensionHandle, load_extension
+from agent_process.inbox import Inbox
 from agent_process.mcp import McpBridge
 from agent_process.models import Model, create_model
 from agent_process.pipeline import Pipelines
@@ -129,6 +130,8 @@ async def _assemble(
             bus=bus,
             tool_calls=tool_calls,
             at_turn_end=lambda: _turn_end(store, extensions, bus),
+            inbox=Inbox(paths.inbox_dir),
+            agents=req.agents,
         )
     )
     return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls, mcp)

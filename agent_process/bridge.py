@@ -1,8 +1,14 @@
 """The `agents` bridge inside a child: inter-agent calls as frames through the orchestrator.
 
 `request` sends an event with `replyTo` and waits for the response routed back by its
-correlation id (or the orchestrator's coded error, e.g. E_AGENT_CRASHED); `send` does not
-wait; `spawn`/`list`/`catalog` are `call` frames answered by `call_result`.
+correlation id (or the orchestrator's coded error, e.g. E_AGENT_CRASHED); with `async_` it
+returns at once and the reply goes to the durable inbox (agent_process.inbox), from which the
+turn engine injects it before the next step; `send` does not wait; `spawn`/`list`/`catalog` are
+`call` frames answered by `call_result`.
+
+The event carries the caller's trace (its span is the caller's tool-call span, so the callee's
+turn is that span's child), the caller's `auth` unchanged, and `metadata.callChain`: the
+callers waiting above this request, which the orchestrator uses to refuse a cycle.
 """
 
 from __future__ import annotations
@@ -10,16 +16,24 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
+import structlog
+
+from agent_process.inbox import Inbox
 from bundles.sdk import JsonObject, ToolFailed
 from protocol.codec import to_builtins
-from protocol.errors import ErrorCode
-from protocol.events import AgentEvent, ReplyTo, Source, new_event
+from protocol.errors import ErrorCode, ErrorInfo
+from protocol.events import AgentEvent, ReplyTo, Source, TraceContext, new_event
 from protocol.ids import ORCHESTRATOR, agent_address
 from protocol.messages import Call, CallOp, CallPayload, CallResultPayload, Event, Message
 
 Send = Callable[[Message], Awaitable[None]]
+CALL_CHAIN = "callChain"
+CURRENT_SPAN: ContextVar[TraceContext | None] = ContextVar("goondan_agents_span", default=None)
+"""The span an `agents` call is made from (the tool-call span); set by the tool-call runner."""
+log = structlog.get_logger("goondan.bridge")
 
 
 class Bridge:
@@ -30,6 +44,12 @@ class Bridge:
         self._source: Source | None = None
         self._responses: dict[str, asyncio.Future[AgentEvent]] = {}
         self._calls: dict[str, asyncio.Future[CallResultPayload]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.current: AgentEvent | None = None
+        """The event whose turn is running: its trace, auth and call chain travel on."""
+        self.inbox: Inbox | None = None
+        self.on_reply: Callable[[], None] = lambda: None
+        """Called after an async reply was stored (the child wakes an idle runtime)."""
 
     def bind(self, me: str, address: str, source: Source) -> None:
         """`me` is this process's id (frames' `from`); `address` (no generation) is where
@@ -39,11 +59,16 @@ class Bridge:
         self._source = source
 
     def deliver_response(self, event: AgentEvent) -> bool:
-        fut = self._responses.pop(event.in_reply_to or "", None)
-        if fut is None or fut.done():
-            return False
-        fut.set_result(event)
-        return True
+        correlation_id = event.in_reply_to or ""
+        fut = self._responses.pop(correlation_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(event)
+            return True
+        if self.inbox is not None and self.inbox.expected(correlation_id):
+            # an async request of an earlier process of this instance: keep its reply
+            self._store(correlation_id, event, None)
+            return True
+        return False
 
     def deliver_call_result(self, result: CallResultPayload) -> bool:
         fut = self._calls.pop(result.call_id, None)
@@ -52,10 +77,30 @@ class Bridge:
         fut.set_result(result)
         return True
 
-    def _event(self, target: str, input: str, instance_key: str | None, **kw: Any) -> AgentEvent:
+    def _event(
+        self, target: str, input: str, instance_key: str | None, **kw: Any
+    ) -> tuple[AgentEvent, str]:
         assert self._source is not None, "bind() first"
         key = instance_key or self._source.instance_key or target
-        return new_event(input=input, instance_key=key, source=self._source, **kw)
+        current = self.current
+        span = CURRENT_SPAN.get()
+        trace = span if span is not None else current.trace.child() if current else None
+        metadata: JsonObject = dict(kw.pop("metadata", None) or {})
+        chain = current.metadata.get(CALL_CHAIN) if current is not None else None
+        metadata[CALL_CHAIN] = [
+            *(chain if isinstance(chain, list) else []),
+            f"{self._source.name}@{self._source.instance_key}",
+        ]
+        event = new_event(
+            input=input,
+            instance_key=key,
+            source=self._source,
+            trace=trace,
+            metadata=metadata,
+            auth=current.auth if current is not None else None,
+            **kw,
+        )
+        return event, str(agent_address(target, key))
 
     async def request(
         self,
@@ -69,31 +114,74 @@ class Bridge:
         metadata: JsonObject | None = None,
     ) -> JsonObject:
         correlation_id = uuid.uuid4().hex
-        event = self._event(
-            target,
-            input,
-            instance_key,
-            type=event_type,
-            reply_to=ReplyTo(target=self._address, correlation_id=correlation_id),
-            metadata=metadata,
+        reply_to = ReplyTo(target=self._address, correlation_id=correlation_id)
+        event, to = self._event(
+            target, input, instance_key, type=event_type, reply_to=reply_to, metadata=metadata
         )
         fut: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._responses[correlation_id] = fut
-        to = str(agent_address(target, event.instance_key))
+        if async_ and self.inbox is not None:
+            self.inbox.expect(correlation_id, to)
         await self._send(Event(from_=self._me, to=to, payload=event))
+        result: JsonObject = {
+            "target": target,
+            "instanceKey": event.instance_key,
+            "eventId": event.id,
+            "correlationId": correlation_id,
+            "accepted": True,
+            "async": async_,
+            "response": None,
+        }
+        if async_:
+            self._spawn_task(self._await_async(correlation_id, fut, target, timeout_ms))
+            return result
+        response = await self._wait(correlation_id, fut, target, timeout_ms)
+        if response.error is not None:
+            error = response.error
+            raise ToolFailed(error.message, code=error.code, suggestion=error.suggestion)
+        result["response"] = response.input
+        return result
+
+    async def _wait(
+        self, correlation_id: str, fut: asyncio.Future[AgentEvent], target: str, timeout_ms: int
+    ) -> AgentEvent:
         try:
             async with asyncio.timeout(timeout_ms / 1000):
-                response = await fut
+                return await fut
         except TimeoutError:
-            self._responses.pop(correlation_id, None)
             raise ToolFailed(
                 f"{target} did not answer within {timeout_ms} ms",
                 code=ErrorCode.E_AGENT_TIMEOUT,
-                suggestion="raise timeoutMs or send without waiting",
+                suggestion="raise timeoutMs, use async: true, or send without waiting",
             ) from None
-        if response.error is not None:
-            raise ToolFailed(response.error.message, code=response.error.code)
-        return {"target": target, "instanceKey": event.instance_key, "response": response.input}
+        finally:
+            self._responses.pop(correlation_id, None)
+
+    async def _await_async(
+        self, correlation_id: str, fut: asyncio.Future[AgentEvent], target: str, timeout_ms: int
+    ) -> None:
+        try:
+            response = await self._wait(correlation_id, fut, target, timeout_ms)
+        except ToolFailed as exc:
+            self._store(correlation_id, None, {"code": exc.code, "message": exc.message})
+            return
+        self._store(correlation_id, response, None)
+
+    def _store(self, correlation_id: str, response: AgentEvent | None, error: Any) -> None:
+        if self.inbox is None:
+            log.warning("async_reply_dropped", correlation_id=correlation_id, reason="no inbox")
+            return
+        try:
+            self.inbox.store(correlation_id, response, error)
+        except OSError as exc:
+            log.error("async_reply_not_stored", correlation_id=correlation_id, error=str(exc))
+            return
+        self.on_reply()
+
+    def _spawn_task(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def send(
         self,
@@ -104,10 +192,14 @@ class Bridge:
         event_type: str = "agent.send",
         metadata: JsonObject | None = None,
     ) -> JsonObject:
-        event = self._event(target, input, instance_key, type=event_type, metadata=metadata)
-        to = str(agent_address(target, event.instance_key))
+        event, to = self._event(target, input, instance_key, type=event_type, metadata=metadata)
         await self._send(Event(from_=self._me, to=to, payload=event))
-        return {"target": target, "instanceKey": event.instance_key, "eventId": event.id}
+        return {
+            "target": target,
+            "instanceKey": event.instance_key,
+            "eventId": event.id,
+            "accepted": True,
+        }
 
     async def _call(self, op: CallOp, args: JsonObject) -> JsonObject:
         call_id = uuid.uuid4().hex
@@ -115,19 +207,27 @@ class Bridge:
         self._calls[call_id] = fut
         payload = CallPayload(call_id=call_id, op=op, args=args)
         await self._send(Call(from_=self._me, to=ORCHESTRATOR, payload=payload))
-        result = await fut
-        if not result.ok:
-            error = result.error
+        try:
+            async with asyncio.timeout(30):
+                result = await fut
+        except TimeoutError:
             raise ToolFailed(
-                error.message if error else f"{op} failed",
-                code=error.code if error else ErrorCode.E_TOOL,
-            )
-        return {"result": to_builtins(result.result)}
+                f"the orchestrator did not answer {op} within 30 s", code=ErrorCode.E_AGENT_TIMEOUT
+            ) from None
+        finally:
+            self._calls.pop(call_id, None)
+        if not result.ok:
+            error = result.error or ErrorInfo(code=ErrorCode.E_TOOL, message=f"{op} failed")
+            raise ToolFailed(error.message, code=error.code, suggestion=error.suggestion)
+        value: JsonObject = to_builtins(result.result)
+        return value
 
     async def spawn(
         self, target: str, *, instance_key: str | None = None, cwd: str | None = None
     ) -> JsonObject:
-        return await self._call(CallOp.SPAWN, {"agent": target, "instanceKey": instance_key})
+        return await self._call(
+            CallOp.SPAWN, {"target": target, "instanceKey": instance_key, "cwd": cwd}
+        )
 
     async def list(self, *, include_all: bool = False) -> JsonObject:
         return await self._call(CallOp.LIST, {"includeAll": include_all})

@@ -33,6 +33,7 @@ from agent_process import child_options
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
+from agent_process.inbox import WAKE_EVENT_TYPE, Inbox, spawn_workdir
 from agent_process.runtime import AgentRuntime, StartFailure
 from bundles.diagnostics import BundleError
 from bundles.kinds import Kind
@@ -41,7 +42,7 @@ from bundles.model import Bundle
 from protocol.codec import decode_message, encode
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
-from protocol.events import AgentEvent, Source, SourceKind, response_to
+from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
 from protocol.ids import ORCHESTRATOR
 from protocol.messages import (
     Call,
@@ -137,13 +138,16 @@ async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
             )
         ) from exc
     pid = opts.process_id
+    layout = StateLayout.from_env(opts.state_root)
     return await AgentRuntime.create(
         bundle=bundle,
         agent=pid.name,
         instance_key=pid.instance_key,
         swarm=opts.swarm,
-        layout=StateLayout.from_env(opts.state_root),
+        layout=layout,
         agents=bridge,
+        # `agents.spawn{cwd}` made this instance's workdir cwd
+        workdir=spawn_workdir(layout.instance_paths(opts.swarm, pid.instance_key, pid.name).root),
     )
 
 
@@ -196,6 +200,12 @@ class Child:
         self.queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
         self.bridge = Bridge(self.send)
         self.bridge.bind(self.me, str(opts.process_id.address), self.source)
+        paths = StateLayout.from_env(opts.state_root).instance_paths(
+            opts.swarm, opts.process_id.instance_key, opts.process_id.name
+        )
+        self.inbox = Inbox(paths.inbox_dir)
+        self.bridge.inbox = self.inbox
+        self.bridge.on_reply = self._wake
         self.runner: TurnRunner | None = None
         self.draining = asyncio.Event()
         self.last_heard = time.monotonic()
@@ -224,7 +234,22 @@ class Child:
             return False
         ready = ReadyPayload(pid=os.getpid(), tools=list(self.runner.tool_names))
         await self.send(Ready(from_=self.me, to=ORCHESTRATOR, payload=ready))
+        self._wake()  # async replies stored by an earlier process of this instance
         return True
+
+    def _wake(self) -> None:
+        """An idle runtime with stored async replies runs one turn to take them; a busy one
+        takes them before its next step (or, if none, through this wake after the turn)."""
+        if self.busy or not self.queue.empty() or not self.inbox.has_replies():
+            return
+        self.queue.put_nowait(
+            new_event(
+                type=WAKE_EVENT_TYPE,
+                input="",
+                instance_key=self.source.instance_key or "",
+                source=self.source,
+            )
+        )
 
     async def serve(self) -> None:
         async with asyncio.TaskGroup() as tg:
@@ -256,7 +281,10 @@ class Child:
 
     async def _run_one(self, event: AgentEvent) -> None:
         assert self.runner is not None
+        if event.type == WAKE_EVENT_TYPE and not self.inbox.has_replies():
+            return  # the replies were taken by a turn that ran in between
         self.busy = True
+        self.bridge.current = event
         await self._status(ChildState.PROCESSING, event.id)
         try:
             report = await self.runner.run_turn(event)
@@ -269,7 +297,9 @@ class Child:
             reply = response_to(event, source=self.source, text=text, error=error)
             await self.send(Event(from_=self.me, to=event.reply_to.target, payload=reply))
         self.busy = False
+        self.bridge.current = None
         await self._status(ChildState.IDLE, event.id, outcome)
+        self._wake()
 
     async def _status(
         self, state: ChildState, event_id: str, outcome: TurnOutcome | None = None

@@ -42,6 +42,7 @@ class StepResult(msgspec.Struct, kw_only=True):
 class TurnContext(_Onion[TurnResult]):
     __slots__ = (
         "agent_name",
+        "agents",
         "conversation",
         "event",
         "instance_key",
@@ -61,8 +62,11 @@ class TurnContext(_Onion[TurnResult]):
         instance_key: str,
         conversation: ConversationStore,
         span: TraceContext,
+        agents: sdk.AgentsRuntime | None = None,
     ) -> None:
         self.event = event
+        self.agents = agents
+        """The `agents` bridge (request/send through the orchestrator), as tools get it."""
         self.turn_id = turn_id
         self.agent_name = agent_name
         self.instance_key = instance_key
@@ -90,6 +94,10 @@ class StepContext(_Onion[StepResult]):
 
     def catalog_item(self, name: str) -> CatalogItem:
         return self._catalog.item(name)
+
+    @property
+    def agents(self) -> sdk.AgentsRuntime | None:
+        return self.turn.agents
 
 
 class ToolCallMwContext(_Onion[ToolResult]):

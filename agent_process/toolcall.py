@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from agent_process.bridge import CURRENT_SPAN
 from agent_process.context import ToolCallContext
 from agent_process.contexts import StepContext, ToolCallMwContext
 from agent_process.executor import execute
@@ -102,7 +103,11 @@ class ToolCallRunner:
                 limit=entry.error_message_limit,
                 suggestion="send the arguments as one JSON object",
             )
-        result = await execute(entry, self._tool_context(entry, ctx), ctx.args)
+        token = CURRENT_SPAN.set(ctx.span)  # an `agents` call made here is this span's child
+        try:
+            result = await execute(entry, self._tool_context(entry, ctx), ctx.args)
+        finally:
+            CURRENT_SPAN.reset(token)
         if result.deferred is not None:
             result = await self.deferred_hook(ctx, result.deferred)
         return result

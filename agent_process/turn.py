@@ -21,6 +21,7 @@ import structlog
 
 from agent_process.catalog import CatalogBuilder, names_of
 from agent_process.contexts import StepContext, StepResult, TurnContext, TurnResult
+from agent_process.inbox import WAKE_EVENT_TYPE, Inbox
 from agent_process.messages import Role, dangling_calls, new_message
 from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
 from agent_process.pipeline import PipelineKind, Pipelines
@@ -28,7 +29,7 @@ from agent_process.results import error_result
 from agent_process.store import ConversationStore
 from agent_process.telemetry import EventBus, RuntimeEvent
 from agent_process.toolcall import ToolCallRunner
-from bundles.sdk import MiddlewareError
+from bundles.sdk import AgentsRuntime, MiddlewareError
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, TraceContext
 from protocol.messages import TurnOutcome
@@ -51,6 +52,10 @@ class TurnDeps:
     tool_calls: ToolCallRunner
     at_turn_end: Callable[[], None]
     """Durability point: fold the log, save extension state, flush runtime events."""
+    inbox: Inbox | None = None
+    """Async `agents__request` replies, injected at the start of every step."""
+    agents: AgentsRuntime | None = None
+    """`ctx.agents` of turn and step middleware."""
 
 
 class TurnEngine:
@@ -67,6 +72,7 @@ class TurnEngine:
             instance_key=d.instance_key,
             conversation=d.store,
             span=span,
+            agents=d.agents,
         )
         d.bus.current_trace_id = span.trace_id
         started = time.perf_counter()
@@ -137,12 +143,17 @@ class TurnEngine:
         d = self._d
         event = ctx.event
         self._answer_interrupted_calls(ctx)
-        d.store.append(
-            Role.USER.value,
-            event.input,
-            turn_id=ctx.turn_id,
-            metadata={"eventId": event.id, "eventType": event.type, "source": event.source.name},
-        )
+        if event.type != WAKE_EVENT_TYPE:  # a wake turn's input is the stored replies
+            d.store.append(
+                Role.USER.value,
+                event.input,
+                turn_id=ctx.turn_id,
+                metadata={
+                    "eventId": event.id,
+                    "eventType": event.type,
+                    "source": event.source.name,
+                },
+            )
         text = ""
         for index in range(1, d.max_steps + 1):
             step = await self._run_step(ctx, index)
@@ -203,6 +214,7 @@ class TurnEngine:
     async def _step_core(self, step: StepContext) -> StepResult:
         d = self._d
         turn = step.turn
+        self._take_inbox(turn)
         step.catalog_names = names_of(step.tool_catalog)
         response = await d.model.complete(
             ModelRequest(
@@ -240,6 +252,18 @@ class TurnEngine:
             usage=response.usage,
             finish_reason=response.finish_reason,
         )
+
+    def _take_inbox(self, turn: TurnContext) -> None:
+        """Append stored async replies as user messages marked as inter-agent responses; a
+        reply file goes only once its message is written (never lost, at worst repeated)."""
+        inbox = self._d.inbox
+        if inbox is None:
+            return
+        for reply in inbox.replies():
+            self._d.store.append(
+                Role.USER.value, reply.text(), turn_id=turn.turn_id, metadata=reply.metadata()
+            )
+            reply.path.unlink(missing_ok=True)
 
     def _emit(self, kind: str, turn: TurnContext, span: TraceContext, **fields: Any) -> None:
         self._d.bus.emit(

@@ -24,10 +24,11 @@ import structlog
 import zmq
 import zmq.asyncio
 
-from bundles.kinds import SwarmSpec
+from bundles.kinds import Kind, SwarmSpec
 from bundles.model import Bundle, Resource
 from bundles.refs import entry_agent, swarm_agents
 from orchestrator import logs, rundir
+from orchestrator.agents_calls import AgentsService
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.forkserver import ForkServerProcess, start_fork_server
 from orchestrator.reconciler import Reconciler
@@ -161,7 +162,20 @@ class Daemon:
             members=[a.name for a in swarm_agents(bundle, swarm)],
         )
         router.lifecycle = supervisor
+        router.agents = self._agents_service(table, supervisor)
         return router, supervisor
+
+    def _agents_service(self, table: ProcessTable, supervisor: Supervisor) -> AgentsService:
+        bundle, swarm, layout = self.opts.bundle, self.opts.swarm, self.opts.layout
+        return AgentsService(
+            table=table,
+            swarm=swarm.name,
+            entry_agent=entry_agent(bundle, swarm).name,
+            members=[a.name for a in swarm_agents(bundle, swarm)],
+            declared=frozenset(a.name for a in bundle.of_kind(Kind.AGENT)),
+            instance_root=lambda t: layout.instance_paths(swarm.name, t.instance_key, t.name).root,
+            ensure=supervisor.ensure,
+        )
 
     async def main(self) -> int:
         loop = asyncio.get_running_loop()

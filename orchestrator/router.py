@@ -19,6 +19,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from orchestrator.agents_calls import AGENT_OPS, AgentsService
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
 from orchestrator.states import READY
 from orchestrator.table import ProcessEntry, ProcessTable
@@ -96,6 +97,8 @@ class Router:
         self.shadow: zmq.Socket[bytes] = zmq.Socket.shadow(self.sock.underlying)
         self.endpoint = endpoint
         self.lifecycle: Lifecycle | None = None
+        self.agents: AgentsService | None = None
+        """The `agents` tool's checks and calls (spawn/list/catalog); set by the daemon."""
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
         self.stats = Stats()
@@ -199,13 +202,20 @@ class Router:
                 self.mailbox(entry.address).requeue(payload.undelivered_events)
                 lifecycle.on_shutdown_ack(entry, payload)
             case Call(payload=payload):
-                lifecycle.on_call(entry, payload)
+                self._on_call(entry, payload, lifecycle)
             case Heartbeat():
                 pass
             case CallResult() | Shutdown():
                 log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:
                 assert_never(msg)
+
+    def _on_call(self, entry: ProcessEntry, payload: CallPayload, lifecycle: Lifecycle) -> None:
+        if self.agents is None or payload.op not in AGENT_OPS:
+            lifecycle.on_call(entry, payload)
+            return
+        result = self.agents.answer(entry.address, payload)
+        self.send(entry, CallResult(from_=ORCHESTRATOR, to=entry.id_text, payload=result))
 
     def _on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
         if payload.event_id is None:
@@ -224,6 +234,10 @@ class Router:
             target = self.address(to)
         except ProtocolError as exc:
             self._reject(event, ErrorCode.E_AGENT_NOT_FOUND, exc.message)
+            return
+        problem = self.agents.check_route(entry.address, target, event) if self.agents else None
+        if problem is not None:
+            self._reject(event, problem.code, problem.message, problem.suggestion)
             return
         self.submit(event, target)
 
@@ -317,7 +331,9 @@ class Router:
             return
         self.respond(response_to(request, source=ORCHESTRATOR_SOURCE, text="", error=error))
 
-    def _reject(self, event: AgentEvent, code: ErrorCode, message: str) -> None:
+    def _reject(
+        self, event: AgentEvent, code: str, message: str, suggestion: str | None = None
+    ) -> None:
         if event.reply_to is not None:
             self.book.open(
                 OpenRequest(
@@ -327,7 +343,7 @@ class Router:
                     event_id=event.id,
                 )
             )
-        self._answer_error(event, ErrorInfo(code=code, message=message))
+        self._answer_error(event, ErrorInfo(code=code, message=message, suggestion=suggestion))
 
     # -- lifecycle hooks the supervisor calls ------------------------------------------
 

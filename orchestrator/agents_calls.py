@@ -1,0 +1,221 @@
+"""The orchestrator's side of the `agents` tool: spawn/list/catalog calls and request checks.
+
+Requests and sends are ordinary events routed by the router; before one is queued,
+`check_route` refuses what can never be answered: an unknown agent (E_AGENT_NOT_FOUND,
+listing the Swarm's agents), one declared but not in the Swarm (E_AGENT_NOT_IN_SWARM), a
+request to the caller's own instance (E_AGENT_SELF_REQUEST) and a request that would close a
+cycle of waiting callers (E_AGENT_CYCLE, naming the chain carried in `metadata.callChain`).
+
+Ownership of spawned instances (owner, createdAt, cwd) is kept here and persisted as
+`spawn.json` in the instance directory, where the child also reads its `cwd` (its workdir).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from orchestrator.table import ProcessTable
+from protocol.codec import to_builtins
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.events import AgentEvent
+from protocol.ids import Address, ProcessKind, agent_address, check_instance_key
+from protocol.messages import CallOp, CallPayload, CallResultPayload
+
+AGENT_OPS = frozenset({CallOp.SPAWN, CallOp.LIST, CallOp.CATALOG})
+SPAWN_FILE = "spawn.json"
+CALL_CHAIN = "callChain"
+log = structlog.get_logger("goondan.agents")
+
+
+def label(address: Address) -> str:
+    return f"{address.name}@{address.instance_key}"
+
+
+def _error(code: ErrorCode, message: str, suggestion: str | None = None) -> ErrorInfo:
+    return ErrorInfo(code=code, message=message, suggestion=suggestion)
+
+
+@dataclass(slots=True)
+class AgentsService:
+    table: ProcessTable
+    swarm: str
+    entry_agent: str
+    members: list[str]
+    """The Swarm's agents, in `spec.agents` order."""
+    declared: frozenset[str]
+    """Every Agent resource of the bundle (in the Swarm or not)."""
+    instance_root: Callable[[Address], Path]
+    ensure: Callable[[Address], None]
+    _owners: dict[Address, dict[str, Any]] = field(default_factory=dict)
+
+    # -- requests and sends ------------------------------------------------------------
+
+    def check_target(self, name: str) -> ErrorInfo | None:
+        if name in self.members:
+            return None
+        agents = ", ".join(self.members)
+        if name in self.declared:
+            return _error(
+                ErrorCode.E_AGENT_NOT_IN_SWARM,
+                f"agent {name!r} is declared but not in swarm {self.swarm!r}",
+                f"add it to Swarm.spec.agents or use one of: {agents}",
+            )
+        return _error(
+            ErrorCode.E_AGENT_NOT_FOUND,
+            f"no agent named {name!r} in swarm {self.swarm!r}; its agents are: {agents}",
+            f"use one of: {agents}",
+        )
+
+    def check_route(self, caller: Address, target: Address, event: AgentEvent) -> ErrorInfo | None:
+        """Why the event from `caller` must be refused (None: route it)."""
+        if target.kind is not ProcessKind.AGENT:
+            return None
+        problem = self.check_target(target.name)
+        if problem is not None or event.reply_to is None:
+            return problem
+        if target == caller:
+            return _error(
+                ErrorCode.E_AGENT_SELF_REQUEST,
+                f"{label(caller)} sent a request to its own instance; it would wait for itself",
+                "request another agent or instanceKey, or do the work in this turn",
+            )
+        chain = event.metadata.get(CALL_CHAIN)
+        chain = [str(c) for c in chain] if isinstance(chain, list) else []
+        if label(target) in chain:
+            path = " → ".join([*chain, label(target)])
+            return _error(
+                ErrorCode.E_AGENT_CYCLE,
+                f"request cycle: {path}; {label(target)} is already waiting in this chain",
+                "answer from the information at hand, or use agents__send (no reply awaited)",
+            )
+        return None
+
+    # -- calls -------------------------------------------------------------------------
+
+    def answer(self, caller: Address, payload: CallPayload) -> CallResultPayload:
+        try:
+            match payload.op:
+                case CallOp.SPAWN:
+                    result: Any = self._spawn(caller, payload.args)
+                case CallOp.LIST:
+                    result = self._list(caller, bool(payload.args.get("includeAll")))
+                case _:
+                    result = self._catalog(caller)
+        except _Refused as exc:
+            return CallResultPayload(call_id=payload.call_id, ok=False, error=exc.error)
+        return CallResultPayload(call_id=payload.call_id, ok=True, result=result)
+
+    def _spawn(self, caller: Address, args: dict[str, Any]) -> dict[str, Any]:
+        name, key, cwd = args.get("target"), args.get("instanceKey"), args.get("cwd")
+        if not isinstance(name, str) or not name:
+            raise _Refused(_error(ErrorCode.E_CONTROL_BAD_REQUEST, "spawn needs a target"))
+        problem = self.check_target(name)
+        if problem is not None:
+            raise _Refused(problem)
+        key = key if isinstance(key, str) and key else f"{name}-{uuid.uuid4().hex[:8]}"
+        try:
+            target = agent_address(name, check_instance_key(key))
+        except ProtocolError as exc:
+            raise _Refused(_error(ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message)) from exc
+        workdir = self._workdir(cwd)
+        entry = self.table.get(target)
+        spawned = entry is None or not entry.live
+        record = self._record(target) or {}
+        if spawned or workdir is not None:
+            record = {
+                "ownerAgent": caller.name,
+                "ownerInstanceKey": caller.instance_key,
+                "createdAt": time.time(),
+                "cwd": workdir if workdir is not None else record.get("cwd"),
+            }
+            self._save(target, record)
+        self.ensure(target)
+        return {"target": name, "instanceKey": key, "spawned": spawned, "cwd": record.get("cwd")}
+
+    def _workdir(self, cwd: Any) -> str | None:
+        if cwd is None:
+            return None
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            raise _Refused(
+                _error(ErrorCode.E_CONTROL_BAD_REQUEST, f"cwd must be an absolute path: {cwd!r}")
+            )
+        try:
+            Path(cwd).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _Refused(
+                _error(ErrorCode.E_CONTROL_BAD_REQUEST, f"cwd {cwd} cannot be created: {exc}")
+            ) from exc
+        return cwd
+
+    def _list(self, caller: Address, include_all: bool) -> dict[str, Any]:
+        agents = []
+        for entry in self.table:
+            if entry.address.kind is not ProcessKind.AGENT:
+                continue
+            record = self._record(entry.address) or {}
+            owned = (record.get("ownerAgent"), record.get("ownerInstanceKey")) == (
+                caller.name,
+                caller.instance_key,
+            )
+            if not include_all and not owned:
+                continue
+            info = to_builtins(entry.info())
+            agents.append(
+                {
+                    "target": entry.address.name,
+                    "instanceKey": entry.address.instance_key,
+                    "ownerAgent": record.get("ownerAgent"),
+                    "ownerInstanceKey": record.get("ownerInstanceKey"),
+                    "createdAt": record.get("createdAt"),
+                    "status": info["status"],
+                    "pid": info["pid"],
+                    "cwd": record.get("cwd"),
+                }
+            )
+        return {"count": len(agents), "agents": agents}
+
+    def _catalog(self, caller: Address) -> dict[str, Any]:
+        return {
+            "swarmName": self.swarm,
+            "entryAgent": self.entry_agent,
+            "selfAgent": caller.name,
+            "selfInstanceKey": caller.instance_key,
+            "availableAgents": list(self.members),
+            "callableAgents": [m for m in self.members if m != caller.name],
+        }
+
+    # -- ownership records -------------------------------------------------------------
+
+    def _record(self, target: Address) -> dict[str, Any] | None:
+        """The ownership record of `target`, read once from disk after a daemon restart."""
+        if target not in self._owners:
+            path = self.instance_root(target) / SPAWN_FILE
+            try:
+                loaded = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+            self._owners[target] = loaded if isinstance(loaded, dict) else {}
+        return self._owners[target]
+
+    def _save(self, target: Address, record: dict[str, Any]) -> None:
+        root = self.instance_root(target)
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".{SPAWN_FILE}.tmp"
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, root / SPAWN_FILE)
+        self._owners[target] = record
+
+
+class _Refused(Exception):
+    def __init__(self, error: ErrorInfo) -> None:
+        super().__init__(error.message)
+        self.error = error
