@@ -1,0 +1,182 @@
+"""The `agents` tool through a real daemon: caller and worker are real processes, every call
+travels agent -> orchestrator -> agent (fixture: tests/fixtures/agents, scripted models)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from protocol.endpoints import InstancePaths, StateLayout
+from protocol.errors import ErrorCode
+from tests.integration.conftest import StartDaemon
+from tests.integration.harness import REPO, Daemon
+
+BUNDLE = REPO / "tests" / "fixtures" / "agents"
+SWARM = "agents"
+CALLER = "agent:caller:agents:1"
+
+
+def paths(agent: str, key: str = SWARM) -> InstancePaths:
+    return StateLayout.from_env().instance_paths(SWARM, key, agent)
+
+
+def runtime_events(agent: str, key: str = SWARM) -> list[dict[str, Any]]:
+    text = paths(agent, key).runtime_events_jsonl.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+async def ask(daemon: Daemon, text: str) -> dict[str, Any]:
+    """The caller's reply: the scripted model answers with the last tool result (JSON)."""
+    reply = await daemon.send(text, "caller")
+    assert reply.ok, reply.error
+    assert isinstance(reply.result, dict)
+    result: dict[str, Any] = json.loads(reply.result["input"])
+    return result
+
+
+async def start(start_daemon: StartDaemon) -> Daemon:
+    return await start_daemon(BUNDLE, swarm=SWARM)
+
+
+async def test_sync_request_returns_the_reply_and_shares_the_trace(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        result = await ask(daemon, "sync hello")
+        assert result["status"] == "ok"
+        out = result["output"]
+        assert out["response"] == "worker: sync hello"
+        assert (out["target"], out["instanceKey"], out["accepted"], out["async"]) == (
+            "worker",
+            SWARM,
+            True,
+            False,
+        )
+        assert out["eventId"] and out["correlationId"]
+        caller = runtime_events("caller")
+        worker = runtime_events("worker")
+        tool = next(e for e in caller if e["type"] == "tool.called")
+        assert tool["toolName"] == "agents__request"
+        turn = next(e for e in worker if e["type"] == "turn.started")
+        assert turn["traceId"] == tool["traceId"]
+        assert turn["parentSpanId"] == tool["spanId"]
+        assert {e["traceId"] for e in caller + worker} == {tool["traceId"]}
+
+
+async def test_async_reply_after_the_turn_ended_runs_exactly_one_caller_turn(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        mark = daemon.mark()
+        result = await ask(daemon, "async job")
+        out = result["output"]
+        assert (out["accepted"], out["async"], out["response"]) == (True, True, None)
+        # idle after the first turn, then processing -> idle for the reply's turn
+        turn_end = {"process": CALLER, "source": "processing", "target": "idle"}
+        first = await daemon.wait_for("transition", mark, **turn_end)
+        second = await daemon.wait_for("transition", daemon.lines.index(first) + 1, **turn_end)
+        assert second is not first
+        messages = map(json.loads, paths("caller").base_jsonl.read_text().splitlines())
+        injected = [m for m in messages if "interAgentResponse" in m.get("metadata", {})]
+        assert len(injected) == 1
+        assert "late reply to async job" in injected[0]["content"]
+        assert injected[0]["metadata"]["correlationId"] == out["correlationId"]
+        assert not any(p.name.startswith("reply-") for p in paths("caller").inbox_dir.iterdir())
+        # a later input runs one turn: no spurious turn was queued for the reply
+        await ask_text(daemon, "plain")
+        started = [e for e in runtime_events("caller") if e["type"] == "turn.started"]
+        assert len(started) == 3
+
+
+async def ask_text(daemon: Daemon, text: str) -> str:
+    reply = await daemon.send(text, "caller")
+    assert reply.ok, reply.error
+    assert isinstance(reply.result, dict)
+    return str(reply.result["input"])
+
+
+async def test_send_is_fire_and_forget_and_reaches_the_worker(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        mark = daemon.mark()
+        out = (await ask(daemon, "send note"))["output"]
+        assert out["accepted"] is True and out["eventId"]
+        worker = {"process": "agent:worker:agents:1", "source": "processing", "target": "idle"}
+        await daemon.wait_for("transition", mark, **worker)
+        inputs = [
+            json.loads(line).get("content")
+            for line in paths("worker").base_jsonl.read_text().splitlines()
+        ]
+        assert "send note" in inputs
+
+
+async def test_spawn_with_cwd_then_request_and_list_and_catalog(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        cwd = tmp_path / "work here"
+        out = (await ask(daemon, str(cwd)))["output"]
+        assert json.loads(out["response"])["output"]["workdir"] == str(cwd)
+        assert cwd.is_dir()
+        listed = (await ask(daemon, "list"))["output"]
+        assert listed["count"] == 1
+        (item,) = listed["agents"]
+        worker = await daemon_process(daemon, "worker", "w1")
+        assert item["target"] == "worker" and item["instanceKey"] == "w1"
+        assert (item["ownerAgent"], item["ownerInstanceKey"]) == ("caller", SWARM)
+        assert item["cwd"] == str(cwd) and item["createdAt"] > 0
+        assert item["pid"] == worker.pid and item["status"] == "idle"
+        everything = (await ask(daemon, "listall"))["output"]
+        assert {(a["target"], a["instanceKey"]) for a in everything["agents"]} == {
+            ("caller", SWARM),
+            ("worker", "w1"),
+        }
+        catalog = (await ask(daemon, "catalog"))["output"]
+        assert catalog["swarmName"] == SWARM and catalog["entryAgent"] == "caller"
+        assert catalog["selfAgent"] == "caller"
+        assert catalog["availableAgents"] == ["caller", "worker"]
+        assert catalog["callableAgents"] == ["worker"]
+
+
+async def daemon_process(daemon: Daemon, name: str, key: str) -> Any:
+    status = await daemon.status()
+    return next(p for p in status.processes if p.name == name and p.instance_key == key)
+
+
+async def test_a_cycle_is_refused_with_the_chain(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        out = (await ask(daemon, "cycle"))["output"]
+        # the worker's own tool call failed; its reply (the tool result) names the chain
+        inner = json.loads(out["response"])
+        assert inner["error"]["code"] == ErrorCode.E_AGENT_CYCLE
+        assert "caller@agents → worker@agents → caller@agents" in inner["error"]["message"]
+
+
+async def test_a_callee_that_dies_answers_crashed_at_once(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        result = await ask(daemon, "crash")
+        assert result["error"]["code"] == ErrorCode.E_AGENT_CRASHED
+        failed = next(e for e in runtime_events("caller") if e["type"] == "tool.failed")
+        # the issue's bar: within the same second (the request's own timeout is 60 s)
+        assert failed["durationMs"] < 1000
+
+
+async def test_timeout_and_bad_targets_are_coded(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        timed_out = await ask(daemon, "timeout")
+        assert timed_out["error"]["code"] == ErrorCode.E_AGENT_TIMEOUT
+        unknown = await ask(daemon, "unknown")
+        assert unknown["error"]["code"] == ErrorCode.E_AGENT_NOT_FOUND
+        assert "caller, worker" in unknown["error"]["message"]
+        outsider = await ask(daemon, "outsider")
+        assert outsider["error"]["code"] == ErrorCode.E_AGENT_NOT_IN_SWARM
+        itself = await ask(daemon, "self")
+        assert itself["error"]["code"] == ErrorCode.E_AGENT_SELF_REQUEST
