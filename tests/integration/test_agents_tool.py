@@ -11,7 +11,7 @@ from typing import Any
 from protocol.endpoints import InstancePaths, StateLayout
 from protocol.errors import ErrorCode
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, Daemon
+from tests.integration.harness import REPO, Daemon, run_cli
 
 BUNDLE = REPO / "tests" / "fixtures" / "agents"
 SWARM = "agents"
@@ -180,3 +180,11 @@ async def test_timeout_and_bad_targets_are_coded(start_daemon: StartDaemon) -> N
         assert outsider["error"]["code"] == ErrorCode.E_AGENT_NOT_IN_SWARM
         itself = await ask(daemon, "self")
         assert itself["error"]["code"] == ErrorCode.E_AGENT_SELF_REQUEST
+
+
+async def test_the_multi_agent_example_runs_offline_with_one_command() -> None:
+    async with asyncio.timeout(60):
+        example = REPO / "bundles" / "examples" / "multi-agent"
+        code, out, err = await run_cli("run", str(example), "--input", "summarise the notes")
+        assert code == 0, err
+        assert "Task done by the worker: summarise the notes" in out
