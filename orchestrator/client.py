@@ -16,6 +16,7 @@ from typing import Any
 
 import zmq
 
+from orchestrator import runpointer
 from orchestrator.rundir import read_active
 from protocol.codec import decode_control_reply, encode
 from protocol.control import ControlReply, ControlRequest, OrchestratorInfo
@@ -45,9 +46,10 @@ def layout_of(args: argparse.Namespace) -> StateLayout:
 
 
 def _running(layout: StateLayout) -> list[OrchestratorInfo]:
-    run_root = layout.run_paths("x").run_dir.parent
+    # the usual run dirs, plus those a daemon under systemd (RUNTIME_DIRECTORY) points to
+    roots = dict.fromkeys((layout.run_paths("x").run_dir.parent, layout.root / "run"))
     found = []
-    for active in sorted(run_root.glob("*/active.json")) if run_root.is_dir() else []:
+    for active in dict.fromkeys(f for root in roots for f in runpointer.active_files(root)):
         info = read_active(active)
         if info is not None and pid_alive(info.pid):
             found.append(info)
@@ -59,6 +61,9 @@ def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
     swarm = getattr(args, "swarm", None)
     if swarm:
         info = read_active(layout.run_paths(swarm).active_json)
+        if info is None or not pid_alive(info.pid):
+            pointed = runpointer.read(runpointer.pointer_path(layout, swarm))
+            info = read_active(pointed) if pointed is not None else None
         if info is None or not pid_alive(info.pid):
             raise ClientError(
                 ErrorCode.E_DAEMON_NOT_RUNNING,

@@ -27,7 +27,7 @@ import zmq.asyncio
 from bundles.kinds import Kind, SwarmSpec
 from bundles.model import Bundle, Resource
 from bundles.refs import entry_agent, swarm_agents
-from orchestrator import logs, rundir
+from orchestrator import logs, rundir, runpointer, systemd
 from orchestrator.agents_calls import AgentsService
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.forkserver import ForkServerProcess, start_fork_server
@@ -76,6 +76,8 @@ def _raise_fd_limit() -> None:
 def run(opts: DaemonOptions) -> int:
     """Start the daemon in the foreground; return its exit code. Raises AlreadyRunning."""
     _raise_fd_limit()
+    # before the fork server exists: children must not inherit systemd's NOTIFY_SOCKET
+    notifier = systemd.Notifier.from_env(unset_environment=True)
     settings = Settings.from_policy(opts.swarm.spec.policy)
     paths = opts.layout.run_paths(opts.swarm.name)
     endpoints = (paths.agents_endpoint, paths.control_endpoint)  # raise before anything starts
@@ -94,9 +96,11 @@ def run(opts: DaemonOptions) -> int:
     import uvloop
 
     try:
-        return uvloop.run(Daemon(opts, settings, server, endpoints).main())
+        return uvloop.run(Daemon(opts, settings, server, endpoints, notifier).main())
     finally:
+        runpointer.remove(opts.layout, opts.swarm.name)
         rundir.release(paths, lock)
+        notifier.close()
         logfile.close()
 
 
@@ -107,7 +111,9 @@ class Daemon:
         settings: Settings,
         server: ForkServerProcess | None,
         endpoints: tuple[str, str],
+        notifier: systemd.Notifier | None = None,
     ) -> None:
+        self.notifier = notifier or systemd.Notifier(None)
         self.opts = opts
         self.settings = settings
         self.server = server
@@ -198,12 +204,14 @@ class Daemon:
         control = ControlServer(zctx, self.endpoints[1], control_ctx)
         rundir.secure_socket(self.paths.control_sock)
         rundir.write_active(self.paths, info)
+        runpointer.write(self.opts.layout, swarm.name)
         tasks = [
             self._core(router.run(), "router"),
             self._core(control.run(), "control"),
             self._core(Reconciler(supervisor, self.settings).run(), "reconciler"),
             self._core(supervisor.heartbeats(), "heartbeats"),
         ]
+        tasks.append(self._notify_systemd(supervisor, list(tasks)))
         if self.opts.on_started is not None:
             tasks.append(asyncio.ensure_future(self._once(self.opts.on_started(control_ctx))))
         log.info("started", swarm=swarm.name, pid=info.pid, spawner=spawner.mode,
@@ -219,6 +227,31 @@ class Daemon:
         await spawner.close()
         log.info("stopped", exit_code=self.exit_code)
         return self.exit_code
+
+    def _notify_systemd(self, supervisor: Supervisor, core: list[asyncio.Future[Any]]) -> Any:
+        """READY now (bundle loaded, sockets bound); WATCHDOG while no core task has ended
+        (and the loop turns, or this task could not run); RELOADING/READY around restarts."""
+        notifier, swarm = self.notifier, self.opts.swarm.name
+
+        def status() -> str:
+            return systemd.status_text(swarm, (e.status for e in supervisor.table))
+
+        notifier.ready(status())
+        restart = supervisor.restart
+
+        async def notified_restart(agent: str | None, *, fresh: bool) -> list[str]:
+            notifier.reloading(status())
+            try:
+                return await restart(agent, fresh=fresh)
+            finally:
+                notifier.ready(status())
+
+        setattr(supervisor, "restart", notified_restart)  # noqa: B010 - hook without a subclass
+
+        def alive() -> bool:
+            return not any(t.done() for t in core)
+
+        return self._core(systemd.watchdog_loop(notifier, alive, status=status), "watchdog")
 
     def _core(self, coro: Awaitable[Any], name: str) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(coro)
@@ -240,6 +273,7 @@ class Daemon:
 
     async def _shutdown(self, supervisor: Supervisor, why: str) -> None:
         started = time.monotonic()
+        self.notifier.stopping(f"stopping: {why}")
         log.info("stopping", reason=why, children=len(supervisor.table.live()))
         drain = asyncio.ensure_future(supervisor.shutdown_all())
         second = asyncio.ensure_future(self.events.get())

@@ -22,9 +22,13 @@ _SAFE_SEGMENT = re.compile(r"[A-Za-z0-9_.-]")
 
 
 def default_state_root() -> Path:
+    """GOONDAN_STATE_ROOT, else systemd's STATE_DIRECTORY (first entry), else ~/.goondan."""
     env = os.environ.get(ENV_STATE_ROOT)
     if env:
         return Path(env).expanduser()
+    service = os.environ.get("STATE_DIRECTORY")
+    if service:
+        return Path(service.split(":")[0])
     return Path.home() / ".goondan"
 
 
