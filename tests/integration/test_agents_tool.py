@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +190,23 @@ async def test_the_multi_agent_example_runs_offline_with_one_command() -> None:
         code, out, err = await run_cli("run", str(example), "--input", "summarise the notes")
         assert code == 0, err
         assert "Task done by the worker: summarise the notes" in out
+
+
+async def test_an_async_reply_survives_a_restart_of_the_caller(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        out = (await ask(daemon, "async slow job"))["output"]
+        assert out["async"] is True
+        caller = await daemon_process(daemon, "caller", SWARM)
+        mark = daemon.mark()
+        os.kill(caller.pid, signal.SIGKILL)  # while the worker is still working on it
+        second = "agent:caller:agents:2"
+        await daemon.wait_for("transition", mark, process=second, source="processing")
+        await daemon.wait_for(
+            "transition", mark, process=second, target="idle", source="processing"
+        )
+        messages = map(json.loads, paths("caller").base_jsonl.read_text().splitlines())
+        injected = [m for m in messages if "interAgentResponse" in m.get("metadata", {})]
+        assert len(injected) == 1
+        assert "slow reply to async slow job" in injected[0]["content"]
+        assert not list(paths("caller").inbox_dir.iterdir())
