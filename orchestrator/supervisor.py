@@ -365,14 +365,22 @@ class Supervisor:
 
     async def restart(self, agent: str | None, *, fresh: bool) -> list[str]:
         """Stop the matching running instances (reason restart); start new generations."""
+
+        def pick(e: ProcessEntry) -> bool:
+            return e.address.kind is ProcessKind.AGENT and agent in (None, e.address.name)
+
+        return await self.restart_where(pick, ShutdownReason.RESTART, fresh=fresh)
+
+    async def restart_where(
+        self, pick: Callable[[ProcessEntry], bool], reason: ShutdownReason, *, fresh: bool = False
+    ) -> list[str]:
+        """Restart the picked running/backing-off processes (e.g. reason config_change)."""
         chosen = [
             e
             for e in self.table
-            if e.address.kind is ProcessKind.AGENT
-            and (agent is None or e.address.name == agent)
-            and (e.live or e.status is S.CRASH_LOOP_BACKOFF or e.retry_at is not None)
+            if pick(e) and (e.live or e.status is S.CRASH_LOOP_BACKOFF or e.retry_at is not None)
         ]
-        await asyncio.gather(*(self.stop(e, ShutdownReason.RESTART) for e in chosen))
+        await asyncio.gather(*(self.stop(e, reason) for e in chosen))
         restarted = []
         for entry in chosen:
             if fresh:
