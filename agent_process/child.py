@@ -35,6 +35,7 @@ from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox, spawn_workdir
 from agent_process.runtime import AgentRuntime, StartFailure
+from bundles import redact
 from bundles.diagnostics import BundleError
 from bundles.kinds import Kind
 from bundles.loader import load_bundle
@@ -43,7 +44,7 @@ from protocol.codec import decode_message, encode
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
-from protocol.ids import ORCHESTRATOR
+from protocol.ids import ORCHESTRATOR, ProcessKind
 from protocol.messages import (
     Call,
     CallResult,
@@ -137,6 +138,7 @@ async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
                 suggestion="fix the bundle (goondan validate), then `goondan restart`",
             )
         ) from exc
+    redact.install(bundle.secret_values)  # from here on, logs and stdout/stderr mask them
     pid = opts.process_id
     layout = StateLayout.from_env(opts.state_root)
     return await AgentRuntime.create(
@@ -404,6 +406,7 @@ def _configure_logging(log_format: str) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact.processor,
             renderer,
         ],
         # stdout is looked up per call: a forked child's fd 1 is its own log file
@@ -418,5 +421,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _die_with_parent(opts.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
     _configure_logging(opts.log_format)
-    structlog.contextvars.bind_contextvars(process=str(opts.process_id))
+    # print() in tools, warnings and tracebacks land in the log file too: mask them as well
+    sys.stdout = redact.RedactingStream(sys.stdout)
+    sys.stderr = redact.RedactingStream(sys.stderr)
+    pid = opts.process_id
+    structlog.contextvars.bind_contextvars(
+        process=str(pid), agent=pid.name, instanceKey=pid.instance_key, pid=os.getpid()
+    )
+    if pid.kind is ProcessKind.CONNECTOR:
+        from agent_process import connectors  # the connector host imports this module
+
+        return uvloop.run(connectors.amain(opts))
     return uvloop.run(amain(opts, select_factory()))

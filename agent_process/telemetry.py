@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from bundles import redact
 from protocol.errors import ErrorInfo
 
 FLUSH_EVERY = 512
@@ -86,8 +87,14 @@ class EventBus:
         return self._fd is not None or bool(self._subscribers)
 
     def emit(self, event: RuntimeEvent) -> None:
+        if event.type in _SPAN_EVENTS:
+            _bind_log_span(event)
         if self._fd is not None:
-            self._buffer.append(_encoder.encode(event))
+            line = _encoder.encode(event)
+            masker = redact.current()
+            if masker:  # tool args/results and errors may quote a secret: mask the whole line
+                line = masker.json_bytes(line)
+            self._buffer.append(line)
             if len(self._buffer) >= FLUSH_EVERY:
                 self.flush()
         if self._subscribers:
@@ -156,6 +163,20 @@ class EventBus:
         """Wait for async subscribers still running (at close)."""
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+_SPAN_EVENTS = frozenset(
+    {"turn.started", "step.started", "tool.called", "turn.completed", "turn.failed"}
+)
+
+
+def _bind_log_span(event: RuntimeEvent) -> None:
+    """Log lines written during a turn carry its traceId and the latest span started in this
+    task (turn, step or tool); the bus is where every span start passes anyway."""
+    if event.type in ("turn.completed", "turn.failed"):
+        structlog.contextvars.unbind_contextvars("traceId", "spanId")
+    elif event.trace_id is not None:
+        structlog.contextvars.bind_contextvars(traceId=event.trace_id, spanId=event.span_id)
 
 
 def _matches(pattern: str, event_type: str) -> bool:

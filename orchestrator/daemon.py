@@ -83,7 +83,10 @@ def run(opts: DaemonOptions) -> int:
     endpoints = (paths.agents_endpoint, paths.control_endpoint)  # raise before anything starts
     lock = rundir.acquire(paths, opts.swarm.name)
     logfile = logs.configure(
-        opts.layout.orchestrator_log(opts.swarm.name), opts.log_format, quiet=opts.quiet
+        opts.layout.orchestrator_log(opts.swarm.name),
+        opts.log_format,
+        quiet=opts.quiet,
+        secrets=opts.bundle.secret_values,
     )
     server = None
     if settings.spawn_mode is SpawnMode.FORKSERVER:

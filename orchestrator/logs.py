@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 import structlog
+
+from bundles import redact
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50, "exception": 40}
 
@@ -46,8 +48,16 @@ class _Sink:
         raise structlog.DropEvent
 
 
-def configure(log_file: Path, fmt: str = "console", *, quiet: bool = False) -> TextIO:
-    """Set up structlog for this process; return the open log file (close it at exit)."""
+def configure(
+    log_file: Path, fmt: str = "console", *, quiet: bool = False, secrets: Iterable[str] = ()
+) -> TextIO:
+    """Set up structlog for this process; return the open log file (close it at exit).
+
+    `secrets` (the bundle's resolved ValueSource values) are masked in every line, file and
+    console alike; every line carries the daemon's `pid`.
+    """
+    redact.install(secrets)
+    structlog.contextvars.bind_contextvars(pid=os.getpid())
     log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     file = os.fdopen(fd, "a", encoding="utf-8")
@@ -58,6 +68,7 @@ def configure(log_file: Path, fmt: str = "console", *, quiet: bool = False) -> T
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact.processor,
             _Sink(file, sys.stderr, fmt, level),
         ],
         cache_logger_on_first_use=True,
