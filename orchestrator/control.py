@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -47,6 +47,10 @@ log = structlog.get_logger("goondan.control")
 CLI_SOURCE = Source(kind=SourceKind.CLI, name="goondan")
 
 
+ReloadFn = Callable[[str], Awaitable[tuple[dict[str, Any], ErrorInfo | None]]]
+"""trigger -> (result, error when the new bundle was rejected)."""
+
+
 class ControlFailed(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -62,6 +66,8 @@ class ControlContext:
     entry_agent: str
     default_instance_key: str
     request_stop: Callable[[], None]
+    reload: ReloadFn | None = None
+    """Set by `orchestrator.reload.install`: re-read the bundle, restart what changed."""
 
 
 async def send_and_wait(ctx: ControlContext, req: SendText) -> AgentEvent | str:
@@ -139,6 +145,15 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str
     return [str(e.address) for e in chosen]
 
 
+async def _reload_or_later(req: Reload | CallsList | CallsResolve, ctx: ControlContext) -> Any:
+    if not isinstance(req, Reload) or ctx.reload is None:
+        raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, f"{type(req).__name__} is not built yet")
+    result, error = await ctx.reload("control")
+    if error is not None:
+        raise ControlFailed(ErrorCode(error.code), error.message)
+    return result
+
+
 async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
     """The result of one request (raise ControlFailed for a coded error)."""
     match req:
@@ -160,9 +175,7 @@ async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
         case InstanceDelete():
             return {"stopped": await _delete_instance(ctx, req)}
         case Reload() | CallsList() | CallsResolve():
-            raise ControlFailed(
-                ErrorCode.E_NOT_IMPLEMENTED, f"{type(req).__name__} is not built yet"
-            )
+            return await _reload_or_later(req, ctx)
         case _:
             assert_never(req)
 

@@ -1,0 +1,260 @@
+"""Reload the bundle in a running daemon: SIGHUP, the `Reload` control request, `run --watch`.
+
+A reload loads and validates the bundle again. If that fails, every diagnostic is logged
+(`reload_rejected`) and returned, and nothing running is touched: the daemon keeps the old
+bundle. If it succeeds, the daemon's view of the swarm (members, entry agent) is swapped and
+only the processes the change planner (`orchestrator.changes`) names are restarted, gracefully,
+with `shutdown{config_change}`; their history stays on disk, so conversations continue.
+
+New children read the new bundle: a forked child takes the fork server's preloaded bundle only
+while none of its files changed (`agent_process.preload.Preloaded.matches`), otherwise it loads
+the bundle from disk itself; prompts and entries are always read by the child at start.
+
+Requests are serialised (one reload at a time) and coalesced (signals that arrive during a
+reload cause one more reload, not one per signal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from bundles.diagnostics import BundleError, Diagnostic
+from bundles.files import watched_paths
+from bundles.kinds import Kind
+from bundles.loader import load_bundle
+from bundles.model import Bundle
+from bundles.refs import entry_agent, swarm_agents
+from orchestrator.changes import ChangePlan, Snapshot, describe, plan_changes, snapshot
+from orchestrator.control import ControlContext
+from orchestrator.router import Router
+from orchestrator.supervisor import Supervisor
+from orchestrator.table import ProcessEntry
+from orchestrator.watch import watch_files
+from protocol.errors import ErrorCode, ErrorInfo
+from protocol.ids import ProcessKind
+from protocol.messages import ShutdownReason
+
+log = structlog.get_logger("goondan.reload")
+
+
+class Notifier(Protocol):
+    """The part of `orchestrator.systemd.Notifier` a reload uses (RELOADING=1 ... READY=1)."""
+
+    def reloading(self, status: str | None = None) -> bool: ...
+
+    def ready(self, status: str | None = None) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BundleSource:
+    """Where the running bundle came from: reloads read the same inputs."""
+
+    path: Path
+    env_files: tuple[Path, ...]
+    state_root: Path
+    swarm: str
+
+    def load(self) -> Bundle:
+        bundle = load_bundle(self.path, env_files=self.env_files, state_root=self.state_root)
+        if bundle.find(Kind.SWARM, self.swarm) is None:
+            raise BundleError([_no_swarm(self.swarm)])
+        return bundle
+
+
+def _no_swarm(swarm: str) -> Diagnostic:
+    return Diagnostic(
+        ErrorCode.E_CONFIG_NO_SWARM,
+        f"the running swarm {swarm!r} is no longer in the bundle",
+        "Swarm",
+        "a daemon serves one swarm: put it back, or stop and run the new one",
+    )
+
+
+@dataclass(slots=True)
+class ReloadOutcome:
+    trigger: str
+    ok: bool
+    diagnostics: list[str] = field(default_factory=list)
+    code: ErrorCode | None = None
+    plan: ChangePlan | None = None
+    restarted: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+
+    def result(self) -> dict[str, Any]:
+        """The `Reload` control reply's result."""
+        summary: dict[str, Any] = describe(self.plan) if self.plan is not None else {}
+        return {"ok": self.ok, "trigger": self.trigger, "diagnostics": self.diagnostics,
+                "restarted": self.restarted, "stopped": self.stopped, **summary}  # fmt: skip
+
+    def error(self) -> ErrorInfo | None:
+        if self.ok:
+            return None
+        lines = "\n  ".join(self.diagnostics)
+        return ErrorInfo(
+            code=self.code or ErrorCode.E_CONFIG_SCHEMA_INVALID,
+            message=f"reload rejected, nothing was restarted:\n  {lines}",
+            suggestion="fix the bundle and reload again; the daemon keeps the old bundle",
+        )
+
+
+Apply = Callable[[Bundle], None]
+"""Swap the daemon's view of the swarm (members, entry agent) to the new bundle."""
+
+
+class Reloader:
+    def __init__(
+        self,
+        source: BundleSource,
+        current: Bundle,
+        supervisor: Supervisor,
+        apply: Apply,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.source = source
+        self.current: Snapshot = snapshot(current)
+        self.supervisor = supervisor
+        self.apply = apply
+        self.notifier = notifier
+        self.generation = 0
+        """Counts successful swaps (the watcher re-computes its paths when it moves)."""
+        self._requests: asyncio.Queue[str] = asyncio.Queue()
+        self._lock = asyncio.Lock()
+
+    def request(self, trigger: str) -> None:
+        """Safe from a signal handler: only enqueues."""
+        self._requests.put_nowait(trigger)
+
+    async def run(self) -> None:
+        while True:
+            trigger = await self._requests.get()
+            while not self._requests.empty():  # coalesce a burst into one reload
+                self._requests.get_nowait()
+            await self.reload(trigger)
+
+    async def reload(self, trigger: str) -> ReloadOutcome:
+        async with self._lock:
+            return await self._reload(trigger)
+
+    async def _reload(self, trigger: str) -> ReloadOutcome:
+        log.info("reload_started", trigger=trigger, bundle=str(self.source.path))
+        try:
+            # off the loop: YAML and validation take tens of ms, the broker must keep turning
+            new = await asyncio.to_thread(lambda: snapshot(self.source.load()))
+        except BundleError as exc:
+            return self._rejected(trigger, [str(d) for d in exc.diagnostics], exc.codes[0])
+        except Exception as exc:  # bad input must not end the daemon: report it as data
+            return self._rejected(trigger, [f"cannot load the bundle: {exc!r}"], None)
+        plan = plan_changes(self.current, new, self.source.swarm)
+        self._notify("reloading")
+        try:
+            self.current = new
+            self.generation += 1
+            self.apply(new.bundle)
+            outcome = await self._restart(trigger, plan)
+        finally:
+            self._notify("ready")
+        log.info("reloaded", trigger=trigger, restarted=outcome.restarted,
+                 stopped=outcome.stopped, **describe(plan))  # fmt: skip
+        return outcome
+
+    def _rejected(
+        self, trigger: str, diagnostics: list[str], code: ErrorCode | None
+    ) -> ReloadOutcome:
+        log.error("reload_rejected", trigger=trigger, diagnostics=diagnostics,
+                  kept="the running bundle; no process was touched")  # fmt: skip
+        return ReloadOutcome(trigger=trigger, ok=False, diagnostics=diagnostics, code=code)
+
+    async def _restart(self, trigger: str, plan: ChangePlan) -> ReloadOutcome:
+        def affected(e: ProcessEntry) -> bool:
+            names = plan.agents if e.address.kind is ProcessKind.AGENT else plan.connectors
+            return e.address.name in names
+
+        removed = [
+            e
+            for e in self.supervisor.table
+            if e.address.kind is ProcessKind.AGENT
+            and e.address.name in plan.removed_agents
+            and e.live
+        ]
+        restarting = asyncio.ensure_future(
+            self.supervisor.restart_where(affected, ShutdownReason.CONFIG_CHANGE)
+        )
+        await asyncio.gather(
+            *(self.supervisor.stop(e, ShutdownReason.CONFIG_CHANGE) for e in removed)
+        )
+        restarted = await restarting
+        return ReloadOutcome(trigger=trigger, ok=True, plan=plan, restarted=restarted,
+                             stopped=[str(e.process_id) for e in removed])  # fmt: skip
+
+    def _notify(self, what: str) -> None:
+        if self.notifier is None:
+            return
+        status = f"reloading {self.source.path.name}" if what == "reloading" else None
+        if what == "reloading":
+            self.notifier.reloading(status)
+        else:
+            self.notifier.ready(status)
+
+
+def swarm_view(bundle: Bundle, swarm: str) -> tuple[list[str], str, str | None]:
+    """(member agent names, entry agent name, swarm instanceKey) of `swarm` in `bundle`."""
+    res = bundle.swarm(swarm)
+    members = [a.name for a in swarm_agents(bundle, res)]
+    return members, entry_agent(bundle, res).name, res.spec.instance_key
+
+
+def daemon_apply(
+    swarm: str, supervisor: Supervisor, router: Router, control: ControlContext
+) -> Apply:
+    """Swap what the daemon derived from the bundle at start: members and entry agent."""
+
+    def apply(bundle: Bundle) -> None:
+        members, entry, key = swarm_view(bundle, swarm)
+        supervisor.members = frozenset(members)
+        if router.agents is not None:
+            router.agents.members = members
+            router.agents.entry_agent = entry
+            router.agents.declared = frozenset(a.name for a in bundle.of_kind(Kind.AGENT))
+        control.entry_agent = entry
+        control.default_instance_key = key or swarm
+
+    return apply
+
+
+def install(
+    *,
+    source: BundleSource,
+    bundle: Bundle,
+    router: Router,
+    control: ControlContext,
+    notifier: Notifier | None,
+    watch: bool,
+) -> list[Coroutine[Any, Any, None]]:
+    """Wire SIGHUP, the `Reload` request and (with `watch`) the file watcher; return the tasks
+    to run for the daemon's lifetime."""
+    supervisor = control.supervisor
+    apply = daemon_apply(source.swarm, supervisor, router, control)
+    reloader = Reloader(source, bundle, supervisor, apply, notifier)
+
+    async def answer(trigger: str) -> tuple[dict[str, Any], ErrorInfo | None]:
+        outcome = await reloader.reload(trigger)
+        return outcome.result(), outcome.error()
+
+    control.reload = answer
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.request, "SIGHUP")
+    tasks: list[Coroutine[Any, Any, None]] = [reloader.run()]
+    if watch:
+        tasks.append(watch_files(lambda: watch_list(reloader), reloader.request))
+    return tasks
+
+
+def watch_list(reloader: Reloader) -> list[Path]:
+    """The current bundle's files (re-computed after each reload) and the --env-file files."""
+    return [*watched_paths(reloader.current.bundle), *reloader.source.env_files]
