@@ -42,7 +42,7 @@ def _commands() -> list[Command]:
         instance.COMMAND,
         restart.COMMAND,
         stop.COMMAND,
-        PendingCommand("logs", "read the logs and runtime events"),
+        __import__("orchestrator.commands.logs", fromlist=["COMMAND"]).COMMAND,
         PendingCommand("calls", "list or resolve pending client-side (deferred) tool calls"),
         service_cmd.COMMAND,
         doctor_cmd.COMMAND,
