@@ -78,19 +78,23 @@ class Bridge:
         return True
 
     def _event(
-        self, target: str, input: str, instance_key: str | None, **kw: Any
+        self, target: str, input: str, instance_key: str | None, *, waits: bool, **kw: Any
     ) -> tuple[AgentEvent, str]:
+        """`waits`: this turn blocks on the answer (a sync request), so it joins the call
+        chain; sends and async requests carry no chain (nobody is blocked on them)."""
         assert self._source is not None, "bind() first"
         key = instance_key or self._source.instance_key or target
         current = self.current
         span = CURRENT_SPAN.get()
         trace = span if span is not None else current.trace.child() if current else None
         metadata: JsonObject = dict(kw.pop("metadata", None) or {})
-        chain = current.metadata.get(CALL_CHAIN) if current is not None else None
-        metadata[CALL_CHAIN] = [
-            *(chain if isinstance(chain, list) else []),
-            f"{self._source.name}@{self._source.instance_key}",
-        ]
+        metadata.pop(CALL_CHAIN, None)
+        if waits:
+            chain = current.metadata.get(CALL_CHAIN) if current is not None else None
+            metadata[CALL_CHAIN] = [
+                *(chain if isinstance(chain, list) else []),
+                f"{self._source.name}@{self._source.instance_key}",
+            ]
         event = new_event(
             input=input,
             instance_key=key,
@@ -116,7 +120,13 @@ class Bridge:
         correlation_id = uuid.uuid4().hex
         reply_to = ReplyTo(target=self._address, correlation_id=correlation_id)
         event, to = self._event(
-            target, input, instance_key, type=event_type, reply_to=reply_to, metadata=metadata
+            target,
+            input,
+            instance_key,
+            waits=not async_,
+            type=event_type,
+            reply_to=reply_to,
+            metadata=metadata,
         )
         fut: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._responses[correlation_id] = fut
@@ -192,7 +202,9 @@ class Bridge:
         event_type: str = "agent.send",
         metadata: JsonObject | None = None,
     ) -> JsonObject:
-        event, to = self._event(target, input, instance_key, type=event_type, metadata=metadata)
+        event, to = self._event(
+            target, input, instance_key, waits=False, type=event_type, metadata=metadata
+        )
         await self._send(Event(from_=self._me, to=to, payload=event))
         return {
             "target": target,

@@ -4,7 +4,8 @@ Requests and sends are ordinary events routed by the router; before one is queue
 `check_route` refuses what can never be answered: an unknown agent (E_AGENT_NOT_FOUND,
 listing the Swarm's agents), one declared but not in the Swarm (E_AGENT_NOT_IN_SWARM), a
 request to the caller's own instance (E_AGENT_SELF_REQUEST) and a request that would close a
-cycle of waiting callers (E_AGENT_CYCLE, naming the chain carried in `metadata.callChain`).
+cycle of waiting callers (E_AGENT_CYCLE, naming the chain carried in `metadata.callChain`:
+the instances blocked in a sync request above this one; sends and async requests carry none).
 
 Ownership of spawned instances (owner, createdAt, cwd) is kept here and persisted as
 `spawn.json` in the instance directory, where the child also reads its `cwd` (its workdir).

@@ -210,3 +210,18 @@ async def test_an_async_reply_survives_a_restart_of_the_caller(start_daemon: Sta
         assert len(injected) == 1
         assert "slow reply to async slow job" in injected[0]["content"]
         assert not list(paths("caller").inbox_dir.iterdir())
+
+
+async def test_a_request_back_after_a_send_is_no_cycle(start_daemon: StartDaemon) -> None:
+    """Nobody waits on a send, so the worker may ask the sender: it is answered."""
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        mark = daemon.mark()
+        out = (await ask(daemon, "sendback"))["output"]
+        assert out["accepted"] is True
+        worker = {"process": "agent:worker:agents:1", "source": "processing", "target": "idle"}
+        await daemon.wait_for("transition", mark, **worker)
+        messages = map(json.loads, paths("worker").base_jsonl.read_text().splitlines())
+        results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
+        assert results[-1]["status"] == "ok", results[-1]
+        assert results[-1]["output"]["response"] == "caller: back"
