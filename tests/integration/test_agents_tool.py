@@ -225,3 +225,20 @@ async def test_a_request_back_after_a_send_is_no_cycle(start_daemon: StartDaemon
         results = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
         assert results[-1]["status"] == "ok", results[-1]
         assert results[-1]["output"]["response"] == "caller: back"
+
+
+async def test_turn_and_step_middleware_use_ctx_agents(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        mark = daemon.mark()
+        text = await ask_text(daemon, "mw hello")
+        assert text == "turn mw got: worker: asked by turn middleware"
+        worker = {"process": "agent:worker:agents:1", "source": "processing", "target": "idle"}
+        first = await daemon.wait_for("transition", mark, **worker)
+        await daemon.wait_for("transition", daemon.lines.index(first) + 1, **worker)
+        inputs = [
+            json.loads(line).get("content")
+            for line in paths("worker").base_jsonl.read_text().splitlines()
+        ]
+        assert "asked by turn middleware" in inputs
+        assert "note from step middleware" in inputs
