@@ -27,7 +27,7 @@ import zmq.asyncio
 from bundles.kinds import Kind, SwarmSpec
 from bundles.model import Bundle, Resource
 from bundles.refs import entry_agent, swarm_agents
-from orchestrator import logs, rundir, runpointer, systemd
+from orchestrator import logs, reload, rundir, runpointer, systemd
 from orchestrator.agents_calls import AgentsService
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.forkserver import ForkServerProcess, start_fork_server
@@ -57,6 +57,8 @@ class DaemonOptions:
     log_format: str = "console"
     quiet: bool = False
     on_started: OnStarted | None = None
+    watch: bool = False
+    """Reload the bundle when its files change (`run --watch`)."""
 
 
 def _version() -> str:
@@ -215,6 +217,7 @@ class Daemon:
             self._core(supervisor.heartbeats(), "heartbeats"),
         ]
         tasks.append(self._notify_systemd(supervisor, list(tasks)))
+        tasks += self._reloads(router, control_ctx)
         if self.opts.on_started is not None:
             tasks.append(asyncio.ensure_future(self._once(self.opts.on_started(control_ctx))))
         log.info("started", swarm=swarm.name, pid=info.pid, spawner=spawner.mode,
@@ -255,6 +258,22 @@ class Daemon:
             return not any(t.done() for t in core)
 
         return self._core(systemd.watchdog_loop(notifier, alive, status=status), "watchdog")
+
+    def _reloads(self, router: Router, control_ctx: ControlContext) -> list[asyncio.Future[Any]]:
+        """SIGHUP, the Reload request and --watch: re-read the bundle, restart what changed."""
+        opts = self.opts
+        source = reload.BundleSource(
+            opts.bundle.path, opts.env_files, opts.layout.root, opts.swarm.name
+        )
+        coros = reload.install(
+            source=source,
+            bundle=opts.bundle,
+            router=router,
+            control=control_ctx,
+            notifier=self.notifier,
+            watch=opts.watch,
+        )
+        return [self._core(coro, "reload") for coro in coros]
 
     def _core(self, coro: Awaitable[Any], name: str) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(coro)

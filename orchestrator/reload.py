@@ -136,7 +136,10 @@ class Reloader:
             trigger = await self._requests.get()
             while not self._requests.empty():  # coalesce a burst into one reload
                 self._requests.get_nowait()
-            await self.reload(trigger)
+            try:
+                await self.reload(trigger)
+            except Exception:  # a bug in one reload must not end reloading (nor the daemon)
+                log.exception("reload_failed", trigger=trigger)
 
     async def reload(self, trigger: str) -> ReloadOutcome:
         async with self._lock:

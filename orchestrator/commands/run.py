@@ -71,13 +71,13 @@ class _Run:
             "--log-format", choices=("json", "console"), default="console",
             help="console output format; logs/<swarm>/orchestrator.log is always JSON lines",
         )  # fmt: skip
-        parser.add_argument("--watch", action="store_true", help="restart on edits (not built yet)")
+        parser.add_argument(
+            "--watch", action="store_true",
+            help="reload the bundle when its files change; restart only the affected processes",
+        )  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer("run")
-        if args.watch:
-            print("goondan run: --watch is not built yet in this version", file=sys.stderr)
-            return EXIT_USAGE
         try:
             text = _read_input(args)
         except OSError as exc:
@@ -104,6 +104,7 @@ class _Run:
             log_format=args.log_format,
             quiet=text is not None,
             on_started=one_shot(text, printer) if text is not None else None,
+            watch=args.watch,
         )
         try:
             return daemon.run(opts)

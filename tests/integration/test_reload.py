@@ -1,0 +1,137 @@
+"""Edit & restart through a real daemon: SIGHUP, the Reload request and `run --watch` restart
+only the processes an edit affects, keep their history, and an invalid edit touches nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+from pathlib import Path
+
+from protocol.control import Reload
+from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode
+from tests.integration.conftest import StartDaemon
+from tests.integration.harness import Daemon
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reload" / "two"
+SWARM = "edits"
+
+
+async def two_running(
+    start_daemon: StartDaemon, tmp_path: Path, args: tuple[str, ...] = ()
+) -> tuple[Daemon, Path, dict[str, int | None]]:
+    """The two-agent bundle copied into tmp_path, both agents answered once."""
+    root = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, root)
+    daemon = await start_daemon(root, swarm=SWARM, args=args)
+    for agent in ("alpha", "beta"):
+        reply = await daemon.send(f"hello {agent}", agent)
+        assert reply.ok, reply.error
+    return daemon, root, await pids(daemon)
+
+
+async def pids(daemon: Daemon) -> dict[str, int | None]:
+    return {p.name: p.pid for p in (await daemon.status()).processes}
+
+
+def append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def history(agent: str) -> str:
+    """Everything the instance has persisted (base.jsonl plus its event log)."""
+    paths = StateLayout.from_env().instance_paths(SWARM, SWARM, agent)
+    files = sorted(paths.messages_dir.glob("*.jsonl"))
+    return "".join(f.read_text(encoding="utf-8") for f in files)
+
+
+async def assert_only_alpha_restarted(daemon: Daemon, before: dict[str, int | None]) -> None:
+    reply = await daemon.send("after the edit", "alpha")
+    assert reply.ok, reply.error
+    assert reply.result["input"] == "after the edit"
+    table = {p.name: p for p in (await daemon.status()).processes}
+    assert table["beta"].pid == before["beta"] and table["beta"].generation == 1
+    assert table["alpha"].pid not in (None, before["alpha"])
+    assert table["alpha"].generation == 2
+    assert table["alpha"].last_exit is not None and table["alpha"].last_exit.reason == "stopped"
+    text = history("alpha")
+    assert "hello alpha" in text and "after the edit" in text
+    assert text.index("hello alpha") < text.index("after the edit")
+
+
+async def test_sighup_restarts_only_the_edited_agent_and_keeps_its_history(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(60):
+        daemon, root, before = await two_running(start_daemon, tmp_path)
+        mark = daemon.mark()
+        append(root / "prompts" / "alpha.md", "Answer in one word.\n")
+        daemon.signal(signal.SIGHUP)
+        done = await daemon.wait_for("reloaded", since=mark)
+        assert done["trigger"] == "SIGHUP"
+        assert done["agents"] == ["alpha"] and done["changed"] == ["Agent/alpha"]
+        assert [p.split(":")[1] for p in done["restarted"]] == ["alpha"]
+        assert not daemon.find("transition", mark, process="agent:beta:edits:1", target="draining")
+        await assert_only_alpha_restarted(daemon, before)
+        daemon.signal(signal.SIGTERM)
+        assert await daemon.wait() == 0
+        assert "after the edit" in history("alpha") and "hello beta" in history("beta")
+
+
+async def test_watch_restarts_only_the_edited_agent(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(60):
+        daemon, root, before = await two_running(start_daemon, tmp_path, ("--watch",))
+        await daemon.wait_for("watching")
+        mark = daemon.mark()
+        append(root / "prompts" / "alpha.md", "Answer in one word.\n")
+        done = await daemon.wait_for("reloaded", since=mark)
+        assert done["trigger"] == "watch" and done["agents"] == ["alpha"]
+        await assert_only_alpha_restarted(daemon, before)
+
+
+async def test_an_invalid_edit_is_reported_and_touches_nothing(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(60):
+        daemon, root, before = await two_running(start_daemon, tmp_path)
+        yaml = root / "goondan.yaml"
+        yaml.write_text(
+            yaml.read_text(encoding="utf-8").replace(
+                "agents: [Agent/alpha, Agent/beta]", "agents: [Agent/alpha, Agent/gamma]"
+            ),
+            encoding="utf-8",
+        )
+        append(root / "prompts" / "alpha.md", "A valid change in an invalid bundle.\n")
+        mark = daemon.mark()
+        daemon.signal(signal.SIGHUP)
+        rejected = await daemon.wait_for("reload_rejected", since=mark)
+        assert rejected["trigger"] == "SIGHUP"
+        assert any("gamma" in d for d in rejected["diagnostics"]), rejected
+        reply = await daemon.request(Reload(request_id="r1"))
+        assert not reply.ok and reply.error is not None
+        assert reply.error.code == ErrorCode.E_CONFIG_REF_NOT_FOUND
+        assert "gamma" in reply.error.message and "nothing was restarted" in reply.error.message
+        assert not daemon.find("reloaded", mark)
+        assert not daemon.find("transition", mark, target="draining")
+        assert await pids(daemon) == before
+        assert (await daemon.send("still here", "alpha")).ok
+        assert await pids(daemon) == before
+
+
+async def test_the_reload_request_answers_what_it_restarted(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(60):
+        daemon, root, before = await two_running(start_daemon, tmp_path)
+        reply = await daemon.request(Reload(request_id="r0"))
+        assert reply.ok and reply.result["restarted"] == [], reply.result
+        append(root / "prompts" / "beta.md", "Be kind.\n")
+        reply = await daemon.request(Reload(request_id="r1"))
+        assert reply.ok, reply.error
+        assert reply.result["agents"] == ["beta"] and reply.result["trigger"] == "control"
+        after = await pids(daemon)
+        assert after["alpha"] == before["alpha"]
