@@ -249,7 +249,8 @@ def render(record: Record) -> str:
         head = f"event {data.get('type', '?')}"
     else:
         head = f"{data.get('level', 'info')} {data.get('event', '')}"
-    extra = " ".join(f"{k}={_short(v)}" for k, v in data.items() if k not in _SKIP)
+    skip = _SKIP - {"process"} if record.source.kind == "orchestrator" else _SKIP
+    extra = " ".join(f"{k}={_short(v)}" for k, v in data.items() if k not in skip)
     trace = f" trace={record.trace[:8]}" if record.trace else ""
     return f"{_clock(record.at)} {who} {head}{trace}" + (f" {extra}" if extra else "")
 
