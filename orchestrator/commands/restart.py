@@ -1,7 +1,8 @@
 """`goondan restart [--agent A] [--fresh]`: gracefully restart running agent processes.
 
 Only the chosen agent's processes (all agents without `--agent`) get `shutdown{restart}`
-and a new generation; conversation history is kept unless `--fresh` deletes it.
+and a new generation; conversation history is kept unless `--fresh` deletes it. With
+`--reload`, the daemon re-reads the bundle and restarts only what the edit affects.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 
 from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
-from protocol.control import Restart
+from protocol.control import Reload, Restart
 
 
 class _Restart:
@@ -21,10 +22,18 @@ class _Restart:
         parser.add_argument("--agent", metavar="A", help="only this agent's processes")
         parser.add_argument("--fresh", action="store_true", help="also delete their history")
         parser.add_argument("--timeout", type=float, default=120.0, metavar="S")
+        parser.add_argument(
+            "--reload", action="store_true",
+            help="re-read the bundle and restart only what changed (like SIGHUP)",
+        )  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer(self.name)
-        req = Restart(request_id=new_request_id(), agent=args.agent, fresh=args.fresh)
+        req: Restart | Reload = Restart(
+            request_id=new_request_id(), agent=args.agent, fresh=args.fresh
+        )
+        if args.reload:
+            req = Reload(request_id=new_request_id())
         try:
             reply = call(find_daemon(args), req, timeout=args.timeout)
         except ClientError as exc:

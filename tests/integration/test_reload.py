@@ -12,7 +12,7 @@ from protocol.control import Reload
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import Daemon
+from tests.integration.harness import Daemon, run_cli
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reload" / "two"
 SWARM = "edits"
@@ -115,6 +115,8 @@ async def test_an_invalid_edit_is_reported_and_touches_nothing(
         assert not reply.ok and reply.error is not None
         assert reply.error.code == ErrorCode.E_CONFIG_REF_NOT_FOUND
         assert "gamma" in reply.error.message and "nothing was restarted" in reply.error.message
+        code, _, err = await run_cli("restart", "--reload")
+        assert code == 1 and "gamma" in err, err
         assert not daemon.find("reloaded", mark)
         assert not daemon.find("transition", mark, target="draining")
         assert await pids(daemon) == before
@@ -135,3 +137,30 @@ async def test_the_reload_request_answers_what_it_restarted(
         assert reply.result["agents"] == ["beta"] and reply.result["trigger"] == "control"
         after = await pids(daemon)
         assert after["alpha"] == before["alpha"]
+        code, out, err = await run_cli("restart", "--reload")
+        assert code == 0 and out.startswith("restarted 0 process(es)"), (out, err)
+
+
+async def test_a_yaml_edit_reaches_the_restarted_agent_only(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    """New children run the NEW bundle (the fork server's preloaded copy is stale now)."""
+    async with asyncio.timeout(60):
+        daemon, root, before = await two_running(start_daemon, tmp_path)
+        yaml = root / "goondan.yaml"
+        text = yaml.read_text(encoding="utf-8")
+        new_model = (
+            "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: v2}\n"
+            "spec: {provider: scripted, model: v2, options: {defaultReply: 'v2 {input}'}}\n---\n"
+        )
+        head, alpha_doc = text.split("  name: alpha\n", 1)
+        alpha_doc = alpha_doc.replace("modelRef: Model/scripted", "modelRef: Model/v2", 1)
+        yaml.write_text(new_model + head + "  name: alpha\n" + alpha_doc, encoding="utf-8")
+        reply = await daemon.request(Reload(request_id="r1"))
+        assert reply.ok, reply.error
+        assert reply.result["agents"] == ["alpha"]
+        assert reply.result["changed"] == ["Agent/alpha", "Model/v2"]
+        assert (await daemon.send("one", "alpha")).result["input"] == "v2 one"
+        assert (await daemon.send("two", "beta")).result["input"] == "two"
+        after = await pids(daemon)
+        assert after["beta"] == before["beta"] and after["alpha"] != before["alpha"]
