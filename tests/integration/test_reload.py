@@ -8,6 +8,8 @@ import shutil
 import signal
 from pathlib import Path
 
+import pytest
+
 from protocol.control import Reload
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
@@ -18,13 +20,19 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reload" / "two"
 SWARM = "edits"
 
 
+MODES = [pytest.param({}, id="forkserver"), pytest.param({"GOONDAN_SPAWN_MODE": "cold"}, id="cold")]
+
+
 async def two_running(
-    start_daemon: StartDaemon, tmp_path: Path, args: tuple[str, ...] = ()
+    start_daemon: StartDaemon,
+    tmp_path: Path,
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> tuple[Daemon, Path, dict[str, int | None]]:
     """The two-agent bundle copied into tmp_path, both agents answered once."""
     root = tmp_path / "bundle"
     shutil.copytree(FIXTURE, root)
-    daemon = await start_daemon(root, swarm=SWARM, args=args)
+    daemon = await start_daemon(root, swarm=SWARM, args=args, env=env)
     for agent in ("alpha", "beta"):
         reply = await daemon.send(f"hello {agent}", agent)
         assert reply.ok, reply.error
@@ -61,11 +69,12 @@ async def assert_only_alpha_restarted(daemon: Daemon, before: dict[str, int | No
     assert text.index("hello alpha") < text.index("after the edit")
 
 
+@pytest.mark.parametrize("env", MODES)
 async def test_sighup_restarts_only_the_edited_agent_and_keeps_its_history(
-    start_daemon: StartDaemon, tmp_path: Path
+    start_daemon: StartDaemon, tmp_path: Path, env: dict[str, str]
 ) -> None:
     async with asyncio.timeout(60):
-        daemon, root, before = await two_running(start_daemon, tmp_path)
+        daemon, root, before = await two_running(start_daemon, tmp_path, env=env)
         mark = daemon.mark()
         append(root / "prompts" / "alpha.md", "Answer in one word.\n")
         daemon.signal(signal.SIGHUP)
@@ -141,12 +150,13 @@ async def test_the_reload_request_answers_what_it_restarted(
         assert code == 0 and out.startswith("restarted 0 process(es)"), (out, err)
 
 
+@pytest.mark.parametrize("env", MODES)
 async def test_a_yaml_edit_reaches_the_restarted_agent_only(
-    start_daemon: StartDaemon, tmp_path: Path
+    start_daemon: StartDaemon, tmp_path: Path, env: dict[str, str]
 ) -> None:
     """New children run the NEW bundle (the fork server's preloaded copy is stale now)."""
     async with asyncio.timeout(60):
-        daemon, root, before = await two_running(start_daemon, tmp_path)
+        daemon, root, before = await two_running(start_daemon, tmp_path, env=env)
         yaml = root / "goondan.yaml"
         text = yaml.read_text(encoding="utf-8")
         new_model = (
