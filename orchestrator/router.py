@@ -26,7 +26,14 @@ from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.codec import decode_message, encode
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
-from protocol.ids import ORCHESTRATOR, Address, ProcessId, parse_address, parse_process_id
+from protocol.ids import (
+    ORCHESTRATOR,
+    Address,
+    ProcessId,
+    ProcessKind,
+    parse_address,
+    parse_process_id,
+)
 from protocol.messages import (
     Call,
     CallPayload,
@@ -303,6 +310,8 @@ class Router:
                 box.mark_done(event.id)
                 error = ErrorInfo(code=ErrorCode.E_AGENT_UNDELIVERABLE, message=f"{to} unreachable")
                 self._answer_error(event, error)
+            elif event.in_reply_to is not None:
+                box.mark_done(event.id)  # a queued response runs no turn: nothing to track
 
     def respond(self, response: AgentEvent) -> None:
         """Route a response by its correlation id to whoever opened the request."""
@@ -321,6 +330,12 @@ class Router:
             return
         entry = self.table.get(requester)
         if entry is None or entry.status not in READY:
+            if requester.kind is ProcessKind.AGENT and self.lifecycle is not None:
+                # the caller stopped (idle timeout, crash): queue the reply and start it again,
+                # so an async `agents__request` reply still reaches its durable inbox
+                self.mailbox(requester).queue.append(response)
+                self.lifecycle.ensure(requester)
+                return
             log.info("response_requester_gone", requester=request.requester)
             return
         self.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=response))

@@ -242,3 +242,20 @@ async def test_turn_and_step_middleware_use_ctx_agents(start_daemon: StartDaemon
         ]
         assert "asked by turn middleware" in inputs
         assert "note from step middleware" in inputs
+
+
+async def test_an_async_reply_restarts_a_caller_stopped_for_idleness(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(30):
+        daemon = await start_daemon(REPO / "tests" / "fixtures" / "agents_idle", swarm=SWARM)
+        mark = daemon.mark()
+        out = (await ask(daemon, "job"))["output"]
+        assert out["async"] is True
+        stopped = await daemon.wait_for("transition", mark, process=CALLER, target="terminated")
+        second = "agent:caller:agents:2"
+        after = daemon.lines.index(stopped)
+        await daemon.wait_for("transition", after, process=second, source="processing")
+        messages = map(json.loads, paths("caller").base_jsonl.read_text().splitlines())
+        injected = [m for m in messages if "interAgentResponse" in m.get("metadata", {})]
+        assert len(injected) == 1 and "late reply to job" in injected[0]["content"]
