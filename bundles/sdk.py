@@ -317,6 +317,74 @@ class ExtensionApi(Protocol):
     def logger(self) -> Logger: ...
 
 
+class ConnectorReply(Protocol):
+    """What `ConnectorContext.emit` resolves to: the agent's answer, an acceptance, or a
+    coded error (`E_CONNECTOR_NO_ROUTE` when no ingress rule fits, `E_AGENT_*` ...)."""
+
+    @property
+    def event_id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def accepted(self) -> bool:
+        """True when the rule routes without a reply: the event was queued for the agent."""
+        ...
+
+    @property
+    def error_code(self) -> str | None: ...
+    @property
+    def error_message(self) -> str | None: ...
+
+
+class ConnectorContext(Protocol):
+    """What a connector entry (`async def run(ctx)`, optional `async def start(ctx)`) gets.
+
+    `start` (if exported) runs before the process reports ready: bind sockets there, so a
+    port in use is a coded start error. `run` then serves until it is cancelled (shutdown).
+    `config` is the Connector's `spec.config` overlaid with the Connection's resolved
+    `spec.config`; `secrets` are the Connection's resolved `spec.secrets`.
+    """
+
+    @property
+    def connection(self) -> str: ...
+    @property
+    def connector(self) -> str: ...
+    @property
+    def config(self) -> Mapping[str, Any]: ...
+    @property
+    def secrets(self) -> Mapping[str, str]: ...
+    @property
+    def state(self) -> dict[str, Any]:
+        """Scratch space shared by `start` and `run` (e.g. the bound server)."""
+        ...
+
+    @property
+    def run_id(self) -> str:
+        """Unique per connector process: a conversation per run (`cli:<run_id>`)."""
+        ...
+
+    @property
+    def orchestrator_pid(self) -> int | None:
+        """The daemon's pid (the `cli` connector reads its stdin through /proc)."""
+        ...
+
+    @property
+    def logger(self) -> Logger: ...
+
+    async def emit(
+        self,
+        event: str,
+        properties: Mapping[str, Any] | None = None,
+        text: str = "",
+        *,
+        reply: bool = True,
+    ) -> ConnectorReply | None:
+        """Send an event through the Connection's ingress rules. With `reply`, wait for the
+        agent's answer (or the rule's acceptance, or a coded error); else return None at
+        once. Bound the wait with `asyncio.timeout(...)` around the call."""
+        ...
+
+
 def load_sibling(anchor: str, name: str) -> ModuleType:
     """Load the helper module `<name>.py` that sits beside `anchor` (pass `__file__`).
 

@@ -29,6 +29,7 @@ from bundles.model import Bundle, Resource
 from bundles.refs import entry_agent, swarm_agents
 from orchestrator import logs, reload, rundir, runpointer, systemd
 from orchestrator.agents_calls import AgentsService
+from orchestrator.connections import Connections, swarm_connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.forkserver import ForkServerProcess, start_fork_server
 from orchestrator.reconciler import Reconciler
@@ -174,6 +175,8 @@ class Daemon:
         )
         router.lifecycle = supervisor
         router.agents = self._agents_service(table, supervisor)
+        connections = swarm_connections(bundle, swarm)
+        router.connections = Connections(router, connections, supervisor.ensure)
         return router, supervisor
 
     def _agents_service(self, table: ProcessTable, supervisor: Supervisor) -> AgentsService:
@@ -195,6 +198,8 @@ class Daemon:
         spawner = self._spawner()
         zctx = zmq.asyncio.Context()
         router, supervisor = self._build(zctx, spawner)
+        if router.connections is not None:  # connectors are always up (DESIGN 5)
+            router.connections.start_all()
         swarm = self.opts.swarm
         info = self._info()
         control_ctx = ControlContext(

@@ -18,7 +18,7 @@ from orchestrator.settings import Settings
 from orchestrator.states import READY, ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
-from protocol.ids import Address
+from protocol.ids import Address, ProcessKind
 from protocol.messages import ShutdownReason
 
 S = ProcessStatus
@@ -53,7 +53,9 @@ def _intent(
     entry: ProcessEntry, box: Mailbox | None, now: float, settings: Settings
 ) -> Intent | None:
     address = entry.address
-    queued = box is not None and bool(box.queue)
+    # connectors are always up: a stopped one is started like one with queued events
+    always_up = address.kind is ProcessKind.CONNECTOR
+    queued = always_up or (box is not None and bool(box.queue))
     retry_at = entry.retry_at
     if entry.status is S.TERMINATED and queued and (retry_at is None or now >= retry_at):
         return Start(address)
@@ -68,6 +70,7 @@ def _intent(
     idle_timeout = settings.idle_timeout
     if (
         idle_timeout is not None
+        and not always_up
         and entry.status is S.IDLE
         and (box is None or box.empty)
         and now - entry.changed_at >= idle_timeout

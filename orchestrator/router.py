@@ -20,6 +20,7 @@ import zmq
 import zmq.asyncio
 
 from orchestrator.agents_calls import AGENT_OPS, AgentsService
+from orchestrator.connections import Connections
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
 from orchestrator.states import READY
 from orchestrator.table import ProcessEntry, ProcessTable
@@ -106,6 +107,8 @@ class Router:
         self.lifecycle: Lifecycle | None = None
         self.agents: AgentsService | None = None
         """The `agents` tool's checks and calls (spawn/list/catalog); set by the daemon."""
+        self.connections: Connections | None = None
+        """Connector events -> Connection ingress rules; set by the daemon."""
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
         self.stats = Stats()
@@ -236,6 +239,9 @@ class Router:
     def _on_child_event(self, entry: ProcessEntry, to: str, event: AgentEvent) -> None:
         if event.in_reply_to is not None:
             self.respond(event)
+            return
+        if entry.address.kind is ProcessKind.CONNECTOR and self.connections is not None:
+            self.connections.on_event(entry, event)
             return
         try:
             target = self.address(to)

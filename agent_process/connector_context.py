@@ -1,0 +1,219 @@
+"""The connector SDK's implementation: load a Connection's connector and give it a context.
+
+`load_connector` finds the Connection named by the process id, its Connector, resolves the
+Connection's config and secrets (ValueSources) and imports the Connector's entry by path.
+`HostContext.emit` turns a connector event into an `event` frame for the orchestrator, which
+routes it through the Connection's ingress rules; the answer comes back by correlation id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import structlog
+
+from agent_process.loading import EntryLoadError, load_entry
+from bundles.diagnostics import BundleError
+from bundles.kinds import ConnectionSpec, ConnectorSpec, Kind, ValueSource
+from bundles.model import Bundle, Resource
+from bundles.refs import connection_connector
+from bundles.sdk import Logger
+from bundles.values import ValueProblem, value_of
+from protocol.errors import ErrorCode, ErrorInfo
+from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
+from protocol.ids import ORCHESTRATOR, ProcessId
+from protocol.messages import Event, Message
+
+Send = Callable[[Message], Awaitable[None]]
+RunFn = Callable[[Any], Coroutine[Any, Any, None]]
+
+
+class ConnectorStartFailed(Exception):
+    def __init__(self, error: ErrorInfo) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _fail(message: str, suggestion: str) -> ConnectorStartFailed:
+    return ConnectorStartFailed(
+        ErrorInfo(code=ErrorCode.E_CONNECTOR_START_FAILED, message=message, suggestion=suggestion)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """`bundles.sdk.ConnectorReply`."""
+
+    event_id: str
+    text: str = ""
+    accepted: bool = False
+    error_code: str | None = None
+    error_message: str | None = None
+
+    @classmethod
+    def of(cls, event_id: str, response: AgentEvent) -> Reply:
+        error = response.error
+        return cls(
+            event_id=event_id,
+            text=response.input,
+            accepted=bool(response.metadata.get("accepted")),
+            error_code=str(error.code) if error is not None else None,
+            error_message=error.message if error is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConnector:
+    connection: Resource[ConnectionSpec]
+    connector: Resource[ConnectorSpec]
+    module: ModuleType
+    run: RunFn
+    start: RunFn | None
+    config: dict[str, Any]
+    secrets: dict[str, str]
+
+
+def _resolve(bundle: Bundle, raw: str | ValueSource, state_root: Path, where: str) -> str:
+    if isinstance(raw, str):
+        return raw
+    try:
+        return value_of(bundle, raw, state_root=state_root)
+    except ValueProblem as problem:
+        raise _fail(f"{where}: {problem.message}", problem.suggestion) from None
+
+
+def _connection(bundle: Bundle, name: str) -> Resource[ConnectionSpec]:
+    for res in bundle.of_kind(Kind.CONNECTION):
+        if res.name == name:
+            found: Resource[ConnectionSpec] = res
+            return found
+    raise _fail(f"no Connection named {name!r} in the bundle", "goondan restart after editing")
+
+
+def load_connector(bundle: Bundle, connection_name: str, state_root: Path) -> LoadedConnector:
+    """Everything the host needs; raises ConnectorStartFailed with a coded reason."""
+    connection = _connection(bundle, connection_name)
+    try:
+        connector = connection_connector(bundle, connection)
+    except BundleError as exc:
+        raise _fail(str(exc), "fix spec.connectorRef of the Connection") from None
+    where = f"Connection/{connection.name}"
+    config = dict(connector.spec.config)
+    for key, raw in connection.spec.config.items():
+        config[key] = _resolve(bundle, raw, state_root, f"{where} spec.config.{key}")
+    secrets = {
+        key: _resolve(bundle, raw, state_root, f"{where} spec.secrets.{key}")
+        for key, raw in connection.spec.secrets.items()
+    }
+    try:
+        module = load_entry(connector.spec.entry, connector.root)
+    except EntryLoadError as exc:
+        raise _fail(f"Connector/{connector.name}: {exc}", "fix spec.entry") from None
+    run = getattr(module, "run", None)
+    start = getattr(module, "start", None)
+    if not callable(run):
+        raise _fail(
+            f"Connector/{connector.name}: {connector.spec.entry} exports no `run(ctx)`",
+            "define `async def run(ctx)` in the connector's entry file",
+        )
+    return LoadedConnector(connection, connector, module, run,
+                           start if callable(start) else None, config, secrets)  # fmt: skip
+
+
+@dataclass(slots=True)
+class HostContext:
+    """`bundles.sdk.ConnectorContext` for one connector process."""
+
+    process_id: ProcessId
+    send: Send
+    config: Mapping[str, Any]
+    secrets: Mapping[str, str]
+    connector: str
+    logger: Logger = field(default_factory=lambda: structlog.get_logger("goondan.connector"))
+    state: dict[str, Any] = field(default_factory=dict)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    orchestrator_pid: int | None = None
+    closed: bool = False
+    _pending: dict[str, asyncio.Future[AgentEvent]] = field(default_factory=dict)
+
+    @property
+    def connection(self) -> str:
+        return self.process_id.name
+
+    def _source(self) -> Source:
+        return Source(
+            kind=SourceKind.CONNECTOR,
+            name=self.process_id.name,
+            instance_key=self.process_id.instance_key,
+        )
+
+    async def emit(
+        self,
+        event: str,
+        properties: Mapping[str, Any] | None = None,
+        text: str = "",
+        *,
+        reply: bool = True,
+    ) -> Reply | None:
+        props = dict(properties or {})
+        if self.closed:
+            return self._closed_reply()
+        correlation_id = uuid.uuid4().hex
+        reply_to = ReplyTo(target=str(self.process_id.address), correlation_id=correlation_id)
+        frame = new_event(
+            type=event,
+            input=text,
+            # the orchestrator replaces it with the routed instance key
+            instance_key=self.process_id.instance_key,
+            source=self._source(),
+            reply_to=reply_to if reply else None,
+            metadata=props,
+        )
+        if not reply:
+            await self.send(Event(from_=str(self.process_id), to=ORCHESTRATOR, payload=frame))
+            return None
+        fut: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = fut
+        try:
+            await self.send(Event(from_=str(self.process_id), to=ORCHESTRATOR, payload=frame))
+            return Reply.of(frame.id, await fut)
+        finally:  # also when the caller's own timeout cancels the wait
+            self._pending.pop(correlation_id, None)
+
+    def deliver(self, response: AgentEvent) -> bool:
+        fut = self._pending.pop(response.in_reply_to or "", None)
+        if fut is None or fut.done():
+            return False
+        fut.set_result(response)
+        return True
+
+    def _closed_reply(self) -> Reply:
+        return Reply(
+            event_id="",
+            error_code=ErrorCode.E_CONNECTOR_CLOSED,
+            error_message=f"connector {self.process_id} is shutting down",
+        )
+
+    def close(self) -> None:
+        """No more emits; every waiting emit gets E_CONNECTOR_CLOSED."""
+        self.closed = True
+        for correlation_id, fut in list(self._pending.items()):
+            if not fut.done():
+                error = ErrorInfo(code=ErrorCode.E_CONNECTOR_CLOSED, message="shutting down")
+                fut.set_result(_error_event(correlation_id, error, self._source()))
+        self._pending.clear()
+
+
+def _error_event(correlation_id: str, error: ErrorInfo, source: Source) -> AgentEvent:
+    event = new_event(type="agent.response", input="", instance_key="-", source=source,
+                      metadata={"inReplyTo": correlation_id})  # fmt: skip
+    return AgentEvent(
+        id=event.id, type=event.type, instance_key=event.instance_key, source=source,
+        metadata=event.metadata, trace=event.trace, error=error, created_at=event.created_at,
+    )  # fmt: skip

@@ -1,0 +1,226 @@
+"""The `webhook` connector: HTTP POST in, the agent's reply out (stdlib asyncio, no framework).
+
+    POST /events (or /)   {"event"?, "text" | "input", "properties"?, "instanceKey"?}
+    GET  /healthz         200 {"ok": true}
+
+The body's `event` (default `config.defaultEvent`, "message") names the connector event the
+Connection's ingress rules match; `properties` are matched by the rules and may name the
+instance (`instanceKeyProperty`); `instanceKey` is copied into `properties.instanceKey` (a
+rule uses it only if it says `instanceKeyProperty: instanceKey`). With the Connection secret
+`signingSecret`, every POST must carry `X-Goondan-Signature: sha256=<hex HMAC-SHA256 of the
+raw body>` (401 otherwise). Answers: 200 {"reply", "eventId"} when the rule asks for a reply,
+202 {"accepted": true, "eventId"} when it does not, 4xx/5xx {"error": {"code", "message"}}.
+One request per connection (`Connection: close`): simple, and enough for webhooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from bundles.sdk import ConnectorContext
+
+HEADER_LIMIT = 16 * 1024
+SIGNATURE_HEADER = "x-goondan-signature"
+STATUS_TEXT = {
+    200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+    405: "Method Not Allowed", 411: "Length Required", 413: "Payload Too Large",
+    422: "Unprocessable Entity", 500: "Internal Server Error", 502: "Bad Gateway",
+    504: "Gateway Timeout",
+}  # fmt: skip
+EVENT_PATHS = ("/", "/events")
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8787
+    max_body_bytes: int = 1024 * 1024
+    timeout: float = 60.0
+    default_event: str = "message"
+    signing_secret: bytes | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, ctx: ConnectorContext) -> Settings:
+        cfg = ctx.config
+        secret = ctx.secrets.get("signingSecret")
+        return cls(
+            host=str(cfg.get("host", "127.0.0.1")),
+            port=int(cfg.get("port", 8787)),
+            max_body_bytes=int(cfg.get("maxBodyBytes", 1024 * 1024)),
+            timeout=int(cfg.get("timeoutMs", 60_000)) / 1000,
+            default_event=str(cfg.get("defaultEvent", "message")),
+            signing_secret=secret.encode() if secret else None,
+        )
+
+
+def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"error": {"code": code, "message": message}}
+
+
+def check_signature(secret: bytes | None, body: bytes, header: str | None) -> None:
+    """Raise HttpError(401) unless `header` is `sha256=<hex HMAC of body>` (constant time)."""
+    if secret is None:
+        return
+    if not header or not header.startswith("sha256="):
+        raise HttpError(401, "E_WEBHOOK_SIGNATURE", f"missing {SIGNATURE_HEADER}: sha256=<hex>")
+    expected = hmac.new(secret, body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, header.removeprefix("sha256=").strip().lower()):
+        raise HttpError(401, "E_WEBHOOK_SIGNATURE", "signature does not match the body")
+
+
+def parse_body(body: bytes, default_event: str) -> tuple[str, dict[str, Any], str]:
+    """(event, properties, text) from a JSON body; HttpError(400) saying what is wrong."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, "E_WEBHOOK_BAD_JSON", f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise HttpError(400, "E_WEBHOOK_BAD_BODY", "the body must be a JSON object")
+    event = data.get("event", default_event)
+    text = data.get("text", data.get("input", ""))
+    properties = data.get("properties", {})
+    key = data.get("instanceKey")
+    if not isinstance(event, str) or not event:
+        raise HttpError(400, "E_WEBHOOK_BAD_BODY", "`event` must be a non-empty string")
+    if not isinstance(text, str):
+        raise HttpError(400, "E_WEBHOOK_BAD_BODY", "`text` (or `input`) must be a string")
+    if not isinstance(properties, dict):
+        raise HttpError(400, "E_WEBHOOK_BAD_BODY", "`properties` must be a JSON object")
+    if key is not None:
+        if not isinstance(key, str):
+            raise HttpError(400, "E_WEBHOOK_BAD_BODY", "`instanceKey` must be a string")
+        properties.setdefault("instanceKey", key)
+    return event, properties, text
+
+
+async def read_request(reader: asyncio.StreamReader, max_body: int) -> Request:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        raise HttpError(400, "E_WEBHOOK_BAD_REQUEST", "request headers too large") from None
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        raise HttpError(400, "E_WEBHOOK_BAD_REQUEST", "malformed request line")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    method, path = parts[0], parts[1].split("?", 1)[0]
+    if method != "POST":
+        return Request(method, path, headers)
+    if "content-length" not in headers:
+        raise HttpError(411, "E_WEBHOOK_BAD_REQUEST", "Content-Length is required")
+    try:
+        length = int(headers["content-length"])
+    except ValueError:
+        raise HttpError(400, "E_WEBHOOK_BAD_REQUEST", "bad Content-Length") from None
+    if length < 0 or length > max_body:
+        raise HttpError(413, "E_WEBHOOK_TOO_LARGE", f"the body is limited to {max_body} bytes")
+    return Request(method, path, headers, await reader.readexactly(length))
+
+
+class WebhookServer:
+    def __init__(self, ctx: ConnectorContext, settings: Settings) -> None:
+        self.ctx = ctx
+        self.settings = settings
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, payload = await self._answer(reader)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        except Exception as exc:  # a bug here must not stop the server
+            self.ctx.logger.error("webhook_failed", error=repr(exc))
+            status, payload = _error(500, "E_WEBHOOK_INTERNAL", "internal error")
+        body = json.dumps(payload).encode()
+        head = (
+            f"HTTP/1.1 {status} {STATUS_TEXT.get(status, 'Status')}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        try:
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
+        try:
+            request = await read_request(reader, self.settings.max_body_bytes)
+            if request.method == "GET" and request.path == "/healthz":
+                return 200, {"ok": True}
+            if request.path not in EVENT_PATHS:
+                raise HttpError(404, "E_WEBHOOK_NOT_FOUND", f"POST to {' or '.join(EVENT_PATHS)}")
+            if request.method != "POST":
+                raise HttpError(405, "E_WEBHOOK_METHOD", "use POST")
+            check_signature(
+                self.settings.signing_secret, request.body, request.headers.get(SIGNATURE_HEADER)
+            )
+            event, properties, text = parse_body(request.body, self.settings.default_event)
+        except HttpError as exc:
+            self.ctx.logger.info("webhook_refused", status=exc.status, code=exc.code)
+            return _error(exc.status, exc.code, exc.message)
+        return await self._emit(event, properties, text)
+
+    async def _emit(
+        self, event: str, properties: dict[str, Any], text: str
+    ) -> tuple[int, dict[str, Any]]:
+        try:
+            async with asyncio.timeout(self.settings.timeout):
+                reply = await self.ctx.emit(event, properties, text, reply=True)
+        except TimeoutError:
+            return _error(504, "E_AGENT_TIMEOUT", f"no reply within {self.settings.timeout} s")
+        assert reply is not None  # emit(reply=True) always answers
+        if reply.error_code is not None:
+            status = 422 if reply.error_code == "E_CONNECTOR_NO_ROUTE" else 502
+            status, payload = _error(status, reply.error_code, reply.error_message or "")
+            payload.update(reply=reply.text, eventId=reply.event_id)
+            return status, payload
+        if reply.accepted:
+            return 202, {"accepted": True, "eventId": reply.event_id}
+        return 200, {"reply": reply.text, "eventId": reply.event_id}
+
+
+async def start(ctx: ConnectorContext) -> None:
+    """Bind before `ready`: a port in use is a start error naming it."""
+    settings = Settings.of(ctx)
+    server = WebhookServer(ctx, settings)
+    listener = await asyncio.start_server(
+        server.handle, settings.host, settings.port, limit=HEADER_LIMIT
+    )
+    ctx.state["listener"] = listener
+    bound = [s.getsockname() for s in listener.sockets]
+    ctx.logger.info("webhook_listening", addresses=[f"{a[0]}:{a[1]}" for a in bound],
+                    signed=settings.signing_secret is not None)  # fmt: skip
+
+
+async def run(ctx: ConnectorContext) -> None:
+    listener: asyncio.Server = ctx.state["listener"]
+    async with listener:
+        await listener.serve_forever()

@@ -1,0 +1,146 @@
+"""Connections: their connector processes (always up) and the routing of their events.
+
+One connector process per Connection of the swarm, address
+`connector:<Connection name>:<Connector name>`. A connector's `event` frame goes through the
+Connection's ingress rules (orchestrator.ingress) to an agent instance, spawned on demand:
+
+- a rule with `reply` (the default): the event keeps the connector's `replyTo`; the agent's
+  answer is routed back by correlation id and completes the connector's `emit()`;
+- a rule without `reply`: the agent gets the event without `replyTo`, and the connector at
+  once gets an acceptance (`metadata.accepted`, `metadata.eventId`);
+- no rule fits, or the key it names cannot be an instance key: a coded error back to the
+  connector (E_CONNECTOR_NO_ROUTE / E_AGENT_INVALID_INSTANCE_KEY), and a log line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
+import structlog
+
+from bundles.kinds import Kind, SwarmSpec
+from bundles.model import Bundle, Resource
+from bundles.refs import connection_connector, connection_swarm
+from orchestrator import ingress
+from orchestrator.table import ProcessEntry
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.events import AgentEvent, Source, SourceKind, response_to
+from protocol.ids import ORCHESTRATOR, Address, ProcessKind, agent_address, check_instance_key
+from protocol.messages import Event
+
+if TYPE_CHECKING:
+    from orchestrator.router import Router
+
+log = structlog.get_logger("goondan.connections")
+SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    name: str
+    connector: str
+    address: Address
+    ingress: ingress.Ingress
+
+
+def swarm_connections(bundle: Bundle, swarm: Resource[SwarmSpec]) -> list[Connection]:
+    """Every Connection of the bundle whose swarm is `swarm` (refs were checked at load)."""
+    found = []
+    for res in bundle.of_kind(Kind.CONNECTION):
+        if connection_swarm(bundle, res).name != swarm.name:
+            continue
+        connector = connection_connector(bundle, res).name
+        address = Address(kind=ProcessKind.CONNECTOR, name=res.name, instance_key=connector)
+        found.append(
+            Connection(res.name, connector, address, ingress.compile_connection(bundle, res))
+        )
+    return found
+
+
+class Connections:
+    def __init__(
+        self, router: Router, connections: Iterable[Connection], ensure: Callable[[Address], None]
+    ) -> None:
+        self.router = router
+        self.ensure = ensure
+        self.by_address = {c.address: c for c in connections}
+
+    @property
+    def addresses(self) -> list[Address]:
+        return list(self.by_address)
+
+    def start_all(self) -> None:
+        """Connectors are always up: start every one (the reconciler keeps them up)."""
+        for address in self.by_address:
+            self.ensure(address)
+
+    def on_event(self, entry: ProcessEntry, event: AgentEvent) -> None:
+        """A connector's event: route it through its Connection's ingress rules."""
+        connection = self.by_address.get(entry.address)
+        if connection is None:
+            self._reject(
+                entry,
+                event,
+                ErrorCode.E_CONNECTOR_NO_ROUTE,
+                f"{entry.address} is not a Connection of this swarm",
+            )
+            return
+        found = ingress.route(connection.ingress, event.type, event.metadata)
+        if found is None:
+            self._reject(
+                entry,
+                event,
+                ErrorCode.E_CONNECTOR_NO_ROUTE,
+                f"no ingress rule of Connection {connection.name!r} matches event {event.type!r}",
+                "add a rule to spec.ingress.rules (or a rule without `match` as a catch-all)",
+            )
+            return
+        try:
+            key = check_instance_key(found.instance_key)
+        except ProtocolError as exc:
+            self._reject(entry, event, ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message)
+            return
+        target = agent_address(found.agent, key)
+        log.info(
+            "ingress_routed",
+            connection=connection.name,
+            event_type=event.type,
+            event_id=event.id,
+            target=str(target),
+            rule=found.rule,
+            reply=found.reply,
+        )
+        if found.reply or event.reply_to is None:
+            self.router.submit(msgspec.structs.replace(event, instance_key=key), target)
+            return
+        routed = msgspec.structs.replace(event, instance_key=key, reply_to=None)
+        self.router.submit(routed, target)
+        accepted = response_to(
+            event, source=SOURCE, text="", metadata={"accepted": True, "eventId": event.id}
+        )
+        self.router.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=accepted))
+
+    def _reject(
+        self,
+        entry: ProcessEntry,
+        event: AgentEvent,
+        code: ErrorCode,
+        message: str,
+        suggestion: str | None = None,
+    ) -> None:
+        log.warning(
+            "ingress_rejected",
+            connector=str(entry.address),
+            event_type=event.type,
+            event_id=event.id,
+            code=code,
+            reason=message,
+        )
+        if event.reply_to is None:
+            return
+        error = ErrorInfo(code=code, message=message, suggestion=suggestion)
+        answer = response_to(event, source=SOURCE, text="", error=error)
+        self.router.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=answer))
