@@ -12,6 +12,7 @@ import signal
 import socket
 from pathlib import Path
 
+from protocol.control import Restart
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import run_cli
@@ -104,3 +105,21 @@ async def test_cli_finds_a_daemon_in_runtime_directory(
         daemon.signal(signal.SIGTERM)
         assert await daemon.wait() == 0
     assert not pointer.exists()
+
+
+async def test_restart_is_reloading_then_ready(start_daemon: StartDaemon, tmp_path: Path) -> None:
+    notify = NotifySocket(tmp_path / "notify")
+    try:
+        async with asyncio.timeout(30):
+            daemon = await start_daemon(env={"NOTIFY_SOCKET": str(notify.path)})
+            await notify.until("READY")
+            reply = await daemon.send("hello")
+            assert reply.ok, reply.error
+            restarted = await daemon.request(Restart(request_id="r", agent="alpha"))
+            assert restarted.ok, restarted.error
+            reloading = await notify.until("RELOADING")
+            assert int(reloading["MONOTONIC_USEC"]) > 0
+            ready = await notify.until("READY")
+            assert ready["STATUS"].startswith("swarm probe:")
+    finally:
+        notify.close()
