@@ -55,12 +55,12 @@ class _Logs:
         if not follower.refresh() and not args.follow:
             print(f"goondan logs: no logs under {layout.root}", file=sys.stderr)
             return EXIT_OK
-        follower.print_new()
-        if args.follow:
-            try:
+        try:
+            follower.print_new()
+            if args.follow:
                 follower.follow()
-            except KeyboardInterrupt:
-                return EXIT_OK
+        except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C, or `| head` has seen enough
+            return EXIT_OK
         return EXIT_OK
 
 
