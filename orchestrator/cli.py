@@ -28,9 +28,10 @@ class Command(Protocol):
 
 def _commands() -> list[Command]:
     # Imported here so `goondan --help` stays fast and a broken command cannot break the rest.
-    from orchestrator.commands import instance, restart, run, send, status, stop, validate
-    from orchestrator.commands import init as init_cmd
     from orchestrator.commands import doctor as doctor_cmd
+    from orchestrator.commands import init as init_cmd
+    from orchestrator.commands import instance, restart, run, send, status, stop, validate
+    from orchestrator.commands import logs as logs_cmd
     from orchestrator.commands import service as service_cmd
 
     return [
@@ -42,7 +43,7 @@ def _commands() -> list[Command]:
         instance.COMMAND,
         restart.COMMAND,
         stop.COMMAND,
-        __import__("orchestrator.commands.logs", fromlist=["COMMAND"]).COMMAND,
+        logs_cmd.COMMAND,
         PendingCommand("calls", "list or resolve pending client-side (deferred) tool calls"),
         service_cmd.COMMAND,
         doctor_cmd.COMMAND,
