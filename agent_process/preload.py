@@ -4,6 +4,7 @@ Loading and validating a bundle costs tens of milliseconds (YAML, refs, the base
 a forked child would pay that on every spawn. The fork server is a fork of the daemon, which
 loaded the bundle before forking it, so it hands that object to `remember()`; a child takes
 it only if no file it came from has changed since (restart after an edit re-reads).
+After a reload the daemon asks the fork server to `refresh()` it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from bundles.loader import bundle_files
+from bundles.loader import bundle_files, load_bundle
 from bundles.model import Bundle
 
 Fingerprint = tuple[tuple[str, int, int], ...]
@@ -66,6 +67,18 @@ _held: list[Preloaded] = []
 def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> None:
     files = _files(bundle, env_files, state_root)
     _held[:] = [Preloaded(bundle, env_files, state_root, frozenset(files), fingerprint(files))]
+
+
+def refresh() -> None:
+    """Load the held bundle again from the same inputs if any of its files changed (the fork
+    server runs this when the daemon reloaded the bundle); an invalid bundle is dropped, so
+    children load (and report) it themselves."""
+    for held in list(_held):
+        if held.matches(held.bundle.path, held.env_files, held.state_root):
+            continue
+        _held.clear()
+        bundle = load_bundle(held.bundle.path, env_files=held.env_files, state_root=held.state_root)
+        remember(bundle, held.env_files, held.state_root)
 
 
 def take(path: Path, env_files: tuple[Path, ...], state_root: Path) -> Bundle | None:

@@ -277,6 +277,7 @@ class Daemon:
             control=control_ctx,
             notifier=self.notifier,
             watch=opts.watch,
+            fork_server=self.server,
         )
         return [self._core(coro, "reload") for coro in coros]
 

@@ -31,8 +31,10 @@ from bundles.kinds import Kind
 from bundles.loader import load_bundle
 from bundles.model import Bundle
 from bundles.refs import entry_agent, swarm_agents
+from orchestrator import forkserver
 from orchestrator.changes import ChangePlan, Snapshot, describe, plan_changes, snapshot
 from orchestrator.control import ControlContext
+from orchestrator.forkserver import ForkServerProcess
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
@@ -116,7 +118,10 @@ class Reloader:
         supervisor: Supervisor,
         apply: Apply,
         notifier: Notifier | None = None,
+        on_swap: Callable[[], None] | None = None,
     ) -> None:
+        self.on_swap = on_swap
+        """Called after a swap, before any restart (e.g. refresh the fork server's bundle)."""
         self.source = source
         self.current: Snapshot = snapshot(current)
         self.supervisor = supervisor
@@ -160,6 +165,8 @@ class Reloader:
             self.current = new
             self.generation += 1
             self.apply(new.bundle)
+            if self.on_swap is not None:
+                self.on_swap()
             outcome = await self._restart(trigger, plan)
         finally:
             self._notify("ready")
@@ -239,12 +246,20 @@ def install(
     control: ControlContext,
     notifier: Notifier | None,
     watch: bool,
+    fork_server: ForkServerProcess | None = None,
 ) -> list[Coroutine[Any, Any, None]]:
     """Wire SIGHUP, the `Reload` request and (with `watch`) the file watcher; return the tasks
     to run for the daemon's lifetime."""
     supervisor = control.supervisor
     apply = daemon_apply(source.swarm, supervisor, router, control)
-    reloader = Reloader(source, bundle, supervisor, apply, notifier)
+    on_swap = None
+    if fork_server is not None:
+        server = fork_server
+
+        def on_swap() -> None:
+            forkserver.call_hook(server, "agent_process.preload", "refresh")
+
+    reloader = Reloader(source, bundle, supervisor, apply, notifier, on_swap)
 
     async def answer(trigger: str) -> tuple[dict[str, Any], ErrorInfo | None]:
         outcome = await reloader.reload(trigger)

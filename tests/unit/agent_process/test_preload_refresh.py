@@ -1,0 +1,43 @@
+"""The fork server's preloaded bundle: stale after an edit, current again after refresh()."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_process import preload
+from bundles.diagnostics import BundleError
+from bundles.loader import load_bundle
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "reload" / "two"
+
+
+@pytest.fixture(autouse=True)
+def _restore_held() -> Iterator[None]:
+    saved = list(preload._held)
+    yield
+    preload._held[:] = saved
+
+
+def test_refresh_reloads_an_edited_bundle_and_drops_an_invalid_one(tmp_path: Path) -> None:
+    root = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, root)
+    state = tmp_path / "state"
+    preload.remember(load_bundle(root, state_root=state), (), state)
+    held = preload.take(root, (), state)
+    assert held is not None and held.model("scripted").spec.model == "test"
+    yaml = root / "goondan.yaml"
+    yaml.write_text(yaml.read_text().replace("model: test", "model: edited"))
+    assert preload.take(root, (), state) is None  # stale: a child would load it itself
+    preload.refresh()
+    fresh = preload.take(root, (), state)
+    assert fresh is not None and fresh.model("scripted").spec.model == "edited"
+    preload.refresh()  # still current: kept as is
+    assert preload.take(root, (), state) is fresh
+    yaml.write_text(yaml.read_text().replace("modelRef: Model/scripted", "modelRef: Model/no"))
+    with pytest.raises(BundleError):
+        preload.refresh()
+    assert preload.take(root, (), state) is None  # dropped: children load and report it
