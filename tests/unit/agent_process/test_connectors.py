@@ -1,0 +1,274 @@
+"""The connector host's pieces without a daemon: loading, the context's emit/deliver/close,
+and the base webhook connector served in-process to a recording context."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+
+from agent_process.connector_context import (
+    ConnectorStartFailed,
+    HostContext,
+    Reply,
+    load_connector,
+)
+from agent_process.loading import load_entry
+from bundles.loader import load_bundle
+from protocol.errors import ErrorCode, ErrorInfo
+from protocol.events import AgentEvent, Source, SourceKind, response_to
+from protocol.ids import ProcessId, ProcessKind
+from protocol.messages import Event, Message
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURE = REPO / "tests" / "fixtures" / "connectors"
+BASE = REPO / "bundles" / "base"
+webhook: Any = load_entry("./connectors/webhook.py", BASE)
+cli: Any = load_entry("./connectors/cli.py", BASE)
+PID = ProcessId(kind=ProcessKind.CONNECTOR, name="hook", instance_key="webhook", generation=3)
+
+
+@pytest.fixture
+def ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOOK_PORT", "0")
+    monkeypatch.setenv("SIGNED_PORT", "0")
+    monkeypatch.setenv("SIGNED_SECRET", "s3cret")
+
+
+# -- loading -------------------------------------------------------------------------------
+
+
+def test_load_connector_merges_config_and_resolves_secrets(ports: None, tmp_path: Path) -> None:
+    bundle = load_bundle(FIXTURE, state_root=tmp_path)
+    loaded = load_connector(bundle, "signed", tmp_path)
+    assert loaded.connector.name == "webhook"
+    assert loaded.config["port"] == "0"  # the Connection's value wins over the Connector's
+    assert loaded.config["host"] == "127.0.0.1"  # the Connector's default stays
+    assert loaded.secrets == {"signingSecret": "s3cret"}
+    assert loaded.start is not None
+
+
+def test_a_missing_value_source_is_a_coded_start_failure(
+    ports: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = load_bundle(FIXTURE, state_root=tmp_path)
+    monkeypatch.delenv("SIGNED_SECRET")
+    with pytest.raises(ConnectorStartFailed) as info:
+        load_connector(bundle, "signed", tmp_path)
+    assert info.value.error.code == ErrorCode.E_CONNECTOR_START_FAILED
+    assert "SIGNED_SECRET" in info.value.error.message
+
+
+def test_an_unknown_connection_is_a_coded_start_failure(ports: None, tmp_path: Path) -> None:
+    bundle = load_bundle(FIXTURE, state_root=tmp_path)
+    with pytest.raises(ConnectorStartFailed) as info:
+        load_connector(bundle, "nope", tmp_path)
+    assert "nope" in info.value.error.message
+
+
+# -- the context ---------------------------------------------------------------------------
+
+
+def host_context() -> tuple[HostContext, asyncio.Queue[Message]]:
+    sent: asyncio.Queue[Message] = asyncio.Queue()
+
+    async def send(msg: Message) -> None:
+        sent.put_nowait(msg)
+
+    ctx = HostContext(process_id=PID, send=send, config={}, secrets={}, connector="webhook")
+    return ctx, sent
+
+
+def answer(request: AgentEvent, text: str = "", **kw: Any) -> AgentEvent:
+    agent = Source(kind=SourceKind.AGENT, name="front", instance_key="k")
+    return response_to(request, source=agent, text=text, **kw)
+
+
+async def test_emit_sends_a_connector_event_and_waits_for_its_answer() -> None:
+    ctx, sent = host_context()
+    async with asyncio.timeout(5):
+        waiting = asyncio.ensure_future(ctx.emit("ticket", {"user": "ann"}, "hello"))
+        frame = await sent.get()
+        assert isinstance(frame, Event)
+        assert frame.to == "orchestrator"
+        assert frame.from_ == str(PID)
+        event = frame.payload
+        assert event.type == "ticket"
+        assert event.metadata == {"user": "ann"}
+        assert event.source.kind is SourceKind.CONNECTOR
+        assert event.reply_to is not None
+        assert event.reply_to.target == "connector:hook:webhook"  # the address, no generation
+        assert ctx.deliver(answer(event, "hi ann"))
+        reply = await waiting
+    assert reply == Reply(event_id=event.id, text="hi ann")
+    assert not ctx.deliver(answer(event, "again"))  # answered once
+
+
+async def test_an_error_answer_and_an_acceptance() -> None:
+    ctx, sent = host_context()
+    async with asyncio.timeout(5):
+        first = asyncio.ensure_future(ctx.emit("x"))
+        second = asyncio.ensure_future(ctx.emit("y"))
+        events = [m.payload for m in [await sent.get(), await sent.get()] if isinstance(m, Event)]
+        error = ErrorInfo(code=ErrorCode.E_CONNECTOR_NO_ROUTE, message="no rule")
+        ctx.deliver(answer(events[0], error=error))
+        ctx.deliver(answer(events[1], metadata={"accepted": True}))
+        rejected, accepted = await first, await second
+    assert rejected is not None
+    assert rejected.error_code == "E_CONNECTOR_NO_ROUTE"
+    assert accepted is not None
+    assert accepted.accepted
+
+
+async def test_emit_without_reply_returns_at_once_and_close_fails_the_waiting() -> None:
+    ctx, sent = host_context()
+    async with asyncio.timeout(5):
+        assert await ctx.emit("fire", reply=False) is None
+        fired = await sent.get()
+        assert isinstance(fired, Event)
+        assert fired.payload.reply_to is None
+        waiting = asyncio.ensure_future(ctx.emit("slow"))
+        await sent.get()
+        ctx.close()
+        closed = await waiting
+        after = await ctx.emit("late")
+    assert closed is not None
+    assert closed.error_code == ErrorCode.E_CONNECTOR_CLOSED
+    assert after is not None
+    assert after.error_code == ErrorCode.E_CONNECTOR_CLOSED
+
+
+# -- the webhook connector, in-process ----------------------------------------------------
+
+
+@dataclass
+class EchoReply:
+    event_id: str
+    text: str
+    accepted: bool = False
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+@dataclass
+class RecordingContext:
+    """A ConnectorContext whose emit answers like the orchestrator would."""
+
+    config: Mapping[str, Any]
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    connection: str = "hook"
+    connector: str = "webhook"
+    state: dict[str, Any] = field(default_factory=dict)
+    run_id: str = "run"
+    orchestrator_pid: int | None = None
+    logger: Any = field(default_factory=lambda: structlog.get_logger("test"))
+    emitted: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
+
+    async def emit(
+        self, event: str, properties: Mapping[str, Any] | None = None, text: str = "",
+        *, reply: bool = True,
+    ) -> EchoReply | None:  # fmt: skip
+        self.emitted.append((event, dict(properties or {}), text))
+        if event == "unrouted":
+            return EchoReply("e1", "", error_code="E_CONNECTOR_NO_ROUTE", error_message="none")
+        if event == "later":
+            return EchoReply("e2", "", accepted=True)
+        return EchoReply("e3", f"echo {text}")
+
+
+async def serve(ctx: RecordingContext) -> tuple[asyncio.Task[None], str]:
+    await webhook.start(ctx)
+    port = ctx.state["listener"].sockets[0].getsockname()[1]
+    return asyncio.ensure_future(webhook.run(ctx)), f"http://127.0.0.1:{port}"
+
+
+async def test_webhook_answers_by_the_reply_kind() -> None:
+    ctx = RecordingContext(config={"port": 0, "maxBodyBytes": 64})
+    async with asyncio.timeout(10):
+        task, url = await serve(ctx)
+        try:
+            async with httpx.AsyncClient() as client:
+                ok = await client.post(url, json={"text": "hi", "instanceKey": "k1"})
+                later = await client.post(f"{url}/events", json={"event": "later"})
+                unrouted = await client.post(url, json={"event": "unrouted"})
+                big = await client.post(url, content=b"x" * 65)
+                wrong_type = await client.post(url, json={"text": 3})
+                get = await client.get(url)
+                health = await client.get(f"{url}/healthz")
+                missing = await client.post(f"{url}/nowhere", json={})
+        finally:
+            task.cancel()
+    assert ok.status_code == 200
+    assert ok.json() == {"reply": "echo hi", "eventId": "e3"}
+    assert ctx.emitted[0] == ("message", {"instanceKey": "k1"}, "hi")
+    assert (later.status_code, later.json()) == (202, {"accepted": True, "eventId": "e2"})
+    assert unrouted.status_code == 422
+    assert unrouted.json()["error"]["code"] == "E_CONNECTOR_NO_ROUTE"
+    assert big.status_code == 413
+    assert wrong_type.status_code == 400
+    assert get.status_code == 405
+    assert health.json() == {"ok": True}
+    assert missing.status_code == 404
+
+
+def test_signature_check() -> None:
+    body = b'{"text": "x"}'
+    good = "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
+    webhook.check_signature(None, body, None)  # no secret: nothing to check
+    webhook.check_signature(b"k", body, good)
+    for header in (None, "", "sha1=00", good[:-1] + "0", good.upper().replace("SHA256", "md5")):
+        with pytest.raises(webhook.HttpError) as info:
+            webhook.check_signature(b"k", body, header)
+        assert info.value.status == 401
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"text": "a"}', ("message", {}, "a")),
+        (b'{"input": "b", "event": "e"}', ("e", {}, "b")),
+        (b'{"properties": {"u": 1}, "instanceKey": "k"}',
+         ("message", {"u": 1, "instanceKey": "k"}, "")),
+        (b'{"properties": {"instanceKey": "p"}, "instanceKey": "k"}',
+         ("message", {"instanceKey": "p"}, "")),
+    ],
+)  # fmt: skip
+def test_parse_body(body: bytes, expected: tuple[str, dict[str, Any], str]) -> None:
+    assert webhook.parse_body(body, "message") == expected
+
+
+@pytest.mark.parametrize(
+    "body", [b"{", b"\xff", b"[]", b'{"event": ""}', b'{"properties": []}', b'{"instanceKey": 1}']
+)
+def test_parse_body_refuses(body: bytes) -> None:
+    with pytest.raises(webhook.HttpError) as info:
+        webhook.parse_body(body, "message")
+    assert info.value.status == 400
+
+
+def test_cli_reply_format() -> None:
+    assert cli.format_reply("hi", None, None) == "hi\n"
+    assert cli.format_reply("", "E_X", "bad") == "error E_X: bad\n"
+
+
+async def test_cli_lines_of_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "input"
+    path.write_bytes(b"one\ntwo\n")
+    async with asyncio.timeout(5):
+        with path.open("rb") as stream:
+            got = [line async for line in cli.lines(stream)]
+    assert got == ["one\n", "two\n"]
+
+
+def test_the_base_package_declares_both_connectors() -> None:
+    doc = (BASE / "goondan.yaml").read_text()
+    assert "entry: ./connectors/webhook.py" in doc
+    assert "entry: ./connectors/cli.py" in doc
