@@ -139,6 +139,8 @@ class HostContext:
     state: dict[str, Any] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     orchestrator_pid: int | None = None
+    answered: int = 0
+    """Emits answered without an error (the host reports them as completed turns)."""
     closed: bool = False
     _pending: dict[str, asyncio.Future[AgentEvent]] = field(default_factory=dict)
 
@@ -182,7 +184,10 @@ class HostContext:
         self._pending[correlation_id] = fut
         try:
             await self.send(Event(from_=str(self.process_id), to=ORCHESTRATOR, payload=frame))
-            return Reply.of(frame.id, await fut)
+            answer = Reply.of(frame.id, await fut)
+            if answer.error_code is None:
+                self.answered += 1
+            return answer
         finally:  # also when the caller's own timeout cancels the wait
             self._pending.pop(correlation_id, None)
 

@@ -32,6 +32,7 @@ from agent_process.connector_context import (
     LoadedConnector,
     load_connector,
 )
+from bundles import redact
 from bundles.diagnostics import BundleError
 from bundles.loader import load_bundle
 from protocol.codec import decode_message, encode
@@ -39,6 +40,7 @@ from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.ids import ORCHESTRATOR
 from protocol.messages import (
+    ChildState,
     Event,
     Heartbeat,
     HeartbeatPayload,
@@ -52,6 +54,9 @@ from protocol.messages import (
     ShutdownAckPayload,
     StartError,
     StartErrorPayload,
+    Status,
+    StatusPayload,
+    TurnOutcome,
 )
 
 EXIT_CONNECTOR_STOPPED = 1
@@ -88,6 +93,7 @@ class ConnectorHost:
         self.ctx: HostContext | None = None
         self.draining = asyncio.Event()
         self.last_heard = time.monotonic()
+        self._reported = 0
 
     async def send(self, msg: Message) -> None:
         await self.sock.send(encode(msg))
@@ -108,6 +114,7 @@ class ConnectorHost:
                         suggestion="fix the bundle (goondan validate)",
                     )
                 ) from exc
+        redact.install(bundle.secret_values)  # e.g. a signing secret never reaches the log
         return load_connector(bundle, opts.process_id.name, opts.state_root)
 
     async def start(self) -> bool:
@@ -202,6 +209,15 @@ class ConnectorHost:
             case _:
                 log.warning("frame_unexpected", type=type(msg).__name__)
 
+    async def _report_served(self) -> None:
+        """An answered emit counts as a completed turn: the supervisor then resets this
+        connector's crash counter, so rare crashes over a long life never back it off."""
+        if self.ctx is None or self.ctx.answered == self._reported:
+            return
+        self._reported = self.ctx.answered
+        payload = StatusPayload(state=ChildState.IDLE, last_turn=TurnOutcome.COMPLETED)
+        await self.send(Status(from_=self.me, to=ORCHESTRATOR, payload=payload))
+
     async def _heartbeat_loop(self) -> None:
         seq = 0
         while True:
@@ -209,6 +225,7 @@ class ConnectorHost:
             seq += 1
             beat = HeartbeatPayload(seq=seq, sent_at=time.time())
             await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=beat))
+            await self._report_served()
             if time.monotonic() - self.last_heard > self.opts.heartbeat_timeout:
                 log.error("orchestrator_lost", silent_for=self.opts.heartbeat_timeout)
                 sys.stdout.flush()

@@ -11,9 +11,10 @@ removed. Then, for the swarm the daemon serves:
   Model an agent does not reference cannot change that agent's behaviour, so the finer set is
   exactly as correct and restarts less;
 - Swarm changed (ours) or the bundle's environment (.env values) changed -> every agent;
-- Connector / Connection changed -> that connector (reported even if no such process runs).
+- Connection changed -> its connector process (one per Connection); Connector changed -> the
+  connector processes of every Connection using it (reported even if none runs yet).
 
-Agents that left the swarm are reported separately: their processes stop, they do not restart.
+Agents and Connections that left the swarm are reported separately: their processes stop.
 Other swarms' resources in the same bundle never affect this daemon.
 """
 
@@ -45,13 +46,17 @@ class ChangePlan:
     """Agents (still in the swarm) whose processes restart."""
     removed_agents: frozenset[str] = frozenset()
     """Agents no longer in the swarm: their processes stop."""
-    connectors: frozenset[str] = frozenset()
+    connections: frozenset[str] = frozenset()
+    """Connections (of this swarm) whose connector process restarts."""
+    removed_connections: frozenset[str] = frozenset()
     why: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """agent or `connector:<name>` -> the changed keys that caused it."""
+    """agent or `connection:<name>` -> the changed keys that caused it."""
 
     @property
     def empty(self) -> bool:
-        return not (self.agents or self.removed_agents or self.connectors)
+        return not (
+            self.agents or self.removed_agents or self.connections or self.removed_connections
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,17 +99,16 @@ def _dependency_map(bundle: Bundle, swarm: str) -> dict[str, set[str]]:
     return {a.name: _dependencies(bundle, a) for a in _agents(bundle, swarm)}
 
 
-def _connectors(bundle: Bundle, swarm: str) -> dict[str, set[str]]:
-    """connector name -> the keys whose change restarts it (the Connector, its Connections)."""
+def _connections(bundle: Bundle, swarm: str) -> dict[str, set[str]]:
+    """Connection name -> the keys whose change restarts its connector process."""
     out: dict[str, set[str]] = {}
     for conn in bundle.connections():
         try:
             if connection_swarm(bundle, conn).name != swarm:
                 continue
-            connector = connection_connector(bundle, conn)
+            out[conn.name] = {conn.key, connection_connector(bundle, conn).key}
         except BundleError:
-            continue
-        out.setdefault(connector.name, {connector.key}).add(conn.key)
+            out[conn.name] = {conn.key, "*"}
     return out
 
 
@@ -120,14 +124,6 @@ def _affected(
     return why
 
 
-def _merge(*maps: dict[str, set[str]]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for each in maps:
-        for name, deps in each.items():
-            out.setdefault(name, set()).update(deps)
-    return out
-
-
 def plan_changes(before: Snapshot, after: Snapshot, swarm: str) -> ChangePlan:
     """What to restart in the daemon serving `swarm` when `before` is replaced by `after`."""
     changed = changed_keys(before, after)
@@ -137,15 +133,16 @@ def plan_changes(before: Snapshot, after: Snapshot, swarm: str) -> ChangePlan:
         changed.add("env")
     old_agents, new_agents = _dependency_map(old, swarm), _dependency_map(new, swarm)
     agent_why = _affected(old_agents, new_agents, changed, everything)
-    old_conn, new_conn = _connectors(old, swarm), _connectors(new, swarm)
-    conn_why = _affected({}, _merge(old_conn, new_conn), changed, everything)
+    old_conn, new_conn = _connections(old, swarm), _connections(new, swarm)
+    conn_why = _affected(old_conn, new_conn, changed, everything)
     why = dict(agent_why)
-    why.update({f"connector:{name}": keys for name, keys in conn_why.items()})
+    why.update({f"connection:{name}": keys for name, keys in conn_why.items()})
     return ChangePlan(
         changed=tuple(sorted(changed)),
         agents=frozenset(agent_why),
         removed_agents=frozenset(old_agents.keys() - new_agents.keys()),
-        connectors=frozenset(conn_why),
+        connections=frozenset(conn_why),
+        removed_connections=frozenset(old_conn.keys() - new_conn.keys()),
         why=why,
     )
 
@@ -156,5 +153,6 @@ def describe(plan: ChangePlan) -> dict[str, Iterable[str]]:
         "changed": list(plan.changed),
         "agents": sorted(plan.agents),
         "removed_agents": sorted(plan.removed_agents),
-        "connectors": sorted(plan.connectors),
+        "connections": sorted(plan.connections),
+        "removed_connections": sorted(plan.removed_connections),
     }

@@ -33,6 +33,7 @@ from bundles.model import Bundle
 from bundles.refs import entry_agent, swarm_agents
 from orchestrator import forkserver
 from orchestrator.changes import ChangePlan, Snapshot, describe, plan_changes, snapshot
+from orchestrator.connections import swarm_connections
 from orchestrator.control import ControlContext
 from orchestrator.forkserver import ForkServerProcess
 from orchestrator.router import Router
@@ -119,7 +120,10 @@ class Reloader:
         apply: Apply,
         notifier: Notifier | None = None,
         on_swap: Callable[[], None] | None = None,
+        after_restart: Callable[[], None] | None = None,
     ) -> None:
+        self.after_restart = after_restart
+        """Called after the restarts (e.g. start the connectors of new Connections)."""
         self.on_swap = on_swap
         """Called after a swap, before any restart (e.g. refresh the fork server's bundle)."""
         self.source = source
@@ -183,25 +187,28 @@ class Reloader:
 
     async def _restart(self, trigger: str, plan: ChangePlan) -> ReloadOutcome:
         def affected(e: ProcessEntry) -> bool:
-            names = plan.agents if e.address.kind is ProcessKind.AGENT else plan.connectors
-            return e.address.name in names
+            agent = e.address.kind is ProcessKind.AGENT
+            return e.address.name in (plan.agents if agent else plan.connections)
 
-        removed = [
-            e
-            for e in self.supervisor.table
-            if e.address.kind is ProcessKind.AGENT
-            and e.address.name in plan.removed_agents
-            and e.live
-        ]
+        def removed(e: ProcessEntry) -> bool:
+            agent = e.address.kind is ProcessKind.AGENT
+            return e.address.name in (plan.removed_agents if agent else plan.removed_connections)
+
+        gone = [e for e in self.supervisor.table if removed(e)]
         restarting = asyncio.ensure_future(
             self.supervisor.restart_where(affected, ShutdownReason.CONFIG_CHANGE)
         )
-        await asyncio.gather(
-            *(self.supervisor.stop(e, ShutdownReason.CONFIG_CHANGE) for e in removed)
-        )
+        await asyncio.gather(*(self.supervisor.stop(e, ShutdownReason.CONFIG_CHANGE) for e in gone))
+        for entry in gone:
+            if entry.address.kind is ProcessKind.CONNECTOR and not entry.live:
+                # connectors are always up: out of the table, or the reconciler restarts it
+                self.supervisor.table.remove(entry.address)
         restarted = await restarting
+        if self.after_restart is not None:
+            self.after_restart()
+        stopped = [str(e.process_id) for e in gone if e.ever_started]
         return ReloadOutcome(trigger=trigger, ok=True, plan=plan, restarted=restarted,
-                             stopped=[str(e.process_id) for e in removed])  # fmt: skip
+                             stopped=stopped)  # fmt: skip
 
     def _notify(self, what: str) -> None:
         if self.notifier is None:
@@ -228,6 +235,9 @@ def daemon_apply(
     def apply(bundle: Bundle) -> None:
         members, entry, key = swarm_view(bundle, swarm)
         supervisor.members = frozenset(members)
+        if router.connections is not None:
+            res = bundle.swarm(swarm)
+            router.connections.by_address = {c.address: c for c in swarm_connections(bundle, res)}
         if router.agents is not None:
             router.agents.members = members
             router.agents.entry_agent = entry
@@ -259,7 +269,11 @@ def install(
         def on_swap() -> None:
             forkserver.call_hook(server, "agent_process.preload", "refresh")
 
-    reloader = Reloader(source, bundle, supervisor, apply, notifier, on_swap)
+    def start_connectors() -> None:
+        if router.connections is not None:
+            router.connections.start_all()
+
+    reloader = Reloader(source, bundle, supervisor, apply, notifier, on_swap, start_connectors)
 
     async def answer(trigger: str) -> tuple[dict[str, Any], ErrorInfo | None]:
         outcome = await reloader.reload(trigger)

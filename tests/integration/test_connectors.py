@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, Daemon
@@ -35,9 +36,12 @@ def free_port() -> int:
         return port
 
 
-async def start_hooks(start_daemon: StartDaemon) -> tuple[Daemon, str, str]:
+async def start_hooks(
+    start_daemon: StartDaemon, extra: dict[str, str] | None = None
+) -> tuple[Daemon, str, str]:
     hook, signed = free_port(), free_port()
     env = {"HOOK_PORT": str(hook), "SIGNED_PORT": str(signed), "SIGNED_SECRET": SECRET}
+    env.update(extra or {})
     daemon = await start_daemon(FIXTURE, swarm="hooks", env=env)
     await daemon.wait_for("transition", process=f"{HOOK}:1", target="idle")
     await daemon.wait_for("transition", process=f"{SIGNED}:1", target="idle")
@@ -115,11 +119,12 @@ async def test_hmac_signature(start_daemon: StartDaemon) -> None:
         assert unsigned.status_code == 401
 
 
+@pytest.mark.parametrize("mode", ["forkserver", "cold"])
 async def test_a_killed_connector_is_respawned_and_serves_again(
-    start_daemon: StartDaemon,
+    start_daemon: StartDaemon, mode: str
 ) -> None:
     async with asyncio.timeout(60):
-        daemon, hook, _ = await start_hooks(start_daemon)
+        daemon, hook, _ = await start_hooks(start_daemon, {"GOONDAN_SPAWN_MODE": mode})
         first = await daemon.process("hook")
         assert first.kind == "connector"
         assert first.pid is not None
@@ -130,6 +135,10 @@ async def test_a_killed_connector_is_respawned_and_serves_again(
         assert second.pid != first.pid
         answer = await post(hook, {"text": "after the crash"})
         assert answer.json()["reply"] == "after the crash"
+        daemon.signal(signal.SIGTERM)  # connectors drain like agents: ack, exit 0
+        assert await daemon.wait() == 0
+        assert daemon.find("shutdown_ack", process=f"{HOOK}:2")
+        assert daemon.find("shutdown_ack", process=f"{SIGNED}:1")
 
 
 async def test_cli_connector_reads_lines_and_writes_replies(

@@ -28,9 +28,9 @@ HEADER_LIMIT = 16 * 1024
 SIGNATURE_HEADER = "x-goondan-signature"
 STATUS_TEXT = {
     200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-    405: "Method Not Allowed", 411: "Length Required", 413: "Payload Too Large",
-    422: "Unprocessable Entity", 500: "Internal Server Error", 502: "Bad Gateway",
-    504: "Gateway Timeout",
+    405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
+    413: "Payload Too Large", 422: "Unprocessable Entity", 500: "Internal Server Error",
+    502: "Bad Gateway", 504: "Gateway Timeout",
 }  # fmt: skip
 EVENT_PATHS = ("/", "/events")
 
@@ -57,6 +57,7 @@ class Settings:
     port: int = 8787
     max_body_bytes: int = 1024 * 1024
     timeout: float = 60.0
+    read_timeout: float = 10.0
     default_event: str = "message"
     signing_secret: bytes | None = field(default=None, repr=False)
 
@@ -69,6 +70,7 @@ class Settings:
             port=int(cfg.get("port", 8787)),
             max_body_bytes=int(cfg.get("maxBodyBytes", 1024 * 1024)),
             timeout=int(cfg.get("timeoutMs", 60_000)) / 1000,
+            read_timeout=int(cfg.get("readTimeoutMs", 10_000)) / 1000,
             default_event=str(cfg.get("defaultEvent", "message")),
             signing_secret=secret.encode() if secret else None,
         )
@@ -172,7 +174,7 @@ class WebhookServer:
 
     async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
         try:
-            request = await read_request(reader, self.settings.max_body_bytes)
+            request = await self._read(reader)
             if request.method == "GET" and request.path == "/healthz":
                 return 200, {"ok": True}
             if request.path not in EVENT_PATHS:
@@ -187,6 +189,14 @@ class WebhookServer:
             self.ctx.logger.info("webhook_refused", status=exc.status, code=exc.code)
             return _error(exc.status, exc.code, exc.message)
         return await self._emit(event, properties, text)
+
+    async def _read(self, reader: asyncio.StreamReader) -> Request:
+        """The request, within `readTimeoutMs`: a client that stalls does not hold a slot."""
+        try:
+            async with asyncio.timeout(self.settings.read_timeout):
+                return await read_request(reader, self.settings.max_body_bytes)
+        except TimeoutError:
+            raise HttpError(408, "E_WEBHOOK_TIMEOUT", "the request was not sent in time") from None
 
     async def _emit(
         self, event: str, properties: dict[str, Any], text: str

@@ -109,6 +109,7 @@ async def test_emit_sends_a_connector_event_and_waits_for_its_answer() -> None:
         assert ctx.deliver(answer(event, "hi ann"))
         reply = await waiting
     assert reply == Reply(event_id=event.id, text="hi ann")
+    assert ctx.answered == 1  # reported to the supervisor as a completed turn
     assert not ctx.deliver(answer(event, "again"))  # answered once
 
 
@@ -124,6 +125,7 @@ async def test_an_error_answer_and_an_acceptance() -> None:
         rejected, accepted = await first, await second
     assert rejected is not None
     assert rejected.error_code == "E_CONNECTOR_NO_ROUTE"
+    assert ctx.answered == 1  # the acceptance counts, the error does not
     assert accepted is not None
     assert accepted.accepted
 
@@ -217,6 +219,24 @@ async def test_webhook_answers_by_the_reply_kind() -> None:
     assert get.status_code == 405
     assert health.json() == {"ok": True}
     assert missing.status_code == 404
+
+
+async def test_webhook_answers_a_stalled_request_with_408() -> None:
+    ctx = RecordingContext(config={"port": 0, "readTimeoutMs": 50})
+    async with asyncio.timeout(10):
+        task, url = await serve(ctx)
+        try:
+            port = int(url.rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\n{")
+            await writer.drain()
+            answer = await reader.read()
+            writer.close()
+        finally:
+            task.cancel()
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b"E_WEBHOOK_TIMEOUT" in answer
+    assert ctx.emitted == []
 
 
 def test_signature_check() -> None:

@@ -34,8 +34,9 @@ def append(name: str, text: str) -> Edit:
 
 
 Y = "goondan.yaml"
+BOTH = {"hook-to-s", "hook-b"}
 CASES: list[tuple[str, Edit, set[str], set[str], set[str]]] = [
-    # (what, edit, agents restarted, agents removed, connectors restarted)
+    # (what, edit, agents restarted, agents removed, connections whose connector restarts)
     ("nothing", lambda root: None, set(), set(), set()),
     ("prompt file of a", append("prompts/a.md", "Be brief.\n"), {"a"}, set(), set()),
     ("inline prompt of b", replace(Y, "You are b.", "You are B."), {"b"}, set(), set()),
@@ -69,7 +70,7 @@ CASES: list[tuple[str, Edit, set[str], set[str], set[str]]] = [
         replace(Y, "entryAgent: Agent/a", "entryAgent: Agent/b"),
         {"a", "b"},
         set(),
-        {"hook"},
+        BOTH,
     ),
     (
         "the other swarm: nobody",
@@ -87,22 +88,22 @@ CASES: list[tuple[str, Edit, set[str], set[str], set[str]]] = [
         replace(Y, "agents: [Agent/a, Agent/b]", "agents: [Agent/a]"),
         {"a"},
         {"b"},
-        {"hook"},
+        BOTH,
     ),
-    ("connector entry", append("hook.py", "Z = 3\n"), set(), set(), {"hook"}),
+    ("connector entry", append("hook.py", "Z = 3\n"), set(), set(), BOTH),
     (
         "connection rules",
         replace(Y, "      - route: {}", "      - route: {agentRef: Agent/b}"),
         set(),
         set(),
-        {"hook"},
+        {"hook-to-s"},
     ),
     (
         "a new .env value: everyone",
         lambda root: (root / ".env").write_text("A=1\n"),
         {"a", "b"},
         set(),
-        {"hook"},
+        BOTH,
     ),
     (
         "tool removed from an agent",
@@ -115,11 +116,11 @@ CASES: list[tuple[str, Edit, set[str], set[str], set[str]]] = [
 
 
 @pytest.mark.parametrize(
-    ("edit", "agents", "removed", "connectors"),
+    ("edit", "agents", "removed", "connections"),
     [pytest.param(*case[1:], id=case[0]) for case in CASES],
 )
 def test_plan(
-    tmp_path: Path, edit: Edit, agents: set[str], removed: set[str], connectors: set[str]
+    tmp_path: Path, edit: Edit, agents: set[str], removed: set[str], connections: set[str]
 ) -> None:
     root = tmp_path / "bundle"
     shutil.copytree(FIXTURE, root)
@@ -127,12 +128,12 @@ def test_plan(
     edit(root)
     new = snapshot(load_bundle(root))
     plan = plan_changes(old, new, "s")
-    assert (set(plan.agents), set(plan.removed_agents), set(plan.connectors)) == (
+    assert (set(plan.agents), set(plan.removed_agents), set(plan.connections)) == (
         agents,
         removed,
-        connectors,
+        connections,
     ), describe(plan)
-    assert plan.empty == (not (agents or removed or connectors))
+    assert plan.empty == (not (agents or removed or connections))
     for agent in agents:
         assert plan.why[agent], f"no reason recorded for {agent}"
 
@@ -145,3 +146,16 @@ def test_reasons_name_the_changed_resource(tmp_path: Path) -> None:
     plan = plan_changes(old, snapshot(load_bundle(root)), "s")
     assert plan.changed == ("Tool/t1",)
     assert plan.why == {"a": ("Tool/t1",)}
+
+
+def test_a_removed_connection_is_stopped_not_restarted(tmp_path: Path) -> None:
+    root = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, root)
+    old = snapshot(load_bundle(root))
+    text = (root / Y).read_text(encoding="utf-8")
+    (root / Y).write_text(
+        text.split("---\napiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {name: hook-b}")[0]
+    )
+    plan = plan_changes(old, snapshot(load_bundle(root)), "s")
+    assert (plan.connections, plan.removed_connections) == (frozenset(), {"hook-b"})
+    assert plan.agents == frozenset() and not plan.empty
