@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,46 @@ async def test_a_yaml_edit_reaches_the_restarted_agent_only(
         assert (await daemon.send("two", "beta")).result["input"] == "two"
         after = await pids(daemon)
         assert after["beta"] == before["beta"] and after["alpha"] != before["alpha"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_a_connection_edit_restarts_only_its_connector(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(60):
+        root = tmp_path / "hooks"
+        shutil.copytree(
+            FIXTURE.parents[1] / "connectors", root, ignore=shutil.ignore_patterns("cli")
+        )
+        env = {"HOOK_PORT": str(free_port()), "SIGNED_PORT": str(free_port())}
+        env["SIGNED_SECRET"] = "reload-secret"
+        daemon = await start_daemon(root, swarm="hooks", env=env)
+        for name in ("hook", "signed"):
+            await daemon.wait_for(
+                "transition", process=f"connector:{name}:webhook:1", target="idle"
+            )
+        before = await pids(daemon)
+        yaml = root / "goondan.yaml"
+        text = yaml.read_text(encoding="utf-8")
+        rule = "      - match: {event: message}\n"
+        chat = "      - match: {event: chat}\n        route: {}\n"
+        yaml.write_text(text.replace(rule, chat + rule), encoding="utf-8")
+        reply = await daemon.request(Reload(request_id="r1"))
+        assert reply.ok, reply.error
+        assert (reply.result["connections"], reply.result["agents"]) == (["hook"], [])
+        assert [p.split(":")[1] for p in reply.result["restarted"]] == ["hook"]
+        after = await pids(daemon)
+        assert after["signed"] == before["signed"] and after["hook"] != before["hook"]
+        without_signed = yaml.read_text(encoding="utf-8").split("metadata: {name: signed}")[0]
+        yaml.write_text(without_signed.rsplit("---", 1)[0], encoding="utf-8")
+        reply = await daemon.request(Reload(request_id="r2"))
+        assert reply.ok, reply.error
+        assert reply.result["removed_connections"] == ["signed"]
+        assert [p.split(":")[1] for p in reply.result["stopped"]] == ["signed"]
+        assert "signed" not in await pids(daemon)

@@ -25,6 +25,13 @@ def replace(name: str, old: str, new: str) -> Edit:
     return edit
 
 
+def write(name: str, text: str) -> Edit:
+    def edit(root: Path) -> None:
+        (root / name).write_text(text, encoding="utf-8")
+
+    return edit
+
+
 def append(name: str, text: str) -> Edit:
     def edit(root: Path) -> None:
         with (root / name).open("a", encoding="utf-8") as f:
@@ -100,7 +107,7 @@ CASES: list[tuple[str, Edit, set[str], set[str], set[str]]] = [
     ),
     (
         "a new .env value: everyone",
-        lambda root: (root / ".env").write_text("A=1\n"),
+        write(".env", "A=1\n"),
         {"a", "b"},
         set(),
         BOTH,
@@ -157,5 +164,5 @@ def test_a_removed_connection_is_stopped_not_restarted(tmp_path: Path) -> None:
         text.split("---\napiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {name: hook-b}")[0]
     )
     plan = plan_changes(old, snapshot(load_bundle(root)), "s")
-    assert (plan.connections, plan.removed_connections) == (frozenset(), {"hook-b"})
+    assert (set(plan.connections), set(plan.removed_connections)) == (set(), {"hook-b"})
     assert plan.agents == frozenset() and not plan.empty
