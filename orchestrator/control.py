@@ -187,11 +187,14 @@ class ControlServer:
         self.sock.bind(endpoint)
         self.control = control
         self._tasks: set[asyncio.Task[None]] = set()
+        self.dropped = 0
+        """Frames that were not a control request (too few frames, undecodable): counted."""
 
     async def run(self) -> None:
         while True:
             frames = await self.sock.recv_multipart()
             if len(frames) < 2:
+                self._drop(f"{len(frames)} frame(s), want an envelope and a request")
                 continue
             task = asyncio.ensure_future(self._serve(frames[:-1], frames[-1]))
             self._tasks.add(task)
@@ -201,7 +204,7 @@ class ControlServer:
         try:
             req = decode_control_request(data)
         except ProtocolError as exc:
-            log.warning("control_bad_request", reason=exc.message)
+            self._drop(exc.message)
             error = ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=exc.message)
             await self._reply(envelope, ControlReply(request_id="", ok=False, error=error))
             return
@@ -226,6 +229,12 @@ class ControlServer:
             else:
                 reply = ControlReply(request_id=req.request_id, ok=True, result=to_builtins(result))
         await self._reply(envelope, reply)
+
+    def _drop(self, reason: str) -> None:
+        """Log the first ten drops, then every thousandth: garbage must not flood the log."""
+        self.dropped += 1
+        if self.dropped <= 10 or self.dropped % 1000 == 0:
+            log.warning("control_bad_request", reason=reason, dropped=self.dropped)
 
     async def _reply(self, envelope: list[bytes], reply: ControlReply) -> None:
         try:
