@@ -101,6 +101,19 @@ async def test_watch_restarts_only_the_edited_agent(
         done = await daemon.wait_for("reloaded", since=mark)
         assert done["trigger"] == "watch" and done["agents"] == ["alpha"]
         await assert_only_alpha_restarted(daemon, before)
+        running = await pids(daemon)
+        yaml = root / "goondan.yaml"
+        good = yaml.read_text(encoding="utf-8")
+        mark = daemon.mark()
+        yaml.write_text(good.replace("entryAgent: Agent/alpha", "entryAgent: Agent/nobody"))
+        rejected = await daemon.wait_for("reload_rejected", since=mark)
+        assert rejected["trigger"] == "watch" and "nobody" in str(rejected["diagnostics"])
+        assert await pids(daemon) == running
+        mark = daemon.mark()
+        yaml.write_text(good)  # fixed back: the running bundle again, nothing to restart
+        done = await daemon.wait_for("reloaded", since=mark)
+        assert done["trigger"] == "watch" and done["restarted"] == [] and done["changed"] == []
+        assert await pids(daemon) == running
 
 
 async def test_an_invalid_edit_is_reported_and_touches_nothing(
