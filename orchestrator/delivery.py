@@ -45,6 +45,18 @@ class Mailbox:
         if self.started == event_id:
             self.started = None
 
+    def mark_answered(self, correlation_id: str) -> None:
+        """The process sent the response to this request: that turn is over.
+
+        A reply travels before the `idle` report, and a process that dies right after may never
+        flush the report; without this, `on_death` would blame the answered event and redeliver
+        the one that actually crashed (killing the replacement too).
+        """
+        for event in self.inflight.values():
+            if event.reply_to is not None and event.reply_to.correlation_id == correlation_id:
+                self.mark_done(event.id)
+                return
+
     def requeue(self, event_ids: list[str] | None = None) -> list[AgentEvent]:
         """Put in-flight events back at the front of the queue, in the order sent.
 

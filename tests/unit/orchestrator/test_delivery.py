@@ -44,6 +44,27 @@ def test_death_before_the_processing_report_blames_the_oldest_event() -> None:
     assert list(box.queue) == [b]
 
 
+def test_an_answered_request_is_not_blamed_when_its_idle_report_is_lost() -> None:
+    # The reply went out, then the process died running the next event before its `idle`
+    # and `processing` reports were flushed: the next event is the one that crashed.
+    box = Mailbox()
+    answered, crash, after = _event("pid", reply=True), _event("crash", reply=True), _event("x")
+    box.queue.extend([answered, crash, after])
+    box.take()
+    box.mark_answered("c-pid")
+    assert box.on_death() == crash
+    assert list(box.queue) == [after]
+
+
+def test_marking_an_unknown_correlation_answered_is_ignored() -> None:
+    box = Mailbox()
+    a = _event("a", reply=True)
+    box.queue.append(a)
+    box.take()
+    box.mark_answered("c-nope")
+    assert list(box.inflight) == [a.id]
+
+
 def test_death_of_an_idle_process_loses_nothing() -> None:
     box = Mailbox()
     a, b = _event("a"), _event("b")
