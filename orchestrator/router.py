@@ -238,6 +238,7 @@ class Router:
 
     def _on_child_event(self, entry: ProcessEntry, to: str, event: AgentEvent) -> None:
         if event.in_reply_to is not None:
+            self.mailbox(entry.address).mark_answered(event.in_reply_to)
             self.respond(event)
             return
         if entry.address.kind is ProcessKind.CONNECTOR and self.connections is not None:
