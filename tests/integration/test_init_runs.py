@@ -9,8 +9,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-
 GOONDAN = [sys.executable, "-m", "orchestrator"]
 
 
@@ -61,14 +59,6 @@ async def test_minimal_template_answers(tmp_path: Path) -> None:
     assert out.strip() == "You said: hi"
 
 
-@pytest.mark.xfail(
-    reason="the worker's response to the coordinator is dropped (`response_requester_gone`): "
-    "agent_process/bridge.py sets replyTo.target to the process id with its generation "
-    "(agent:coordinator:KEY:1) and orchestrator/router.py parses it as an address, so the "
-    "instance key becomes `KEY:1`. Not strict: the router fix is in progress; drop this "
-    "marker once it lands",
-    strict=False,
-)
 async def test_multi_agent_template_delegates_to_the_worker(tmp_path: Path) -> None:
     bundle = tmp_path / "team"
     async with asyncio.timeout(60):
