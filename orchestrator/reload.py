@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from bundles import redact
 from bundles.diagnostics import BundleError, Diagnostic
 from bundles.files import watched_paths
 from bundles.kinds import Kind
@@ -261,7 +262,15 @@ def install(
     """Wire SIGHUP, the `Reload` request and (with `watch`) the file watcher; return the tasks
     to run for the daemon's lifetime."""
     supervisor = control.supervisor
-    apply = daemon_apply(source.swarm, supervisor, router, control)
+    swap_view = daemon_apply(source.swarm, supervisor, router, control)
+    secrets = set(bundle.secret_values)
+
+    def apply(new: Bundle) -> None:
+        swap_view(new)
+        if not new.secret_values <= secrets:  # mask old and new values: both may still show
+            secrets.update(new.secret_values)
+            redact.install(secrets)
+
     on_swap = None
     if fork_server is not None:
         server = fork_server
