@@ -132,8 +132,6 @@ class Reloader:
         self.supervisor = supervisor
         self.apply = apply
         self.notifier = notifier
-        self.generation = 0
-        """Counts successful swaps (the watcher re-computes its paths when it moves)."""
         self._requests: asyncio.Queue[str] = asyncio.Queue()
         self._lock = asyncio.Lock()
 
@@ -168,7 +166,6 @@ class Reloader:
         self._notify("reloading")
         try:
             self.current = new
-            self.generation += 1
             self.apply(new.bundle)
             if self.on_swap is not None:
                 self.on_swap()
