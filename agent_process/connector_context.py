@@ -139,6 +139,8 @@ class HostContext:
     state: dict[str, Any] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     orchestrator_pid: int | None = None
+    state_dir: Path | None = None
+    """`<state root>/connectors/<swarm>/<Connection>`: survives restarts (e.g. an offset)."""
     answered: int = 0
     """Emits answered without an error (the host reports them as completed turns)."""
     closed: bool = False

@@ -138,6 +138,9 @@ class ConnectorHost:
                 connector=loaded.connector.name,
                 orchestrator_pid=daemon_pid,
                 run_id=run_id,
+                state_dir=StateLayout.from_env(self.opts.state_root).connector_state_dir(
+                    self.opts.swarm, pid.name
+                ),
             )
             if loaded.start is not None:
                 await loaded.start(self.ctx)

@@ -369,6 +369,12 @@ class ConnectorContext(Protocol):
         ...
 
     @property
+    def state_dir(self) -> Path | None:
+        """A directory kept across restarts of this Connection's connector (created on first
+        use by the connector): `<state root>/connectors/<swarm>/<Connection>`."""
+        ...
+
+    @property
     def logger(self) -> Logger: ...
 
     async def emit(

@@ -170,6 +170,10 @@ class StateLayout:
             root=self.swarm_instances_dir(swarm) / path_segment(instance_key) / path_segment(agent)
         )
 
+    def connector_state_dir(self, swarm: str, connection: str) -> Path:
+        """What a Connection's connector keeps across restarts (e.g. telegram's offset)."""
+        return self.root / "connectors" / path_segment(swarm) / path_segment(connection)
+
     def logs_dir(self, swarm: str) -> Path:
         base = self.logs_root if self.logs_root is not None else self.root / "logs"
         return base / path_segment(swarm)
