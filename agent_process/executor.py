@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from typing import Any
 
 from agent_process.registry import ToolEntry
@@ -25,8 +26,26 @@ async def execute(entry: ToolEntry, ctx: ToolContext, args: Any) -> ToolResult:
             entry.validator.validate(args)
         value = await _invoke(entry, ctx, args)
         return _as_result(value)
+    except UnicodeEncodeError as exc:
+        return result_from_exception(_unencodable(entry, args, exc), entry.error_message_limit)
     except Exception as exc:
         return result_from_exception(exc, entry.error_message_limit)
+
+
+def _unencodable(entry: ToolEntry, args: Any, exc: UnicodeEncodeError) -> Exception:
+    """json.loads lets a lone surrogate ("\\ud800") through from a model's arguments; no path,
+    process or validator can encode it, so it is the caller's error, not the tool's (found by
+    tests/fuzz/test_tool_args)."""
+    try:
+        json.dumps(args, ensure_ascii=False, default=str).encode()
+    except UnicodeEncodeError:
+        return ToolFailed(
+            f"the arguments of {entry.name} hold text that is not valid Unicode "
+            "(a lone surrogate such as \\ud800)",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
+            suggestion="send the arguments as valid UTF-8 text",
+        )
+    return exc
 
 
 async def _invoke(entry: ToolEntry, ctx: ToolContext, args: Any) -> Any:

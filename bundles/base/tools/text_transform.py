@@ -62,11 +62,16 @@ def replace(ctx: ToolContext, input: JsonObject) -> JsonObject:
     return {"text": result, "replacements": n}
 
 
+def _index(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def slice_(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Characters (or lines, with unit: lines) `start`..`end`, Python-style (0-based, end
     exclusive, negatives count from the end)."""
     text = _text(ctx, input)
-    start, end = input.get("start"), input.get("end")
+    # JSON Schema's "integer" accepts 3.0 (json.loads gives a float): slice with ints
+    start, end = _index(input.get("start")), _index(input.get("end"))
     if input.get("unit") == "lines":
         lines = text.splitlines(keepends=True)
         return {"text": "".join(lines[start:end]), "total": len(lines)}
