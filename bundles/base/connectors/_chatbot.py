@@ -1,0 +1,148 @@
+"""What the `telegram` and `slack` connectors share: the bot token, one JSON API call with
+coded errors (the token never appears in a message), an exponential backoff, reply chunking
+and a small JSON state file that survives restarts of the connector process.
+
+Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bundles.sdk import ConnectorContext
+
+
+class ApiError(Exception):
+    """A failed API call: `status` is the HTTP status (0 when no answer came back)."""
+
+    def __init__(self, method: str, status: int, reason: str, retry_after: int | None = None):
+        super().__init__(f"{method} failed: {reason} (HTTP {status})")
+        self.method = method
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+def bot_token(ctx: ConnectorContext, connector: str, env: str) -> str:
+    """`secrets.botToken` of the Connection, else `config.botToken`, else the variable `env`."""
+    token = ctx.secrets.get("botToken") or ctx.config.get("botToken") or os.environ.get(env)
+    if not isinstance(token, str) or not token.strip():
+        raise RuntimeError(
+            f"the {connector} connector has no bot token: set the Connection's "
+            f"secrets.botToken (e.g. {{valueFrom: {{env: {env}}}}}) or export {env}"
+        )
+    return token.strip()
+
+
+def flag(value: Any) -> bool:
+    """A boolean setting: a Connection's config values are strings ("false", "0", "no")."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(value)
+
+
+def names(value: Any) -> frozenset[str]:
+    """A list setting, or a comma-separated string from a Connection's config."""
+    items = value.split(",") if isinstance(value, str) else value
+    return frozenset(str(item).strip() for item in items if str(item).strip())
+
+
+def _retry_after(response: httpx.Response, payload: Any) -> int | None:
+    params = payload.get("parameters") if isinstance(payload, dict) else None
+    if isinstance(params, dict) and isinstance(params.get("retry_after"), int):
+        return int(params["retry_after"])
+    header = response.headers.get("retry-after", "")
+    return int(header) if header.isdigit() else None
+
+
+async def call_json(
+    client: httpx.AsyncClient,
+    url: str,
+    method: str,
+    body: Mapping[str, Any],
+    *,
+    secret: str,
+    http_timeout: float | None = None,
+) -> dict[str, Any]:
+    """POST `body` as JSON; the decoded `{ok: true, ...}` object or ApiError (token masked)."""
+    try:
+        response = await client.post(url, json=dict(body), timeout=http_timeout)
+    except httpx.HTTPError as exc:
+        reason = f"{type(exc).__name__}: {exc}".replace(secret, "***")
+        raise ApiError(method, 0, reason) from None
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    if response.status_code < 400 and isinstance(payload, dict) and payload.get("ok") is True:
+        return payload
+    reason = "unexpected answer"
+    if isinstance(payload, dict):
+        reason = str(payload.get("description") or payload.get("error") or reason)
+    status = response.status_code
+    raise ApiError(method, status, reason.replace(secret, "***"), _retry_after(response, payload))
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Delays after consecutive failures: first, doubled each time, capped; reset on success."""
+
+    first: float = 1.0
+    cap: float = 60.0
+    current: float = 0.0
+
+    def next(self, at_least: float = 0.0) -> float:
+        self.current = self.first if self.current == 0 else min(self.current * 2, self.cap)
+        return max(self.current, min(at_least, self.cap))
+
+    def reset(self) -> None:
+        self.current = 0.0
+
+
+def chunks(text: str, size: int) -> list[str]:
+    """`text` cut into pieces of at most `size` characters, preferring line breaks."""
+    out: list[str] = []
+    while len(text) > size:
+        cut = text.rfind("\n", 0, size)
+        cut = cut if cut > 0 else size
+        out.append(text[:cut])
+        text = text[cut:].lstrip("\n")
+    if text:
+        out.append(text)
+    return out
+
+
+class StateFile:
+    """A JSON object in the connector's state directory, written atomically."""
+
+    def __init__(self, ctx: ConnectorContext, name: str) -> None:
+        directory = ctx.state_dir
+        self.path = directory / name if directory is not None else None
+
+    def load(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def save(self, data: Mapping[str, Any]) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".state-")
+        with os.fdopen(fd, "w") as out:
+            json.dump(dict(data), out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, Path(self.path))

@@ -1,0 +1,233 @@
+"""The `slack` connector: Slack Events API webhook in, the agent's reply out with
+chat.postMessage in the message's thread.
+
+    POST /slack/events (or /)   Events API requests, signed by Slack
+    GET  /healthz               200 {"ok": true}
+
+Every POST must carry a valid v0 signature: `X-Slack-Signature: v0=<hex HMAC-SHA256 of
+"v0:{X-Slack-Request-Timestamp}:{raw body}" with the signing secret>` and a timestamp within
+`maxSkewSeconds` (300) of now; otherwise 401 and nothing is emitted. `url_verification` is
+answered with its challenge. An `event_callback` whose event type is in `config.eventTypes`
+(["message"]) and that is a plain user message (no subtype, no bot_id) is acknowledged with 200
+at once (Slack wants an answer within 3 s and retries otherwise; a retried event_id is
+acknowledged and dropped) and then emitted as `config.event` ("slack_message") with
+properties `{channel, user, ts, threadTs, text, team, channelType, eventId}`. The recommended
+ingress rule: `route: {instanceKeyProperty: channel, instanceKeyPrefix: "slack:"}`. A
+non-empty reply is posted with chat.postMessage to the channel, in the thread of the message
+(`thread_ts` = its threadTs, else its ts).
+
+Secrets: `signingSecret` (required: a start error without it) and `botToken` (xoxb-...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+from collections import OrderedDict
+from typing import Any
+
+import httpx
+
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
+
+webhook = load_sibling(__file__, "webhook")
+chatbot = load_sibling(__file__, "_chatbot")
+EVENT_PATHS = ("/", "/slack/events")
+MAX_TEXT = 3000
+SEEN_EVENTS = 1000
+
+
+def check_signature(
+    secret: bytes, headers: dict[str, str], body: bytes, max_skew: float, now: float
+) -> None:
+    """Raise webhook.HttpError(401) unless Slack's v0 signature fits (constant time)."""
+    stamp = headers.get("x-slack-request-timestamp", "")
+    signature = headers.get("x-slack-signature", "")
+    if not stamp.isdigit() or not signature.startswith("v0="):
+        raise webhook.HttpError(401, "E_SLACK_SIGNATURE", "missing X-Slack-Signature/Timestamp")
+    if abs(now - int(stamp)) > max_skew:
+        raise webhook.HttpError(401, "E_SLACK_SIGNATURE", "the request timestamp is too old")
+    base = b"v0:" + stamp.encode() + b":" + body
+    expected = "v0=" + hmac.new(secret, base, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected.encode(), signature.strip().lower().encode()):
+        raise webhook.HttpError(401, "E_SLACK_SIGNATURE", "the signature does not match")
+
+
+def message_properties(payload: dict[str, Any], types: frozenset[str]) -> dict[str, Any] | None:
+    """The event properties of a user's message event; None for anything to ignore."""
+    event = payload.get("event")
+    if not isinstance(event, dict) or event.get("type") not in types:
+        return None
+    if event.get("subtype") or event.get("bot_id"):
+        return None  # edits, joins, bot messages (including our own replies)
+    text, channel = event.get("text"), event.get("channel")
+    if not isinstance(text, str) or not text.strip() or not isinstance(channel, str):
+        return None
+    return {
+        "channel": channel,
+        "user": event.get("user"),
+        "ts": event.get("ts"),
+        "threadTs": event.get("thread_ts"),
+        "text": text,
+        "team": payload.get("team_id", event.get("team")),
+        "channelType": event.get("channel_type"),
+        "eventId": payload.get("event_id"),
+    }
+
+
+class Slack:
+    def __init__(self, ctx: ConnectorContext) -> None:
+        cfg = ctx.config
+        secret = ctx.secrets.get("signingSecret")
+        if not secret:
+            raise RuntimeError(
+                "the slack connector needs the Connection secret signingSecret "
+                "(Slack app > Basic Information > Signing Secret)"
+            )
+        self.ctx = ctx
+        self.secret = secret.encode()
+        self.token = chatbot.bot_token(ctx, "slack", "SLACK_BOT_TOKEN")
+        self.api = str(cfg.get("apiBaseUrl") or "https://slack.com/api").rstrip("/")
+        self.host = str(cfg.get("host", "127.0.0.1"))
+        self.port = int(cfg.get("port", 3000))
+        self.event = str(cfg.get("event", "slack_message"))
+        self.types = chatbot.names(cfg.get("eventTypes", ["message"]))
+        self.max_skew = float(cfg.get("maxSkewSeconds", 300))
+        self.max_body = int(cfg.get("maxBodyBytes", 1024 * 1024))
+        self.read_timeout = int(cfg.get("readTimeoutMs", 10_000)) / 1000
+        self.reply_timeout = int(cfg.get("replyTimeoutMs", 300_000)) / 1000
+        self.client = httpx.AsyncClient(
+            timeout=int(cfg.get("timeoutMs", 30_000)) / 1000, trust_env=False,
+            headers={"Authorization": f"Bearer {self.token}"},
+        )  # fmt: skip
+        self.seen: OrderedDict[str, None] = OrderedDict()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, payload = await self._answer(reader)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        except Exception as exc:  # a bug here must not stop the server
+            self.ctx.logger.error("slack_failed", error=repr(exc))
+            status, payload = 500, {"error": {"code": "E_SLACK_INTERNAL", "message": "internal"}}
+        body = json.dumps(payload).encode()
+        head = (
+            f"HTTP/1.1 {status} {webhook.STATUS_TEXT.get(status, 'Status')}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        try:
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                request = await webhook.read_request(reader, self.max_body)
+        except TimeoutError:
+            return _error(408, "E_SLACK_TIMEOUT", "the request was not sent in time")
+        except webhook.HttpError as exc:
+            return _error(exc.status, exc.code, exc.message)
+        if request.method == "GET" and request.path == "/healthz":
+            return 200, {"ok": True}
+        if request.path not in EVENT_PATHS or request.method != "POST":
+            return _error(404, "E_SLACK_NOT_FOUND", f"POST to {' or '.join(EVENT_PATHS)}")
+        try:
+            check_signature(self.secret, request.headers, request.body, self.max_skew, time.time())
+            payload = json.loads(request.body)
+        except webhook.HttpError as exc:
+            self.ctx.logger.warning("slack_refused", status=exc.status, reason=exc.message)
+            return _error(exc.status, exc.code, exc.message)
+        except (ValueError, UnicodeDecodeError):
+            return _error(400, "E_SLACK_BAD_JSON", "the body is not JSON")
+        if not isinstance(payload, dict):
+            return _error(400, "E_SLACK_BAD_JSON", "the body must be a JSON object")
+        if payload.get("type") == "url_verification":
+            return 200, {"challenge": payload.get("challenge", "")}
+        if payload.get("type") == "event_callback":
+            self.dispatch(payload)
+        return 200, {"ok": True}
+
+    def dispatch(self, payload: dict[str, Any]) -> None:
+        """Start handling a message event in the background: the 200 goes out now."""
+        event_id = str(payload.get("event_id", ""))
+        if event_id and event_id in self.seen:
+            self.ctx.logger.info("slack_retry_dropped", event_id=event_id)
+            return
+        if event_id:
+            self.seen[event_id] = None
+            while len(self.seen) > SEEN_EVENTS:
+                self.seen.popitem(last=False)
+        props = message_properties(payload, self.types)
+        if props is None:
+            return
+        task = asyncio.create_task(self.converse(props))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def converse(self, props: dict[str, Any]) -> None:
+        try:
+            async with asyncio.timeout(self.reply_timeout):
+                reply = await self.ctx.emit(self.event, props, props["text"], reply=True)
+        except TimeoutError:
+            self.ctx.logger.error("slack_reply_timeout", channel=props["channel"])
+            return
+        if reply is not None:
+            await self.post(props, reply)
+
+    async def post(self, props: dict[str, Any], reply: ConnectorReply) -> None:
+        if reply.error_code is not None:
+            self.ctx.logger.error("slack_agent_error", channel=props["channel"],
+                                  code=reply.error_code, message=reply.error_message)  # fmt: skip
+            return
+        if reply.accepted or not reply.text.strip():
+            return
+        thread = props.get("threadTs") or props.get("ts")
+        for piece in chatbot.chunks(reply.text, MAX_TEXT):
+            body = {"channel": props["channel"], "text": piece, "thread_ts": thread}
+            try:
+                await chatbot.call_json(self.client, f"{self.api}/chat.postMessage",
+                                        "chat.postMessage", body, secret=self.token)  # fmt: skip
+            except chatbot.ApiError as exc:
+                self.ctx.logger.error("slack_send_failed", channel=props["channel"],
+                                      status=exc.status, error=str(exc))  # fmt: skip
+                return
+
+    async def aclose(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await self.client.aclose()
+
+
+def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"error": {"code": code, "message": message}}
+
+
+async def start(ctx: ConnectorContext) -> None:
+    """Bind before `ready`: a port in use (or a missing secret) is a start error."""
+    slack = Slack(ctx)
+    listener = await asyncio.start_server(
+        slack.handle, slack.host, slack.port, limit=webhook.HEADER_LIMIT
+    )
+    ctx.state["slack"], ctx.state["listener"] = slack, listener
+    bound = [s.getsockname() for s in listener.sockets]
+    ctx.logger.info("slack_listening", addresses=[f"{a[0]}:{a[1]}" for a in bound])
+
+
+async def run(ctx: ConnectorContext) -> None:
+    slack: Slack = ctx.state["slack"]
+    listener: asyncio.Server = ctx.state["listener"]
+    try:
+        async with listener:
+            await listener.serve_forever()
+    finally:
+        await slack.aclose()

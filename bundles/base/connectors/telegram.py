@@ -1,0 +1,198 @@
+"""The `telegram` connector: Bot API long polling in, the agent's reply out with sendMessage.
+
+Each text message (or photo caption) becomes the connector event `config.event`
+("telegram_message") with the text as input and properties
+`{chatId, messageId, chatType, chatTitle, from: {id, username, firstName, isBot}, text,
+threadId, updateId}`. The recommended ingress rule gives one instance per chat:
+`route: {instanceKeyProperty: chatId, instanceKeyPrefix: "telegram:"}` -> `telegram:<chatId>`.
+A non-empty reply is sent back to the same chat (`reply_to_message_id`, in chunks of 4096).
+
+The update offset is saved in `<ctx.state_dir>/telegram.json` BEFORE an update is handed to the
+agent: after a crash or restart polling resumes after the last update seen, so an update is
+never delivered twice (at most once; one being handled when the process died is not retried).
+
+Failures: a missing token, or a token the API refuses at start (getMe answers 401/404), is a
+start error (E_CONNECTOR_START_FAILED). While running, every failed poll is logged and retried
+with an exponential backoff (`backoffMs` doubling up to `maxBackoffMs`, at least a 429's
+retry_after): 409 means another client polls with this token or a webhook is set
+(`deleteWebhook: true` removes it at start); 401 means the token was revoked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
+
+chatbot = load_sibling(__file__, "_chatbot")
+MAX_TEXT = 4096
+
+
+class Telegram:
+    def __init__(self, ctx: ConnectorContext) -> None:
+        cfg = ctx.config
+        self.ctx = ctx
+        self.token = chatbot.bot_token(ctx, "telegram", "TELEGRAM_BOT_TOKEN")
+        base = str(cfg.get("apiBaseUrl") or "https://api.telegram.org").rstrip("/")
+        self.base = f"{base}/bot{self.token}"
+        self.event = str(cfg.get("event", "telegram_message"))
+        self.poll_timeout = int(cfg.get("pollTimeoutSeconds", 25))
+        self.limit = int(cfg.get("limit", 100))
+        self.reply_timeout = int(cfg.get("replyTimeoutMs", 300_000)) / 1000
+        self.reply_to = chatbot.flag(cfg.get("replyToMessage", True))
+        self.backoff = chatbot.Backoff(
+            first=int(cfg.get("backoffMs", 1000)) / 1000,
+            cap=int(cfg.get("maxBackoffMs", 60_000)) / 1000,
+        )
+        self.slots = asyncio.Semaphore(int(cfg.get("maxConcurrent", 16)))
+        self.state = chatbot.StateFile(ctx, "telegram.json")
+        self.offset = int(self.state.load().get("offset", 0))
+        self.client = httpx.AsyncClient(
+            timeout=int(cfg.get("timeoutMs", 30_000)) / 1000, trust_env=False
+        )
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def call(self, method: str, body: dict[str, Any], wait_s: float | None = None) -> Any:
+        answer = await chatbot.call_json(
+            self.client, f"{self.base}/{method}", method, body, secret=self.token,
+            http_timeout=wait_s,
+        )  # fmt: skip
+        return answer.get("result")
+
+    async def check(self) -> None:
+        """getMe: a refused token fails the start; an unreachable API is left to `run`."""
+        try:
+            me = await self.call("getMe", {})
+        except chatbot.ApiError as exc:
+            if exc.status in (401, 403, 404):
+                raise RuntimeError(
+                    f"telegram refused the bot token: {exc} - check the Connection's "
+                    "secrets.botToken and config.apiBaseUrl"
+                ) from None
+            self.ctx.logger.warning("telegram_unreachable", error=str(exc))
+            return
+        username = me.get("username") if isinstance(me, dict) else None
+        self.ctx.logger.info("telegram_ready", bot=username, offset=self.offset)
+        if chatbot.flag(self.ctx.config.get("deleteWebhook", False)):
+            await self.call("deleteWebhook", {})
+
+    async def poll(self) -> list[Any]:
+        body = {"offset": self.offset, "timeout": self.poll_timeout, "limit": self.limit,
+                "allowed_updates": ["message"]}  # fmt: skip
+        result = await self.call("getUpdates", body, wait_s=self.poll_timeout + 10)
+        return result if isinstance(result, list) else []
+
+    async def serve(self) -> None:
+        while True:
+            try:
+                updates = await self.poll()
+            except chatbot.ApiError as exc:
+                delay = self.backoff.next(exc.retry_after or 0)
+                self.ctx.logger.error(
+                    "telegram_poll_failed", status=exc.status, error=str(exc),
+                    hint=_hint(exc.status), retry_in=delay,
+                )  # fmt: skip
+                await asyncio.sleep(delay)
+                continue
+            self.backoff.reset()
+            for update in updates:
+                self.accept(update)
+
+    def accept(self, update: Any) -> None:
+        if not isinstance(update, dict) or not isinstance(update.get("update_id"), int):
+            return
+        if update["update_id"] < self.offset:
+            return  # already seen (a server that ignores the offset)
+        self.offset = update["update_id"] + 1
+        self.state.save({"offset": self.offset})  # before handing it on: never twice
+        props = message_properties(update)
+        if props is None:
+            self.ctx.logger.info("telegram_update_skipped", update_id=update["update_id"])
+            return
+        task = asyncio.create_task(self.handle(props))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def handle(self, props: dict[str, Any]) -> None:
+        async with self.slots:
+            try:
+                async with asyncio.timeout(self.reply_timeout):
+                    reply = await self.ctx.emit(self.event, props, props["text"], reply=True)
+            except TimeoutError:
+                self.ctx.logger.error("telegram_reply_timeout", chat_id=props["chatId"])
+                return
+            if reply is not None:
+                await self.answer(props, reply)
+
+    async def answer(self, props: dict[str, Any], reply: ConnectorReply) -> None:
+        if reply.error_code is not None:
+            self.ctx.logger.error("telegram_agent_error", chat_id=props["chatId"],
+                                  code=reply.error_code, message=reply.error_message)  # fmt: skip
+            return
+        if reply.accepted or not reply.text.strip():
+            return
+        for piece in chatbot.chunks(reply.text, MAX_TEXT):
+            body: dict[str, Any] = {"chat_id": props["chatId"], "text": piece}
+            if self.reply_to:
+                body["reply_to_message_id"] = props["messageId"]
+                body["allow_sending_without_reply"] = True
+            if props.get("threadId") is not None:
+                body["message_thread_id"] = props["threadId"]
+            try:
+                await self.call("sendMessage", body)
+            except chatbot.ApiError as exc:
+                self.ctx.logger.error("telegram_send_failed", chat_id=props["chatId"],
+                                      status=exc.status, error=str(exc))  # fmt: skip
+                return
+
+    async def aclose(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await self.client.aclose()
+
+
+def _hint(status: int) -> str:
+    return {
+        401: "the bot token was refused: fix secrets.botToken",
+        409: "another client polls with this token, or a webhook is set (deleteWebhook: true)",
+        429: "rate limited: waiting as asked",
+    }.get(status, "the API or the network failed: retrying")
+
+
+def message_properties(update: dict[str, Any]) -> dict[str, Any] | None:
+    """The event properties of a text message update; None for anything else."""
+    msg = update.get("message")
+    if not isinstance(msg, dict) or not isinstance(msg.get("chat"), dict):
+        return None
+    text = msg.get("text", msg.get("caption"))
+    if not isinstance(text, str) or not text.strip():
+        return None
+    chat, sender = msg["chat"], msg.get("from") or {}
+    return {
+        "chatId": chat.get("id"),
+        "chatType": chat.get("type"),
+        "chatTitle": chat.get("title"),
+        "messageId": msg.get("message_id"),
+        "threadId": msg.get("message_thread_id"),
+        "from": {"id": sender.get("id"), "username": sender.get("username"),
+                 "firstName": sender.get("first_name"), "isBot": sender.get("is_bot", False)},
+        "text": text,
+        "updateId": update["update_id"],
+    }  # fmt: skip
+
+
+async def start(ctx: ConnectorContext) -> None:
+    bot = Telegram(ctx)
+    ctx.state["telegram"] = bot
+    await bot.check()
+
+
+async def run(ctx: ConnectorContext) -> None:
+    bot: Telegram = ctx.state["telegram"]
+    try:
+        await bot.serve()
+    finally:
+        await bot.aclose()
