@@ -111,7 +111,7 @@ def chunks(text: str, size: int) -> list[str]:
     """`text` cut into pieces of at most `size` characters, preferring line breaks."""
     out: list[str] = []
     while len(text) > size:
-        cut = text.rfind("\n", 0, size)
+        cut = text.rfind("\n", 0, size + 1)  # a break right after a full piece counts
         cut = cut if cut > 0 else size
         out.append(text[:cut])
         text = text[cut:].lstrip("\n")

@@ -1,0 +1,194 @@
+"""Unit tests of the telegram and slack connectors' pure parts and start checks, loaded BY PATH
+as the connector host does: Slack v0 signatures, message filtering, Telegram update parsing,
+the offset file, reply chunking, backoff, token handling and the start-time token check
+against a fake Bot API on 127.0.0.1. The end-to-end paths are in
+tests/integration/test_chat_connectors.py."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from .conftest import load_tool
+from .fake_chat_api import FakeApi, ok, serve
+
+slack = load_tool("connectors/slack.py")
+telegram = load_tool("connectors/telegram.py")
+chatbot = telegram.chatbot  # the helper as the connectors load it (load_sibling)
+SECRET = b"s3cret"
+NOW = 1_700_000_000
+TOKEN = "123456:SECRET-token"
+
+
+@dataclass
+class Ctx:
+    """Enough of `bundles.sdk.ConnectorContext` for the connectors' constructors."""
+
+    config: Mapping[str, Any] = field(default_factory=dict)
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    state_dir: Path | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+    logger: Any = field(default_factory=structlog.get_logger)
+    connection: str = "c"
+    connector: str = "x"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    with serve() as fake:
+        yield fake
+
+
+def signed(body: bytes, stamp: int = NOW, secret: bytes = SECRET) -> dict[str, str]:
+    digest = hmac.new(secret, f"v0:{stamp}:".encode() + body, hashlib.sha256).hexdigest()
+    return {"x-slack-request-timestamp": str(stamp), "x-slack-signature": f"v0={digest}"}
+
+
+def test_slack_signature_accepts_a_fresh_correct_one() -> None:
+    slack.check_signature(SECRET, signed(b"{}"), b"{}", 300, NOW + 299)
+
+
+@pytest.mark.parametrize(
+    ("headers", "why"),
+    [
+        (signed(b"{}", secret=b"other"), "does not match"),
+        (signed(b"{ }"), "does not match"),
+        (signed(b"{}", stamp=NOW - 301), "too old"),
+        (signed(b"{}", stamp=NOW + 301), "too old"),
+        ({}, "missing"),
+        ({"x-slack-request-timestamp": "abc", "x-slack-signature": "v0=00"}, "missing"),
+        ({"x-slack-request-timestamp": str(NOW), "x-slack-signature": "sha256=00"}, "missing"),
+    ],
+)
+def test_slack_signature_refuses(headers: dict[str, str], why: str) -> None:
+    with pytest.raises(slack.webhook.HttpError) as refused:
+        slack.check_signature(SECRET, headers, b"{}", 300, NOW)
+    assert refused.value.status == 401
+    assert why in refused.value.message
+
+
+def _callback(**event: Any) -> dict[str, Any]:
+    base = {"type": "message", "channel": "C1", "user": "U1", "text": "hi", "ts": "1.2"}
+    return {"type": "event_callback", "team_id": "T1", "event_id": "Ev1",
+            "event": {**base, **event}}  # fmt: skip
+
+
+def test_slack_message_properties_and_what_is_ignored() -> None:
+    types = frozenset({"message"})
+    assert slack.message_properties(_callback(thread_ts="1.0"), types) == {
+        "channel": "C1", "user": "U1", "ts": "1.2", "threadTs": "1.0", "text": "hi",
+        "team": "T1", "channelType": None, "eventId": "Ev1",
+    }  # fmt: skip
+    for ignored in (
+        _callback(bot_id="B1"),
+        _callback(subtype="message_changed"),
+        _callback(text="  "),
+        _callback(type="app_mention"),
+        {"type": "event_callback"},
+    ):
+        assert slack.message_properties(ignored, types) is None
+    assert slack.message_properties(_callback(type="app_mention"), frozenset({"app_mention"}))
+
+
+def test_slack_start_needs_a_signing_secret() -> None:
+    with pytest.raises(RuntimeError, match="signingSecret"):
+        slack.Slack(Ctx(secrets={"botToken": "xoxb-1"}))
+
+
+def test_telegram_message_properties() -> None:
+    update = {"update_id": 5, "message": {
+        "message_id": 50, "chat": {"id": -9, "type": "group", "title": "team"},
+        "from": {"id": 7, "username": "ann", "first_name": "Ann"}, "caption": "a photo",
+    }}  # fmt: skip
+    assert telegram.message_properties(update) == {
+        "chatId": -9, "chatType": "group", "chatTitle": "team", "messageId": 50,
+        "threadId": None, "text": "a photo", "updateId": 5,
+        "from": {"id": 7, "username": "ann", "firstName": "Ann", "isBot": False},
+    }  # fmt: skip
+    assert telegram.message_properties({"update_id": 6, "edited_message": {}}) is None
+    no_text = {"update_id": 7, "message": {"chat": {"id": 1}, "sticker": {}}}
+    assert telegram.message_properties(no_text) is None
+
+
+def test_telegram_offset_survives_a_new_instance(tmp_path: Path) -> None:
+    ctx = Ctx(secrets={"botToken": TOKEN}, state_dir=tmp_path / "st")
+    first = telegram.Telegram(ctx)
+    assert first.offset == 0
+    first.accept({"update_id": 41, "edited_message": {}})  # skipped, but seen
+    assert json.loads((tmp_path / "st" / "telegram.json").read_text()) == {"offset": 42}
+    first.accept({"update_id": 3, "message": {}})  # older than the offset: ignored
+    assert telegram.Telegram(ctx).offset == 42
+
+
+def test_a_corrupt_offset_file_starts_from_zero(tmp_path: Path) -> None:
+    (tmp_path / "telegram.json").write_text("{not json")
+    assert telegram.Telegram(Ctx(secrets={"botToken": TOKEN}, state_dir=tmp_path)).offset == 0
+
+
+def test_the_token_comes_from_secrets_config_or_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
+    with pytest.raises(RuntimeError, match=r"secrets\.botToken"):
+        telegram.Telegram(Ctx())
+    assert telegram.Telegram(Ctx(config={"botToken": "cfg"})).token == "cfg"
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "env")
+    assert telegram.Telegram(Ctx()).token == "env"
+    assert telegram.Telegram(Ctx(secrets={"botToken": "sec"})).token == "sec"
+
+
+async def test_a_refused_token_is_a_start_error_without_the_token(api: FakeApi) -> None:
+    api.on(f"/bot{TOKEN}/getMe", ok({"ok": False, "description": "Unauthorized"}, 401))
+    ctx = Ctx(config={"apiBaseUrl": api.url}, secrets={"botToken": TOKEN})
+    async with asyncio.timeout(10):
+        with pytest.raises(RuntimeError) as failed:
+            await telegram.start(ctx)
+        await ctx.state["telegram"].aclose()
+    assert "refused the bot token" in str(failed.value)
+    assert TOKEN not in str(failed.value)
+
+
+async def test_an_unreachable_api_is_left_to_the_poll_loop(api: FakeApi) -> None:
+    api.on(f"/bot{TOKEN}/getMe", ok({"ok": False, "description": "Bad Gateway"}, 502))
+    ctx = Ctx(config={"apiBaseUrl": api.url}, secrets={"botToken": TOKEN})
+    async with asyncio.timeout(10):
+        await telegram.start(ctx)  # no start error: run() retries with backoff
+        await ctx.state["telegram"].aclose()
+    assert api.paths() == [f"/bot{TOKEN}/getMe"]
+
+
+async def test_api_errors_mask_the_token_and_carry_status_and_retry_after(api: FakeApi) -> None:
+    body = {"ok": False, "description": f"Too Many Requests {TOKEN}",
+            "parameters": {"retry_after": 7}}  # fmt: skip
+    api.on("/m", ok(body, 429))
+    async with asyncio.timeout(10), chatbot.httpx.AsyncClient() as client:
+        with pytest.raises(chatbot.ApiError) as failed:
+            await chatbot.call_json(client, f"{api.url}/m", "m", {}, secret=TOKEN)
+    assert (failed.value.status, failed.value.retry_after) == (429, 7)
+    assert TOKEN not in str(failed.value)
+
+
+def test_backoff_doubles_up_to_the_cap_and_honours_retry_after() -> None:
+    backoff = chatbot.Backoff(first=1, cap=4)
+    assert [backoff.next() for _ in range(4)] == [1, 2, 4, 4]
+    backoff.reset()
+    assert backoff.next(3) == 3
+    assert backoff.next(100) == 4
+
+
+def test_chunks_and_settings_parsing() -> None:
+    assert chatbot.chunks("ab\ncd\nef", 5) == ["ab\ncd", "ef"]
+    assert chatbot.chunks("abcdefg", 3) == ["abc", "def", "g"]
+    assert chatbot.chunks("", 3) == []
+    assert [chatbot.flag(v) for v in ("false", "0", "no", "", "true", True, False)] == [
+        False, False, False, False, True, True, False,
+    ]  # fmt: skip
+    assert chatbot.names("message, app_mention") == {"message", "app_mention"}
+    assert chatbot.names(["message"]) == {"message"}
