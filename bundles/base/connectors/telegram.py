@@ -170,7 +170,8 @@ def message_properties(update: dict[str, Any]) -> dict[str, Any] | None:
     text = msg.get("text", msg.get("caption"))
     if not isinstance(text, str) or not text.strip():
         return None
-    chat, sender = msg["chat"], msg.get("from") or {}
+    chat, sender = msg["chat"], msg.get("from")
+    sender = sender if isinstance(sender, dict) else {}
     return {
         "chatId": chat.get("id"),
         "chatType": chat.get("type"),

@@ -117,6 +117,9 @@ def test_telegram_message_properties() -> None:
     assert telegram.message_properties({"update_id": 6, "edited_message": {}}) is None
     no_text = {"update_id": 7, "message": {"chat": {"id": 1}, "sticker": {}}}
     assert telegram.message_properties(no_text) is None
+    odd_sender = {"update_id": 8, "message": {"chat": {"id": 1}, "from": "x", "text": "t"}}
+    assert telegram.message_properties(odd_sender)["from"]["id"] is None
+    assert telegram.message_properties({"update_id": 9, "message": {"chat": 5}}) is None
 
 
 def test_telegram_offset_survives_a_new_instance(tmp_path: Path) -> None:
