@@ -22,8 +22,9 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, cast
 
+import msgspec
 import structlog
 import uvloop
 import zmq
@@ -33,6 +34,7 @@ from agent_process import child_options
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
+from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox, spawn_workdir
 from agent_process.runtime import AgentRuntime, StartFailure
 from bundles import redact
@@ -45,8 +47,11 @@ from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
 from protocol.ids import ORCHESTRATOR, ProcessKind
+from protocol.jsonrpc import PendingCall
 from protocol.messages import (
     Call,
+    CallOp,
+    CallPayload,
     CallResult,
     ChildState,
     Event,
@@ -141,7 +146,7 @@ async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
     redact.install(bundle.secret_values)  # from here on, logs and stdout/stderr mask them
     pid = opts.process_id
     layout = StateLayout.from_env(opts.state_root)
-    return await AgentRuntime.create(
+    runtime = await AgentRuntime.create(
         bundle=bundle,
         agent=pid.name,
         instance_key=pid.instance_key,
@@ -151,6 +156,8 @@ async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
         # `agents.spawn{cwd}` made this instance's workdir cwd
         workdir=spawn_workdir(layout.instance_paths(opts.swarm, pid.instance_key, pid.name).root),
     )
+    runtime.deferred_policy = policy_from_bundle(bundle, opts.swarm)
+    return runtime
 
 
 def select_factory() -> RunnerFactory:
@@ -209,6 +216,10 @@ class Child:
         self.bridge.inbox = self.inbox
         self.bridge.on_reply = self._wake
         self.runner: TurnRunner | None = None
+        # deferred tool calls (seed 001): a turn waiting for its client is parked, not blocking
+        store = PendingStore(paths.pending_calls_dir)
+        self.deferred = DeferredCalls(store, DeferredPolicy(), self._submit_deferred)
+        self.resuming: tuple[str, list[PendingCall]] | None = None
         self.draining = asyncio.Event()
         self.last_heard = time.monotonic()
         self.busy = False
@@ -234,10 +245,35 @@ class Child:
             payload = StartErrorPayload(error=info)
             await self.send(StartError(from_=self.me, to=ORCHESTRATOR, payload=payload))
             return False
+        self._install_deferred(self.runner)
         ready = ReadyPayload(pid=os.getpid(), tools=list(self.runner.tool_names))
         await self.send(Ready(from_=self.me, to=ORCHESTRATOR, payload=ready))
+        self._resume_pending()
         self._wake()  # async replies stored by an earlier process of this instance
         return True
+
+    def _install_deferred(self, runner: TurnRunner) -> None:
+        policy = getattr(runner, "deferred_policy", None)
+        if isinstance(policy, DeferredPolicy):
+            self.deferred.policy = policy
+        setter = getattr(runner, "set_deferred_hook", None)
+        if setter is not None:
+            setter(self.deferred.hook)
+
+    def _resume_pending(self) -> None:
+        """A turn an earlier process left waiting for its client runs first (resumed)."""
+        calls = self.deferred.pending()
+        if not calls:
+            return
+        event = msgspec.convert(calls[0].event, AgentEvent)
+        self.resuming = (event.id, calls)
+        self.queue.put_nowait(event)
+        log.info("turn_resuming", event_id=event.id, calls=[c.id for c in calls])
+
+    async def _submit_deferred(self, call: PendingCall) -> None:
+        args = {"call": msgspec.to_builtins(call)}
+        payload = CallPayload(call_id=call.id, op=CallOp.DEFERRED_SUBMIT, args=args)
+        await self.send(Call(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
     def _wake(self) -> None:
         """An idle runtime with stored async replies runs one turn to take them; a busy one
@@ -289,7 +325,13 @@ class Child:
         self.bridge.current = event
         await self._status(ChildState.PROCESSING, event.id)
         try:
-            report = await self.runner.run_turn(event)
+            turn = await self._turn(event)
+            if turn is None:  # parked by a drain: its pending call stays for the next process
+                self.busy = False
+                self.bridge.current = None
+                await self._status(ChildState.IDLE, event.id)
+                return
+            report = turn
             outcome, text, error = report.outcome, report.text, turn_error(report)
         except Exception as exc:  # the runtime promises not to raise; never go silent anyway
             log.exception("turn_raised", event_id=event.id)
@@ -302,6 +344,35 @@ class Child:
         self.bridge.current = None
         await self._status(ChildState.IDLE, event.id, outcome)
         self._wake()
+
+    async def _turn(self, event: AgentEvent) -> TurnReport | None:
+        """The turn's report, or None when a drain stopped it while it waited for a client."""
+        assert self.runner is not None
+        resuming = self.resuming
+        if resuming is not None and resuming[0] == event.id:
+            self.resuming = None
+            resumed = self.deferred.resumed(resuming[1])
+            coro = cast(Any, self.runner).run_turn(event, resumed)
+        else:
+            coro = self.runner.run_turn(event)
+        turn: asyncio.Future[TurnReport] = asyncio.ensure_future(coro)
+        park = asyncio.ensure_future(self._park_wanted())
+        try:
+            either: set[asyncio.Future[Any]] = {turn, park}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            park.cancel()
+        if not turn.done():
+            turn.cancel()
+        try:
+            return await turn
+        except asyncio.CancelledError:
+            log.info("turn_parked", event_id=event.id)
+            return None
+
+    async def _park_wanted(self) -> None:
+        await self.draining.wait()
+        await self.deferred.parked.wait()
 
     async def _status(
         self, state: ChildState, event_id: str, outcome: TurnOutcome | None = None
@@ -333,6 +404,8 @@ class Child:
                     self.queue.put_nowait(event)
             case CallResult(payload=result):
                 self.bridge.deliver_call_result(result)
+            case Call(payload=call) if call.op is CallOp.DEFERRED_RESOLVE:
+                self.deferred.on_answer(str(call.args.get("id", "")))
             case Shutdown(payload=payload):
                 log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
                 self.draining.set()

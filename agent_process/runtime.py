@@ -18,10 +18,12 @@ from pathlib import Path
 from agent_process import resolve
 from agent_process.assembly import Parts, StartRequest, assemble, save_states
 from agent_process.contexts import TurnResult
+from agent_process.deferred import DeferredPolicy
 from agent_process.extensions import ExtensionFailure
 from agent_process.models import ModelError
 from agent_process.registry import ToolRegistryError
 from agent_process.toolcall import DeferredHook
+from agent_process.turn import Resumed
 from bundles.model import Bundle
 from bundles.sdk import AgentsRuntime
 from protocol.endpoints import StateLayout
@@ -59,6 +61,8 @@ class AgentRuntime:
         self.mcp = parts.mcp
         self._lock = asyncio.Lock()
         self._closed = False
+        self.deferred_policy = DeferredPolicy()
+        """TTL and resultSchema of deferred calls; the child sets it from the bundle."""
 
     @classmethod
     async def create(
@@ -98,8 +102,9 @@ class AgentRuntime:
         call whose handler raised `CallDeferred` and returns its final ToolResult."""
         self._tool_calls.deferred_hook = hook
 
-    async def run_turn(self, event: AgentEvent) -> TurnResult:
-        """One turn; never raises for a failed turn (outcome FAILED with a coded error)."""
+    async def run_turn(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
+        """One turn (or the rest of a suspended one, `resumed`); never raises for a failed
+        turn (outcome FAILED with a coded error)."""
         async with self._lock:
             if self._closed:
                 return TurnResult(
@@ -111,7 +116,7 @@ class AgentRuntime:
                         message="the agent runtime is closed",
                     ),
                 )
-            return await self._engine.run(event)
+            return await self._engine.run(event, resumed)
 
     async def close(self) -> None:
         """Fold the log, save extension state, flush events, close the model client, stop the

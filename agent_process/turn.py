@@ -7,13 +7,17 @@ to the model, appends the assistant message, runs its tool calls in order (each 
 `maxStepsPerTurn` (outcome `max_steps`). The system prompt is sent on every step; the engine
 injects no other text. `run` never raises for a failed turn: it returns outcome `failed` with
 a coded error.
+
+`resume` continues a turn a deferred tool call suspended in an earlier process (seed 001):
+the conversation already holds the assistant message with the tool calls, so it appends
+their results (`Resumed.answer`) and continues the step loop after the step it stopped in.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +26,10 @@ import structlog
 from agent_process.catalog import CatalogBuilder, names_of
 from agent_process.contexts import StepContext, StepResult, TurnContext, TurnResult
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox
-from agent_process.messages import Role, dangling_calls, new_message
+from agent_process.messages import Role, ToolCall, dangling_calls, new_message
 from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
 from agent_process.pipeline import PipelineKind, Pipelines
-from agent_process.results import error_result
+from agent_process.results import ToolResult, error_result
 from agent_process.store import ConversationStore
 from agent_process.telemetry import EventBus, RuntimeEvent
 from agent_process.toolcall import ToolCallRunner
@@ -58,16 +62,29 @@ class TurnDeps:
     """`ctx.agents` of turn and step middleware."""
 
 
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """A turn suspended by deferred calls, resumed by a later process."""
+
+    turn_id: str
+    step: int
+    answer: Callable[[ToolCall], Awaitable[ToolResult]]
+    """The result of each unanswered tool call of the last assistant message."""
+
+
 class TurnEngine:
     def __init__(self, deps: TurnDeps) -> None:
         self._d = deps
 
-    async def run(self, event: AgentEvent) -> TurnResult:
+    async def resume(self, event: AgentEvent, resumed: Resumed) -> TurnResult:
+        return await self.run(event, resumed)
+
+    async def run(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
         d = self._d
         span = event.trace.child()
         ctx = TurnContext(
             event=event,
-            turn_id="t_" + uuid.uuid4().hex,
+            turn_id=resumed.turn_id if resumed else "t_" + uuid.uuid4().hex,
             agent_name=d.agent_name,
             instance_key=d.instance_key,
             conversation=d.store,
@@ -77,7 +94,9 @@ class TurnEngine:
         d.bus.current_trace_id = span.trace_id
         started = time.perf_counter()
         self._emit("turn.started", ctx, span, data={"eventType": event.type})
-        result = self._persist(ctx, await self._guarded(ctx))
+        if resumed is not None:
+            ctx.steps = resumed.step
+        result = self._persist(ctx, await self._guarded(ctx, resumed))
         kind = "turn.completed" if result.outcome is TurnOutcome.COMPLETED else "turn.failed"
         self._emit(
             kind,
@@ -110,9 +129,14 @@ class TurnEngine:
             )
         return result
 
-    async def _guarded(self, ctx: TurnContext) -> TurnResult:
+    async def _guarded(self, ctx: TurnContext, resumed: Resumed | None = None) -> TurnResult:
+        async def resume_core(ctx: TurnContext) -> TurnResult:
+            assert resumed is not None
+            return await self._resume_core(ctx, resumed)
+
+        core = self._turn_core if resumed is None else resume_core
         try:
-            return await self._d.pipelines.run(PipelineKind.TURN, ctx, self._turn_core)
+            return await self._d.pipelines.run(PipelineKind.TURN, ctx, core)
         except MiddlewareError as exc:
             info = ErrorInfo(code=exc.code, message=exc.message, suggestion=exc.suggestion)
         except ModelError as exc:
@@ -154,8 +178,17 @@ class TurnEngine:
                     "source": event.source.name,
                 },
             )
+        return await self._steps(ctx, 1)
+
+    async def _resume_core(self, ctx: TurnContext, resumed: Resumed) -> TurnResult:
+        for call in dangling_calls(self._d.store.messages):
+            self._append_result(ctx.turn_id, call, await resumed.answer(call))
+        return await self._steps(ctx, resumed.step + 1)
+
+    async def _steps(self, ctx: TurnContext, first: int) -> TurnResult:
+        d = self._d
         text = ""
-        for index in range(1, d.max_steps + 1):
+        for index in range(first, d.max_steps + 1):
             step = await self._run_step(ctx, index)
             text = step.text
             if not step.tool_calls:
@@ -234,16 +267,7 @@ class TurnEngine:
         for call in response.tool_calls:
             result = await d.tool_calls.run(step, call, assistant)
             results.append(result)
-            d.store.append_message(
-                new_message(
-                    Role.TOOL,
-                    result.to_model_text(),
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    turn_id=turn.turn_id,
-                    metadata={"status": result.status.value},
-                )
-            )
+            self._append_result(turn.turn_id, call, result)
         return StepResult(
             index=step.index,
             text=response.text,
@@ -251,6 +275,18 @@ class TurnEngine:
             results=results,
             usage=response.usage,
             finish_reason=response.finish_reason,
+        )
+
+    def _append_result(self, turn_id: str, call: ToolCall, result: ToolResult) -> None:
+        self._d.store.append_message(
+            new_message(
+                Role.TOOL,
+                result.to_model_text(),
+                tool_call_id=call.id,
+                tool_name=call.name,
+                turn_id=turn_id,
+                metadata={"status": result.status.value},
+            )
         )
 
     def _take_inbox(self, turn: TurnContext) -> None:

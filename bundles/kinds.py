@@ -192,6 +192,8 @@ class LifecyclePolicy(_Spec):
     """Stop an idle child after this long (off by default); it respawns on the next event."""
     reconcile_interval_seconds: float = 5.0
     request_timeout_ms: int = 60_000
+    deferred_ttl_seconds: float = 3600.0
+    """How long a deferred (client-side) tool call waits for its client (seed 001)."""
 
 
 class SwarmPolicy(_Spec):

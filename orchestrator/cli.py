@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Protocol
 
-from orchestrator.commands._pending import PendingCommand
 from orchestrator.exitcodes import EXIT_USAGE
 
 
@@ -28,6 +27,7 @@ class Command(Protocol):
 
 def _commands() -> list[Command]:
     # Imported here so `goondan --help` stays fast and a broken command cannot break the rest.
+    from orchestrator.commands import calls as calls_cmd
     from orchestrator.commands import doctor as doctor_cmd
     from orchestrator.commands import init as init_cmd
     from orchestrator.commands import instance, restart, run, send, status, stop, validate
@@ -44,7 +44,7 @@ def _commands() -> list[Command]:
         restart.COMMAND,
         stop.COMMAND,
         logs_cmd.COMMAND,
-        PendingCommand("calls", "list or resolve pending client-side (deferred) tool calls"),
+        calls_cmd.COMMAND,
         service_cmd.COMMAND,
         doctor_cmd.COMMAND,
     ]

@@ -18,6 +18,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from orchestrator.deferred_calls import DeferredCallError, answer_of
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
 from protocol.codec import decode_control_request, encode, to_builtins
@@ -145,8 +146,24 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str
     return [str(e.address) for e in chosen]
 
 
+async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
+    """`goondan calls list|resolve`: the daemon's pending deferred calls (seed 001)."""
+    index = ctx.router.deferred
+    if index is None:
+        raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")
+    if isinstance(req, CallsList):
+        return {"calls": index.list()}
+    answer = answer_of(req.call_id, req.result, req.error_code, req.error_message, req.error_data)
+    try:
+        return await index.resolve(req.call_id, answer, req.timeout_ms / 1000)
+    except DeferredCallError as exc:
+        raise ControlFailed(exc.code, exc.message) from None
+
+
 async def _reload_or_later(req: Reload | CallsList | CallsResolve, ctx: ControlContext) -> Any:
-    if not isinstance(req, Reload) or ctx.reload is None:
+    if not isinstance(req, Reload):
+        return await _calls(req, ctx)
+    if ctx.reload is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, f"{type(req).__name__} is not built yet")
     result, error = await ctx.reload("control")
     if error is not None:

@@ -31,6 +31,7 @@ from orchestrator import logs, reload, rundir, runpointer, systemd
 from orchestrator.agents_calls import AgentsService
 from orchestrator.connections import Connections, swarm_connections
 from orchestrator.control import ControlContext, ControlServer
+from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.forkserver import ForkServerProcess, start_fork_server
 from orchestrator.reconciler import Reconciler
 from orchestrator.router import Router
@@ -177,6 +178,8 @@ class Daemon:
         router.agents = self._agents_service(table, supervisor)
         connections = swarm_connections(bundle, swarm)
         router.connections = Connections(router, connections, supervisor.ensure)
+        router.deferred = DeferredIndex(router, self.opts.layout, swarm.name, supervisor.ensure)
+        router.deferred.scan()  # pending calls of an earlier daemon (seed 001)
         return router, supervisor
 
     def _agents_service(self, table: ProcessTable, supervisor: Supervisor) -> AgentsService:

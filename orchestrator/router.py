@@ -21,6 +21,7 @@ import zmq.asyncio
 
 from orchestrator.agents_calls import AGENT_OPS, AgentsService
 from orchestrator.connections import Connections
+from orchestrator.deferred_calls import DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
 from orchestrator.states import READY
 from orchestrator.table import ProcessEntry, ProcessTable
@@ -109,6 +110,8 @@ class Router:
         """The `agents` tool's checks and calls (spawn/list/catalog); set by the daemon."""
         self.connections: Connections | None = None
         """Connector events -> Connection ingress rules; set by the daemon."""
+        self.deferred: DeferredIndex | None = None
+        """Pending deferred tool calls (seed 001); set by the daemon."""
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
         self.stats = Stats()
@@ -221,6 +224,9 @@ class Router:
                 assert_never(msg)
 
     def _on_call(self, entry: ProcessEntry, payload: CallPayload, lifecycle: Lifecycle) -> None:
+        if payload.op in DEFERRED_OPS and self.deferred is not None:
+            self.deferred.on_call(entry, payload)
+            return
         if self.agents is None or payload.op not in AGENT_OPS:
             lifecycle.on_call(entry, payload)
             return
@@ -309,6 +315,8 @@ class Router:
         """Deliver the queue of `address` to its ready process, in order."""
         entry = self.table.get(address)
         box = self.mailboxes.get(address)
+        if self.deferred is not None and entry is not None and entry.status in READY:
+            self.deferred.on_ready(address)
         if entry is None or box is None or entry.status not in READY:
             return
         to = entry.id_text

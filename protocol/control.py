@@ -74,6 +74,8 @@ class CallsResolve(_Request, frozen=True, tag="calls_resolve"):
     error_code: int | None = None
     error_message: str | None = None
     error_data: Any = None
+    timeout_ms: int = 120_000
+    """How long to wait for the resumed turn's reply (when the control client started it)."""
 
 
 ControlRequest = (

@@ -40,3 +40,34 @@ class JsonRpcResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     id: str
     result: Any = None
     error: JsonRpcError | None = None
+
+
+class PendingCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    """A deferred call waiting for its client: `<instance>/pending-calls/<id>.json` on disk.
+
+    Written by the agent process when the call suspends its turn, read by the orchestrator's
+    pending-call index (`goondan calls list`) and by a later process of the same instance
+    that resumes the turn. The client's answer is stored next to it as `<id>.answer.json`
+    (a `JsonRpcResponse`). `event` is the originating AgentEvent (its `replyTo` is where the
+    turn's reply goes when it resumes).
+    """
+
+    id: str
+    method: str
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    message: str | None = None
+    agent: str
+    instance_key: str
+    tool_name: str
+    turn_id: str
+    step: int = 1
+    event: dict[str, Any] = msgspec.field(default_factory=dict)
+    created_at: float
+    expires_at: float
+
+    def request(self) -> JsonRpcRequest:
+        return JsonRpcRequest(id=self.id, method=self.method, params=self.params)
+
+
+PENDING_SUFFIX = ".json"
+ANSWER_SUFFIX = ".answer.json"

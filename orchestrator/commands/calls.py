@@ -1,0 +1,105 @@
+"""`goondan calls list [--json]` and `goondan calls resolve ID --result JSON | --error CODE`.
+
+A deferred (client-side) tool call suspends its turn until a client answers it (seed 001).
+`list` shows the pending calls (agent, instance, method, params, age, expiry); `resolve`
+answers one with a JSON-RPC 2.0 `result` or `error{code, message, data}`, the turn resumes,
+and, when the turn was started by a control client (`goondan send`), its reply is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from protocol.control import CallsList, CallsResolve, ControlReply, ControlRequest
+from protocol.errors import ErrorCode, ErrorInfo
+
+
+class _Calls:
+    name = "calls"
+    help = "list or resolve pending client-side (deferred) tool calls"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+        listing = sub.add_parser("list", help="pending calls with agent, instance and expiry")
+        listing.add_argument("--json", action="store_true")
+        resolve = sub.add_parser("resolve", help="answer a pending call; the turn resumes")
+        resolve.add_argument("call_id", metavar="ID")
+        answer = resolve.add_mutually_exclusive_group(required=True)
+        answer.add_argument("--result", metavar="JSON", help="the JSON-RPC result")
+        answer.add_argument("--error", type=int, metavar="CODE", help="a JSON-RPC error code "
+                            "(-32010 PermissionRequired, -32001 PermissionDenied, "
+                            "-32002 UserCanceled, or any other)")  # fmt: skip
+        resolve.add_argument("--message", metavar="M", help="the error's message")
+        resolve.add_argument("--data", metavar="JSON", help="the error's data")
+        resolve.add_argument("--json", action="store_true", help="print the reply event")
+        resolve.add_argument("--timeout", type=float, default=120.0, metavar="S")
+
+    def run(self, args: argparse.Namespace) -> int:
+        printer = Printer(self.name)
+        try:
+            req = _request(args)
+        except ValueError as exc:
+            printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=str(exc)))
+            return EXIT_USAGE
+        timeout = args.timeout + 5 if args.action == "resolve" else 30.0
+        try:
+            reply = call(find_daemon(args), req, timeout=timeout)
+        except ClientError as exc:
+            printer.error(exc.error)
+            return EXIT_RUNTIME
+        if args.json and reply.result is not None:
+            print(json.dumps(_printable(reply, args.action), indent=2, ensure_ascii=False))
+        if not reply.ok:
+            printer.reply_error(reply)
+            return EXIT_RUNTIME
+        if not args.json:
+            _print_text(reply.result, args.action)
+        return EXIT_OK
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _request(args: argparse.Namespace) -> ControlRequest:
+    if args.action == "list":
+        return CallsList(request_id=new_request_id())
+    return CallsResolve(
+        request_id=new_request_id(),
+        call_id=args.call_id,
+        result=_json_arg(args.result, "--result"),
+        error_code=args.error,
+        error_message=args.message,
+        error_data=_json_arg(args.data, "--data"),
+        timeout_ms=int(args.timeout * 1000),
+    )
+
+
+def _printable(reply: ControlReply, action: str) -> Any:
+    result = reply.result
+    return result["calls"] if action == "list" and isinstance(result, dict) else result
+
+
+def _print_text(result: Any, action: str) -> None:
+    if action == "list":
+        for c in result["calls"]:
+            params = json.dumps(c["params"], ensure_ascii=False)
+            age, left = c["ageSeconds"], c["expiresInSeconds"]
+            print(f"{c['id']}\t{c['agent']}\t{c['instanceKey']}\t{c['method']}\t{params}\t"
+                  f"age {age:.0f}s\texpires in {left:.0f}s")  # fmt: skip
+    elif isinstance(result, dict) and "input" in result:
+        print(result["input"])  # the resumed turn's reply
+    else:
+        print(f"resolved {result.get('resolved') if isinstance(result, dict) else result}")
+
+
+COMMAND = _Calls()

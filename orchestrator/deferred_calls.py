@@ -1,0 +1,269 @@
+"""The daemon's pending deferred calls (seed 001): index, client notice, resolution routing.
+
+An agent process whose tool deferred a call to the client persists it as
+`instances/<swarm>/<key>/<agent>/pending-calls/<id>.json` and sends `call op=deferred_submit`.
+The index here learns it from that frame, and is rebuilt from those files (a scan of every
+instance's `pending-calls/`) whenever it is listed or resolved, so it survives a daemon restart.
+
+On submit, the JSON-RPC 2.0 request `{jsonrpc, id, method, params}` goes to the client that
+started the turn: a control client (`goondan send`) waiting on the turn's reply gets a
+response event now, with the request in `metadata.deferred` (its text names the call and how
+to answer it); a connector gets it as the same kind of response event (its `replyTo` target).
+
+`resolve` (`goondan calls resolve`) stores the client's `JsonRpcResponse` next to the call
+(`<id>.answer.json`, atomically), re-opens the original request's correlation id so the resumed
+turn's reply reaches the resolving client, and tells the owning agent process with
+`call op=deferred_resolve {id}` (spawning it first if it is not running: it then resumes the
+turn from the files). Expired calls are dropped from the index (the agent fails them with
+E_TOOL_DEFERRED_EXPIRED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import structlog
+
+from orchestrator.delivery import OpenRequest
+from orchestrator.states import READY
+from orchestrator.table import ProcessEntry
+from protocol.endpoints import StateLayout, path_segment
+from protocol.errors import ErrorCode
+from protocol.events import AgentEvent, Source, SourceKind, response_to
+from protocol.ids import ORCHESTRATOR, Address, agent_address
+from protocol.jsonrpc import (
+    ANSWER_SUFFIX,
+    PENDING_SUFFIX,
+    JsonRpcError,
+    JsonRpcResponse,
+    PendingCall,
+)
+from protocol.messages import Call, CallOp, CallPayload
+
+if TYPE_CHECKING:
+    from orchestrator.router import Router
+
+DEFERRED_OPS = frozenset({CallOp.DEFERRED_SUBMIT})
+log = structlog.get_logger("goondan.deferred")
+SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
+
+
+class DeferredCallError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    call: PendingCall
+    path: Path
+
+
+def notice_text(call: PendingCall) -> str:
+    params = msgspec.json.encode(call.params).decode()
+    lines = [f"[pending call {call.id}] {call.method} {params}"]
+    if call.message:
+        lines.append(call.message)
+    lines.append(f"answer: goondan calls resolve {call.id} --result JSON | --error CODE")
+    return "\n".join(lines)
+
+
+def call_row(call: PendingCall, now: float) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "agent": call.agent,
+        "instanceKey": call.instance_key,
+        "tool": call.tool_name,
+        "method": call.method,
+        "params": call.params,
+        "message": call.message,
+        "createdAt": call.created_at,
+        "expiresAt": call.expires_at,
+        "ageSeconds": round(now - call.created_at, 3),
+        "expiresInSeconds": round(call.expires_at - now, 3),
+        "request": msgspec.to_builtins(call.request()),
+    }
+
+
+class DeferredIndex:
+    def __init__(
+        self,
+        router: Router,
+        layout: StateLayout,
+        swarm: str,
+        ensure: Callable[[Address], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.router = router
+        self.layout = layout
+        self.swarm = swarm
+        self.ensure = ensure
+        self.clock = clock
+        self.calls: dict[str, Found] = {}
+        self._held: dict[Address, set[str]] = {}
+        """Resolutions for a process that is not ready yet: sent when it is."""
+
+    # -- the index --------------------------------------------------------------------
+
+    def scan(self) -> None:
+        """Rebuild from disk; expired calls are left out (their agent fails them)."""
+        root = self.layout.swarm_instances_dir(self.swarm)
+        found: dict[str, Found] = {}
+        now = self.clock()
+        for path in root.glob("*/*/pending-calls/*" + PENDING_SUFFIX) if root.is_dir() else []:
+            answered = path.with_name(path.name[: -len(PENDING_SUFFIX)] + ANSWER_SUFFIX)
+            if path.name.endswith(ANSWER_SUFFIX) or answered.exists():
+                continue
+            try:
+                call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
+            except (OSError, msgspec.DecodeError) as exc:
+                log.warning("pending_call_unreadable", path=str(path), error=str(exc))
+                continue
+            if call.expires_at > now:
+                found[call.id] = Found(call, path)
+        self.calls = found
+
+    def list(self) -> list[dict[str, Any]]:
+        self.scan()
+        now = self.clock()
+        rows = sorted(self.calls.values(), key=lambda f: f.call.created_at)
+        return [call_row(f.call, now) for f in rows]
+
+    # -- from agent processes ---------------------------------------------------------
+
+    def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None:
+        try:
+            call = msgspec.convert(payload.args.get("call"), PendingCall)
+            event = msgspec.convert(call.event, AgentEvent)
+        except msgspec.ValidationError as exc:
+            log.warning("deferred_submit_invalid", sender=entry.id_text, error=str(exc))
+            return
+        paths = self.layout.instance_paths(self.swarm, call.instance_key, call.agent)
+        path = paths.pending_calls_dir / (path_segment(call.id) + PENDING_SUFFIX)
+        self.calls[call.id] = Found(call, path)
+        log.info("deferred_call_pending", call_id=call.id, method=call.method,
+                 agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
+        self._notify_client(event, call)
+
+    def _notify_client(self, event: AgentEvent, call: PendingCall) -> None:
+        """The JSON-RPC request reaches whoever waits on the turn's reply."""
+        if event.reply_to is None:
+            return
+        notice = response_to(
+            event,
+            source=SOURCE,
+            text=notice_text(call),
+            metadata={"deferred": msgspec.to_builtins(call.request()), "pendingCall": call.id},
+        )
+        request = self.router.book.get(event.reply_to.correlation_id)
+        if request is not None and request.waiter is not None:
+            if not request.waiter.done():
+                request.waiter.set_result(notice)
+            return
+        self.router.respond(notice)  # a connector (its book entry is re-opened on resolve)
+        if request is not None:
+            self.router.book.open(request)
+
+    # -- from the CLI -----------------------------------------------------------------
+
+    async def resolve(self, call_id: str, answer: JsonRpcResponse, wait_s: float) -> Any:
+        """Store the answer, route it to the owning process; wait for the resumed turn's
+        reply when the control client started it (else return at once)."""
+        found = self._find(call_id)
+        call = found.call
+        data = msgspec.json.encode(answer)
+        _write_atomic(found.path.with_name(path_segment(call.id) + ANSWER_SUFFIX), data)
+        self.calls.pop(call_id, None)
+        waiter = self._reopen(call)
+        self._route(agent_address(call.agent, call.instance_key), call.id)
+        log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)
+        if waiter is None:
+            return {"resolved": call.id, "agent": call.agent, "instanceKey": call.instance_key}
+        try:
+            async with asyncio.timeout(wait_s):
+                return await waiter
+        except TimeoutError:
+            raise DeferredCallError(
+                ErrorCode.E_AGENT_TIMEOUT,
+                f"call {call.id} was resolved, but the resumed turn did not answer within "
+                f"{wait_s} s",
+            ) from None
+
+    def _find(self, call_id: str) -> Found:
+        found = self.calls.get(call_id)
+        if found is None or found.call.expires_at <= self.clock():
+            self.scan()
+            found = self.calls.get(call_id)
+        if found is None:
+            raise DeferredCallError(
+                ErrorCode.E_CALL_NOT_FOUND,
+                f"no pending call {call_id!r} (already answered, expired, or never made); "
+                "see `goondan calls list`",
+            )
+        return found
+
+    def _reopen(self, call: PendingCall) -> asyncio.Future[AgentEvent] | None:
+        event = msgspec.convert(call.event, AgentEvent)
+        if event.reply_to is None:
+            return None
+        control = event.reply_to.target == "control"
+        waiter = asyncio.get_running_loop().create_future() if control else None
+        self.router.book.open(
+            OpenRequest(
+                correlation_id=event.reply_to.correlation_id,
+                requester=event.reply_to.target,
+                server=agent_address(call.agent, call.instance_key),
+                event_id=event.id,
+                waiter=waiter,
+            )
+        )
+        return waiter
+
+    def _route(self, address: Address, call_id: str) -> None:
+        entry = self.router.table.get(address)
+        if entry is not None and entry.status in READY:
+            self._poke(entry, call_id)
+            return
+        self._held.setdefault(address, set()).add(call_id)
+        self.ensure(address)  # a new process resumes the turn from the files
+
+    def on_ready(self, address: Address) -> None:
+        held = self._held.pop(address, None)
+        entry = self.router.table.get(address)
+        if held and entry is not None:
+            for call_id in held:
+                self._poke(entry, call_id)
+
+    def _poke(self, entry: ProcessEntry, call_id: str) -> None:
+        payload = CallPayload(
+            call_id=uuid.uuid4().hex, op=CallOp.DEFERRED_RESOLVE, args={"id": call_id}
+        )
+        self.router.send(entry, Call(from_=ORCHESTRATOR, to=entry.id_text, payload=payload))
+
+
+def answer_of(
+    call_id: str, result: Any, code: int | None, message: str | None, data: Any
+) -> JsonRpcResponse:
+    if code is None:
+        return JsonRpcResponse(id=call_id, result=result)
+    error = JsonRpcError(code=code, message=message or f"client error {code}", data=data)
+    return JsonRpcResponse(id=call_id, error=error)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

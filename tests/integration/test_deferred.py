@@ -1,0 +1,137 @@
+"""Deferred (client-side) tool calls through a real daemon and the CLI path (seed 001).
+
+`goondan send` (a control SendText with wait) starts a turn whose tool defers: the reply is
+the JSON-RPC request (`metadata.deferred`); `goondan calls list --json` shows the pending
+call; `goondan calls resolve ID ...` resumes the turn and prints its reply. The scripted
+model answers a tool result with `{last_tool_result}`, so the reply is what the model saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import StartDaemon
+from tests.integration.harness import REPO, Daemon, run_cli
+
+BUNDLE = REPO / "tests" / "fixtures" / "deferred"
+SWARM = "deferred"
+
+
+async def start(start_daemon: StartDaemon) -> Daemon:
+    return await start_daemon(BUNDLE, swarm=SWARM)
+
+
+async def defer(daemon: Daemon, text: str, agent: str | None = None) -> dict[str, Any]:
+    """Start a turn whose tool defers; return the JSON-RPC request the client got."""
+    reply = await daemon.send(text, agent)
+    assert reply.ok, reply.error
+    request: dict[str, Any] = reply.result["metadata"]["deferred"]
+    assert request["jsonrpc"] == "2.0"
+    return request
+
+
+async def calls_list() -> list[dict[str, Any]]:
+    code, out, err = await run_cli("calls", "list", "--json")
+    assert code == 0, err
+    calls: list[dict[str, Any]] = json.loads(out)
+    return calls
+
+
+async def resolve(call_id: str, *answer: str) -> tuple[int, str, str]:
+    return await run_cli("calls", "resolve", call_id, *answer)
+
+
+def tool_result(stdout: str) -> dict[str, Any]:
+    """The reply text is the tool result JSON the model saw."""
+    result: dict[str, Any] = json.loads(stdout)
+    return result
+
+
+async def test_result_resumes_the_turn_and_the_reply_reaches_the_cli(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start(start_daemon)
+        request = await defer(daemon, "confirm deploy?")
+        assert request["method"] == "ui.confirm"
+        assert request["params"] == {"question": "confirm deploy?"}
+        [pending] = await calls_list()
+        assert pending["id"] == request["id"]
+        assert (pending["agent"], pending["instanceKey"]) == ("alpha", SWARM)
+        assert pending["method"] == "ui.confirm"
+        assert 3500 < pending["expiresInSeconds"] <= 3600
+        code, out, err = await resolve(request["id"], "--result", '{"confirmed": true}')
+        assert code == 0, err
+        assert tool_result(out) == {"status": "ok", "output": {"confirmed": True}}
+        assert await calls_list() == []
+
+
+async def test_declared_deferred_export_and_events_queue_behind_it(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start(start_daemon)
+        request = await defer(daemon, "calendar please")
+        assert (request["method"], request["params"]) == ("calendar.read", {"range": "today"})
+        later = asyncio.ensure_future(daemon.send("after the calendar"))
+        other = await daemon.send("hello beta", "beta")  # another process keeps serving
+        assert other.ok and other.result["input"] == "echo: hello beta"
+        assert not later.done()
+        code, out, err = await resolve(request["id"], "--result", '{"events": []}')
+        assert code == 0, err
+        assert tool_result(out)["output"] == {"events": []}
+        reply = await later
+        assert reply.ok and reply.result["input"] == "echo: after the calendar"
+
+
+@pytest.mark.parametrize(
+    ("code", "expected", "name"),
+    [
+        ("-32010", "E_TOOL_PERMISSION_REQUIRED", "PermissionRequired"),
+        ("-32001", "E_TOOL_PERMISSION_DENIED", "PermissionDenied"),
+        ("-32002", "E_TOOL_USER_CANCELED", "UserCanceled"),
+        ("-32099", "E_TOOL_CLIENT_ERROR", "JsonRpcError-32099"),
+    ],
+)
+async def test_client_errors_reach_the_model_as_coded_tool_errors(
+    start_daemon: StartDaemon, code: str, expected: str, name: str
+) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start(start_daemon)
+        request = await defer(daemon, "confirm it")
+        answer = ["--error", code, "--message", "nope", "--data", '{"why": "test"}']
+        rc, out, err = await resolve(request["id"], *answer)
+        assert rc == 0, err
+        result = tool_result(out)
+        assert result["status"] == "error"
+        assert (result["error"]["code"], result["error"]["name"]) == (expected, name)
+        assert "nope" in result["error"]["message"] and '"why"' in result["error"]["message"]
+
+
+async def test_result_not_matching_result_schema_is_a_coded_error(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start(start_daemon)
+        request = await defer(daemon, "typed")
+        rc, out, err = await resolve(request["id"], "--result", '{"ok": "yes"}')
+        assert rc == 0, err
+        assert tool_result(out)["error"]["code"] == "E_TOOL_INVALID_RESULT"
+
+
+async def test_ttl_expiry_fails_the_call(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start(start_daemon)
+        mark = daemon.mark()
+        request = await defer(daemon, "quick")
+        await daemon.wait_for("transition", mark, process="agent:alpha:deferred:1",
+                              source="processing", target="idle")  # fmt: skip
+        assert await calls_list() == []
+        rc, _, err = await resolve(request["id"], "--result", "{}")
+        assert rc != 0 and "E_CALL_NOT_FOUND" in err
+        reply = await daemon.send("hello again")  # the expired turn ended; the queue moves on
+        assert reply.ok and reply.result["input"] == "echo: hello again"
