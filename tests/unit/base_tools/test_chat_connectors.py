@@ -195,3 +195,62 @@ def test_chunks_and_settings_parsing() -> None:
     ]  # fmt: skip
     assert chatbot.names("message, app_mention") == {"message", "app_mention"}
     assert chatbot.names(["message"]) == {"message"}
+
+
+@dataclass(frozen=True)
+class FakeReply:
+    text: str
+    event_id: str = "e1"
+    accepted: bool = False
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+class RecordingLogger:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def _log(self, event: str, **kw: Any) -> None:
+        self.events.append((event, kw))
+
+    debug = info = warning = error = _log
+
+
+async def test_a_409_poll_is_logged_backed_off_and_polling_recovers(
+    api: FakeApi, tmp_path: Path
+) -> None:
+    bot_path = f"/bot{TOKEN}"
+    update = {"update_id": 7, "message": {"message_id": 70, "chat": {"id": 5}, "text": "yo"}}
+    conflict = {"ok": False, "error_code": 409, "description": "Conflict: terminated by other"}
+    api.on(f"{bot_path}/getUpdates", ok(conflict, 409), ok({"ok": True, "result": [update]}),
+           ok({"ok": True, "result": []}))  # fmt: skip
+    api.on(f"{bot_path}/sendMessage", ok({"ok": True, "result": {}}))
+    emitted: asyncio.Queue[tuple[str, Mapping[str, Any], str]] = asyncio.Queue()
+
+    class EmitCtx(Ctx):
+        async def emit(
+            self, event: str, properties: Mapping[str, Any], text: str, *, reply: bool
+        ) -> FakeReply:
+            await emitted.put((event, properties, text))
+            return FakeReply(text=f"re: {text}")
+
+    logger = RecordingLogger()
+    ctx = EmitCtx(config={"apiBaseUrl": api.url, "pollTimeoutSeconds": "0", "backoffMs": "1"},
+                  secrets={"botToken": TOKEN}, state_dir=tmp_path, logger=logger)  # fmt: skip
+    bot = telegram.Telegram(ctx)
+    serving = asyncio.ensure_future(bot.serve())
+    try:
+        async with asyncio.timeout(10):
+            event, props, text = await emitted.get()
+            await asyncio.gather(*bot.tasks)  # the reply is sent
+    finally:
+        serving.cancel()
+        await bot.aclose()
+    assert (event, props["chatId"], text) == ("telegram_message", 5, "yo")
+    failed = [kw for name, kw in logger.events if name == "telegram_poll_failed"]
+    assert failed[0]["status"] == 409
+    assert "another client" in failed[0]["hint"]
+    sent = [r.json for r in api.requests if r.path.endswith("/sendMessage")]
+    assert sent == [{"chat_id": 5, "text": "re: yo", "reply_to_message_id": 70,
+                     "allow_sending_without_reply": True}]  # fmt: skip
+    assert json.loads((tmp_path / "telegram.json").read_text()) == {"offset": 8}
