@@ -135,3 +135,37 @@ async def test_ttl_expiry_fails_the_call(start_daemon: StartDaemon) -> None:
         assert rc != 0 and "E_CALL_NOT_FOUND" in err
         reply = await daemon.send("hello again")  # the expired turn ended; the queue moves on
         assert reply.ok and reply.result["input"] == "echo: hello again"
+
+
+async def test_pending_call_survives_an_agent_restart(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start(start_daemon)
+        request = await defer(daemon, "confirm after restart")
+        before = (await daemon.process("alpha")).pid
+        code, _, err = await run_cli("restart", "--agent", "alpha")
+        assert code == 0, err
+        [pending] = await calls_list()
+        assert pending["id"] == request["id"]
+        rc, out, err = await resolve(request["id"], "--result", '"yes"')
+        assert rc == 0, err
+        assert tool_result(out) == {"status": "ok", "output": "yes"}
+        after = await daemon.process("alpha")
+        assert after.pid != before and after.generation > 1
+        reply = await daemon.send("and then")  # the resumed turn is done: the queue moves on
+        assert reply.ok and reply.result["input"] == "echo: and then"
+
+
+async def test_pending_call_survives_a_daemon_restart(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(90):
+        first = await start(start_daemon)
+        request = await defer(first, "calendar across restarts")
+        code, _, err = await run_cli("stop")
+        assert code == 0, err
+        assert await first.wait() == 0
+        await start(start_daemon)  # same state root: the index is rebuilt from disk
+        [pending] = await calls_list()
+        assert (pending["id"], pending["method"]) == (request["id"], "calendar.read")
+        rc, out, err = await resolve(request["id"], "--result", '{"events": ["standup"]}')
+        assert rc == 0, err
+        assert tool_result(out) == {"status": "ok", "output": {"events": ["standup"]}}
+        assert await calls_list() == []
