@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent_process import schema
+from bundles.kinds import Kind, ToolSpec
 from bundles.loader import bundle_files, load_bundle
 from bundles.model import Bundle
 
@@ -66,6 +68,13 @@ _held: list[Preloaded] = []
 
 def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> None:
     files = _files(bundle, env_files, state_root)
+    # each export's metaschema check (~1-5 ms) is done once here, not in every forked child
+    schema.warm(
+        export.parameters
+        for res in bundle.of_kind(Kind.TOOL)
+        if isinstance(res.spec, ToolSpec)
+        for export in res.spec.exports
+    )
     _held[:] = [Preloaded(bundle, env_files, state_root, frozenset(files), fingerprint(files))]
 
 
