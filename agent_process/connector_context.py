@@ -55,11 +55,16 @@ class Reply:
     accepted: bool = False
     error_code: str | None = None
     error_message: str | None = None
+    deferred: dict[str, Any] | None = None
+    """The JSON-RPC 2.0 request of a deferred tool call that suspended the turn (seed 001):
+    the client answers it (webhook: `POST /rpc`) and the turn resumes."""
 
     @classmethod
     def of(cls, event_id: str, response: AgentEvent) -> Reply:
         error = response.error
+        deferred = response.metadata.get("deferred")
         return cls(
+            deferred=deferred if isinstance(deferred, dict) else None,
             event_id=event_id,
             text=response.input,
             accepted=bool(response.metadata.get("accepted")),

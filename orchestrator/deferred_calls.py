@@ -36,7 +36,7 @@ from orchestrator.delivery import OpenRequest
 from orchestrator.states import READY
 from orchestrator.table import ProcessEntry
 from protocol.endpoints import StateLayout, path_segment
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, Source, SourceKind, response_to
 from protocol.ids import ORCHESTRATOR, Address, agent_address
 from protocol.jsonrpc import (
@@ -52,6 +52,10 @@ if TYPE_CHECKING:
     from orchestrator.router import Router
 
 DEFERRED_OPS = frozenset({CallOp.DEFERRED_SUBMIT})
+ANSWER_EVENT = "deferred.answer"
+"""A connector's event carrying a client's JSON-RPC response in `metadata.rpc` (webhook
+`POST /rpc`); its reply is the resumed turn's reply."""
+RPC_WAIT_S = 120.0
 log = structlog.get_logger("goondan.deferred")
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
@@ -112,6 +116,7 @@ class DeferredIndex:
         self.calls: dict[str, Found] = {}
         self._held: dict[Address, set[str]] = {}
         """Resolutions for a process that is not ready yet: sent when it is."""
+        self._tasks: set[asyncio.Future[None]] = set()
 
     # -- the index --------------------------------------------------------------------
 
@@ -176,15 +181,52 @@ class DeferredIndex:
 
     # -- from the CLI -----------------------------------------------------------------
 
-    async def resolve(self, call_id: str, answer: JsonRpcResponse, wait_s: float) -> Any:
+    def on_answer_event(self, event: AgentEvent) -> None:
+        """`deferred.answer` from a connector: resolve, answer its event with the reply."""
+        if event.reply_to is not None:
+            self.router.book.open(
+                OpenRequest(
+                    correlation_id=event.reply_to.correlation_id,
+                    requester=event.reply_to.target,
+                    server=None,
+                    event_id=event.id,
+                )
+            )
+        task = asyncio.ensure_future(self._answer_for(event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer_for(self, event: AgentEvent) -> None:
+        text, error, meta = "", None, {}
+        try:
+            answer = msgspec.convert(event.metadata.get("rpc"), JsonRpcResponse)
+            reply = await self.resolve(answer.id, answer, RPC_WAIT_S, wait=True)
+        except msgspec.ValidationError as exc:
+            message = f"not a JSON-RPC 2.0 response {{jsonrpc, id, result | error}}: {exc}"
+            error = ErrorInfo(code=ErrorCode.E_CALL_INVALID_ANSWER, message=message)
+        except DeferredCallError as exc:
+            error = ErrorInfo(code=exc.code, message=exc.message)
+        else:
+            if isinstance(reply, AgentEvent):
+                text, error = reply.input, reply.error
+            else:
+                meta = {"accepted": True}
+        if event.reply_to is not None:
+            self.router.respond(
+                response_to(event, source=SOURCE, text=text, error=error, metadata=meta)
+            )
+
+    async def resolve(
+        self, call_id: str, answer: JsonRpcResponse, wait_s: float, *, wait: bool = False
+    ) -> Any:
         """Store the answer, route it to the owning process; wait for the resumed turn's
-        reply when the control client started it (else return at once)."""
+        reply when the control client started it or `wait` (else return at once)."""
         found = self._find(call_id)
         call = found.call
         data = msgspec.json.encode(answer)
         _write_atomic(found.path.with_name(path_segment(call.id) + ANSWER_SUFFIX), data)
         self.calls.pop(call_id, None)
-        waiter = self._reopen(call)
+        waiter = self._reopen(call, wait)
         self._route(agent_address(call.agent, call.instance_key), call.id)
         log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)
         if waiter is None:
@@ -212,11 +254,13 @@ class DeferredIndex:
             )
         return found
 
-    def _reopen(self, call: PendingCall) -> asyncio.Future[AgentEvent] | None:
+    def _reopen(self, call: PendingCall, wait: bool) -> asyncio.Future[AgentEvent] | None:
+        """Re-open the turn's request so its reply reaches a waiter (the resolving client)
+        or, for a connector that did not resolve it, the connector."""
         event = msgspec.convert(call.event, AgentEvent)
         if event.reply_to is None:
             return None
-        control = event.reply_to.target == "control"
+        control = wait or event.reply_to.target == "control"
         waiter = asyncio.get_running_loop().create_future() if control else None
         self.router.book.open(
             OpenRequest(

@@ -21,7 +21,7 @@ import zmq.asyncio
 
 from orchestrator.agents_calls import AGENT_OPS, AgentsService
 from orchestrator.connections import Connections
-from orchestrator.deferred_calls import DEFERRED_OPS, DeferredIndex
+from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
 from orchestrator.states import READY
 from orchestrator.table import ProcessEntry, ProcessTable
@@ -246,6 +246,9 @@ class Router:
         if event.in_reply_to is not None:
             self.mailbox(entry.address).mark_answered(event.in_reply_to)
             self.respond(event)
+            return
+        if event.type == ANSWER_EVENT and self.deferred is not None:
+            self.deferred.on_answer_event(event)  # a client's JSON-RPC answer (seed 001)
             return
         if entry.address.kind is ProcessKind.CONNECTOR and self.connections is not None:
             self.connections.on_event(entry, event)

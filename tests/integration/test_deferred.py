@@ -1,17 +1,22 @@
 """Deferred (client-side) tool calls through a real daemon and the CLI path (seed 001).
 
-`goondan send` (a control SendText with wait) starts a turn whose tool defers: the reply is
-the JSON-RPC request (`metadata.deferred`); `goondan calls list --json` shows the pending
-call; `goondan calls resolve ID ...` resumes the turn and prints its reply. The scripted
+Through the CLI path, `goondan send` (a control SendText with wait) starts a turn whose tool
+defers: the reply is the JSON-RPC request (`metadata.deferred`); `goondan calls list --json`
+shows the pending call; `goondan calls resolve ID ...` resumes the turn and prints its reply.
+The scripted
 model answers a tool result with `{last_tool_result}`, so the reply is what the model saw.
+Through the webhook connector, the request comes back in the HTTP response and the client's
+JSON-RPC answer goes to `POST /rpc`, whose HTTP response is the resumed turn's reply.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.conftest import StartDaemon
@@ -169,3 +174,48 @@ async def test_pending_call_survives_a_daemon_restart(start_daemon: StartDaemon)
         assert rc == 0, err
         assert tool_result(out) == {"status": "ok", "output": {"events": ["standup"]}}
         assert await calls_list() == []
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def post(url: str, body: Any) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=30) as client:
+        return await client.post(url, content=json.dumps(body).encode())
+
+
+async def test_webhook_request_out_answer_in_on_post_rpc(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(90):
+        port = free_port()
+        daemon = await start_daemon(BUNDLE / "webhook", swarm="hooked",
+                                    env={"HOOK_PORT": str(port)})  # fmt: skip
+        await daemon.wait_for("transition", process="connector:hook:webhook:1", target="idle")
+        url = f"http://127.0.0.1:{port}"
+        body = {"text": "calendar this week", "properties": {"user": "u1"}}
+        first = await post(url + "/events", body)
+        assert first.status_code == 200, first.text
+        rpc = first.json()["rpc"]
+        assert (rpc["jsonrpc"], rpc["method"]) == ("2.0", "calendar.read")
+        assert rpc["params"] == {"range": "calendar this week"}
+        [pending] = await calls_list()
+        assert (pending["id"], pending["instanceKey"]) == (rpc["id"], "u1")
+        answer = {"jsonrpc": "2.0", "id": rpc["id"], "result": {"events": ["standup"]}}
+        resumed = await post(url + "/rpc", answer)
+        assert resumed.status_code == 200, resumed.text
+        reply = json.loads(resumed.json()["reply"])
+        assert reply == {"status": "ok", "output": {"events": ["standup"]}}
+        # an error answer: the model sees the coded tool error
+        rpc = (await post(url + "/events", body)).json()["rpc"]
+        denied = {"jsonrpc": "2.0", "id": rpc["id"],
+                  "error": {"code": -32001, "message": "denied by the user"}}  # fmt: skip
+        resumed = await post(url + "/rpc", denied)
+        assert json.loads(resumed.json()["reply"])["error"]["code"] == "E_TOOL_PERMISSION_DENIED"
+        # a stale id and a malformed answer are refused with a coded error
+        stale = await post(url + "/rpc", {"jsonrpc": "2.0", "id": rpc["id"], "result": 1})
+        assert stale.json()["error"]["code"] == "E_CALL_NOT_FOUND"
+        bad = await post(url + "/rpc", {"jsonrpc": "2.0", "id": "x"})
+        assert bad.status_code == 400

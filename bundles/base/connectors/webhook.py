@@ -1,6 +1,7 @@
 """The `webhook` connector: HTTP POST in, the agent's reply out (stdlib asyncio, no framework).
 
     POST /events (or /)   {"event"?, "text" | "input", "properties"?, "instanceKey"?}
+    POST /rpc             a client's JSON-RPC 2.0 response {jsonrpc, id, result | error}
     GET  /healthz         200 {"ok": true}
 
 The body's `event` (default `config.defaultEvent`, "message") names the connector event the
@@ -11,6 +12,11 @@ rule uses it only if it says `instanceKeyProperty: instanceKey`). With the Conne
 raw body>` (401 otherwise). Answers: 200 {"reply", "eventId"} when the rule asks for a reply,
 202 {"accepted": true, "eventId"} when it does not, 4xx/5xx {"error": {"code", "message"}}.
 One request per connection (`Connection: close`): simple, and enough for webhooks.
+
+Deferred (client-side) tools, seed 001: when the turn suspends on a tool that must run on the
+client, the answer is 200 {"rpc": {jsonrpc, id, method, params}, "eventId"}; the client runs it
+and POSTs its JSON-RPC response to `/rpc` (signed like any POST); that request's answer is the
+resumed turn's reply, 200 {"reply", "eventId"} (or 202 when nobody waits for the turn).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ STATUS_TEXT = {
     502: "Bad Gateway", 504: "Gateway Timeout",
 }  # fmt: skip
 EVENT_PATHS = ("/", "/events")
+RPC_PATH = "/rpc"
+RPC_EVENT = "deferred.answer"
 
 
 class HttpError(Exception):
@@ -116,6 +124,19 @@ def parse_body(body: bytes, default_event: str) -> tuple[str, dict[str, Any], st
     return event, properties, text
 
 
+def parse_rpc(body: bytes) -> dict[str, Any]:
+    """A JSON-RPC 2.0 response object; HttpError(400) saying what is wrong."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, "E_WEBHOOK_BAD_JSON", f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+        raise HttpError(400, "E_WEBHOOK_BAD_BODY", "a JSON-RPC response needs a string `id`")
+    if ("result" in data) == ("error" in data):
+        raise HttpError(400, "E_WEBHOOK_BAD_BODY", "send exactly one of `result` or `error`")
+    return data
+
+
 async def read_request(reader: asyncio.StreamReader, max_body: int) -> Request:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -177,14 +198,17 @@ class WebhookServer:
             request = await self._read(reader)
             if request.method == "GET" and request.path == "/healthz":
                 return 200, {"ok": True}
-            if request.path not in EVENT_PATHS:
+            if request.path not in (*EVENT_PATHS, RPC_PATH):
                 raise HttpError(404, "E_WEBHOOK_NOT_FOUND", f"POST to {' or '.join(EVENT_PATHS)}")
             if request.method != "POST":
                 raise HttpError(405, "E_WEBHOOK_METHOD", "use POST")
             check_signature(
                 self.settings.signing_secret, request.body, request.headers.get(SIGNATURE_HEADER)
             )
-            event, properties, text = parse_body(request.body, self.settings.default_event)
+            if request.path == RPC_PATH:
+                event, properties, text = RPC_EVENT, {"rpc": parse_rpc(request.body)}, ""
+            else:
+                event, properties, text = parse_body(request.body, self.settings.default_event)
         except HttpError as exc:
             self.ctx.logger.info("webhook_refused", status=exc.status, code=exc.code)
             return _error(exc.status, exc.code, exc.message)
@@ -214,6 +238,9 @@ class WebhookServer:
             return status, payload
         if reply.accepted:
             return 202, {"accepted": True, "eventId": reply.event_id}
+        rpc = getattr(reply, "deferred", None)
+        if rpc is not None:  # the turn waits for the client to run a tool
+            return 200, {"rpc": rpc, "eventId": reply.event_id}
         return 200, {"reply": reply.text, "eventId": reply.event_id}
 
 
