@@ -5,11 +5,20 @@ Durability (why each write is what it is):
   it happens*, without fsync. After `write()` returns the bytes are in the kernel's page cache,
   so a SIGKILL (or any crash of this process) loses nothing written; only a power loss or
   kernel crash could, and that is what the fsync at the durability point covers.
-- The durability point is `fold()` at turn end (and on close): the folded messages go to a temp
-  file, which is fsynced, renamed over `base.jsonl`, and the directory fsynced; only then is
-  `events.jsonl` truncated (and fsynced). A crash between the rename and the truncation
-  replays events that are already in the base; applying them is idempotent (see
-  `agent_process.messages`), so the result is the same.
+- The durability point is `fold()` at turn end (and on close). Two ways, same result on disk:
+  - *append* (the usual turn: only new messages were appended since the last fold, and the
+    base on disk is known clean): the new message lines are appended to `base.jsonl` with one
+    `write` and `fdatasync`ed; no temp file, no rename, no directory fsync, and the cost does
+    not grow with the history.
+  - *rewrite* (anything else: a replace, remove or truncate, the first fold, a recovery): the
+    folded messages go to a temp file, which is fsynced, renamed over `base.jsonl`, and the
+    directory fsynced.
+  Only then is `events.jsonl` truncated (and fsynced). A crash between the base write and the
+  truncation replays events that are already in the base; applying them is idempotent (see
+  `agent_process.messages`), so the result is the same. A crash in the middle of an append
+  can leave a torn last line in the base, but the events of that fold are still in
+  `events.jsonl` (truncated only after the fdatasync): the torn line is skipped, the events
+  replayed, and the first fold of the next process is a rewrite, which repairs the file.
 - On open, leftover events are replayed onto the base. A torn last line (a crash in the middle
   of a write) is skipped with a warning; every complete line before it is kept.
 """
@@ -52,6 +61,9 @@ class ConversationStore:
         self._messages: list[Message] = []
         self._fd: int | None = None
         self._pending_events = 0
+        self._appended: list[Message] | None = None
+        """Messages appended since the last fold while that is all that happened and the base
+        on disk is clean (the next fold may append them); None: the next fold rewrites."""
         self.recovered_events = 0
         """Events replayed from a previous process's unfolded log (0 after a clean stop)."""
 
@@ -59,13 +71,14 @@ class ConversationStore:
 
     def open(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
-        self._messages = self._read_base()
+        self._messages, clean = self._read_base()
         replayed = 0
         for event in self._read_events():
             apply_event(self._messages, event)
             replayed += 1
         self.recovered_events = replayed
         self._pending_events = replayed
+        self._appended = [] if clean and not replayed and self._base_path.exists() else None
         self._fd = os.open(self._events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         if replayed:
             _log.info("conversation_replayed", events=replayed, path=str(self._events_path))
@@ -115,34 +128,61 @@ class ConversationStore:
             raise RuntimeError("the conversation store is not open")
         line = _encoder.encode(event) + b"\n"
         os.write(self._fd, line)  # one write per event: in the page cache before we go on
+        count = len(self._messages)
         apply_event(self._messages, event)
         self._pending_events += 1
+        if self._appended is not None:
+            if isinstance(event, AppendEvent) and len(self._messages) == count + 1:
+                self._appended.append(event.message)
+            else:  # an edit of what the base already holds: only a rewrite can fold it
+                self._appended = None
 
     # -- folding (the durability point) -------------------------------------------------
 
     def fold(self) -> None:
-        """Write base = current messages atomically, then clear the events."""
+        """Make base = current messages durable (append or atomic rewrite), clear the events."""
         if self._pending_events == 0:
             return
-        data = b"".join(_encoder.encode(m) + b"\n" for m in self._messages)
-        write_json_atomic(self._base_path, data)
+        try:
+            self._write_base()
+        except OSError:
+            self._appended = None  # unknown what reached the base: the next fold rewrites it
+            raise
+        self._appended = []
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
             os.fsync(self._fd)
         self._pending_events = 0
 
-    def _read_base(self) -> list[Message]:
+    def _write_base(self) -> None:
+        if self._appended is not None:
+            data = b"".join(_encoder.encode(m) + b"\n" for m in self._appended)
+            try:
+                _append_synced(self._base_path, data)
+                return
+            except OSError as exc:  # e.g. the base was removed under us: rewrite it whole
+                _log.warning("base_append_failed", path=str(self._base_path), error=str(exc))
+                self._appended = None
+        data = b"".join(_encoder.encode(m) + b"\n" for m in self._messages)
+        write_json_atomic(self._base_path, data)
+
+    def _read_base(self) -> tuple[list[Message], bool]:
+        """The base's messages, and whether the file is clean (every line read, a newline at
+        the end): only a clean base may be appended to."""
         if not self._base_path.exists():
-            return []
+            return [], True
+        raw = self._base_path.read_bytes()
+        clean = not raw or raw.endswith(b"\n")
         out = []
-        for lineno, line in enumerate(self._base_path.read_bytes().splitlines(), 1):
+        for lineno, line in enumerate(raw.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 out.append(_message_decoder.decode(line))
             except msgspec.DecodeError as exc:
+                clean = False
                 _log.error("base_line_unreadable", line=lineno, error=str(exc))
-        return out
+        return out, clean
 
     def _read_events(self) -> list[MessageEvent]:
         if not self._events_path.exists():
@@ -164,6 +204,18 @@ def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _append_synced(path: Path, data: bytes) -> None:
+    """One write at the end of an existing file, then fdatasync (data and size on disk)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fdatasync(fd)
     finally:
         os.close(fd)
 
