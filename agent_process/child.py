@@ -24,13 +24,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-import msgspec
 import structlog
 import uvloop
 import zmq
 import zmq.asyncio
 
-from agent_process import child_options
+from agent_process import child_options, deferred
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
@@ -51,7 +50,6 @@ from protocol.jsonrpc import PendingCall
 from protocol.messages import (
     Call,
     CallOp,
-    CallPayload,
     CallResult,
     ChildState,
     Event,
@@ -219,7 +217,6 @@ class Child:
         # deferred tool calls (seed 001): a turn waiting for its client is parked, not blocking
         store = PendingStore(paths.pending_calls_dir)
         self.deferred = DeferredCalls(store, DeferredPolicy(), self._submit_deferred)
-        self.resuming: tuple[str, list[PendingCall]] | None = None
         self.draining = asyncio.Event()
         self.last_heard = time.monotonic()
         self.busy = False
@@ -245,35 +242,17 @@ class Child:
             payload = StartErrorPayload(error=info)
             await self.send(StartError(from_=self.me, to=ORCHESTRATOR, payload=payload))
             return False
-        self._install_deferred(self.runner)
+        deferred.install(self.runner, self.deferred)
         ready = ReadyPayload(pid=os.getpid(), tools=list(self.runner.tool_names))
         await self.send(Ready(from_=self.me, to=ORCHESTRATOR, payload=ready))
-        self._resume_pending()
+        resume = self.deferred.resume_event()  # a turn left waiting for its client goes first
+        if resume is not None:
+            self.queue.put_nowait(resume)
         self._wake()  # async replies stored by an earlier process of this instance
         return True
 
-    def _install_deferred(self, runner: TurnRunner) -> None:
-        policy = getattr(runner, "deferred_policy", None)
-        if isinstance(policy, DeferredPolicy):
-            self.deferred.policy = policy
-        setter = getattr(runner, "set_deferred_hook", None)
-        if setter is not None:
-            setter(self.deferred.hook)
-
-    def _resume_pending(self) -> None:
-        """A turn an earlier process left waiting for its client runs first (resumed)."""
-        calls = self.deferred.pending()
-        if not calls:
-            return
-        event = msgspec.convert(calls[0].event, AgentEvent)
-        self.resuming = (event.id, calls)
-        self.queue.put_nowait(event)
-        log.info("turn_resuming", event_id=event.id, calls=[c.id for c in calls])
-
     async def _submit_deferred(self, call: PendingCall) -> None:
-        args = {"call": msgspec.to_builtins(call)}
-        payload = CallPayload(call_id=call.id, op=CallOp.DEFERRED_SUBMIT, args=args)
-        await self.send(Call(from_=self.me, to=ORCHESTRATOR, payload=payload))
+        await self.send(deferred.submit_frame(self.me, call))
 
     def _wake(self) -> None:
         """An idle runtime with stored async replies runs one turn to take them; a busy one
@@ -348,31 +327,15 @@ class Child:
     async def _turn(self, event: AgentEvent) -> TurnReport | None:
         """The turn's report, or None when a drain stopped it while it waited for a client."""
         assert self.runner is not None
-        resuming = self.resuming
-        if resuming is not None and resuming[0] == event.id:
-            self.resuming = None
-            resumed = self.deferred.resumed(resuming[1])
-            coro = cast(Any, self.runner).run_turn(event, resumed)
+        resumed = self.deferred.resumed_for(event)
+        if resumed is None:
+            turn = self.runner.run_turn(event)
         else:
-            coro = self.runner.run_turn(event)
-        turn: asyncio.Future[TurnReport] = asyncio.ensure_future(coro)
-        park = asyncio.ensure_future(self._park_wanted())
-        try:
-            either: set[asyncio.Future[Any]] = {turn, park}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            park.cancel()
-        if not turn.done():
-            turn.cancel()
-        try:
-            return await turn
-        except asyncio.CancelledError:
+            turn = cast(Any, self.runner).run_turn(event, resumed)
+        report = await deferred.unless_parked(turn, self.draining, self.deferred.parked)
+        if report is None:
             log.info("turn_parked", event_id=event.id)
-            return None
-
-    async def _park_wanted(self) -> None:
-        await self.draining.wait()
-        await self.deferred.parked.wait()
+        return report
 
     async def _status(
         self, state: ChildState, event_id: str, outcome: TurnOutcome | None = None

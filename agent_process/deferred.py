@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 import msgspec
@@ -58,6 +58,8 @@ from bundles.kinds import Kind
 from bundles.model import Bundle
 from protocol.endpoints import path_segment
 from protocol.errors import ErrorCode, ErrorInfo
+from protocol.events import AgentEvent
+from protocol.ids import ORCHESTRATOR
 from protocol.jsonrpc import (
     ANSWER_SUFFIX,
     PENDING_SUFFIX,
@@ -66,8 +68,10 @@ from protocol.jsonrpc import (
     JsonRpcResponse,
     PendingCall,
 )
+from protocol.messages import Call, CallOp, CallPayload
 
 DEFAULT_TTL_SECONDS = 3600.0
+T = TypeVar("T")
 log = structlog.get_logger("goondan.deferred")
 
 _CLIENT_ERRORS: dict[int, tuple[ErrorCode, str, str]] = {
@@ -231,6 +235,7 @@ class DeferredCalls:
         self._waiting: dict[str, tuple[PendingCall, asyncio.Future[ToolResult]]] = {}
         self.parked = asyncio.Event()
         """Set while a turn waits for a client: a draining child may stop it then."""
+        self._resuming: tuple[str, list[PendingCall]] | None = None
 
     async def hook(self, ctx: ToolCallMwContext, request: DeferredRequest) -> ToolResult:
         """The `DeferredHook`: suspend the turn until the client answers or the TTL passes."""
@@ -258,6 +263,24 @@ class DeferredCalls:
     def pending(self) -> list[PendingCall]:
         """Calls a previous process left suspended (a restart resumes their turn)."""
         return self.store.load()
+
+    def resume_event(self) -> AgentEvent | None:
+        """At start: the originating event of a turn an earlier process left waiting for its
+        client; the child runs it first, and `resumed_for` makes that run a resume."""
+        calls = self.pending()
+        if not calls:
+            return None
+        event = msgspec.convert(calls[0].event, AgentEvent)
+        self._resuming = (event.id, calls)
+        log.info("turn_resuming", event_id=event.id, calls=[c.id for c in calls])
+        return event
+
+    def resumed_for(self, event: AgentEvent) -> Resumed | None:
+        if self._resuming is None or self._resuming[0] != event.id:
+            return None
+        calls = self._resuming[1]
+        self._resuming = None
+        return self.resumed(calls)
 
     async def wait(self, call: PendingCall) -> ToolResult:
         """Until answered or expired; the files go only then (a cancelled wait keeps them)."""
@@ -318,3 +341,44 @@ class DeferredCalls:
             )
 
         return Resumed(turn_id=calls[0].turn_id, step=calls[0].step, answer=answer)
+
+
+def install(runner: Any, calls: DeferredCalls) -> None:
+    """Plug `calls` into a runner that supports deferred calls (the real AgentRuntime)."""
+    policy = getattr(runner, "deferred_policy", None)
+    if isinstance(policy, DeferredPolicy):
+        calls.policy = policy
+    setter = getattr(runner, "set_deferred_hook", None)
+    if setter is not None:
+        setter(calls.hook)
+
+
+def submit_frame(sender: str, call: PendingCall) -> Call:
+    args = {"call": msgspec.to_builtins(call)}
+    payload = CallPayload(call_id=call.id, op=CallOp.DEFERRED_SUBMIT, args=args)
+    return Call(from_=sender, to=ORCHESTRATOR, payload=payload)
+
+
+async def unless_parked(
+    turn: Awaitable[T], draining: asyncio.Event, parked: asyncio.Event
+) -> T | None:
+    """The turn's result, or None when the process drains while the turn waits for a client:
+    the turn is cancelled then (its pending call stays on disk for the next process)."""
+    task: asyncio.Future[T] = asyncio.ensure_future(turn)
+
+    async def park_wanted() -> None:
+        await draining.wait()
+        await parked.wait()
+
+    park = asyncio.ensure_future(park_wanted())
+    try:
+        either: set[asyncio.Future[Any]] = {task, park}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        park.cancel()
+    if not task.done():
+        task.cancel()
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return None
