@@ -69,6 +69,8 @@ async def test_result_resumes_the_turn_and_the_reply_reaches_the_cli(
         assert (pending["agent"], pending["instanceKey"]) == ("alpha", SWARM)
         assert pending["method"] == "ui.confirm"
         assert 3500 < pending["expiresInSeconds"] <= 3600
+        code, out, _ = await run_cli("calls", "list")
+        assert code == 0 and request["id"] in out and "ui.confirm" in out
         code, out, err = await resolve(request["id"], "--result", '{"confirmed": true}')
         assert code == 0, err
         assert tool_result(out) == {"status": "ok", "output": {"confirmed": True}}

@@ -177,3 +177,38 @@ def test_policy_from_bundle() -> None:
     policy = policy_from_bundle(b.bundle(tool, swarm), "s")
     assert (policy.ttl("t__cal"), policy.ttl("t__plain"), policy.ttl("other")) == (5, 42, 42)
     assert policy.schema("t__plain") == {"type": "object"}
+
+
+async def test_a_later_call_of_the_step_is_answered_when_a_new_process_resumes() -> None:
+    script: list[dict[str, Any]] = [
+        {"match": "go", "toolCalls": [{"id": "call_1", "name": "t__cal", "args": {}},
+                                      {"id": "call_2", "name": "t__cal", "args": {}}]},
+        {"afterTool": "*", "reply": "{last_tool_result}"},
+    ]  # fmt: skip
+    tool = b.tool("t", "tools/basic.py", EXPORTS)
+    resources = (b.scripted(script=script), b.agent(tools=["t"]), tool)
+    rt = await make_runtime(*resources)
+    calls = calls_for(rt)
+    async with asyncio.timeout(TIMEOUT):
+        turn = asyncio.ensure_future(rt.run_turn(event("go")))
+        await calls.parked.wait()
+        turn.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await turn
+        await rt.close()
+        rt2 = await make_runtime(*resources)
+        try:
+            calls2 = calls_for(rt2)
+            [pending] = calls2.pending()
+            assert pending.id == "call_1"
+            # answered while no process ran: the resume finds the answer file
+            answer(calls2, pending, JsonRpcResponse(id="call_1", result={"events": []}))
+            original = msgspec.convert(pending.event, type(event("x")))
+            result = await rt2.run_turn(original, calls2.resumed([pending]))
+        finally:
+            await rt2.close()
+    results = [json.loads(m.content) for m in rt2.store.messages if m.tool_call_id]
+    assert results[0] == {"status": "ok", "output": {"events": []}}
+    assert results[1]["error"]["code"] == "E_AGENT_CRASHED"
+    assert "was not run" in results[1]["error"]["message"]
+    assert result.outcome is TurnOutcome.COMPLETED
