@@ -223,11 +223,16 @@ class DeferredIndex:
         reply when the control client started it or `wait` (else return at once)."""
         found = self._find(call_id)
         call = found.call
+        lifecycle = self.router.lifecycle
+        address = agent_address(call.agent, call.instance_key)
+        problem = lifecycle.check_target(address) if lifecycle is not None else None
+        if problem is not None:  # e.g. the agent left the swarm: keep the call for later
+            raise DeferredCallError(ErrorCode(problem.code), problem.message)
         data = msgspec.json.encode(answer)
         _write_atomic(found.path.with_name(path_segment(call.id) + ANSWER_SUFFIX), data)
         self.calls.pop(call_id, None)
         waiter = self._reopen(call, wait)
-        self._route(agent_address(call.agent, call.instance_key), call.id)
+        self._route(address, call.id)
         log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)
         if waiter is None:
             return {"resolved": call.id, "agent": call.agent, "instanceKey": call.instance_key}
