@@ -241,6 +241,11 @@ class Bridge:
             CallOp.SPAWN, {"target": target, "instanceKey": instance_key, "cwd": cwd}
         )
 
+    async def restart(self, reason: str) -> JsonObject:
+        """`self-restart`: the orchestrator re-reads the bundle and restarts the swarm's agents
+        once their current turns complete (this one included)."""
+        return await self._call(CallOp.RESTART, {"reason": reason})
+
     async def list(self, *, include_all: bool = False) -> JsonObject:
         return await self._call(CallOp.LIST, {"includeAll": include_all})
 

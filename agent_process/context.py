@@ -110,3 +110,6 @@ class NotConnectedRuntime:
 
     async def catalog(self) -> JsonObject:
         raise self._fail("catalog")
+
+    async def restart(self, reason: str) -> JsonObject:
+        raise self._fail("restart")

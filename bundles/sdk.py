@@ -67,6 +67,10 @@ class AgentsRuntime(Protocol):
 
     async def catalog(self) -> JsonObject: ...
 
+    async def restart(self, reason: str) -> JsonObject:
+        """Re-read the bundle and gracefully restart the swarm's agents after current turns."""
+        ...
+
 
 @runtime_checkable
 class ToolContext(Protocol):

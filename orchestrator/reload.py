@@ -38,6 +38,7 @@ from orchestrator.connections import swarm_connections
 from orchestrator.control import ControlContext
 from orchestrator.forkserver import ForkServerProcess
 from orchestrator.router import Router
+from orchestrator.self_restart import SelfRestart
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
 from orchestrator.watch import watch_files
@@ -280,6 +281,7 @@ def install(
             router.connections.start_all()
 
     reloader = Reloader(source, bundle, supervisor, apply, notifier, on_swap, start_connectors)
+    router.self_restart = SelfRestart(reloader, router.send).on_call
 
     async def answer(trigger: str) -> tuple[dict[str, Any], ErrorInfo | None]:
         outcome = await reloader.reload(trigger)

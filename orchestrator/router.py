@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol, assert_never
 
 import structlog
@@ -38,6 +39,7 @@ from protocol.ids import (
 )
 from protocol.messages import (
     Call,
+    CallOp,
     CallPayload,
     CallResult,
     Event,
@@ -110,6 +112,8 @@ class Router:
         """The `agents` tool's checks and calls (spawn/list/catalog); set by the daemon."""
         self.connections: Connections | None = None
         """Connector events -> Connection ingress rules; set by the daemon."""
+        self.self_restart: Callable[[ProcessEntry, CallPayload], None] | None = None
+        """The `restart` call of the self-restart tool; set by the daemon with the reloader."""
         self.deferred: DeferredIndex | None = None
         """Pending deferred tool calls (seed 001); set by the daemon."""
         self.mailboxes: dict[Address, Mailbox] = {}
@@ -224,6 +228,9 @@ class Router:
                 assert_never(msg)
 
     def _on_call(self, entry: ProcessEntry, payload: CallPayload, lifecycle: Lifecycle) -> None:
+        if payload.op is CallOp.RESTART and self.self_restart is not None:
+            self.self_restart(entry, payload)
+            return
         if payload.op in DEFERRED_OPS and self.deferred is not None:
             self.deferred.on_call(entry, payload)
             return
