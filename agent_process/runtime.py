@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from agent_process import resolve
+from agent_process import otel, resolve
 from agent_process.assembly import Parts, StartRequest, assemble, save_states
 from agent_process.contexts import TurnResult
 from agent_process.deferred import DeferredPolicy
@@ -59,6 +59,7 @@ class AgentRuntime:
         self.extensions = parts.extensions
         self.paths = parts.paths
         self.mcp = parts.mcp
+        self._otel = otel.install(parts.bus)  # None unless OTEL_* ask for OTLP export
         self._lock = asyncio.Lock()
         self._closed = False
         self.deferred_policy = DeferredPolicy()
@@ -129,6 +130,8 @@ class AgentRuntime:
             self.store.close()
             await self.bus.drain()
             self.bus.close()
+            if self._otel is not None:  # after the bus: every span's end event was delivered
+                await self._otel.close()
             try:
                 await self.model.aclose()
             finally:
