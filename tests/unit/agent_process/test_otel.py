@@ -8,16 +8,13 @@ nothing" run everywhere.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from agent_process import otel
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import TIMEOUT, event, make_runtime
+from tests.unit.agent_process.otlp_collector import Collector, attrs
 
 REPO = Path(__file__).resolve().parents[3]
 ADD = {
@@ -113,63 +111,6 @@ async def test_not_configured_imports_no_opentelemetry() -> None:
 # -- with the SDK -----------------------------------------------------------------------------
 
 
-class Collector:
-    """An OTLP/HTTP trace receiver on 127.0.0.1: decodes every POST /v1/traces."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
-
-        self.requests: list[Any] = []
-        self.paths: list[str] = []
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                request = pb.ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                collector.paths.append(self.path)
-                collector.requests.append(request)
-                reply = pb.ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def spans(self) -> list[tuple[dict[str, Any], Any]]:
-        """(resource attributes, span) of every span received."""
-        out: list[tuple[dict[str, Any], Any]] = []
-        for request in self.requests:
-            for rs in request.resource_spans:
-                resource = {a.key: _value(a.value) for a in rs.resource.attributes}
-                out.extend((resource, span) for ss in rs.scope_spans for span in ss.spans)
-        return out
-
-
-def _value(v: Any) -> Any:
-    kind = v.WhichOneof("value")
-    if kind == "array_value":
-        return [_value(x) for x in v.array_value.values]
-    return getattr(v, kind)
-
-
-def attrs(span: Any) -> dict[str, Any]:
-    return {a.key: _value(a.value) for a in span.attributes}
-
-
 @pytest.fixture
 def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[Collector]:
     pytest.importorskip("opentelemetry.sdk.trace")
@@ -179,13 +120,12 @@ def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[Collector]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     server = Collector()
-    server.thread.start()
+    server.start()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", server.url)
     try:
         yield server
     finally:
-        server.server.shutdown()
-        server.server.server_close()
+        server.stop()
 
 
 def calc() -> Any:
