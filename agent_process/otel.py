@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -98,8 +99,29 @@ def install(bus: EventBus) -> SpanExport | None:
         return None
     for pattern in ("turn.*", "step.*", "tool.*"):
         bus.on(pattern, export.on_event, owner="otel")
+    _route_sdk_logs()
     _log.info("otel_export_enabled", protocol=_protocol())
     return export
+
+
+class _SdkLogs(logging.Handler):
+    """The SDK reports export failures through stdlib logging, which nothing here configures
+    (Python would print bare text lines into the JSON log): pass them to structlog, where
+    they are rendered like every other line and secrets are masked."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            method = _log.error if record.levelno >= logging.ERROR else _log.warning
+            method("otel_sdk", logger=record.name, message=record.getMessage())
+        except Exception:
+            self.handleError(record)
+
+
+def _route_sdk_logs() -> None:
+    sdk = logging.getLogger("opentelemetry")
+    if not any(isinstance(h, _SdkLogs) for h in sdk.handlers):
+        sdk.addHandler(_SdkLogs(logging.WARNING))
+        sdk.propagate = False
 
 
 def _protocol() -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -19,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from agent_process import otel
+from agent_process.telemetry import EventBus
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import TIMEOUT, event, make_runtime
@@ -66,6 +69,23 @@ SCRIPT: list[dict[str, Any]] = [
 )
 def test_export_follows_the_standard_variables(env: dict[str, str], expected: bool) -> None:
     assert otel.export_requested(env) is expected
+
+
+def test_configured_without_the_packages_warns_once_and_exports_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
+    # None in sys.modules makes the import fail, whether or not the package is installed
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    bus = EventBus(None, agent="a", instance_key="k")
+    with structlog.testing.capture_logs() as logs:
+        assert otel.install(bus) is None
+    assert not bus.active  # nothing subscribed
+    (warning,) = [e for e in logs if e["event"] == "otel_unavailable"]
+    assert warning["log_level"] == "warning"
+    assert "goondan[otel]" in warning["hint"]
 
 
 NOT_CONFIGURED = """
@@ -266,3 +286,22 @@ def test_span_without_a_recorded_start_and_malformed_events() -> None:
     assert span.start_time == 99_750_000_000 and span.end_time == 100_000_000_000
     assert span.status.description == "RuntimeError('boom')"
     assert span.attributes is not None and span.attributes["goondan.step"] == 3
+
+
+async def test_sdk_log_records_become_structured_log_lines(
+    collector: Collector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    export = otel.install(EventBus(None, agent="a", instance_key="k"))
+    assert export is not None
+    with structlog.testing.capture_logs() as logs:
+        logging.getLogger("opentelemetry.exporter.x").warning("Failed to export %s", "batch")
+    assert logs == [
+        {
+            "event": "otel_sdk",
+            "log_level": "warning",
+            "logger": "opentelemetry.exporter.x",
+            "message": "Failed to export batch",
+        }
+    ]
+    async with asyncio.timeout(TIMEOUT):
+        await export.close()
