@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from bundles import codecache
+
 
 class EntryLoadError(Exception):
     pass
@@ -34,7 +36,7 @@ def load_entry(entry: str, root: Path) -> ModuleType:
     name = f"goondan_entry_{path.stem.replace('-', '_')}_{digest}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = codecache.spec_for(name, path)  # reuses the fork server's compiled code
     if spec is None or spec.loader is None:
         raise EntryLoadError(f"entry file {path} is not a loadable Python module")
     module = importlib.util.module_from_spec(spec)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_process import schema
+from agent_process.loading import is_path_entry
+from bundles import codecache
 from bundles.kinds import Kind, ToolSpec
 from bundles.loader import bundle_files, load_bundle
 from bundles.model import Bundle
@@ -43,6 +45,20 @@ def fingerprint(files: set[Path]) -> Fingerprint:
             continue
         out.append((str(path), st.st_mtime_ns, st.st_size))
     return tuple(out)
+
+
+def _entry_files(bundle: Bundle) -> set[Path]:
+    """Entry files of tools, extensions and connectors, with the helpers beside them."""
+    out: set[Path] = set()
+    for kind in (Kind.TOOL, Kind.EXTENSION, Kind.CONNECTOR):
+        for res in bundle.of_kind(kind):
+            entry = getattr(res.spec, "entry", None)
+            if not isinstance(entry, str) or not is_path_entry(entry):
+                continue
+            path = (Path(res.root) / entry).resolve()
+            if path.is_file():
+                out.update(path.parent.glob("*.py"))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +91,7 @@ def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> N
         if isinstance(res.spec, ToolSpec)
         for export in res.spec.exports
     )
+    codecache.warm(_entry_files(bundle))  # compiled once here, not in every forked child
     _held[:] = [Preloaded(bundle, env_files, state_root, frozenset(files), fingerprint(files))]
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
+from bundles import codecache
+
 JsonValue = Any
 JsonObject = dict[str, Any]
 
@@ -405,7 +407,7 @@ def load_sibling(anchor: str, name: str) -> ModuleType:
     key = f"_goondan_sibling_{name}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
     if key in sys.modules:
         return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, path)
+    spec = codecache.spec_for(key, path)  # reuses the fork server's compiled code
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load helper module {path}")
     module = importlib.util.module_from_spec(spec)
