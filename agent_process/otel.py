@@ -97,6 +97,9 @@ def install(bus: EventBus) -> SpanExport | None:
     except ImportError as exc:
         _log.warning("otel_unavailable", error=str(exc), hint=INSTALL_HINT)
         return None
+    except Exception as exc:  # e.g. an OTEL_* value the SDK rejects: the agent runs anyway
+        _log.error("otel_config_invalid", error=repr(exc), hint="check the OTEL_* variables")
+        return None
     for pattern in ("turn.*", "step.*", "tool.*"):
         bus.on(pattern, export.on_event, owner="otel")
     _route_sdk_logs()

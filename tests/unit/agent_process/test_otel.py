@@ -305,3 +305,27 @@ async def test_sdk_log_records_become_structured_log_lines(
     ]
     async with asyncio.timeout(TIMEOUT):
         await export.close()
+
+
+def test_grpc_without_its_exporter_and_a_failing_exporter_leave_the_agent_running(
+    collector: Collector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus = EventBus(None, agent="a", instance_key="k")
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    with structlog.testing.capture_logs() as logs:
+        assert otel.install(bus) is None
+    assert [e["event"] for e in logs] == ["otel_grpc_unavailable"]
+    assert "http/protobuf" in logs[0]["hint"]
+
+    from opentelemetry.exporter.otlp.proto.http import trace_exporter
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("bad OTEL_EXPORTER_OTLP_HEADERS")
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setattr(trace_exporter, "OTLPSpanExporter", broken)
+    with structlog.testing.capture_logs() as logs:
+        assert otel.install(bus) is None
+    assert [e["event"] for e in logs] == ["otel_config_invalid"]
+    assert not bus.active
