@@ -9,14 +9,15 @@ After a reload the daemon asks the fork server to `refresh()` it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent_process import schema
-from agent_process.loading import is_path_entry
+from agent_process.loading import EntryLoadError, is_path_entry, load_entry
 from bundles import codecache
-from bundles.kinds import Kind, ToolSpec
+from bundles.kinds import BASE_PACKAGE, Kind, ToolSpec
 from bundles.loader import bundle_files, load_bundle
 from bundles.model import Bundle
 
@@ -61,6 +62,18 @@ def _entry_files(bundle: Bundle) -> set[Path]:
     return out
 
 
+def _import_base_tools(bundle: Bundle) -> None:
+    """The built-in package's tool modules (ours: plain definitions, no threads or sockets at
+    import, so fork-safe) are imported here once; children find them in `sys.modules` (same
+    name per file, see `load_entry`) and share them copy-on-write. User tools are only
+    compiled (`codecache`): their import-time code runs in the agent's own process."""
+    for res in bundle.of_kind(Kind.TOOL):
+        entry = getattr(res.spec, "entry", None)
+        if res.package == BASE_PACKAGE and isinstance(entry, str) and is_path_entry(entry):
+            with contextlib.suppress(EntryLoadError):  # the child reports it when it loads
+                load_entry(entry, Path(res.root))
+
+
 @dataclass(frozen=True, slots=True)
 class Preloaded:
     bundle: Bundle
@@ -92,6 +105,7 @@ def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> N
         for export in res.spec.exports
     )
     codecache.warm(_entry_files(bundle))  # compiled once here, not in every forked child
+    _import_base_tools(bundle)
     _held[:] = [Preloaded(bundle, env_files, state_root, frozenset(files), fingerprint(files))]
 
 
