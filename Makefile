@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 EXAMPLE ?= bundles/examples/hello/goondan.yaml
 EXAMPLE_INPUT ?= Hello, goondan!
 
-.PHONY: help install test lint typecheck imports bench run-example clean
+.PHONY: help install test lint typecheck imports bench run-example clean fuzz chaos soak
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -35,6 +35,18 @@ typecheck: ## mypy --strict only
 
 bench: ## run the benchmarks; each figure is printed as a ratio to a raw baseline of the same run
 	$(BIN)/python -m tests.bench
+
+fuzz: ## long fuzz runs: frames at the daemon's sockets, hostile tool args, bundles (FUZZ_EXAMPLES)
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		tests/fuzz tests/unit/bundles/test_fuzz.py tests/unit/protocol/test_codec.py $(PYTEST_ARGS)
+
+chaos: ## long chaos run: SIGKILL monkey under inter-agent load (CHAOS_SECONDS, default 120)
+	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		tests/chaos $(PYTEST_ARGS)
+
+soak: ## steady traffic; fails on sustained RSS growth (SOAK_SECONDS, default 60)
+	SOAK_SECONDS=$${SOAK_SECONDS:-60} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		tests/soak $(PYTEST_ARGS)
 
 run-example: ## run bundles/examples/hello offline through the real daemon and print the reply
 	$(BIN)/goondan run $(EXAMPLE) --input "$(EXAMPLE_INPUT)"
