@@ -256,9 +256,10 @@ async def test_a_connection_error_is_coded_and_hides_the_token(workdir: Path) ->
 
 def test_the_manifest_declares_the_documented_exports() -> None:
     docs = {
-        d["metadata"]["name"]: d for d in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
+        (d["kind"], d["metadata"]["name"]): d
+        for d in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
     }
-    exports = [e["name"] for e in docs["telegram"]["spec"]["exports"]]
+    exports = [e["name"] for e in docs["Tool", "telegram"]["spec"]["exports"]]
     assert exports == ["send", "edit", "delete", "react", "setChatAction", "downloadFile"]
     assert set(telegram.handlers) == set(exports)
 
@@ -270,7 +271,7 @@ async def test_calls_through_the_real_executor(api: FakeApi) -> None:
         next(
             d
             for d in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
-            if d["metadata"]["name"] == "telegram"
+            if d["kind"] == "Tool" and d["metadata"]["name"] == "telegram"
         )["spec"]
     )
     spec["config"].update(token=TOKEN, apiBaseUrl=api.url)
