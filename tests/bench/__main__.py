@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.bench import report
 from tests.bench.baselines import Row, print_rows
 
 
@@ -24,6 +25,7 @@ def _modules() -> list[str]:
 
 def main() -> int:
     summary: list[Row] = []
+    results: dict[str, list[Row]] = {}
     failed = []
     for name in _modules():
         start = time.perf_counter()
@@ -36,9 +38,11 @@ def main() -> int:
             continue
         if isinstance(rows, list):
             summary += [r for r in rows if isinstance(r, Row) and r.goal]
+            results[name.removeprefix("bench_")] = [r for r in rows if isinstance(r, Row)]
         print(f"({name}: {time.perf_counter() - start:.0f} s)", flush=True)
     if summary:
         print_rows("summary: figures with a goal", summary)
+    report.write(results, failed)  # the Markdown table: stdout and bench-report.md
     return 1 if failed else 0
 
 

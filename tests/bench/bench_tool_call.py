@@ -29,6 +29,7 @@ from agent_process.telemetry import EventBus
 from agent_process.toolcall import ToolCallRunner
 from protocol.events import Source, TraceContext, new_event
 from protocol.events import SourceKind as EventSource
+from tests.bench.baselines import Row, print_rows
 
 ROUNDS = 7
 CALLS_PER_ROUND = 3000
@@ -131,15 +132,25 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98]
 
 
-def main() -> None:
+GOALS = {
+    "tool call, no event recording": "≤ 10 µs p50",
+    "tool call, events recorded": "≤ 20 µs p50",
+}
+
+
+def main() -> list[Row]:
     samples = asyncio.run(run())
     bare = statistics.median(samples["bare await handler(ctx, args)"])
     backend = ArgsValidator("x", SCHEMA).fast_backend
-    print(f"tool call benchmark ({ROUNDS} rounds x {CALLS_PER_ROUND} calls; validator: {backend})")
-    print(f"{'variant':34} {'median µs':>10} {'p99 µs':>9} {'÷ bare':>8}")
-    for name, values in samples.items():
-        med = statistics.median(values)
-        print(f"{name:34} {med:10.2f} {p99(values):9.2f} {med / bare:7.1f}x")
+    rows = [
+        Row(name, statistics.median(v), p99(v), "µs", bare, GOALS.get(name, ""))
+        for name, v in samples.items()
+    ]
+    print_rows(
+        f"tool call benchmark ({ROUNDS} rounds x {CALLS_PER_ROUND} calls; validator: {backend})",
+        rows,
+    )
+    return rows
 
 
 if __name__ == "__main__":

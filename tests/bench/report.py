@@ -1,0 +1,140 @@
+"""The benchmark report: every figure with its baseline, ratio, goal and a pass/fail verdict.
+
+`python -m tests.bench` hands the rows of every bench_* module here; the table goes to stdout
+and to bench-report.md (gitignored). Goals are the strings the benchmarks already print, read
+by a small grammar (clauses joined by ", "):
+
+- `≤ 10 ms p50`, `≤ 15 ms`, `≤ 6 MiB`: the median (or the named percentile) at most this;
+- `p99 ≤ 1000 µs`: the p99 at most this;
+- `≤ 1.25x`: the ratio to the baseline of the same run at most this;
+- `1,000`: at least this many (a count);
+- `exactly 1`: the median is this value.
+
+A goal the grammar cannot read is reported as `?`, never as a pass. A PNG of the latency rows
+(median and p99) is written next to the report when matplotlib is importable; else skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.bench.baselines import Row
+
+REPORT = Path("bench-report.md")
+PLOT = Path("bench-report.png")
+_UNITS = {"µs": 1.0, "us": 1.0, "ms": 1000.0, "s": 1e6}
+_BOUND = re.compile(
+    r"^(?:(?P<pre>p50|p99)\s*)?≤\s*(?P<num>[\d.,]+)\s*(?P<unit>x|µs|us|ms|s|MiB)?\s*(?P<post>p50|p99)?$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    bench: str
+    row: Row
+    verdict: str
+    """pass | FAIL | ? (goal not understood) | "" (no goal)."""
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _convert(value: float, unit: str, to: str) -> float | None:
+    if unit == to:
+        return value
+    if unit in _UNITS and to in _UNITS:
+        return value * _UNITS[unit] / _UNITS[to]
+    return None
+
+
+def _clause(row: Row, clause: str) -> bool | None:
+    """True/False when the clause is understood, None when it is not."""
+    clause = clause.strip()
+    if m := re.fullmatch(r"exactly\s+([\d.,]+)", clause):
+        return row.median == _number(m[1])
+    if re.fullmatch(r"[\d,]+", clause):
+        return row.median >= _number(clause)
+    m = _BOUND.fullmatch(clause)
+    if m is None:
+        return None
+    limit, unit = _number(m["num"]), m["unit"] or row.unit
+    if unit == "x":
+        return row.ratio is not None and row.ratio <= limit
+    which = m["pre"] or m["post"] or "p50"
+    value = row.p99 if which == "p99" else row.median
+    if value is None:
+        return None
+    converted = _convert(value, row.unit, unit)
+    return None if converted is None else converted <= limit
+
+
+def verdict(row: Row) -> str:
+    if not row.goal:
+        return ""
+    results = [_clause(row, c) for c in row.goal.split(",") if c.strip()]
+    # "1,000" is one clause with a thousands separator, not two
+    if re.fullmatch(r"[\d,]+", row.goal.strip()):
+        results = [_clause(row, row.goal)]
+    if any(r is None for r in results):
+        return "?"
+    return "pass" if all(results) else "FAIL"
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.1f}" if abs(value) < 10_000 else f"{value:,.0f}"
+
+
+def table(lines: Sequence[Line]) -> str:
+    out = [
+        "| benchmark | figure | median | p99 | unit | baseline | ratio | goal | result |",
+        "|---|---|---:|---:|---|---:|---:|---|---|",
+    ]
+    for ln in lines:
+        r = ln.row
+        ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+        out.append(
+            f"| {ln.bench} | {r.name} | {_fmt(r.median)} | {_fmt(r.p99)} | {r.unit} | "
+            f"{_fmt(r.baseline)} | {ratio} | {r.goal or '-'} | {ln.verdict or '-'} |"
+        )
+    return "\n".join(out)
+
+
+def _plot(lines: Sequence[Line]) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "plot skipped: matplotlib is not installed (`pip install matplotlib`)"
+    rows = [ln.row for ln in lines if ln.row.unit in {"µs", "ms"} and ln.row.p99 is not None]
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.5))
+    names = [f"{r.name} ({r.unit})" for r in rows]
+    ax.barh(names, [r.p99 or 0 for r in rows], color="#f4a582", label="p99")
+    ax.barh(names, [r.median for r in rows], color="#4393c3", label="median")
+    ax.set_xscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(PLOT)
+    return f"plot written to {PLOT}"
+
+
+def write(results: dict[str, list[Row]], failed: Sequence[str] = ()) -> int:
+    """Print and write the report; return how many goals failed (or could not be read)."""
+    lines = [Line(b, r, verdict(r)) for b, rows in results.items() for r in rows]
+    goals = [ln for ln in lines if ln.verdict]
+    bad = [ln for ln in goals if ln.verdict != "pass"]
+    head = f"{len(goals) - len(bad)}/{len(goals)} goals met"
+    if failed:
+        head += f"; benchmarks that failed to run: {', '.join(failed)}"
+    text = f"# goondan benchmark report\n\n{head}\n\n{table(lines)}\n"
+    print("\n" + text, flush=True)
+    REPORT.write_text(text)
+    print(f"report written to {REPORT}; {_plot(lines)}", flush=True)
+    return len(bad)

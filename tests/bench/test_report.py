@@ -1,0 +1,36 @@
+"""The report's goal grammar (`pytest tests/bench/test_report.py`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.baselines import Row
+from tests.bench.report import table, verdict
+
+CASES = [
+    (Row("rt", 300, 900, "µs", 250, "≤ 1.25x, p99 ≤ 1000 µs"), "pass"),
+    (Row("rt", 400, 900, "µs", 250, "≤ 1.25x, p99 ≤ 1000 µs"), "FAIL"),
+    (Row("rt", 300, 1100, "µs", 250, "≤ 1.25x, p99 ≤ 1000 µs"), "FAIL"),
+    (Row("spawn", 6, 9, "ms", 4, "≤ 10 ms p50"), "pass"),
+    (Row("crash", 16, 20, "ms", 4, "≤ 15 ms"), "FAIL"),
+    (Row("uss", 5, 6, "MiB", None, "≤ 6 MiB"), "pass"),
+    (Row("held", 1000, None, "agents", None, "1,000"), "pass"),
+    (Row("held", 999, None, "agents", None, "1,000"), "FAIL"),
+    (Row("turns", 1, None, "turns", None, "exactly 1"), "pass"),
+    (Row("req", 2.9, 5, "ms", 1, "≤ 3000 µs p50"), "pass"),
+    (Row("req", 2.9, 5, "ms", 1, "fast please"), "?"),
+    (Row("plain", 2.9, 5, "ms", 1, ""), ""),
+]
+
+
+@pytest.mark.parametrize(("row", "want"), CASES)
+def test_verdicts(row: Row, want: str) -> None:
+    assert verdict(row) == want
+
+
+def test_table_has_one_line_per_row() -> None:
+    from tests.bench.report import Line
+
+    text = table([Line("b", r, verdict(r)) for r, _ in CASES])
+    assert len(text.splitlines()) == 2 + len(CASES)
+    assert "| b | rt | 300.0 | 900.0 | µs | 250.0 | 1.20x | ≤ 1.25x, p99 ≤ 1000 µs | pass |" in text
