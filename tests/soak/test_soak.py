@@ -15,8 +15,8 @@ from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO
 from tests.soak import rss
 
-BUNDLE = REPO / "tests" / "chaos" / "bundle"
-SWARM = "chaos"
+BUNDLE = REPO / "tests" / "soak" / "bundle"
+SWARM = "soak"
 SECONDS = float(os.environ.get("SOAK_SECONDS", "60"))
 KEYS = ["k0", "k1"]
 LIMIT = 0.10
