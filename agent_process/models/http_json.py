@@ -17,8 +17,6 @@ SDK's exception name, so `models.errors` maps them to the same E_MODEL_* codes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib
 import random
 import urllib.parse
 import urllib.request
@@ -40,12 +38,6 @@ _STATUS_NAMES = {
 }
 _RETRY_STATUS = (408, 409, 429)
 _encoder = msgspec.json.Encoder()
-_LAZY_MODULES = ("anyio._backends._asyncio", "anyio.streams.tls")
-"""What httpcore's anyio backend imports on its first request (~20 ms): imported with this
-module instead, so the fork server holds them and a child's first model call does not pay."""
-for _name in _LAZY_MODULES:
-    with contextlib.suppress(ImportError):  # another layout: the first call imports them
-        importlib.import_module(_name)
 
 
 class ProviderFailure(Exception):
@@ -78,7 +70,6 @@ class JsonPoster:
         self._timeouts = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
         proxy = _env_proxy(self._base)
         self._pool = httpcore.AsyncConnectionPool(
-            network_backend=httpcore.AnyIOBackend(),
             proxy=httpcore.Proxy(proxy) if proxy else None,
             max_connections=100,  # httpx's defaults
             max_keepalive_connections=20,
