@@ -23,7 +23,7 @@ _TABLE: tuple[tuple[str, ErrorCode, str], ...] = (
 
 
 def map_provider_error(provider: str, model: str, exc: Exception) -> ModelError:
-    names = {cls.__name__ for cls in type(exc).__mro__} | {_name(exc)}
+    names = {cls.__name__ for cls in type(exc).__mro__}
     for name, code, fix in _TABLE:
         if name in names:
             return ModelError(code, f"{provider} model {model!r}: {_describe(exc)}", suggestion=fix)
@@ -37,9 +37,4 @@ def map_provider_error(provider: str, model: str, exc: Exception) -> ModelError:
 def _describe(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
     prefix = f"HTTP {status}: " if status is not None else ""
-    return f"{prefix}{_name(exc)}: {exc}"
-
-
-def _name(exc: Exception) -> str:
-    """The SDK's exception name (`http_json.ProviderFailure` carries the one it stands for)."""
-    return str(getattr(exc, "sdk_name", None) or type(exc).__name__)
+    return f"{prefix}{type(exc).__name__}: {exc}"
