@@ -135,6 +135,8 @@ async def test_a_killed_connector_is_respawned_and_serves_again(
         assert second.pid != first.pid
         answer = await post(hook, {"text": "after the crash"})
         assert answer.json()["reply"] == "after the crash"
+        # under load the other connector may still be starting: only a ready one acks
+        await daemon.wait_for("transition", process=f"{SIGNED}:1", target="idle")
         daemon.signal(signal.SIGTERM)  # connectors drain like agents: ack, exit 0
         assert await daemon.wait() == 0
         assert daemon.find("shutdown_ack", process=f"{HOOK}:2")
