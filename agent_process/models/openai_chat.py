@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import openai
-from openai.types.chat import ChatCompletion
 
 from agent_process.messages import Message, Role, ToolCall
-from agent_process.models.base import ModelRequest, ModelResponse, Usage
+from agent_process.models.base import ModelError, ModelRequest, ModelResponse, Usage
 from agent_process.models.errors import map_provider_error
+from protocol.errors import ErrorCode
 
 CLIENT_OPTIONS = ("maxRetries", "timeoutSeconds")
 
@@ -53,11 +54,17 @@ class OpenAIChatModel:
             # transform of the params costs ~160 µs per message, so a turn got slower with
             # every message of its history (2.9 ms at 12 messages vs 0.9 ms; see
             # tests/bench/bench_agents_request.py). The request and errors are the same.
-            completion = await self._client.post(
-                "/chat/completions", body=body, cast_to=ChatCompletion
-            )
+            # The SDK sends, retries and maps HTTP errors; its pydantic model of the reply is
+            # skipped: the raw body is decoded into the few fields a turn reads (msgspec).
+            raw = await self._client.post("/chat/completions", body=body, cast_to=bytes)
         except openai.OpenAIError as exc:
             raise map_provider_error("openai", self.name, exc) from exc
+        try:
+            completion = _decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise _bad_reply(self.name, str(exc)) from exc
+        if not completion.choices:
+            raise _bad_reply(self.name, "the reply has no choices")
         return _response(completion)
 
     async def aclose(self) -> None:
@@ -96,7 +103,50 @@ def _message(m: Message) -> dict[str, Any]:
     return {"role": m.role.value, "content": m.content}
 
 
-def _response(completion: Any) -> ModelResponse:
+class _Function(msgspec.Struct):
+    name: str = ""
+    arguments: str | None = None
+
+
+class _Call(msgspec.Struct):
+    id: str = ""
+    function: _Function = msgspec.field(default_factory=_Function)
+
+
+class _Message(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_Call] | None = None
+
+
+class _Choice(msgspec.Struct):
+    message: _Message = msgspec.field(default_factory=_Message)
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = 0
+    completion_tokens: int | None = 0
+
+
+class _Completion(msgspec.Struct):
+    """The parts of a chat completion a turn reads; everything else is ignored."""
+
+    choices: list[_Choice] = msgspec.field(default_factory=list)
+    usage: _Usage | None = None
+
+
+_decoder = msgspec.json.Decoder(_Completion)
+
+
+def _bad_reply(model: str, why: str) -> ModelError:
+    return ModelError(
+        ErrorCode.E_MODEL_ERROR,
+        f"openai model {model!r}: the server's chat completion is unusable: {why}",
+        suggestion="check that the endpoint speaks the OpenAI Chat Completions API",
+    )
+
+
+def _response(completion: _Completion) -> ModelResponse:
     choice = completion.choices[0]
     message = choice.message
     calls = [_tool_call(c) for c in (message.tool_calls or [])]
@@ -112,7 +162,7 @@ def _response(completion: Any) -> ModelResponse:
     )
 
 
-def _tool_call(call: Any) -> ToolCall:
+def _tool_call(call: _Call) -> ToolCall:
     raw = call.function.arguments or "{}"
     try:
         args = json.loads(raw)
