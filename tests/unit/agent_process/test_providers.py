@@ -134,6 +134,24 @@ async def test_openai_provider_errors_fail_the_turn_with_a_code(status: int, cod
     assert result.error.suggestion
 
 
+@pytest.mark.parametrize(
+    "body",
+    [{"choices": []}, {"choices": "nope"}, {"id": "x"}, ["not", "an", "object"]],
+    ids=["no-choices", "wrong-type", "missing", "array"],
+)
+async def test_an_unusable_completion_is_a_coded_model_error(body: Any) -> None:
+    async with FakeLLMServer() as server:
+        server.replies = [(200, body)]
+        rt = await make_runtime(model("openai", f"http://127.0.0.1:{server.port}/v1"), b.agent())
+        try:
+            result = await turn(rt, "hi")
+        finally:
+            await rt.close()
+    assert result.outcome is TurnOutcome.FAILED
+    assert result.error is not None and result.error.code == "E_MODEL_ERROR"
+    assert "unusable" in result.error.message
+
+
 async def test_a_provider_that_never_answers_is_a_timeout() -> None:
     async with FakeLLMServer() as server:
         server.replies = [(HANG, None)]
