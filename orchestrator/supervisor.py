@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from orchestrator import reasons
-from orchestrator.calls import CallContext, answer_call
+from orchestrator.calls import answer_call
 from orchestrator.policy import (
     ExitKind,
     HoldDown,
@@ -299,9 +299,7 @@ class Supervisor:
                  undelivered=len(payload.undelivered_events))  # fmt: skip
 
     def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None:
-        ctx = CallContext(table=self.table, members=self.members, check=self.check_target,
-                          ensure=self.ensure, caller=entry.address)  # fmt: skip
-        result = answer_call(payload, ctx)
+        result = answer_call(payload)
         self.router.send(entry, CallResult(from_=ORCHESTRATOR, to=entry.id_text, payload=result))
 
     # -- stopping ----------------------------------------------------------------------
