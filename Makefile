@@ -37,7 +37,8 @@ bench: ## run the benchmarks; each figure is printed as a ratio to a raw baselin
 	$(BIN)/python -m tests.bench
 
 fuzz: ## long fuzz runs: frames at the daemon's sockets, hostile tool args, bundles (FUZZ_EXAMPLES)
-	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} FUZZ_EXAMPLES_TOOLS=$${FUZZ_EXAMPLES_TOOLS:-300} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} FUZZ_EXAMPLES_TOOLS=$${FUZZ_EXAMPLES_TOOLS:-300} \
+	FUZZ_BUNDLE_EXAMPLES=$${FUZZ_BUNDLE_EXAMPLES:-2000} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		tests/fuzz tests/unit/bundles/test_fuzz.py tests/unit/protocol/test_codec.py $(PYTEST_ARGS)
 
 chaos: ## long chaos run: SIGKILL monkey under inter-agent load (CHAOS_SECONDS, default 120)

@@ -6,6 +6,7 @@ the alias bombs below would take hours and gigabytes without those limits.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -85,7 +86,9 @@ def _assert_only_coded_errors(raw: bytes) -> None:
             assert diag.message
 
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# `make fuzz` raises these through FUZZ_BUNDLE_EXAMPLES (the short run in `make test` keeps 150).
+EXAMPLES = int(os.environ.get("FUZZ_BUNDLE_EXAMPLES", "150"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FUZZ
@@ -94,7 +97,11 @@ def test_mutated_bundles_raise_only_bundle_errors(text: str) -> None:
     _assert_only_coded_errors(text.encode("utf-8", errors="surrogatepass"))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=max(40, EXAMPLES // 4),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(alias_bomb())
 def test_alias_bombs_raise_only_bundle_errors(text: str) -> None:
     _assert_only_coded_errors(text.encode())
