@@ -109,22 +109,28 @@ class ToolContext(Protocol):
 ToolHandler = Callable[[ToolContext, JsonObject], Awaitable[JsonValue] | JsonValue]
 
 
-class ToolFailed(Exception):
-    """An expected tool failure: reported to the model with this code and suggestion."""
+class CodedError(Exception):
+    """An error that reaches a model or a user as data: a code, a message, what to change."""
+
+    default_code = "E_TOOL"
 
     def __init__(
         self,
         message: str,
         *,
-        code: str = "E_TOOL",
+        code: str | None = None,
         suggestion: str | None = None,
         help_url: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
-        self.code = code
+        self.code: str = code or self.default_code
         self.suggestion = suggestion
         self.help_url = help_url
+
+
+class ToolFailed(CodedError):
+    """An expected tool failure: reported to the model with this code and suggestion."""
 
 
 class CallDeferred(Exception):
@@ -157,7 +163,7 @@ class Pending:
 # -- extensions and middleware ------------------------------------------------------------
 
 
-class MiddlewareError(Exception):
+class MiddlewareError(CodedError):
     """Raise from middleware to short-circuit on purpose (deny a call, stop a turn).
 
     In `toolCall` middleware it becomes the call's error result (fed back to the model); in
@@ -166,19 +172,7 @@ class MiddlewareError(Exception):
     as `E_TOOL_MIDDLEWARE` (tool calls) or `E_AGENT_TURN_FAILED` (steps and turns).
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str = "E_TOOL_MIDDLEWARE",
-        suggestion: str | None = None,
-        help_url: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.suggestion = suggestion
-        self.help_url = help_url
+    default_code = "E_TOOL_MIDDLEWARE"
 
 
 class CatalogItem(Protocol):
