@@ -115,19 +115,7 @@ class Slack:
         except Exception as exc:  # a bug here must not stop the server
             self.ctx.logger.error("slack_failed", error=repr(exc))
             status, payload = 500, {"error": {"code": "E_SLACK_INTERNAL", "message": "internal"}}
-        body = json.dumps(payload).encode()
-        head = (
-            f"HTTP/1.1 {status} {webhook.STATUS_TEXT.get(status, 'Status')}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        try:
-            writer.write(head.encode() + body)
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
+        await webhook.write_json(writer, status, payload)
 
     async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
         try:

@@ -137,6 +137,23 @@ def parse_rpc(body: bytes) -> dict[str, Any]:
     return data
 
 
+async def write_json(writer: asyncio.StreamWriter, status: int, payload: Any) -> None:
+    """Send one JSON response and close the connection (one request per connection)."""
+    body = json.dumps(payload).encode()
+    head = (
+        f"HTTP/1.1 {status} {STATUS_TEXT.get(status, 'Status')}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    try:
+        writer.write(head.encode() + body)
+        await writer.drain()
+    except ConnectionError:
+        pass  # the client went away: nothing left to tell it
+    finally:
+        writer.close()
+
+
 async def read_request(reader: asyncio.StreamReader, max_body: int) -> Request:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -179,19 +196,7 @@ class WebhookServer:
         except Exception as exc:  # a bug here must not stop the server
             self.ctx.logger.error("webhook_failed", error=repr(exc))
             status, payload = _error(500, "E_WEBHOOK_INTERNAL", "internal error")
-        body = json.dumps(payload).encode()
-        head = (
-            f"HTTP/1.1 {status} {STATUS_TEXT.get(status, 'Status')}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        try:
-            writer.write(head.encode() + body)
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
+        await write_json(writer, status, payload)
 
     async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
         try:
