@@ -7,6 +7,7 @@ Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python pac
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import tempfile
@@ -146,3 +147,34 @@ class StateFile:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, Path(self.path))
+
+
+async def agent_reply(
+    ctx: ConnectorContext,
+    event: str,
+    props: dict[str, Any],
+    wait_seconds: float,
+    *,
+    kind: str,
+    **where: Any,
+) -> str | None:
+    """Hand one chat message to the agent and wait for its text.
+
+    None when there is nothing to send back: the wait timed out, the turn failed, the rule
+    asked for no reply, or the answer is blank. Each failure is logged with `where` (the chat).
+    """
+    try:
+        async with asyncio.timeout(wait_seconds):
+            reply = await ctx.emit(event, props, props["text"], reply=True)
+    except TimeoutError:
+        ctx.logger.error(f"{kind}_reply_timeout", **where)
+        return None
+    if reply is None:
+        return None
+    if reply.error_code is not None:
+        ctx.logger.error(f"{kind}_agent_error", code=reply.error_code,
+                         message=reply.error_message, **where)  # fmt: skip
+        return None
+    if reply.accepted or not reply.text.strip():
+        return None
+    return reply.text

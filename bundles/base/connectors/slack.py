@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
+from bundles.sdk import ConnectorContext, load_sibling
 
 webhook = load_sibling(__file__, "webhook")
 chatbot = load_sibling(__file__, "_chatbot")
@@ -163,24 +163,15 @@ class Slack:
         task.add_done_callback(self.tasks.discard)
 
     async def converse(self, props: dict[str, Any]) -> None:
-        try:
-            async with asyncio.timeout(self.reply_timeout):
-                reply = await self.ctx.emit(self.event, props, props["text"], reply=True)
-        except TimeoutError:
-            self.ctx.logger.error("slack_reply_timeout", channel=props["channel"])
-            return
-        if reply is not None:
-            await self.post(props, reply)
+        text = await chatbot.agent_reply(
+            self.ctx, self.event, props, self.reply_timeout, kind="slack", channel=props["channel"]
+        )
+        if text is not None:
+            await self.post(props, text)
 
-    async def post(self, props: dict[str, Any], reply: ConnectorReply) -> None:
-        if reply.error_code is not None:
-            self.ctx.logger.error("slack_agent_error", channel=props["channel"],
-                                  code=reply.error_code, message=reply.error_message)  # fmt: skip
-            return
-        if reply.accepted or not reply.text.strip():
-            return
+    async def post(self, props: dict[str, Any], text: str) -> None:
         thread = props.get("threadTs") or props.get("ts")
-        for piece in chatbot.chunks(reply.text, MAX_TEXT):
+        for piece in chatbot.chunks(text, MAX_TEXT):
             body = {"channel": props["channel"], "text": piece, "thread_ts": thread}
             try:
                 await chatbot.call_json(self.client, f"{self.api}/chat.postMessage",

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
+from bundles.sdk import ConnectorContext, load_sibling
 
 chatbot = load_sibling(__file__, "_chatbot")
 MAX_TEXT = 4096
@@ -118,23 +118,15 @@ class Telegram:
 
     async def handle(self, props: dict[str, Any]) -> None:
         async with self.slots:
-            try:
-                async with asyncio.timeout(self.reply_timeout):
-                    reply = await self.ctx.emit(self.event, props, props["text"], reply=True)
-            except TimeoutError:
-                self.ctx.logger.error("telegram_reply_timeout", chat_id=props["chatId"])
-                return
-            if reply is not None:
-                await self.answer(props, reply)
+            text = await chatbot.agent_reply(
+                self.ctx, self.event, props, self.reply_timeout,
+                kind="telegram", chat_id=props["chatId"],
+            )  # fmt: skip
+            if text is not None:
+                await self.answer(props, text)
 
-    async def answer(self, props: dict[str, Any], reply: ConnectorReply) -> None:
-        if reply.error_code is not None:
-            self.ctx.logger.error("telegram_agent_error", chat_id=props["chatId"],
-                                  code=reply.error_code, message=reply.error_message)  # fmt: skip
-            return
-        if reply.accepted or not reply.text.strip():
-            return
-        for piece in chatbot.chunks(reply.text, MAX_TEXT):
+    async def answer(self, props: dict[str, Any], text: str) -> None:
+        for piece in chatbot.chunks(text, MAX_TEXT):
             body: dict[str, Any] = {"chat_id": props["chatId"], "text": piece}
             if self.reply_to:
                 body["reply_to_message_id"] = props["messageId"]
