@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.bench import plot
 from tests.bench.baselines import Row, p99, print_rows
 
 ROUNDS = 3
@@ -105,6 +106,8 @@ def run() -> list[Row]:
                 rtt[name] += result["rtt_us"]  # type: ignore[arg-type]
                 rate[name].append(float(result["per_s"]))  # type: ignore[arg-type]
     bare, ours = variants
+    plot.record_latency(bare, rtt[bare])
+    plot.record_latency(ours, rtt[ours])
     base_rtt = statistics.median(rtt[bare])
     base_rate = statistics.median(rate[bare])
     return [

@@ -10,8 +10,9 @@ by a small grammar (clauses joined by ", "):
 - `1,000`: at least this many (a count);
 - `exactly 1`: the median is this value.
 
-A goal the grammar cannot read is reported as `?`, never as a pass. A PNG of the latency rows
-(median and p99) is written next to the report when matplotlib is importable; else skipped.
+A goal the grammar cannot read is reported as `?`, never as a pass. The plot (plot.py: latency
+percentiles, spawn time vs live agents) is written next to the report when matplotlib is
+importable; else it is skipped with a line saying how to install it.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.bench import plot
 from tests.bench.baselines import Row
 
 REPORT = Path("bench-report.md")
-PLOT = Path("bench-report.png")
+PLOT = Path("bench-plot.png")
 _UNITS = {"µs": 1.0, "us": 1.0, "ms": 1000.0, "s": 1e6}
 _BOUND = re.compile(
     r"^(?:(?P<pre>p50|p99)\s*)?≤\s*(?P<num>[\d.,]+)\s*(?P<unit>x|µs|us|ms|s|MiB)?\s*(?P<post>p50|p99)?$"
@@ -105,26 +107,6 @@ def table(lines: Sequence[Line]) -> str:
     return "\n".join(out)
 
 
-def _plot(lines: Sequence[Line]) -> str:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "plot skipped: matplotlib is not installed (`pip install matplotlib`)"
-    rows = [ln.row for ln in lines if ln.row.unit in {"µs", "ms"} and ln.row.p99 is not None]
-    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.5))
-    names = [f"{r.name} ({r.unit})" for r in rows]
-    ax.barh(names, [r.p99 or 0 for r in rows], color="#f4a582", label="p99")
-    ax.barh(names, [r.median for r in rows], color="#4393c3", label="median")
-    ax.set_xscale("log")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(PLOT)
-    return f"plot written to {PLOT}"
-
-
 def write(results: dict[str, list[Row]], failed: Sequence[str] = ()) -> int:
     """Print and write the report; return how many goals failed (or could not be read)."""
     lines = [Line(b, r, verdict(r)) for b, rows in results.items() for r in rows]
@@ -136,5 +118,5 @@ def write(results: dict[str, list[Row]], failed: Sequence[str] = ()) -> int:
     text = f"# goondan benchmark report\n\n{head}\n\n{table(lines)}\n"
     print("\n" + text, flush=True)
     REPORT.write_text(text)
-    print(f"report written to {REPORT}; {_plot(lines)}", flush=True)
+    print(f"report written to {REPORT}; {plot.write(PLOT)}", flush=True)
     return len(bad)
