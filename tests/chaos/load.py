@@ -6,6 +6,8 @@
   by then is a hang.
 - events: `evt N` to a worker instance without waiting: each accepted event id must later be
   processed (its input in the worker's conversation) or reported failed by the daemon.
+  Other paths (tests/chaos/external.py: `goondan send`, the webhook) are extra `senders`,
+  each with its own Tally.
 - monkey: every `period` seconds, SIGKILL one random live agent process (pids from StatusQuery).
 """
 
@@ -19,6 +21,7 @@ import random
 import signal
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +37,35 @@ from protocol.endpoints import StateLayout
 REQUEST_TIMEOUT_MS = 15_000
 GRACE = 5.0
 """A reply later than the request's own timeout plus this is a hang."""
+DRAIN_S = 40.0
+"""After the load stops, every in-flight call has ended (each is bounded below this)."""
+
+
+@dataclass
+class Tally:
+    """One path of external events (control socket, `goondan send`, webhook)."""
+
+    sent: int = 0
+    answered: Counter[str] = field(default_factory=Counter)
+    """Processed at once: "reply" (the worker's answer) or the coded error reported."""
+    queued: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Accepted without a reply: event id -> (instance key, text), to find in the log."""
+    hangs: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+    """Neither accepted nor refused with a code (an uncoded failure, a wrong reply)."""
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.answered.values()) + len(self.queued)
+
+    def figures(self, missing: Iterable[str]) -> dict[str, Any]:
+        lost = len(set(missing) & self.queued.keys())
+        errors = {k: v for k, v in self.answered.items() if k != "reply"}
+        return {
+            "sent": self.sent, "accepted": self.accepted, "processed": self.accepted - lost,
+            "replies": self.answered["reply"], "errors": errors, "queued": len(self.queued),
+            "lost": lost, "hangs": len(self.hangs), "faults": len(self.faults),
+        }  # fmt: skip
 
 
 @dataclass
@@ -41,18 +73,25 @@ class Books:
     requests: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     hangs: list[str] = field(default_factory=list)
-    accepted: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """event id -> (instance key, text) of each event the daemon accepted."""
-    refused: Counter[str] = field(default_factory=Counter)
+    paths: dict[str, Tally] = field(default_factory=dict)
     kills: int = 0
     pids: set[int] = field(default_factory=set)
     seconds: float = 0.0
 
-    def summary(self) -> dict[str, Any]:
+    def path(self, name: str) -> Tally:
+        return self.paths.setdefault(name, Tally())
+
+    @property
+    def accepted(self) -> dict[str, tuple[str, str]]:
+        """Every event accepted without a reply, on any path: each must be processed."""
+        return {k: v for tally in self.paths.values() for k, v in tally.queued.items()}
+
+    def summary(self, missing: Iterable[str] = ()) -> dict[str, Any]:
+        missing = set(missing)
         return {
             "requests": self.requests, "outcomes": dict(self.outcomes), "hangs": len(self.hangs),
-            "events_accepted": len(self.accepted), "events_refused": dict(self.refused),
             "kills": self.kills, "seconds": round(self.seconds, 1),
+            "events": {name: t.figures(missing) for name, t in sorted(self.paths.items())},
         }  # fmt: skip
 
 
@@ -119,22 +158,23 @@ async def requester(control: Control, books: Books, keys: list[str], stop: async
         books.outcomes[classify(reply)] += 1
 
 
-async def emitter(control: Control, books: Books, keys: list[str], stop: asyncio.Event) -> None:
-    n = 0
+async def emitter(control: Control, tally: Tally, keys: list[str], stop: asyncio.Event) -> None:
     while not stop.is_set():
-        n += 1
-        key, text = random.choice(keys), f"evt {n}"
-        req = SendText(request_id=f"e{n}", text=text, agent="worker", instance_key=key, wait=False)
+        tally.sent += 1
+        key, text = random.choice(keys), f"evt {tally.sent}"
+        req = SendText(request_id=f"e{tally.sent}", text=text, agent="worker", instance_key=key,
+                       wait=False)  # fmt: skip
         try:
             reply = await control.call(req, 10)
         except TimeoutError:
-            books.hangs.append(f"{text} (not even accepted)")
+            tally.hangs.append(f"{text} (not even accepted)")
             continue
         if reply.ok:
-            books.accepted[str(reply.result)] = (key, text)
+            tally.queued[str(reply.result)] = (key, text)
+        elif reply.error is not None and reply.error.code:
+            tally.answered[reply.error.code] += 1  # refused with a code: reported failed
         else:
-            assert reply.error is not None and reply.error.code, reply
-            books.refused[reply.error.code] += 1
+            tally.faults.append(f"{text}: {reply}")
         await asyncio.sleep(0.05)  # pacing: events are cheap to send, turns are not
 
 
@@ -153,20 +193,30 @@ async def monkey(control: Control, books: Books, period: float, stop: asyncio.Ev
                 books.kills += 1
 
 
+Sender = Callable[[Books, asyncio.Event], Awaitable[None]]
+"""An extra load source: runs until the event is set and bounds each of its own calls."""
+
+
 async def run_load(
-    control: Control, keys: list[str], seconds: float, period: float, clients: int = 4
+    control: Control,
+    keys: list[str],
+    seconds: float,
+    period: float,
+    clients: int = 4,
+    senders: Iterable[Sender] = (),
 ) -> Books:
     books = Books()
     stop = asyncio.Event()
     tasks = [asyncio.ensure_future(requester(control, books, keys, stop)) for _ in range(clients)]
-    tasks.append(asyncio.ensure_future(emitter(control, books, keys, stop)))
+    tasks.append(asyncio.ensure_future(emitter(control, books.path("control"), keys, stop)))
     tasks.append(asyncio.ensure_future(monkey(control, books, period, stop)))
+    tasks.extend(asyncio.ensure_future(sender(books, stop)) for sender in senders)
     started = time.monotonic()
     try:
         await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_EXCEPTION)
         stop.set()
-        # in-flight requests finish (or hang) within their own deadline
-        await asyncio.wait_for(asyncio.gather(*tasks), REQUEST_TIMEOUT_MS / 1000 + GRACE + 5)
+        # in-flight calls finish (or hang) within their own deadline
+        await asyncio.wait_for(asyncio.gather(*tasks), DRAIN_S)
     finally:  # cancelled (the orchestrator-kill test): close every socket before ctx.term()
         for task in tasks:
             task.cancel()

@@ -1,0 +1,155 @@
+"""SIGKILL the orchestrator under load, restart it: conversations and pending deferred calls
+resume, and nothing is duplicated.
+
+Before the kill, three turns of the worker wait for their client (the deferred tool
+`client__ask`): two started by a control client (`goondan send`'s path), one by a webhook
+client. After the restart, `goondan calls list` shows exactly those three; the control ones
+are answered with `goondan calls resolve` (which prints the resumed turn's reply), the
+webhook one with `POST /rpc` to the new connector (whose response is the reply). Each call's
+tool result and reply are in its conversation exactly once, and a second answer is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from typing import Any
+
+import httpx
+import psutil
+
+from protocol.endpoints import StateLayout
+from tests.chaos import checks
+from tests.chaos.load import Control, run_load
+from tests.chaos.test_chaos import SWARM, start_chaos
+from tests.integration.conftest import StartDaemon
+from tests.integration.harness import Daemon, run_cli
+
+DEFERRED_KEYS = ["d0", "d1", "d2"]
+"""Instances whose turn waits for a client: d0, d1 from the control path, d2 from the webhook."""
+
+
+async def test_orchestrator_sigkill_under_load_then_restart_resumes(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(150):
+        daemon, url = await start_chaos(start_daemon)
+        first = await daemon.send("req before", "caller", key="k0")
+        assert first.ok, first.error
+        before = await history(daemon)
+        assert before > 0
+        pending = await defer_three(daemon, url)
+        await sigkill_under_load(daemon)
+        again, url = await start_chaos(start_daemon)
+        after = await history(again)
+        listed = await calls_list()
+        print(f"\nrestart: history before kill {before}, after restart {after}; "
+              f"pending before kill {sorted(pending.values())}, listed after restart "
+              f"{sorted(c['id'] for c in listed)}")  # fmt: skip
+        assert after > before  # the new process replayed the old conversation
+        assert sorted(c["id"] for c in listed) == sorted(pending.values())
+        await resolve_all(pending, url)
+        assert await calls_list() == []
+        for call_id in pending.values():  # answered once: a second answer finds nothing
+            code, _, err = await run_cli("calls", "resolve", call_id, "--result", '"again"')
+            assert code != 0 and "E_CALL_NOT_FOUND" in err, err
+        reply = await again.send("req after restart", "caller", key="k0")
+        assert reply.ok, reply.error
+        for key, call_id in pending.items():
+            assert_answered_once(key, call_id)
+        assert not await asyncio.to_thread(checks.conversation_faults, SWARM)
+
+
+async def defer_three(daemon: Daemon, url: str) -> dict[str, str]:
+    """Start the three waiting turns; {instance key: pending call id}."""
+    pending = {}
+    for key in DEFERRED_KEYS[:2]:
+        reply = await daemon.send(f"ask {key}", "worker", key=key)
+        assert reply.ok, reply.error
+        rpc = reply.result["metadata"]["deferred"]
+        assert (rpc["method"], rpc["params"]) == ("chaos.ask", {"question": f"ask {key}"})
+        pending[key] = rpc["id"]
+    key = DEFERRED_KEYS[2]
+    body = {"text": f"ask {key}", "properties": {"key": key}}
+    response = await post(f"{url}/events", body)
+    assert response.status_code == 200, response.text
+    pending[key] = response.json()["rpc"]["id"]
+    assert sorted(c["id"] for c in await calls_list()) == sorted(pending.values())
+    return pending
+
+
+async def sigkill_under_load(daemon: Daemon) -> None:
+    """Load on k0, SIGKILL the orchestrator mid-turn; every process of the run is gone."""
+    control = Control(SWARM)
+    load = asyncio.ensure_future(run_load(control, ["k0"], 3600, 3600, clients=2))
+    await daemon.wait_for("transition", daemon.mark(), target="processing")
+    procs = daemon.descendants()
+    daemon.signal(signal.SIGKILL)
+    await daemon.wait()
+    load.cancel()
+    await asyncio.gather(load, return_exceptions=True)
+    control.close()
+    # children die with the daemon (PDEATHSIG): nothing of the first run is left
+    left = await wait_gone(procs)
+    assert not left, left
+
+
+async def resolve_all(pending: dict[str, str], url: str) -> None:
+    """Answer each call on its own path; the resumed turn's reply carries the answer."""
+    for key in DEFERRED_KEYS[:2]:
+        answer = json.dumps({"answer": key})
+        code, out, err = await run_cli("calls", "resolve", pending[key], "--result", answer)
+        assert code == 0, err
+        assert out.strip() == 'asked: {"status":"ok","output":{"answer":"%s"}}' % key, out
+    key = DEFERRED_KEYS[2]
+    rpc = {"jsonrpc": "2.0", "id": pending[key], "result": {"answer": key}}
+    response = await post(f"{url}/rpc", rpc)
+    assert response.status_code == 200, response.text
+    assert response.json()["reply"] == 'asked: {"status":"ok","output":{"answer":"%s"}}' % key
+
+
+def assert_answered_once(key: str, call_id: str) -> None:
+    """The instance's conversation: one tool call, one tool result, one reply for the call."""
+    messages = conversation(key)
+    calls = [m for m in messages if call_id in json.dumps(m.get("toolCalls") or [])]
+    results = [m for m in messages if m.get("toolCallId") == call_id]
+    replies = [m for m in messages if str(m.get("content", "")).startswith("asked: ")]
+    assert (len(calls), len(results), len(replies)) == (1, 1, 1), messages
+
+
+def conversation(key: str) -> list[dict[str, Any]]:
+    base = StateLayout.from_env().instance_paths(SWARM, key, "worker").base_jsonl
+    return [json.loads(line) for line in base.read_bytes().splitlines()]
+
+
+async def history(daemon: Daemon) -> int:
+    reply = await daemon.send("history", "caller", key="k0")
+    assert reply.ok and isinstance(reply.result, dict), reply.error
+    text = str(reply.result["input"])
+    assert text.startswith("history "), text
+    return int(text.split()[1])
+
+
+async def calls_list() -> list[dict[str, Any]]:
+    code, out, err = await run_cli("calls", "--swarm", SWARM, "list", "--json")
+    assert code == 0, err
+    calls: list[dict[str, Any]] = json.loads(out)
+    return calls
+
+
+async def post(url: str, body: Any) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=30) as client:
+        return await client.post(url, json=body)
+
+
+async def wait_gone(procs: list[psutil.Process], limit: float = 10) -> list[str]:
+    root = StateLayout.from_env().root
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while True:
+        left = await asyncio.to_thread(checks.survivors, procs, root)
+        if not left or loop.time() > deadline:
+            return left
+        await asyncio.sleep(0.2)  # exits of processes we do not parent: poll
+
