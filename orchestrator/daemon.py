@@ -203,6 +203,8 @@ class Daemon:
         router, supervisor = self._build(zctx, spawner)
         if router.connections is not None:  # connectors are always up (DESIGN 5)
             router.connections.start_all()
+        if router.deferred is not None:  # answered calls an earlier daemon died before resuming
+            router.deferred.resume_answered()
         swarm = self.opts.swarm
         info = self._info()
         control_ctx = ControlContext(

@@ -138,6 +138,30 @@ class DeferredIndex:
                 found[call.id] = Found(call, path)
         self.calls = found
 
+    def resume_answered(self) -> list[Address]:
+        """At daemon start: calls answered (`<id>.answer.json` stored) whose turn no process
+        resumed, because an earlier daemon died between storing the answer and the agent
+        taking it. Start those instances: a new process resumes the turn from the files."""
+        root = self.layout.swarm_instances_dir(self.swarm)
+        started = []
+        for answer in root.glob("*/*/pending-calls/*" + ANSWER_SUFFIX) if root.is_dir() else []:
+            path = answer.with_name(answer.name[: -len(ANSWER_SUFFIX)] + PENDING_SUFFIX)
+            try:
+                call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
+            except FileNotFoundError:
+                continue  # the turn took it; only its answer file was left to remove
+            except (OSError, msgspec.DecodeError) as exc:
+                log.warning("pending_call_unreadable", path=str(path), error=str(exc))
+                continue
+            address = agent_address(call.agent, call.instance_key)
+            lifecycle = self.router.lifecycle
+            if lifecycle is not None and lifecycle.check_target(address) is not None:
+                continue  # e.g. the agent left the swarm: nothing can resume it here
+            log.info("deferred_call_resuming", call_id=call.id, target=str(address))
+            self.ensure(address)
+            started.append(address)
+        return started
+
     def list(self) -> list[dict[str, Any]]:
         self.scan()
         now = self.clock()

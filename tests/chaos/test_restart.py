@@ -101,12 +101,18 @@ async def resolve_all(pending: dict[str, str], url: str) -> None:
         answer = json.dumps({"answer": key})
         code, out, err = await run_cli("calls", "resolve", pending[key], "--result", answer)
         assert code == 0, err
-        assert out.strip() == 'asked: {"status":"ok","output":{"answer":"%s"}}' % key, out
+        assert out.strip() == asked(key), out
     key = DEFERRED_KEYS[2]
     rpc = {"jsonrpc": "2.0", "id": pending[key], "result": {"answer": key}}
     response = await post(f"{url}/rpc", rpc)
     assert response.status_code == 200, response.text
-    assert response.json()["reply"] == 'asked: {"status":"ok","output":{"answer":"%s"}}' % key
+    assert response.json()["reply"] == asked(key)
+
+
+def asked(key: str) -> str:
+    """The worker's reply after the client answered {"answer": key}: the tool result it saw."""
+    result = {"status": "ok", "output": {"answer": key}}
+    return "asked: " + json.dumps(result, separators=(",", ":"))
 
 
 def assert_answered_once(key: str, call_id: str) -> None:
@@ -152,4 +158,3 @@ async def wait_gone(procs: list[psutil.Process], limit: float = 10) -> list[str]
         if not left or loop.time() > deadline:
             return left
         await asyncio.sleep(0.2)  # exits of processes we do not parent: poll
-
