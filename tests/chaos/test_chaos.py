@@ -16,6 +16,7 @@ import signal
 from protocol.control import StatusQuery
 from protocol.endpoints import StateLayout
 from tests.chaos import checks
+from tests.chaos.deferred import deferrer, leftover_calls
 from tests.chaos.external import cli_sender, free_port, hook_sender
 from tests.chaos.load import Books, Control, Sender, run_load
 from tests.integration.conftest import StartDaemon
@@ -27,6 +28,7 @@ HOOK = "connector:hook:webhook"
 SECONDS = float(os.environ.get("CHAOS_SECONDS", "20"))
 PERIOD = int(os.environ.get("CHAOS_KILL_MS", "700")) / 1000
 KEYS = ["k0", "k1", "k2"]  # 3 callers + 3 workers = 6 agent processes
+DEFERRED_KEYS = ["d0", "d1", "d2"]  # + 3 workers whose turns wait for a client
 
 
 async def start_chaos(start_daemon: StartDaemon) -> tuple[Daemon, str]:
@@ -37,24 +39,31 @@ async def start_chaos(start_daemon: StartDaemon) -> tuple[Daemon, str]:
     return daemon, f"http://127.0.0.1:{port}"
 
 
-def external_senders(url: str) -> list[Sender]:
+def external_senders(control: Control, url: str) -> list[Sender]:
     async def cli(books: Books, stop: asyncio.Event) -> None:
         await cli_sender(SWARM, books.path("cli"), KEYS, stop)
 
     async def hook(books: Books, stop: asyncio.Event) -> None:
         await hook_sender(url, books.path("webhook"), KEYS, stop)
 
-    return [cli, hook, hook]
+    async def ask(books: Books, stop: asyncio.Event) -> None:
+        await deferrer(control, books.path("deferred"), DEFERRED_KEYS, stop)
+
+    return [cli, hook, hook, ask]
 
 
-async def settle(daemon: Daemon, books: Books, limit: float = 30) -> dict[str, str]:
-    """After the load: wait (bounded) until every accepted event shows up somewhere."""
+async def settle(
+    daemon: Daemon, books: Books, limit: float = 30
+) -> tuple[dict[str, str], list[str]]:
+    """After the load: wait (bounded) until every accepted event shows up somewhere and no
+    deferred call is left on disk; (events missing, calls left)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
     while True:
         missing = await asyncio.to_thread(checks.unprocessed, daemon, SWARM, books)
-        if not missing or loop.time() > deadline:
-            return missing
+        calls = await asyncio.to_thread(leftover_calls, SWARM)
+        if (not missing and not calls) or loop.time() > deadline:
+            return missing, calls
         await asyncio.sleep(0.5)  # the workers' conversations are files: poll them
 
 
@@ -69,7 +78,7 @@ async def stop(daemon: Daemon) -> list[str]:
 
 def assert_paths(books: Books, missing: dict[str, str]) -> None:
     """On every path: something was accepted, and all of it was processed or reported."""
-    assert set(books.paths) == {"control", "cli", "webhook"}, books.paths.keys()
+    assert set(books.paths) == {"control", "cli", "webhook", "deferred"}, books.paths.keys()
     for name, tally in books.paths.items():
         assert tally.accepted, f"{name}: nothing accepted"
         assert not tally.hangs, (name, tally.hangs[:10])
@@ -83,18 +92,21 @@ async def test_chaos_no_hangs_no_lost_events_no_orphans(start_daemon: StartDaemo
         control = Control(SWARM)
         try:
             books = await run_load(control, KEYS, SECONDS, PERIOD,
-                                   senders=external_senders(url))  # fmt: skip
-            missing = await settle(daemon, books)
+                                   senders=external_senders(control, url))  # fmt: skip
+            missing, calls = await settle(daemon, books)
             ping = await control.call(StatusQuery(request_id="end"), 10)
             assert ping.ok, "the daemon does not answer after the chaos"
         finally:
             control.close()
         orphans = await stop(daemon)
         faults = await asyncio.to_thread(checks.conversation_faults, SWARM)
-        report = books.summary(missing) | {"unprocessed": len(missing), "orphans": orphans}
+        report = books.summary(missing) | {
+            "unprocessed": len(missing), "calls_left": calls, "orphans": orphans,
+        }  # fmt: skip
         print(f"\nchaos: {report}")
         assert books.kills > 0 and books.requests > 0
         assert not books.hangs, books.hangs[:10]
         assert_paths(books, missing)
+        assert not calls, calls
         assert not orphans, orphans
         assert not faults, faults

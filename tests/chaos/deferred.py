@@ -1,0 +1,85 @@
+"""Deferred (client-side) tool calls under the monkey.
+
+Each cycle: `ask N` to a worker instance of its own (`dK`, so the queue behind a waiting turn
+holds no other load), waited on like `goondan send`: the reply is the JSON-RPC request of
+`client__ask`, or a coded error (the monkey killed the worker first). Then the client answers
+it (`calls resolve`, the control request the CLI sends): the reply is the resumed turn's
+answer `asked: {...}` carrying the client's result, or a coded error. The monkey kills the
+`dK` processes too, while their turn waits or resumes: the call lives on disk and a new
+process resumes the turn. At the end no call may be left pending or answered-but-untaken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Any
+
+from protocol.control import CallsResolve, ControlReply, SendText
+from protocol.endpoints import StateLayout
+from protocol.jsonrpc import ANSWER_SUFFIX, PENDING_SUFFIX
+from tests.chaos.load import GRACE, REQUEST_TIMEOUT_MS, Control, Tally
+
+LIMIT_S = REQUEST_TIMEOUT_MS / 1000 + GRACE
+
+
+def asked(answer: Any) -> str:
+    """The worker's reply once the client answered `answer`: the tool result it saw."""
+    result = {"status": "ok", "output": answer}
+    return "asked: " + json.dumps(result, separators=(",", ":"))
+
+
+def reply_code(reply: ControlReply) -> str | None:
+    """The coded error of a control reply or of the response event it carries."""
+    if not reply.ok:
+        return reply.error.code if reply.error is not None else "uncoded"
+    error = reply.result.get("error") if isinstance(reply.result, dict) else None
+    return str(error.get("code") or "uncoded") if isinstance(error, dict) else None
+
+
+async def deferrer(control: Control, tally: Tally, keys: list[str], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        tally.sent += 1
+        n, key = tally.sent, random.choice(keys)
+        req = SendText(request_id=f"d{n}", text=f"ask {n}", agent="worker", instance_key=key,
+                       timeout_ms=REQUEST_TIMEOUT_MS)  # fmt: skip
+        try:
+            reply = await control.call(req, LIMIT_S)
+        except TimeoutError:
+            tally.hangs.append(f"ask {n} @ {key}: neither deferred nor failed")
+            continue
+        code = reply_code(reply)
+        if code is not None:
+            tally.answered[code] += 1
+            continue
+        rpc = reply.result.get("metadata", {}).get("deferred") if reply.ok else None
+        if not isinstance(rpc, dict) or rpc.get("method") != "chaos.ask":
+            tally.faults.append(f"ask {n} @ {key}: not a deferred call: {reply.result}")
+            continue
+        await resolve(control, tally, f"ask {n} @ {key}", str(rpc["id"]), {"n": n})
+
+
+async def resolve(control: Control, tally: Tally, what: str, call_id: str, answer: Any) -> None:
+    req = CallsResolve(request_id=f"a{call_id}", call_id=call_id, result=answer,
+                       timeout_ms=REQUEST_TIMEOUT_MS)  # fmt: skip
+    try:
+        reply = await control.call(req, LIMIT_S)
+    except TimeoutError:
+        tally.hangs.append(f"{what}: the answer to {call_id} got no reply")
+        return
+    code = reply_code(reply)
+    if code is not None:
+        tally.answered[code] += 1
+    elif isinstance(reply.result, dict) and reply.result.get("input") == asked(answer):
+        tally.answered["reply"] += 1
+    else:
+        tally.faults.append(f"{what}: resumed with {reply.result}")
+
+
+def leftover_calls(swarm: str) -> list[str]:
+    """Pending-call files still on disk: a call nobody answered, or an answer no turn took."""
+    root = StateLayout.from_env().swarm_instances_dir(swarm)
+    found = root.glob("*/*/pending-calls/*") if root.is_dir() else []
+    return sorted(str(p.relative_to(root)) for p in found if p.name.endswith(
+        (PENDING_SUFFIX, ANSWER_SUFFIX)))  # fmt: skip
