@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_process import schema
+from agent_process import models, schema
 from agent_process.loading import EntryLoadError, is_path_entry, load_entry
 from bundles import codecache
 from bundles.kinds import BASE_PACKAGE, Kind, ToolSpec
@@ -106,6 +106,7 @@ def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> N
     )
     codecache.warm(_entry_files(bundle))  # compiled once here, not in every forked child
     _import_base_tools(bundle)
+    models.warm(bundle.of_kind(Kind.MODEL))  # TLS trust store, compiled script patterns
     _held[:] = [Preloaded(bundle, env_files, state_root, frozenset(files), fingerprint(files))]
 
 

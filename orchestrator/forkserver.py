@@ -15,6 +15,7 @@ children, which set their own PR_SET_PDEATHSIG.
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import importlib
 import os
@@ -88,12 +89,18 @@ def call_hook(server: ForkServerProcess, module: str, function: str) -> bool:
     return True
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    # built once, in the server: a CDLL per fork (a new class and a dlopen) cost each child
+    # private pages
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     """Ask Linux to send `sig` to this process when its parent dies (no-op elsewhere)."""
     if not sys.platform.startswith("linux"):
         return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    _libc().prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
 def exit_status(status: int) -> tuple[int | None, int | None]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from pathlib import Path
 
 from agent_process.models.base import Model, ModelError, ModelRequest, ModelResponse, Usage
@@ -9,7 +11,15 @@ from bundles.kinds import ModelSpec
 from bundles.model import Resource
 from protocol.errors import ErrorCode
 
-__all__ = ["Model", "ModelError", "ModelRequest", "ModelResponse", "Usage", "create_model"]
+__all__ = [
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "Usage",
+    "create_model",
+    "warm",
+]
 
 PROVIDERS = ("scripted", "openai", "anthropic")
 
@@ -41,3 +51,14 @@ def create_model(resource: Resource[ModelSpec], *, api_key: str | None) -> Model
         f"Model/{resource.name}: unknown provider {spec.provider!r}",
         suggestion=f"use one of: {', '.join(PROVIDERS)}",
     )
+
+
+def warm(models: Iterable[Resource[ModelSpec]]) -> None:
+    """Build each model client once in the fork server and drop it, so that what every child's
+    `create_model` would otherwise build again in its own private memory is already there and
+    shared: the TLS trust store (`tls_context`), the SDKs' lazily imported transports, the
+    compiled patterns of scripted models (`re` caches them). Construction opens no connection;
+    a bad model is skipped here and reported by the child when it starts."""
+    for resource in models:
+        with contextlib.suppress(ModelError):
+            create_model(resource, api_key=None)

@@ -16,6 +16,7 @@ from agent_process.messages import Message, Role
 from agent_process.messages import ToolCall as Call
 from agent_process.models.base import ModelRequest, ModelResponse, Usage
 from agent_process.models.errors import map_provider_error
+from agent_process.models.tls import tls_context
 
 CLIENT_OPTIONS = ("maxRetries", "timeoutSeconds", "maxTokens")
 
@@ -30,6 +31,7 @@ class AnthropicModel:
             base_url=endpoint,
             max_retries=int(options.get("maxRetries", 2)),
             timeout=float(options.get("timeoutSeconds", 120.0)),
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
         )
         self._max_tokens = int(options.get("maxTokens", 4096))
         self._defaults = {k: v for k, v in options.items() if k not in CLIENT_OPTIONS}

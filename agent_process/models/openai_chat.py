@@ -16,6 +16,7 @@ import openai
 from agent_process.messages import Message, Role, ToolCall
 from agent_process.models.base import ModelError, ModelRequest, ModelResponse, Usage
 from agent_process.models.errors import map_provider_error
+from agent_process.models.tls import tls_context
 from protocol.errors import ErrorCode
 
 CLIENT_OPTIONS = ("maxRetries", "timeoutSeconds")
@@ -31,6 +32,7 @@ class OpenAIChatModel:
             base_url=endpoint,
             max_retries=int(options.get("maxRetries", 2)),
             timeout=float(options.get("timeoutSeconds", 120.0)),
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         )
         self._defaults = {k: v for k, v in options.items() if k not in CLIENT_OPTIONS}
 
