@@ -72,7 +72,11 @@ def binned(points: Sequence[SpawnPoint], width: int) -> list[tuple[float, float]
 def _latency_panel(ax: Any, series: dict[str, list[float]]) -> None:
     labels = [f"p{q:g}" for q in PERCENTILES]
     for name, values in series.items():
-        ax.plot(labels, percentiles(values), marker="o", label=f"{name} (n={len(values):,})")
+        ys = percentiles(values)
+        ax.plot(labels, ys, marker="o", label=f"{name} (n={len(values):,})")
+        for x, y in zip(labels, ys, strict=True):
+            ax.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=(4, 4),
+                        fontsize="x-small")  # fmt: skip
     ax.set_yscale("log")
     ax.set_ylabel("round trip (µs, log)")
     ax.set_title("brokered round trip: latency percentiles")
@@ -85,22 +89,26 @@ def _latency_panel(ax: Any, series: dict[str, list[float]]) -> None:
 
 
 def _spawn_panel(ax: Any, series: dict[str, list[SpawnPoint]]) -> None:
-    for name, points in series.items():
-        dots = ax.scatter([p[0] for p in points], [p[1] for p in points], s=4, alpha=0.35)
-        width = max(1, len(points) // 40)
-        line = binned(points, width)
-        ax.plot([b[0] for b in line], [b[1] for b in line], color=dots.get_facecolor()[0],
-                label=f"{name}: median per {width} live")  # fmt: skip
     ax.set_xlabel("agents already live")
     ax.set_ylabel("spawn -> ready (ms)")
-    ax.set_title("spawn time vs live agents")
-    ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    if series:
-        ax.legend(fontsize="small")
-    else:
+    if not series:
+        ax.set_title("spawn time vs live agents")
         ax.text(0.5, 0.5, "no samples (bench_scale not run)", ha="center",
                 transform=ax.transAxes)  # fmt: skip
+        return
+    for i, (name, points) in enumerate(series.items()):
+        color = f"C{i}"
+        ax.scatter([p[0] for p in points], [p[1] for p in points], s=4, alpha=0.3, color=color)
+        width = max(1, (max(p[0] for p in points) + 1) // 40)
+        line = binned(points, width)
+        ax.plot([b[0] for b in line], [b[1] for b in line], color=color, linewidth=2,
+                label=f"{name} (median per {width} live; dots: each spawn)")  # fmt: skip
+    # the rare slow spawns would squash the medians into a flat line at the bottom
+    top = percentile([ms for points in series.values() for _, ms in points], 99) * 1.2
+    ax.set_ylim(0, max(top, 1.0))
+    ax.set_title("spawn time vs live agents (y clipped at 1.2 x p99)")
+    ax.legend(fontsize="small")
 
 
 def write(path: Path, samples: Samples = SAMPLES) -> str:

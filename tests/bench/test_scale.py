@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.bench.bench_scale import spawn_series, split_by_live
+from tests.bench.bench_scale import between, spawn_series
 
 
 def _t(process: str, source: str, target: str, at: str) -> dict[str, Any]:
@@ -33,6 +33,7 @@ def test_spawn_series_pairs_asked_and_ready_and_counts_who_was_live() -> None:
     assert [ms for _, ms in series] == pytest.approx([4.0, 6.0, 9.0], abs=1e-3)
 
 
-def test_split_by_live() -> None:
+def test_between_takes_the_live_range_low_inclusive_high_exclusive() -> None:
     points = [(0, 1.0), (5, 2.0), (9, 3.0), (10, 4.0)]
-    assert split_by_live(points, below=6, at_least=9) == ([1.0, 2.0], [3.0, 4.0])
+    assert between(points, 1, 10) == [2.0, 3.0]
+    assert between(points, 9, 11) == [3.0, 4.0]
