@@ -32,6 +32,13 @@ from tests.bench.baselines import Row, p99, print_rows
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = REPO / "bundles" / "examples" / "hello" / "goondan.yaml"
+# the same greeter on the `openai` provider (SDK client built, never called): what a real
+# agent's model client adds to its private memory
+OPENAI_MODEL = """apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: scripted}
+spec: {provider: openai, model: idle, endpoint: "http://127.0.0.1:9/v1", apiKey: {value: sk-x}}
+"""
 SPAWNS = {"forkserver": 20, "cold": 8}
 CRASHES = 10
 MIB = 1024 * 1024
@@ -134,11 +141,13 @@ def _uss_mib(pids: list[int]) -> list[float]:
 
 
 async def _measure(mode: str, server: Any, layout: Any, bundle: Any, hold: int) -> dict[str, Any]:
-    h = Harness(mode, server, layout, bundle)
+    h = Harness("forkserver" if server else mode, server, layout, bundle)
     out: dict[str, Any] = {"spawn_ms": [], "crash_ms": []}
     try:
         async with asyncio.timeout(600):
             await h.spawn("warm-up")
+            if mode == "forkserver-openai":
+                return await _uss_only(h)
             for i in range(SPAWNS[mode]):
                 out["spawn_ms"].append(await h.spawn(f"s{i}"))
             live = [e for e in h.table.live() if e.address.instance_key != "warm-up"]
@@ -150,6 +159,13 @@ async def _measure(mode: str, server: Any, layout: Any, bundle: Any, hold: int) 
     finally:
         await h.close()
     return out
+
+
+async def _uss_only(h: Harness) -> dict[str, Any]:
+    for i in range(SPAWNS["cold"]):
+        await h.spawn(f"s{i}")
+    live = [e for e in h.table.live() if e.address.instance_key != "warm-up"]
+    return {"uss_mib": _uss_mib([e.pid for e in live if e.pid])}
 
 
 async def _hold(h: Harness, count: int) -> dict[str, Any]:
@@ -164,8 +180,18 @@ async def _hold(h: Harness, count: int) -> dict[str, Any]:
     return {"held": len(held), "hold_seconds": seconds, "hold_growth_mib": growth / MIB}
 
 
+def _openai_bundle(directory: Path) -> Path:
+    """hello with its Model document swapped for an `openai` one."""
+    docs = HELLO.read_text().split("\n---\n")
+    docs = [OPENAI_MODEL if "kind: Model\n" in doc else doc for doc in docs]
+    path = directory / "goondan.yaml"
+    path.write_text("\n---\n".join(docs))
+    return path
+
+
 def measure(mode: str, hold: int) -> None:
-    """Runs in a fresh process: fork server first, then the loop."""
+    """Runs in a fresh process: fork server first, then the loop. Mode `forkserver-openai`
+    only measures USS, for the greeter on the `openai` provider."""
     import structlog
     import uvloop
 
@@ -176,9 +202,10 @@ def measure(mode: str, hold: int) -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     with tempfile.TemporaryDirectory(prefix="gs", dir="/tmp") as tmp:
         layout = StateLayout(root=Path(tmp))
-        bundle = load_bundle(HELLO, state_root=layout.root)
+        path = _openai_bundle(Path(tmp)) if mode == "forkserver-openai" else HELLO
+        bundle = load_bundle(path, state_root=layout.root)
         server = None
-        if mode == "forkserver":
+        if mode.startswith("forkserver"):
             context = {"bundle": bundle, "env_files": (), "state_root": layout.root}
             server = start_fork_server("agent_process.child", context=context)
         result = uvloop.run(_measure(mode, server, layout, bundle, hold))
@@ -246,6 +273,7 @@ def main() -> list[Row]:
     cold = _bare("cold", 8)
     fork = _ours("forkserver", hold)
     slow = _ours("cold", 0)
+    sdk = _ours("forkserver-openai", 0)
     z, c = statistics.median(zygote), statistics.median(cold)
     rows = [
         _row("bare zygote fork -> ready", zygote, "ms", z),
@@ -256,6 +284,7 @@ def main() -> list[Row]:
         _row("crash -> replacement ready, cold", slow["crash_ms"], "ms", c),
         _row("USS per idle agent, fork server", fork["uss_mib"], "MiB", None, "≤ 6 MiB"),
         _row("USS per idle agent, cold", slow["uss_mib"], "MiB", None),
+        _row("USS per idle agent, fork server, openai provider", sdk["uss_mib"], "MiB", None),
     ]
     if "held" in fork:
         per_agent = fork["hold_growth_mib"]
