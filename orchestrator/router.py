@@ -7,6 +7,8 @@ failure is counted and logged with the sender; nothing a peer sends can stop the
 The loop uses the drain pattern of RESULTS.md: await one message, then take what is already
 queued (up to DRAIN_MAX) through a sync shadow of the same socket, and send without awaiting.
 ROUTER_MANDATORY makes an unroutable send an error we count and answer, never a silent drop.
+A send through the shadow can clear the edge-triggered ZMQ_FD that announced an inbound frame,
+so every send schedules one re-check of the socket (as pyzmq does after its own sends).
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class Router:
         self.stats = Stats()
         self._ids: dict[bytes, ProcessId] = {}
         self._addresses: dict[str, Address] = {}
+        self._recheck_due = False
 
     def _process_id(self, ident: bytes) -> ProcessId:
         """Parse a routing id (cached; only ids that parse are cached, and a bounded number)."""
@@ -277,6 +280,7 @@ class Router:
         """Send to the current process of `entry` without awaiting; False (counted, logged)
         when it cannot be routed."""
         shadow = self.shadow
+        self._recheck_soon()  # the send below may take the command that announces a frame
         try:
             shadow.send(entry.routing_id, SNDMORE | NOBLOCK)
             shadow.send(encode(msg), NOBLOCK)
@@ -292,6 +296,24 @@ class Router:
         self.stats.undeliverable += 1
         log.warning("undeliverable", to=entry.id_text, type=type(msg).__name__, reason=reason)
         return False
+
+    def _recheck_soon(self) -> None:
+        """Once per loop iteration after sends: read ZMQ_EVENTS through the asyncio socket,
+        whose override wakes a pending `recv` when a frame is readable. Without it, a frame
+        whose `activate_read` a send consumed waits for the next unrelated frame (issue 4:
+        25-900 ms warm-hop stalls, ended by some other child's heartbeat)."""
+        if self._recheck_due:
+            return
+        self._recheck_due = True
+        try:
+            asyncio.get_running_loop().call_soon(self._recheck)
+        except RuntimeError:  # a caller outside the loop: nobody is parked in recv yet
+            self._recheck_due = False
+
+    def _recheck(self) -> None:
+        self._recheck_due = False
+        if not self.sock.closed:
+            self.sock.get(zmq.EVENTS)
 
     def submit(
         self,
@@ -393,6 +415,9 @@ class Router:
         if box is None:
             return
         crashed = box.on_death()
+        suspended = self.deferred.on_death if self.deferred is not None else None
+        if crashed is not None and suspended is not None and suspended(entry.address, crashed):
+            return  # its turn waits for a client on disk: the next process resumes it
         if crashed is not None:
             error = ErrorInfo(
                 code=ErrorCode.E_AGENT_CRASHED,

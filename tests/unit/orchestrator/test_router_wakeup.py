@@ -1,0 +1,102 @@
+"""The router's sends through its sync shadow must not swallow the wake-up of an inbound frame.
+
+ZMQ_FD is edge-triggered: every send, recv or ZMQ_EVENTS read processes the socket's pending
+commands and clears the FD, including the `activate_read` that announces a frame from a peer.
+pyzmq re-checks after its own sends; `Router.send` goes through the shadow socket, so it has to
+re-check too, or the frame waits for the next unrelated frame (a heartbeat, up to a second: the
+warm-hop benchmark's rare 25-900 ms p99 stalls, issue 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from orchestrator.router import Router
+from orchestrator.states import ProcessStatus
+from orchestrator.table import ProcessEntry, ProcessTable
+from protocol.codec import encode
+from protocol.errors import ErrorInfo
+from protocol.ids import ORCHESTRATOR, Address, agent_address
+from protocol.messages import (
+    ChildState,
+    Heartbeat,
+    HeartbeatPayload,
+    Status,
+    StatusPayload,
+)
+
+
+class StatusRecorder:
+    """The lifecycle side of the router: only counts `status` frames."""
+
+    def __init__(self) -> None:
+        self.seen: asyncio.Queue[StatusPayload] = asyncio.Queue()
+
+    def check_target(self, target: Address, *, request: bool = False) -> ErrorInfo | None:
+        return None
+
+    def ensure(self, target: Address) -> None:
+        return None
+
+    def on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
+        self.seen.put_nowait(payload)
+
+
+@pytest.fixture
+async def wired(tmp_path: Path) -> AsyncIterator[tuple[Router, ProcessEntry, zmq.Socket[bytes]]]:
+    table = ProcessTable()
+    entry = table.entry(agent_address("a", "k"))
+    entry.generation = 1
+    entry.status = ProcessStatus.IDLE
+    endpoint = f"ipc://{tmp_path}/agents.sock"
+    ctx = zmq.asyncio.Context()
+    router = Router(ctx, endpoint, table)
+    peer_ctx = zmq.Context()
+    peer = peer_ctx.socket(zmq.DEALER)
+    peer.setsockopt(zmq.IDENTITY, entry.routing_id)
+    peer.setsockopt(zmq.LINGER, 0)
+    peer.connect(endpoint)
+    task = asyncio.ensure_future(router.run())
+    try:
+        yield router, entry, peer
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        peer.close()
+        peer_ctx.term()
+        router.close()
+        ctx.term()
+
+
+def _status(entry: ProcessEntry, state: ChildState) -> bytes:
+    return encode(Status(from_=entry.id_text, to=ORCHESTRATOR, payload=StatusPayload(state=state)))
+
+
+async def test_a_frame_announced_during_a_send_still_reaches_the_loop(
+    wired: tuple[Router, ProcessEntry, zmq.Socket[bytes]],
+) -> None:
+    router, entry, peer = wired
+    recorder = StatusRecorder()
+    router.lifecycle = recorder  # type: ignore[assignment]
+    async with asyncio.timeout(5):
+        # a first frame: the router has drained the socket and waits in `await recv()` again
+        peer.send(_status(entry, ChildState.PROCESSING))
+        assert (await recorder.seen.get()).state is ChildState.PROCESSING
+        # the next frame's activate_read command is in the socket's mailbox (FD readable) ...
+        peer.send(_status(entry, ChildState.IDLE))
+        readable, _, _ = select.select([router.sock.FD], [], [], 5)
+        assert readable, "the peer's frame never reached the router's socket"
+        # ... when the loop, before polling again, sends: the send takes that command (the
+        # first send on a socket always processes commands: libzmq throttles only later ones)
+        beat = HeartbeatPayload(seq=1, sent_at=time.time())
+        assert router.send(entry, Heartbeat(from_=ORCHESTRATOR, to=entry.id_text, payload=beat))
+        # without a re-check the frame would wait for an unrelated one that never comes
+        assert (await recorder.seen.get()).state is ChildState.IDLE
