@@ -184,6 +184,29 @@ class DeferredIndex:
                  agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
         self._notify_client(event, call)
 
+    def on_death(self, address: Address, event: AgentEvent) -> bool:
+        """The process of `address` died running `event`. If that turn had suspended on a
+        deferred call (saved to disk before it is submitted), the turn is not lost: the next
+        process resumes it. The client then gets the call's request, if the submit was lost
+        or is still on its way, instead of E_AGENT_CRASHED. True when so."""
+        paths = self.layout.instance_paths(self.swarm, address.instance_key, address.name)
+        suspended = False
+        for path in sorted(paths.pending_calls_dir.glob("*" + PENDING_SUFFIX)):
+            if path.name.endswith(ANSWER_SUFFIX):
+                continue
+            try:
+                call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
+            except (OSError, msgspec.DecodeError):
+                continue  # scan() reports unreadable files
+            if call.event.get("id") != event.id:
+                continue
+            suspended = True
+            if call.id not in self.calls:
+                self.calls[call.id] = Found(call, path)
+                log.info("deferred_call_recovered", call_id=call.id, method=call.method)
+                self._notify_client(event, call)
+        return suspended
+
     def _notify_client(self, event: AgentEvent, call: PendingCall) -> None:
         """The JSON-RPC request reaches whoever waits on the turn's reply."""
         if event.reply_to is None:

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from typing import Any
 
 import httpx
 import psutil
 
+from protocol.control import CallsResolve, ControlReply
 from protocol.endpoints import StateLayout
 from tests.chaos import checks
+from tests.chaos.deferred import asked
 from tests.chaos.load import Control, run_load
 from tests.chaos.test_chaos import SWARM, start_chaos
 from tests.integration.conftest import StartDaemon
@@ -28,6 +31,9 @@ from tests.integration.harness import Daemon, run_cli
 
 DEFERRED_KEYS = ["d0", "d1", "d2"]
 """Instances whose turn waits for a client: d0, d1 from the control path, d2 from the webhook."""
+FROZEN = "d3"
+"""An instance whose call is answered while its process is stopped (SIGSTOP), just before the
+orchestrator dies: the answer is on disk, no process took it; the next daemon resumes it."""
 
 
 async def test_orchestrator_sigkill_under_load_then_restart_resumes(
@@ -40,8 +46,14 @@ async def test_orchestrator_sigkill_under_load_then_restart_resumes(
         before = await history(daemon)
         assert before > 0
         pending = await defer_three(daemon, url)
+        frozen = await answer_frozen(daemon)
         await sigkill_under_load(daemon)
+        frozen.cancel()  # its client died with the daemon
+        await asyncio.gather(frozen, return_exceptions=True)
         again, url = await start_chaos(start_daemon)
+        async with asyncio.timeout(30):  # no event for it: the daemon resumes it by itself
+            await again.wait_for("transition", process=f"agent:worker:{FROZEN}:1",
+                                 source="processing", target="idle")  # fmt: skip
         after = await history(again)
         listed = await calls_list()
         print(f"\nrestart: history before kill {before}, after restart {after}; "
@@ -58,6 +70,7 @@ async def test_orchestrator_sigkill_under_load_then_restart_resumes(
         assert reply.ok, reply.error
         for key, call_id in pending.items():
             assert_answered_once(key, call_id)
+        assert_answered_once(FROZEN, frozen_id(), answer={"answer": FROZEN})
         assert not await asyncio.to_thread(checks.conversation_faults, SWARM)
 
 
@@ -77,6 +90,29 @@ async def defer_three(daemon: Daemon, url: str) -> dict[str, str]:
     pending[key] = response.json()["rpc"]["id"]
     assert sorted(c["id"] for c in await calls_list()) == sorted(pending.values())
     return pending
+
+
+async def answer_frozen(daemon: Daemon) -> asyncio.Future[ControlReply]:
+    """A call of FROZEN answered while its process is stopped: the answer is stored, the
+    poke waits in the stopped process's socket. Returns the waiting resolve request."""
+    reply = await daemon.send(f"ask {FROZEN}", "worker", key=FROZEN)
+    assert reply.ok, reply.error
+    call_id = reply.result["metadata"]["deferred"]["id"]
+    status = await daemon.status()
+    [pid] = [p.pid for p in status.processes if (p.name, p.instance_key) == ("worker", FROZEN)]
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    mark = daemon.mark()
+    req = CallsResolve(request_id="frozen", call_id=call_id, result={"answer": FROZEN})
+    resolving = asyncio.ensure_future(daemon.request(req, limit=120))
+    await daemon.wait_for("deferred_call_resolved", mark, call_id=call_id)
+    return resolving
+
+
+def frozen_id() -> str:
+    [call] = [m for m in conversation(FROZEN) if m.get("toolCalls")]
+    call_id: str = call["toolCalls"][0]["id"]
+    return call_id
 
 
 async def sigkill_under_load(daemon: Daemon) -> None:
@@ -101,27 +137,22 @@ async def resolve_all(pending: dict[str, str], url: str) -> None:
         answer = json.dumps({"answer": key})
         code, out, err = await run_cli("calls", "resolve", pending[key], "--result", answer)
         assert code == 0, err
-        assert out.strip() == asked(key), out
+        assert out.strip() == asked({"answer": key}), out
     key = DEFERRED_KEYS[2]
     rpc = {"jsonrpc": "2.0", "id": pending[key], "result": {"answer": key}}
     response = await post(f"{url}/rpc", rpc)
     assert response.status_code == 200, response.text
-    assert response.json()["reply"] == asked(key)
+    assert response.json()["reply"] == asked({"answer": key})
 
 
-def asked(key: str) -> str:
-    """The worker's reply after the client answered {"answer": key}: the tool result it saw."""
-    result = {"status": "ok", "output": {"answer": key}}
-    return "asked: " + json.dumps(result, separators=(",", ":"))
-
-
-def assert_answered_once(key: str, call_id: str) -> None:
+def assert_answered_once(key: str, call_id: str, answer: Any = None) -> None:
     """The instance's conversation: one tool call, one tool result, one reply for the call."""
     messages = conversation(key)
     calls = [m for m in messages if call_id in json.dumps(m.get("toolCalls") or [])]
     results = [m for m in messages if m.get("toolCallId") == call_id]
-    replies = [m for m in messages if str(m.get("content", "")).startswith("asked: ")]
+    replies = [m["content"] for m in messages if str(m.get("content", "")).startswith("asked:")]
     assert (len(calls), len(results), len(replies)) == (1, 1, 1), messages
+    assert replies == [asked({"answer": key} if answer is None else answer)]
 
 
 def conversation(key: str) -> list[dict[str, Any]]:

@@ -1,0 +1,97 @@
+"""A process that dies while its turn is suspended on a deferred call (seed 001, issue 9).
+
+The child saves the pending call to disk, then submits it. Found by the chaos suite: when the
+process is SIGKILLed after the save and before the orchestrator handled the submit (the frame
+was lost, or the exit was seen first), the waiting client was told E_AGENT_CRASHED although
+the turn lives on disk. The next process resumed it and waited an hour for an answer nobody
+knew to give, holding every later event of that instance. Now the client gets the call's
+request instead, and `calls list` shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq.asyncio
+
+from orchestrator.deferred_calls import DeferredIndex
+from orchestrator.delivery import OpenRequest
+from orchestrator.router import Router
+from orchestrator.table import ProcessTable
+from protocol.endpoints import StateLayout
+from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
+from protocol.ids import agent_address
+from protocol.jsonrpc import PendingCall
+
+NOW = 1000.0
+SWARM = "s"
+SERVER = agent_address("a", "k")
+
+
+@pytest.fixture
+def router(tmp_path: Path) -> Iterator[Router]:
+    ctx = zmq.asyncio.Context()
+    r = Router(ctx, f"ipc://{tmp_path}/a.sock", ProcessTable())
+    r.deferred = DeferredIndex(r, StateLayout.from_env(tmp_path / "state"), SWARM, lambda _: None,
+                               clock=lambda: NOW)  # fmt: skip
+    yield r
+    r.close()
+    ctx.term()
+
+
+def request(correlation_id: str) -> AgentEvent:
+    reply_to = ReplyTo(target="control", correlation_id=correlation_id)
+    source = Source(kind=SourceKind.CLI, name="goondan")
+    return new_event(type="user.message", input="ask", instance_key="k", source=source,
+                     reply_to=reply_to)  # fmt: skip
+
+
+def save_pending(router: Router, call_id: str, event: AgentEvent) -> None:
+    """What the child does before it submits the call."""
+    assert router.deferred is not None
+    call = PendingCall(
+        id=call_id, method="ui.ask", params={}, agent="a", instance_key="k", tool_name="t__ask",
+        turn_id="t1", event=msgspec.to_builtins(event), created_at=NOW, expires_at=NOW + 60,
+    )  # fmt: skip
+    paths = router.deferred.layout.instance_paths(SWARM, "k", "a")
+    paths.pending_calls_dir.mkdir(parents=True)
+    (paths.pending_calls_dir / f"{call_id}.json").write_bytes(msgspec.json.encode(call))
+
+
+def running(router: Router, event: AgentEvent) -> asyncio.Future[AgentEvent]:
+    """`event` is in flight to the process of SERVER, and a control client waits on it."""
+    assert event.reply_to is not None
+    waiter = asyncio.get_running_loop().create_future()
+    router.book.open(OpenRequest(correlation_id=event.reply_to.correlation_id,
+                                 requester="control", server=SERVER, event_id=event.id,
+                                 waiter=waiter))  # fmt: skip
+    box = router.mailbox(SERVER)
+    box.queue.append(event)
+    box.take()
+    box.mark_started(event.id)
+    return waiter
+
+
+async def test_death_after_the_save_hands_the_call_to_the_client(router: Router) -> None:
+    event = request("corr")
+    waiter = running(router, event)
+    save_pending(router, "call_1", event)
+    router.on_process_dead(router.table.entry(SERVER), "SIGKILL")
+    notice = waiter.result()
+    assert notice.error is None
+    assert notice.metadata["deferred"]["id"] == "call_1"
+    assert router.deferred is not None
+    assert [row["id"] for row in router.deferred.list()] == ["call_1"]
+
+
+async def test_death_of_an_ordinary_turn_is_still_a_crash(router: Router) -> None:
+    event = request("corr")
+    waiter = running(router, event)
+    save_pending(router, "call_1", request("another"))  # a call of another turn
+    router.on_process_dead(router.table.entry(SERVER), "SIGKILL")
+    error = waiter.result().error
+    assert error is not None and error.code == "E_AGENT_CRASHED"
