@@ -37,6 +37,10 @@ class _Calls:
         resolve.add_argument("--data", metavar="JSON", help="the error's data")
         resolve.add_argument("--json", action="store_true", help="print the reply event")
         resolve.add_argument("--timeout", type=float, default=120.0, metavar="S")
+        for action in (listing, resolve):  # the common options after the action too;
+            # SUPPRESS keeps a value given before it (`goondan calls --swarm S list`)
+            action.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS)
+            action.add_argument("--swarm", metavar="S", default=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer(self.name)

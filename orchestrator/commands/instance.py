@@ -25,6 +25,10 @@ class _Instance:
         delete = sub.add_parser("delete", help="stop an instance and delete its state")
         delete.add_argument("instance_key", metavar="KEY")
         delete.add_argument("--agent", metavar="A", help="only this agent of the instance")
+        for action in (listing, delete):  # the common options after the action too;
+            # SUPPRESS keeps a value given before it (`goondan instance --swarm S list`)
+            action.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS)
+            action.add_argument("--swarm", metavar="S", default=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer(self.name)

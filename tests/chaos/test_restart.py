@@ -169,7 +169,7 @@ async def history(daemon: Daemon) -> int:
 
 
 async def calls_list() -> list[dict[str, Any]]:
-    code, out, err = await run_cli("calls", "--swarm", SWARM, "list", "--json")
+    code, out, err = await run_cli("calls", "list", "--json", "--swarm", SWARM)
     assert code == 0, err
     calls: list[dict[str, Any]] = json.loads(out)
     return calls
