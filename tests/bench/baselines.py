@@ -47,6 +47,8 @@ class Row:
     unit: str
     baseline: float | None = None
     goal: str = ""
+    stalls: int | None = None
+    """Samples over STALL_FACTOR x the median (rare stalls a p99 can hide); None: not counted."""
 
     @property
     def ratio(self) -> float | None:
@@ -57,13 +59,26 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else values[0]
 
 
+STALL_FACTOR = 10
+
+
+def stalls(values: list[float]) -> int:
+    """How many samples exceed STALL_FACTOR x the median."""
+    limit = STALL_FACTOR * statistics.median(values)
+    return sum(1 for v in values if v > limit)
+
+
 def print_rows(title: str, rows: list[Row]) -> None:
     print(f"\n{title}")
-    print(f"{'figure':46} {'median':>11} {'p99':>10} {'unit':6} {'÷ base':>7}  goal")
+    print(
+        f"{'figure':46} {'median':>11} {'p99':>10} {'unit':6} {'÷ base':>7} "
+        f"{f'>{STALL_FACTOR}x p50':>9}  goal"
+    )
     for r in rows:
         p = f"{r.p99:10.1f}" if r.p99 is not None else f"{'-':>10}"
         ratio = f"{r.ratio:6.2f}x" if r.ratio is not None else f"{'-':>7}"
-        print(f"{r.name:46} {r.median:11.1f} {p} {r.unit:6} {ratio}  {r.goal}")
+        count = f"{r.stalls:9d}" if r.stalls is not None else f"{'-':>9}"
+        print(f"{r.name:46} {r.median:11.1f} {p} {r.unit:6} {ratio} {count}  {r.goal}")
 
 
 # -- the shared client and worker --------------------------------------------------------

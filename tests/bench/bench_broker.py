@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import plot
-from tests.bench.baselines import Row, p99, print_rows
+from tests.bench.baselines import Row, p99, print_rows, stalls
 
 ROUNDS = 3
 SYNC_RTTS = 4000
@@ -111,7 +111,14 @@ def run() -> list[Row]:
     base_rtt = statistics.median(rtt[bare])
     base_rate = statistics.median(rate[bare])
     return [
-        Row(f"round trip, {bare}", base_rtt, p99(rtt[bare]), "µs", base_rtt),
+        Row(
+            f"round trip, {bare}",
+            base_rtt,
+            p99(rtt[bare]),
+            "µs",
+            base_rtt,
+            stalls=stalls(rtt[bare]),
+        ),
         Row(
             "round trip, goondan router",
             statistics.median(rtt[ours]),
@@ -119,6 +126,7 @@ def run() -> list[Row]:
             "µs",
             base_rtt,
             "≤ 1.25x, p99 ≤ 1000 µs",
+            stalls(rtt[ours]),
         ),
         Row(f"round trips/s, {bare}", base_rate, None, "rt/s", base_rate),
         Row(
@@ -309,7 +317,14 @@ def warm_hop() -> list[Row]:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     bare = statistics.median(result["bare"])
     return [
-        Row("model call alone (openai SDK -> local server)", bare, p99(result["bare"]), "µs", bare),
+        Row(
+            "model call alone (openai SDK -> local server)",
+            bare,
+            p99(result["bare"]),
+            "µs",
+            bare,
+            stalls=stalls(result["bare"]),
+        ),
         Row(
             "warm hop orchestrator -> agent turn -> reply",
             statistics.median(result["hop"]),
@@ -317,6 +332,7 @@ def warm_hop() -> list[Row]:
             "µs",
             bare,
             "≤ 2000 µs p50",
+            stalls(result["hop"]),
         ),
     ]
 

@@ -10,7 +10,9 @@ by a small grammar (clauses joined by ", "):
 - `1,000`: at least this many (a count);
 - `exactly 1`: the median is this value.
 
-A goal the grammar cannot read is reported as `?`, never as a pass. The plot (plot.py: latency
+The `> 10x median` column counts the samples over ten times the median (rows that count them):
+rare stalls that a p99 over a few hundred samples can hide. A goal the grammar cannot read is
+reported as `?`, never as a pass. The plot (plot.py: latency
 percentiles, spawn time vs live agents) is written next to the report when matplotlib is
 importable; else it is skipped with a line saying how to install it.
 """
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.bench import plot
-from tests.bench.baselines import Row
+from tests.bench.baselines import STALL_FACTOR, Row
 
 REPORT = Path("bench-report.md")
 PLOT = Path("bench-plot.png")
@@ -94,14 +96,16 @@ def _fmt(value: float | None) -> str:
 
 def table(lines: Sequence[Line]) -> str:
     out = [
-        "| benchmark | figure | median | p99 | unit | baseline | ratio | goal | result |",
-        "|---|---|---:|---:|---|---:|---:|---|---|",
+        f"| benchmark | figure | median | p99 | > {STALL_FACTOR}x median | unit | baseline | ratio "
+        "| goal | result |",
+        "|---|---|---:|---:|---:|---|---:|---:|---|---|",
     ]
     for ln in lines:
         r = ln.row
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+        stalls = "-" if r.stalls is None else str(r.stalls)
         out.append(
-            f"| {ln.bench} | {r.name} | {_fmt(r.median)} | {_fmt(r.p99)} | {r.unit} | "
+            f"| {ln.bench} | {r.name} | {_fmt(r.median)} | {_fmt(r.p99)} | {stalls} | {r.unit} | "
             f"{_fmt(r.baseline)} | {ratio} | {r.goal or '-'} | {ln.verdict or '-'} |"
         )
     return "\n".join(out)

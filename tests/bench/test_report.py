@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bench.baselines import Row
+from tests.bench.baselines import Row, stalls
 from tests.bench.report import table, verdict
 
 CASES = [
@@ -33,4 +33,14 @@ def test_table_has_one_line_per_row() -> None:
 
     text = table([Line("b", r, verdict(r)) for r, _ in CASES])
     assert len(text.splitlines()) == 2 + len(CASES)
-    assert "| b | rt | 300.0 | 900.0 | µs | 250.0 | 1.20x | ≤ 1.25x, p99 ≤ 1000 µs | pass |" in text
+    assert (
+        "| b | rt | 300.0 | 900.0 | - | µs | 250.0 | 1.20x | ≤ 1.25x, p99 ≤ 1000 µs | pass |"
+        in text
+    )
+
+
+def test_table_counts_stalls_when_the_row_has_them() -> None:
+    from tests.bench.report import Line
+
+    row = Row("hop", 1900, 2500, "µs", 1400, "≤ 2000 µs p50", stalls=stalls([1.0] * 299 + [11.0]))
+    assert "| b | hop | 1,900.0 | 2,500.0 | 1 | µs |" in table([Line("b", row, verdict(row))])
