@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import plot
-from tests.bench.baselines import Row, p99, print_rows
+from tests.bench.baselines import Row, p99, print_rows, stalls
 from tests.bench.scale_clients import BareZygote, Control, cpu_seconds, memory
 
 AGENTS = int(os.environ.get("GOONDAN_BENCH_SCALE", "1000"))
@@ -204,7 +204,7 @@ async def _drive(directory: Path) -> Run:
 
 
 def _row(name: str, values: list[float], unit: str, base: float | None, goal: str = "") -> Row:
-    return Row(name, statistics.median(values), p99(values), unit, base, goal)
+    return Row(name, statistics.median(values), p99(values), unit, base, goal, stalls(values))
 
 
 def _spawn_rows(run: Run) -> list[Row]:
