@@ -187,8 +187,9 @@ class DeferredIndex:
     def on_death(self, address: Address, event: AgentEvent) -> bool:
         """The process of `address` died running `event`. If that turn had suspended on a
         deferred call (saved to disk before it is submitted), the turn is not lost: the next
-        process resumes it. The client then gets the call's request, if the submit was lost
-        or is still on its way, instead of E_AGENT_CRASHED. True when so."""
+        process (the crashed one is respawned) resumes it. The client then gets the call's
+        request if the submit was lost or is still on its way; once answered, the resolving
+        client keeps waiting for the resumed turn's reply. True when so (no E_AGENT_CRASHED)."""
         paths = self.layout.instance_paths(self.swarm, address.instance_key, address.name)
         suspended = False
         for path in sorted(paths.pending_calls_dir.glob("*" + PENDING_SUFFIX)):
@@ -201,7 +202,8 @@ class DeferredIndex:
             if call.event.get("id") != event.id:
                 continue
             suspended = True
-            if call.id not in self.calls:
+            answered = path.with_name(path.name[: -len(PENDING_SUFFIX)] + ANSWER_SUFFIX)
+            if call.id not in self.calls and not answered.exists():
                 self.calls[call.id] = Found(call, path)
                 log.info("deferred_call_recovered", call_id=call.id, method=call.method)
                 self._notify_client(event, call)

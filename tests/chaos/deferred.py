@@ -74,7 +74,8 @@ async def resolve(control: Control, tally: Tally, what: str, call_id: str, answe
     elif isinstance(reply.result, dict) and reply.result.get("input") == asked(answer):
         tally.answered["reply"] += 1
     else:
-        tally.faults.append(f"{what}: resumed with {reply.result}")
+        got = reply.result.get("input") if isinstance(reply.result, dict) else reply.result
+        tally.faults.append(f"{what}: call {call_id} resumed with {str(got)[:300]!r}")
 
 
 def leftover_calls(swarm: str) -> list[str]:

@@ -25,7 +25,7 @@ from orchestrator.table import ProcessTable
 from protocol.endpoints import StateLayout
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import agent_address
-from protocol.jsonrpc import PendingCall
+from protocol.jsonrpc import ANSWER_SUFFIX, PendingCall
 
 NOW = 1000.0
 SWARM = "s"
@@ -95,3 +95,16 @@ async def test_death_of_an_ordinary_turn_is_still_a_crash(router: Router) -> Non
     router.on_process_dead(router.table.entry(SERVER), "SIGKILL")
     error = waiter.result().error
     assert error is not None and error.code == "E_AGENT_CRASHED"
+
+
+async def test_death_after_the_answer_keeps_the_resolver_waiting(router: Router) -> None:
+    """Answered, the process died before taking the answer: the respawned process resumes
+    the turn, so the resolving client waits for its reply (no notice, no crash)."""
+    event = request("corr")
+    waiter = running(router, event)
+    save_pending(router, "call_1", event)
+    assert router.deferred is not None
+    pending_dir = router.deferred.layout.instance_paths(SWARM, "k", "a").pending_calls_dir
+    (pending_dir / f"call_1{ANSWER_SUFFIX}").write_bytes(b'{"jsonrpc": "2.0", "id": "call_1"}')
+    router.on_process_dead(router.table.entry(SERVER), "SIGKILL")
+    assert not waiter.done()
