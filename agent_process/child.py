@@ -1,4 +1,4 @@
-"""The agent child's composition root: DEALER, handshake, FIFO turns, heartbeats, drain.
+"""The agent child's composition root: FIFO turns over the orchestrator link (`link.py`).
 
     hello -> load the runner -> ready | start_error (exit 3)
     event -> queue (FIFO, one turn at a time) -> status processing -> turn -> reply -> status idle
@@ -13,21 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import functools
 import importlib
 import os
 import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import structlog
 import uvloop
-import zmq
-import zmq.asyncio
 
 from agent_process import child_options, deferred
 from agent_process import preload as preloaded
@@ -35,15 +30,15 @@ from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
 from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox, spawn_workdir
+from agent_process.link import EXIT_START_ERROR, Link, connect, die_with_parent, libc
 from agent_process.runtime import AgentRuntime, StartFailure
 from bundles import redact
 from bundles.diagnostics import BundleError
 from bundles.kinds import Kind
 from bundles.loader import load_bundle
 from bundles.model import Bundle
-from protocol.codec import decode_message, encode
 from protocol.endpoints import StateLayout
-from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
 from protocol.ids import ORCHESTRATOR, ProcessKind
 from protocol.jsonrpc import PendingCall
@@ -54,33 +49,24 @@ from protocol.messages import (
     ChildState,
     Event,
     Heartbeat,
-    HeartbeatPayload,
     Hello,
-    HelloPayload,
     Message,
     Ready,
-    ReadyPayload,
     Shutdown,
     ShutdownAck,
-    ShutdownAckPayload,
     StartError,
-    StartErrorPayload,
     Status,
     StatusPayload,
     TurnOutcome,
 )
 
 ENV_TURN_RUNNER = "GOONDAN_TURN_RUNNER"
-EXIT_START_ERROR = 3
-EXIT_ORPHANED = 4
 MODELS = {
     "scripted": "agent_process.models.scripted",
     "openai": "agent_process.models.openai_chat",
     "anthropic": "agent_process.models.anthropic_messages",
 }
 """Model adapter module per provider, imported ahead by the fork server."""
-PR_SET_PDEATHSIG = 1
-M_ARENA_MAX = -8
 log = structlog.get_logger("goondan.child")
 
 
@@ -115,7 +101,7 @@ def preload(bundle: Bundle | None = None, env_files: tuple[Path, ...] = (),
     bundle is remembered so children skip re-loading it while its files are unchanged.
     """
     child_options.parser()
-    _libc()
+    libc()
     _configure_logging("json")  # the usual format; a child asking for another redoes it
     providers = {m.spec.provider for m in bundle.of_kind(Kind.MODEL)} if bundle else set(MODELS)
     for provider in sorted(providers):
@@ -195,10 +181,11 @@ def turn_error(report: TurnReport) -> ErrorInfo | None:
 
 
 class Child:
-    def __init__(self, opts: ChildOptions, sock: zmq.asyncio.Socket) -> None:
+    def __init__(self, opts: ChildOptions, link: Link) -> None:
         self.opts = opts
-        self.sock = sock
-        self.me = str(opts.process_id)
+        self.link = link
+        self.send = link.send
+        self.me = link.me
         self.source = Source(
             kind=SourceKind(opts.process_id.kind),
             name=opts.process_id.name,
@@ -217,34 +204,20 @@ class Child:
         # deferred tool calls (seed 001): a turn waiting for its client is parked, not blocking
         store = PendingStore(paths.pending_calls_dir)
         self.deferred = DeferredCalls(store, DeferredPolicy(), self._submit_deferred)
-        self.draining = asyncio.Event()
-        self.last_heard = time.monotonic()
+        self.draining = link.draining
         self.busy = False
 
-    async def send(self, msg: Message) -> None:
-        await self.sock.send(encode(msg))
-
     async def start(self, factory: RunnerFactory) -> bool:
-        pid = self.opts.process_id
-        hello = HelloPayload(
-            pid=os.getpid(),
-            kind=str(pid.kind),
-            name=pid.name,
-            instance_key=pid.instance_key,
-            generation=pid.generation,
-        )
-        await self.send(Hello(from_=self.me, to=ORCHESTRATOR, payload=hello))
-        try:
-            self.runner = await factory(self.opts, self.bridge)
-        except Exception as exc:
-            info = start_error_info(exc)
-            log.error("start_error", code=info.code, message=info.message)
-            payload = StartErrorPayload(error=info)
-            await self.send(StartError(from_=self.me, to=ORCHESTRATOR, payload=payload))
+        """hello -> the runner -> ready | start_error; then the work a previous process of
+        this instance left behind."""
+
+        async def load() -> list[str]:
+            self.runner = runner = await factory(self.opts, self.bridge)
+            deferred.install(runner, self.deferred)
+            return list(runner.tool_names)
+
+        if not await self.link.handshake(load, start_error_info):
             return False
-        deferred.install(self.runner, self.deferred)
-        ready = ReadyPayload(pid=os.getpid(), tools=list(self.runner.tool_names))
-        await self.send(Ready(from_=self.me, to=ORCHESTRATOR, payload=ready))
         resume = self.deferred.resume_event()  # a turn left waiting for its client goes first
         if resume is not None:
             self.queue.put_nowait(resume)
@@ -269,15 +242,12 @@ class Child:
         )
 
     async def serve(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            recv = tg.create_task(self._recv_loop())
-            beat = tg.create_task(self._heartbeat_loop())
-            await self._turn_loop()
-            undelivered = self._take_queue()
-            ack = ShutdownAckPayload(undelivered_events=undelivered)
-            await self.send(ShutdownAck(from_=self.me, to=ORCHESTRATOR, payload=ack))
-            recv.cancel()
-            beat.cancel()
+        await self.link.serve(self._drain(), self._dispatch)
+
+    async def _drain(self) -> None:
+        """Turns until a drain is asked; the events never started go back with the ack."""
+        await self._turn_loop()
+        await self.link.shutdown_ack(self._take_queue())
 
     def _take_queue(self) -> list[str]:
         ids = []
@@ -345,17 +315,6 @@ class Child:
         )
         await self.send(Status(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
-    async def _recv_loop(self) -> None:
-        while True:
-            data = await self.sock.recv()
-            self.last_heard = time.monotonic()
-            try:
-                msg = decode_message(data)
-            except ProtocolError as exc:
-                log.warning("frame_dropped", sender=ORCHESTRATOR, reason=exc.message)
-                continue
-            self._dispatch(msg)
-
     def _dispatch(self, msg: Message) -> None:
         match msg:
             case Event(payload=event):
@@ -370,59 +329,24 @@ class Child:
             case Call(payload=call) if call.op is CallOp.DEFERRED_RESOLVE:
                 self.deferred.on_answer(str(call.args.get("id", "")))
             case Shutdown(payload=payload):
-                log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
-                self.draining.set()
+                self.link.on_shutdown(payload)
             case Heartbeat():
                 pass
             case Hello() | Ready() | StartError() | Status() | Call() | ShutdownAck():
                 log.warning("frame_unexpected", type=type(msg).__name__)
 
-    async def _heartbeat_loop(self) -> None:
-        seq = 0
-        while True:
-            await asyncio.sleep(self.opts.heartbeat_interval)
-            seq += 1
-            beat = HeartbeatPayload(seq=seq, sent_at=time.time())
-            await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=beat))
-            if time.monotonic() - self.last_heard > self.opts.heartbeat_timeout:
-                log.error("orchestrator_lost", silent_for=self.opts.heartbeat_timeout)
-                sys.stdout.flush()
-                os._exit(EXIT_ORPHANED)
-
 
 async def amain(opts: ChildOptions, factory: RunnerFactory) -> int:
-    ctx = zmq.asyncio.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, opts.process_id.encode())
-    sock.setsockopt(zmq.LINGER, 2000)
-    sock.connect(opts.endpoint)
-    child = Child(opts, sock)
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, child.draining.set)
-    try:
-        if not await child.start(factory):
-            return EXIT_START_ERROR
-        await child.serve()
-        return 0
-    finally:
-        if child.runner is not None:
-            await child.runner.close()
-        sock.close()
-        ctx.term()
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent(parent_pid: int | None) -> None:
-    if sys.platform.startswith("linux"):
-        _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # one malloc arena: a second one for the zmq I/O thread costs private pages
-        _libc().mallopt(M_ARENA_MAX, 1)
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(EXIT_ORPHANED)  # the parent died before PDEATHSIG was armed
+    with connect(opts) as link:
+        child = Child(opts, link)
+        try:
+            if not await child.start(factory):
+                return EXIT_START_ERROR
+            await child.serve()
+            return 0
+        finally:
+            if child.runner is not None:
+                await child.runner.close()
 
 
 _configured: list[str] = []
@@ -454,7 +378,7 @@ def _configure_logging(log_format: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_options(sys.argv[1:] if argv is None else argv)
-    _die_with_parent(opts.parent_pid)
+    die_with_parent(opts.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
     _configure_logging(opts.log_format)
     # print() in tools, warnings and tracebacks land in the log file too: mask them as well

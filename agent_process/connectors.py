@@ -13,18 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
-import sys
-import time
 import uuid
 
 import structlog
-import zmq
-import zmq.asyncio
 
 from agent_process import preload as preloaded
-from agent_process.child import EXIT_ORPHANED, EXIT_START_ERROR
 from agent_process.child_options import ChildOptions
 from agent_process.connector_context import (
     ConnectorStartFailed,
@@ -32,28 +25,19 @@ from agent_process.connector_context import (
     LoadedConnector,
     load_connector,
 )
+from agent_process.link import EXIT_START_ERROR, Link, connect
 from bundles import redact
 from bundles.diagnostics import BundleError
 from bundles.loader import load_bundle
-from protocol.codec import decode_message, encode
 from protocol.endpoints import StateLayout
-from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.errors import ErrorCode, ErrorInfo
 from protocol.ids import ORCHESTRATOR
 from protocol.messages import (
     ChildState,
     Event,
     Heartbeat,
-    HeartbeatPayload,
-    Hello,
-    HelloPayload,
     Message,
-    Ready,
-    ReadyPayload,
     Shutdown,
-    ShutdownAck,
-    ShutdownAckPayload,
-    StartError,
-    StartErrorPayload,
     Status,
     StatusPayload,
     TurnOutcome,
@@ -74,7 +58,7 @@ def _run_identity(opts: ChildOptions) -> tuple[int | None, str]:
         return opts.parent_pid, uuid.uuid4().hex[:12]
 
 
-def _start_failure(exc: BaseException) -> ErrorInfo:
+def _start_failure(exc: Exception) -> ErrorInfo:
     if isinstance(exc, ConnectorStartFailed):
         return exc.error
     return ErrorInfo(
@@ -85,18 +69,15 @@ def _start_failure(exc: BaseException) -> ErrorInfo:
 
 
 class ConnectorHost:
-    def __init__(self, opts: ChildOptions, sock: zmq.asyncio.Socket) -> None:
+    def __init__(self, opts: ChildOptions, link: Link) -> None:
         self.opts = opts
-        self.sock = sock
-        self.me = str(opts.process_id)
+        self.link = link
+        self.send = link.send
+        self.me = link.me
         self.loaded: LoadedConnector | None = None
         self.ctx: HostContext | None = None
-        self.draining = asyncio.Event()
-        self.last_heard = time.monotonic()
+        self.draining = link.draining
         self._reported = 0
-
-    async def send(self, msg: Message) -> None:
-        await self.sock.send(encode(msg))
 
     def _load(self) -> LoadedConnector:
         opts = self.opts
@@ -117,67 +98,56 @@ class ConnectorHost:
         redact.install(bundle.secret_values)  # e.g. a signing secret never reaches the log
         return load_connector(bundle, opts.process_id.name, opts.state_root)
 
-    async def start(self) -> bool:
+    async def _start_connector(self) -> list[str]:
+        """Load the connector and `await start(ctx)`; a connector has no tools to report."""
         pid = self.opts.process_id
-        hello = HelloPayload(
-            pid=os.getpid(),
-            kind=str(pid.kind),
-            name=pid.name,
-            instance_key=pid.instance_key,
-            generation=pid.generation,
+        self.loaded = loaded = self._load()
+        daemon_pid, run_id = _run_identity(self.opts)
+        self.ctx = HostContext(
+            process_id=pid,
+            send=self.send,
+            config=loaded.config,
+            secrets=loaded.secrets,
+            connector=loaded.connector.name,
+            orchestrator_pid=daemon_pid,
+            run_id=run_id,
+            state_dir=StateLayout.from_env(self.opts.state_root).connector_state_dir(
+                self.opts.swarm, pid.name
+            ),
         )
-        await self.send(Hello(from_=self.me, to=ORCHESTRATOR, payload=hello))
-        try:
-            self.loaded = loaded = self._load()
-            daemon_pid, run_id = _run_identity(self.opts)
-            self.ctx = HostContext(
-                process_id=pid,
-                send=self.send,
-                config=loaded.config,
-                secrets=loaded.secrets,
-                connector=loaded.connector.name,
-                orchestrator_pid=daemon_pid,
-                run_id=run_id,
-                state_dir=StateLayout.from_env(self.opts.state_root).connector_state_dir(
-                    self.opts.swarm, pid.name
-                ),
-            )
-            if loaded.start is not None:
-                await loaded.start(self.ctx)
-        except Exception as exc:
-            info = _start_failure(exc)
-            log.error("start_error", code=info.code, message=info.message)
-            payload = StartErrorPayload(error=info)
-            await self.send(StartError(from_=self.me, to=ORCHESTRATOR, payload=payload))
+        if loaded.start is not None:
+            await loaded.start(self.ctx)
+        return []
+
+    async def start(self) -> bool:
+        if not await self.link.handshake(self._start_connector, _start_failure):
             return False
-        await self.send(
-            Ready(from_=self.me, to=ORCHESTRATOR, payload=ReadyPayload(pid=os.getpid()))
-        )
+        loaded = self.loaded
+        assert loaded is not None
         log.info("connector_ready", connector=loaded.connector.name, config=sorted(loaded.config))
         return True
 
     async def serve(self) -> int:
         """Run the connector until shutdown (0) or until it stops by itself (1)."""
+        return await self.link.serve(self._run(), self._dispatch, self._report_served)
+
+    async def _run(self) -> int:
         assert self.loaded is not None
         assert self.ctx is not None
-        # run(ctx) is not in the TaskGroup: its failure is an exit code, not a group error
+        # run(ctx) is not in a TaskGroup: its failure is an exit code, not a group error
         run = asyncio.ensure_future(self.loaded.run(self.ctx))
-        async with asyncio.TaskGroup() as tg:
-            recv = tg.create_task(self._recv_loop())
-            beat = tg.create_task(self._heartbeat_loop())
-            stop = tg.create_task(self.draining.wait())
+        stop = asyncio.ensure_future(self.draining.wait())
+        try:
             await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
             code = 0 if stop.done() else self._stopped_by_itself(run)
-            self.ctx.close()
-            run.cancel()
+        finally:  # also when a failing link loop cancels us
             stop.cancel()
-            with contextlib.suppress(BaseException):
-                await run
-            if code == 0:
-                ack = ShutdownAckPayload(undelivered_events=[])
-                await self.send(ShutdownAck(from_=self.me, to=ORCHESTRATOR, payload=ack))
-            recv.cancel()
-            beat.cancel()
+        self.ctx.close()
+        run.cancel()
+        with contextlib.suppress(BaseException):
+            await run
+        if code == 0:
+            await self.link.shutdown_ack([])
         return code
 
     def _stopped_by_itself(self, run: asyncio.Task[None]) -> int:
@@ -188,25 +158,13 @@ class ConnectorHost:
             log.error("connector_returned", hint="run(ctx) must serve until it is cancelled")
         return EXIT_CONNECTOR_STOPPED
 
-    async def _recv_loop(self) -> None:
-        while True:
-            data = await self.sock.recv()
-            self.last_heard = time.monotonic()
-            try:
-                msg = decode_message(data)
-            except ProtocolError as exc:
-                log.warning("frame_dropped", sender=ORCHESTRATOR, reason=exc.message)
-                continue
-            self._dispatch(msg)
-
     def _dispatch(self, msg: Message) -> None:
         match msg:
             case Event(payload=event):
                 if self.ctx is None or not self.ctx.deliver(event):
                     log.info("response_unclaimed", event_id=event.id, type=event.type)
             case Shutdown(payload=payload):
-                log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
-                self.draining.set()
+                self.link.on_shutdown(payload)
             case Heartbeat():
                 pass
             case _:
@@ -221,32 +179,10 @@ class ConnectorHost:
         payload = StatusPayload(state=ChildState.IDLE, last_turn=TurnOutcome.COMPLETED)
         await self.send(Status(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
-    async def _heartbeat_loop(self) -> None:
-        seq = 0
-        while True:
-            await asyncio.sleep(self.opts.heartbeat_interval)
-            seq += 1
-            beat = HeartbeatPayload(seq=seq, sent_at=time.time())
-            await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=beat))
-            await self._report_served()
-            if time.monotonic() - self.last_heard > self.opts.heartbeat_timeout:
-                log.error("orchestrator_lost", silent_for=self.opts.heartbeat_timeout)
-                sys.stdout.flush()
-                os._exit(EXIT_ORPHANED)
-
 
 async def amain(opts: ChildOptions) -> int:
-    zctx = zmq.asyncio.Context()
-    sock = zctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, opts.process_id.encode())
-    sock.setsockopt(zmq.LINGER, 2000)
-    sock.connect(opts.endpoint)
-    host = ConnectorHost(opts, sock)
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, host.draining.set)
-    try:
+    with connect(opts) as link:
+        host = ConnectorHost(opts, link)
         if not await host.start():
             return EXIT_START_ERROR
         return await host.serve()
-    finally:
-        sock.close()
-        zctx.term()

@@ -1,0 +1,186 @@
+"""A supervised child's link to the orchestrator, shared by agents and the connector host.
+
+    connect: DEALER whose routing identity is the process id; SIGTERM starts a drain
+    handshake: hello -> load() -> ready | start_error (logged `start_error`)
+    serve: body runs while frames are decoded and dispatched (a bad one is logged
+      `frame_dropped` and skipped) and heartbeats go out; orchestrator silent for
+      `heartbeat_timeout` -> `orchestrator_lost`, exit 4 (EXIT_ORPHANED)
+    shutdown frame -> `shutdown` logged, drain; the body ends with `shutdown_ack`
+
+A child also dies with its parent (`die_with_parent`: PR_SET_PDEATHSIG), so no orphan outlives
+even a SIGKILL of the daemon. What frames mean beyond this is the caller's `dispatch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+import structlog
+import zmq
+import zmq.asyncio
+
+from agent_process.child_options import ChildOptions
+from protocol.codec import decode_message, encode
+from protocol.errors import ErrorInfo, ProtocolError
+from protocol.ids import ORCHESTRATOR
+from protocol.messages import (
+    Heartbeat,
+    HeartbeatPayload,
+    Hello,
+    HelloPayload,
+    Message,
+    Ready,
+    ReadyPayload,
+    ShutdownAck,
+    ShutdownAckPayload,
+    ShutdownPayload,
+    StartError,
+    StartErrorPayload,
+)
+
+EXIT_START_ERROR = 3
+EXIT_ORPHANED = 4
+PR_SET_PDEATHSIG = 1
+M_ARENA_MAX = -8
+LINGER_MS = 2000
+"""How long closing the socket may wait to flush the last frames (e.g. the shutdown_ack)."""
+
+T = TypeVar("T")
+Dispatch = Callable[[Message], None]
+OnBeat = Callable[[], Awaitable[None]]
+log = structlog.get_logger("goondan.link")
+
+
+class Link:
+    """The child's end: send and receive frames, handshake, heartbeats, the drain signal."""
+
+    def __init__(self, opts: ChildOptions, sock: zmq.asyncio.Socket) -> None:
+        self.opts = opts
+        self.sock = sock
+        self.me = str(opts.process_id)
+        self.draining = asyncio.Event()
+        """Set by a `shutdown` frame or SIGTERM: stop taking work, finish, ack."""
+        self.last_heard = time.monotonic()
+
+    async def send(self, msg: Message) -> None:
+        await self.sock.send(encode(msg))
+
+    async def handshake(
+        self, load: Callable[[], Awaitable[list[str]]], failure: Callable[[Exception], ErrorInfo]
+    ) -> bool:
+        """hello, then `load()` (the tool names) -> ready; if it raises -> start_error with
+        `failure(exc)`, False (the caller exits EXIT_START_ERROR)."""
+        pid = self.opts.process_id
+        hello = HelloPayload(
+            pid=os.getpid(),
+            kind=str(pid.kind),
+            name=pid.name,
+            instance_key=pid.instance_key,
+            generation=pid.generation,
+        )
+        await self.send(Hello(from_=self.me, to=ORCHESTRATOR, payload=hello))
+        try:
+            tools = await load()
+        except Exception as exc:
+            info = failure(exc)
+            log.error("start_error", code=info.code, message=info.message)
+            payload = StartErrorPayload(error=info)
+            await self.send(StartError(from_=self.me, to=ORCHESTRATOR, payload=payload))
+            return False
+        ready = ReadyPayload(pid=os.getpid(), tools=tools)
+        await self.send(Ready(from_=self.me, to=ORCHESTRATOR, payload=ready))
+        return True
+
+    async def serve(
+        self, body: Awaitable[T], dispatch: Dispatch, on_beat: OnBeat | None = None
+    ) -> T:
+        """Await `body` in this task while frames go to `dispatch` and heartbeats go out
+        (`on_beat` runs after each); a failing loop cancels the body (TaskGroup)."""
+        async with asyncio.TaskGroup() as tg:
+            recv = tg.create_task(self._recv_loop(dispatch))
+            beat = tg.create_task(self._heartbeat_loop(on_beat))
+            try:
+                return await body
+            finally:
+                recv.cancel()
+                beat.cancel()
+
+    def on_shutdown(self, payload: ShutdownPayload) -> None:
+        """The `shutdown` frame: the caller's dispatch hands it here."""
+        log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
+        self.draining.set()
+
+    async def shutdown_ack(self, undelivered: list[str]) -> None:
+        """Drained: the events taken but never started go back to the orchestrator."""
+        ack = ShutdownAckPayload(undelivered_events=undelivered)
+        await self.send(ShutdownAck(from_=self.me, to=ORCHESTRATOR, payload=ack))
+
+    async def _recv_loop(self, dispatch: Dispatch) -> None:
+        # the hot path of every frame: locals only, no await but the receive
+        recv = self.sock.recv
+        monotonic = time.monotonic
+        while True:
+            data = await recv()
+            self.last_heard = monotonic()
+            try:
+                msg = decode_message(data)
+            except ProtocolError as exc:
+                log.warning("frame_dropped", sender=ORCHESTRATOR, reason=exc.message)
+                continue
+            dispatch(msg)
+
+    async def _heartbeat_loop(self, on_beat: OnBeat | None) -> None:
+        seq = 0
+        while True:
+            await asyncio.sleep(self.opts.heartbeat_interval)
+            seq += 1
+            beat = HeartbeatPayload(seq=seq, sent_at=time.time())
+            await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=beat))
+            if on_beat is not None:
+                await on_beat()
+            if time.monotonic() - self.last_heard > self.opts.heartbeat_timeout:
+                log.error("orchestrator_lost", silent_for=self.opts.heartbeat_timeout)
+                sys.stdout.flush()
+                os._exit(EXIT_ORPHANED)
+
+
+@contextlib.contextmanager
+def connect(opts: ChildOptions) -> Iterator[Link]:
+    """The link over a fresh zmq context, closed (lingering for the last frames) on exit.
+    Call it inside the running loop: SIGTERM is routed to `link.draining`."""
+    zctx = zmq.asyncio.Context()
+    sock = zctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, opts.process_id.encode())
+    sock.setsockopt(zmq.LINGER, LINGER_MS)
+    sock.connect(opts.endpoint)
+    link = Link(opts, sock)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, link.draining.set)
+    try:
+        yield link
+    finally:
+        sock.close()
+        zctx.term()
+
+
+@functools.cache
+def libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """PR_SET_PDEATHSIG: the kernel SIGKILLs us when our parent (daemon or fork server) dies."""
+    if sys.platform.startswith("linux"):
+        libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # one malloc arena: a second one for the zmq I/O thread costs private pages
+        libc().mallopt(M_ARENA_MAX, 1)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(EXIT_ORPHANED)  # the parent died before PDEATHSIG was armed
