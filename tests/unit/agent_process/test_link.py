@@ -1,0 +1,247 @@
+"""The child's link to the orchestrator (`agent_process.link`), against a real ROUTER over ipc.
+
+The test plays the orchestrator: it binds the agents ROUTER, and reads and writes the frames
+a child's link exchanges with it. The orchestrator-loss and parent-death exits end their
+process, so they run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from agent_process.child_options import ChildOptions
+from agent_process.link import EXIT_ORPHANED, Link, connect
+from protocol.codec import decode_message, encode
+from protocol.errors import ErrorCode, ErrorInfo
+from protocol.events import Source, SourceKind, new_event
+from protocol.ids import ORCHESTRATOR, parse_process_id
+from protocol.messages import (
+    Event,
+    Heartbeat,
+    Hello,
+    Message,
+    Ready,
+    Shutdown,
+    ShutdownAck,
+    ShutdownPayload,
+    ShutdownReason,
+    StartError,
+)
+
+TIMEOUT = 10
+PROCESS_ID = "agent:a:k:3"
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _options(endpoint: str, state_root: Path, **overrides: float) -> ChildOptions:
+    return ChildOptions(
+        process_id=parse_process_id(PROCESS_ID),
+        endpoint=endpoint,
+        swarm="s",
+        bundle=state_root / "goondan.yaml",
+        state_root=state_root,
+        heartbeat_interval=overrides.get("interval", 60.0),
+        heartbeat_timeout=overrides.get("timeout", 600.0),
+    )
+
+
+@pytest.fixture
+async def router(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[zmq.asyncio.Socket]:
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(f"ipc://{tmp_path_factory.mktemp('l')}/agents.sock")
+    try:
+        yield sock
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def _opts_for(router: zmq.asyncio.Socket, tmp_path: Path, **overrides: float) -> ChildOptions:
+    endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+    return _options(endpoint, tmp_path, **overrides)
+
+
+async def _recv(router: zmq.asyncio.Socket) -> Message:
+    identity, frame = await router.recv_multipart()
+    assert identity == PROCESS_ID.encode()  # the routing identity is the process id
+    return decode_message(frame)
+
+
+async def _send(router: zmq.asyncio.Socket, msg: Message | bytes) -> None:
+    frame = msg if isinstance(msg, bytes) else encode(msg)
+    await router.send_multipart([PROCESS_ID.encode(), frame])
+
+
+def _never_fails(exc: Exception) -> ErrorInfo:
+    raise AssertionError(f"load did not raise, yet failure() got {exc!r}")
+
+
+async def test_handshake_sends_hello_then_ready_with_the_tools(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    async def load() -> list[str]:
+        return ["bash__run", "files__read"]
+
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path)) as link:
+            assert await link.handshake(load, _never_fails)
+            hello, ready = await _recv(router), await _recv(router)
+    assert isinstance(hello, Hello) and hello.from_ == PROCESS_ID and hello.to == ORCHESTRATOR
+    assert (hello.payload.pid, hello.payload.kind) == (os.getpid(), "agent")
+    assert (hello.payload.name, hello.payload.instance_key, hello.payload.generation) == (
+        "a",
+        "k",
+        3,
+    )
+    assert isinstance(ready, Ready)
+    assert (ready.payload.pid, ready.payload.tools) == (os.getpid(), ["bash__run", "files__read"])
+
+
+async def test_handshake_reports_a_failed_load_as_start_error(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    async def load() -> list[str]:
+        raise RuntimeError("no such model")
+
+    def failure(exc: Exception) -> ErrorInfo:
+        return ErrorInfo(code=ErrorCode.E_AGENT_START_FAILED, message=f"coded: {exc}")
+
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path)) as link:
+            assert not await link.handshake(load, failure)
+            hello, error = await _recv(router), await _recv(router)
+    assert isinstance(hello, Hello)
+    assert isinstance(error, StartError)
+    assert error.payload.error.code == ErrorCode.E_AGENT_START_FAILED
+    assert error.payload.error.message == "coded: no such model"
+
+
+async def test_serve_dispatches_frames_in_order_and_drops_garbage(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    seen: list[Message] = []
+
+    def dispatch(msg: Message) -> None:
+        seen.append(msg)
+        if isinstance(msg, Shutdown):
+            link.on_shutdown(msg.payload)
+
+    async def until_drained() -> str:
+        await link.draining.wait()
+        return "drained"
+
+    event = new_event(type="user.input", input="hi", instance_key="k",
+                      source=Source(kind=SourceKind.CLI, name="cli"))  # fmt: skip
+    shutdown = ShutdownPayload(grace_period_ms=100, reason=ShutdownReason.RESTART)
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path)) as link:
+            assert await link.handshake(_no_tools, _never_fails)
+            assert [type(await _recv(router)) for _ in range(2)] == [Hello, Ready]
+            await _send(router, b"\x00 not a frame")
+            await _send(router, Event(from_=ORCHESTRATOR, to=PROCESS_ID, payload=event))
+            await _send(router, Shutdown(from_=ORCHESTRATOR, to=PROCESS_ID, payload=shutdown))
+            assert await link.serve(until_drained(), dispatch) == "drained"
+    assert [type(m) for m in seen] == [Event, Shutdown]  # the garbage left the loop serving
+    assert isinstance(seen[0], Event) and seen[0].payload.id == event.id
+
+
+async def _no_tools() -> list[str]:
+    return []
+
+
+async def test_heartbeats_count_up_and_run_the_beat_hook_after_each(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    hooks: list[int] = []
+
+    async def on_beat() -> None:
+        hooks.append(len(hooks) + 1)
+
+    async def three_beats() -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        while len(out) < 3:
+            msg = await _recv(router)
+            assert isinstance(msg, Heartbeat) and msg.to == ORCHESTRATOR
+            out.append((msg.payload.seq, len(hooks)))
+        return out
+
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path, interval=0.01)) as link:
+            beats = await link.serve(three_beats(), lambda msg: None, on_beat)
+    # beat n is sent before its hook runs, and the hook of beat n-1 ran before beat n
+    assert [seq for seq, _ in beats] == [1, 2, 3]
+    assert all(hooked >= seq - 1 for seq, hooked in beats)
+
+
+async def test_shutdown_ack_carries_the_events_never_started(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path)) as link:
+            await link.shutdown_ack(["e1", "e2"])
+            ack = await _recv(router)
+    assert isinstance(ack, ShutdownAck) and ack.payload.undelivered_events == ["e1", "e2"]
+
+
+async def test_sigterm_asks_for_a_drain(router: zmq.asyncio.Socket, tmp_path: Path) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path)) as link:
+            assert isinstance(link, Link) and not link.draining.is_set()
+            os.kill(os.getpid(), signal.SIGTERM)  # routed to the loop's handler by connect()
+            await link.draining.wait()
+    assert link.draining.is_set()
+
+
+ORPHAN_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from agent_process.child_options import ChildOptions
+from agent_process.link import connect
+from protocol.ids import parse_process_id
+
+async def main() -> None:
+    opts = ChildOptions(process_id=parse_process_id("agent:a:k:1"), endpoint=sys.argv[1],
+                        swarm="s", bundle=Path("b"), state_root=Path(sys.argv[2]),
+                        heartbeat_interval=0.02, heartbeat_timeout=0.1)
+    with connect(opts) as link:
+        await link.serve(asyncio.Event().wait(), lambda msg: None)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_silent_orchestrator_ends_the_child(tmp_path: Path) -> None:
+    """Nobody answers on the endpoint: after heartbeat_timeout the child logs and exits 4."""
+    endpoint = f"ipc://{tmp_path}/nobody.sock"
+    async with asyncio.timeout(TIMEOUT):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", ORPHAN_SCRIPT, endpoint, str(tmp_path),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+    assert proc.returncode == EXIT_ORPHANED, out.decode()
+    assert b"orchestrator_lost" in out
+
+
+@pytest.mark.parametrize(
+    ("parent", "code"), [("os.getppid()", 0), ("os.getppid() + 1", EXIT_ORPHANED)]
+)
+async def test_die_with_parent_exits_when_the_parent_is_already_gone(
+    parent: str, code: int
+) -> None:
+    script = f"import os; from agent_process.link import die_with_parent; die_with_parent({parent})"
+    async with asyncio.timeout(TIMEOUT):
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, cwd=REPO)
+        assert await proc.wait() == code
