@@ -149,7 +149,8 @@ class DeferredIndex:
             try:
                 call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
             except FileNotFoundError:
-                continue  # the turn took it; only its answer file was left to remove
+                _sweep_answers(answer.parent)  # the turn took it; its answer file was left
+                continue
             except (OSError, msgspec.DecodeError) as exc:
                 log.warning("pending_call_unreadable", path=str(path), error=str(exc))
                 continue
@@ -191,6 +192,7 @@ class DeferredIndex:
         request if the submit was lost or is still on its way; once answered, the resolving
         client keeps waiting for the resumed turn's reply. True when so (no E_AGENT_CRASHED)."""
         paths = self.layout.instance_paths(self.swarm, address.instance_key, address.name)
+        _sweep_answers(paths.pending_calls_dir)
         suspended = False
         for path in sorted(paths.pending_calls_dir.glob("*" + PENDING_SUFFIX)):
             if path.name.endswith(ANSWER_SUFFIX):
@@ -356,6 +358,17 @@ def answer_of(
         return JsonRpcResponse(id=call_id, result=result)
     error = JsonRpcError(code=code, message=message or f"client error {code}", data=data)
     return JsonRpcResponse(id=call_id, error=error)
+
+
+def _sweep_answers(directory: Path) -> None:
+    """Remove answers whose call is gone. The child removes a taken call's files (call, then
+    answer) before the tool result is written; a process killed in between (an unlink slowed
+    by the disk is enough) leaves the answer alone, which nothing will read again."""
+    for answer in directory.glob("*" + ANSWER_SUFFIX):
+        call = answer.with_name(answer.name[: -len(ANSWER_SUFFIX)] + PENDING_SUFFIX)
+        if not call.exists():
+            answer.unlink(missing_ok=True)
+            log.info("deferred_answer_swept", path=str(answer))
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

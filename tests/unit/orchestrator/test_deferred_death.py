@@ -108,3 +108,19 @@ async def test_death_after_the_answer_keeps_the_resolver_waiting(router: Router)
     (pending_dir / f"call_1{ANSWER_SUFFIX}").write_bytes(b'{"jsonrpc": "2.0", "id": "call_1"}')
     router.on_process_dead(router.table.entry(SERVER), "SIGKILL")
     assert not waiter.done()
+
+
+async def test_death_sweeps_an_answer_whose_call_is_gone(router: Router) -> None:
+    """The child removes a taken call's files (call, then answer): killed in between, the
+    answer is left alone, and nothing would ever read or remove it."""
+    event = request("corr")
+    waiter = running(router, event)
+    save_pending(router, "call_1", event)
+    assert router.deferred is not None
+    pending_dir = router.deferred.layout.instance_paths(SWARM, "k", "a").pending_calls_dir
+    (pending_dir / "call_1.json").unlink()
+    (pending_dir / f"call_1{ANSWER_SUFFIX}").write_bytes(b'{"jsonrpc": "2.0", "id": "call_1"}')
+    router.on_process_dead(router.table.entry(SERVER), "SIGKILL")
+    assert list(pending_dir.iterdir()) == []
+    error = waiter.result().error  # the answer was taken, the turn died: a crash, as any tool's
+    assert error is not None and error.code == "E_AGENT_CRASHED"
