@@ -224,7 +224,6 @@ class Daemon:
             self._core(router.run(), "router"),
             self._core(control.run(), "control"),
             self._core(Reconciler(supervisor, self.settings).run(), "reconciler"),
-            self._core(supervisor.heartbeats(), "heartbeats"),
         ]
         tasks.append(self._notify_systemd(supervisor, list(tasks)))
         tasks += self._reloads(router, control_ctx)

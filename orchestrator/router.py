@@ -223,8 +223,10 @@ class Router:
                 lifecycle.on_shutdown_ack(entry, payload)
             case Call(payload=payload):
                 self._on_call(entry, payload, lifecycle)
-            case Heartbeat():
-                pass
+            case Heartbeat(payload=beat):
+                # each child's beat is answered: children beat on their own timers (spread by
+                # when they started), so no broadcast wakes 1,000 of them in the same instant
+                self.send(entry, Heartbeat(from_=ORCHESTRATOR, to=entry.id_text, payload=beat))
             case CallResult() | Shutdown():
                 log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:

@@ -32,7 +32,7 @@ from orchestrator.policy import (
 from orchestrator.router import Router
 from orchestrator.settings import ChildLaunch, Settings
 from orchestrator.spawner import ChildHandle, ChildSpec, ExitStatus, Spawner, SpawnError
-from orchestrator.states import DOWN, READY, ProcessStatus
+from orchestrator.states import DOWN, ProcessStatus
 from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.control import ExitInfo
 from protocol.endpoints import StateLayout
@@ -43,8 +43,6 @@ from protocol.messages import (
     CallPayload,
     CallResult,
     ChildState,
-    Heartbeat,
-    HeartbeatPayload,
     HelloPayload,
     ReadyPayload,
     Shutdown,
@@ -394,17 +392,3 @@ class Supervisor:
                 self._spawn(entry)
                 restarted.append(str(entry.process_id))
         return restarted
-
-    def live_ready(self) -> list[ProcessEntry]:
-        return [e for e in self.table if e.status in READY or e.status is S.DRAINING]
-
-    async def heartbeats(self) -> None:
-        """Tell every connected child we are alive (it exits after heartbeat_timeout)."""
-        seq = 0
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_interval)
-            seq += 1
-            payload = HeartbeatPayload(seq=seq, sent_at=time.time())
-            for entry in self.live_ready():
-                beat = Heartbeat(from_=ORCHESTRATOR, to=entry.id_text, payload=payload)
-                self.router.send(entry, beat)

@@ -100,10 +100,7 @@ class Harness:
             launch=launch, layout=layout, members=agents,
         )  # fmt: skip
         self.router.lifecycle = self.supervisor
-        self.tasks = [
-            asyncio.ensure_future(self.router.run()),
-            asyncio.ensure_future(self.supervisor.heartbeats()),
-        ]
+        self.tasks = [asyncio.ensure_future(self.router.run())]
 
     def _await_ready(self, address: Any) -> asyncio.Future[float]:
         fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
