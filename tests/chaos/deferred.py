@@ -38,20 +38,30 @@ def reply_code(reply: ControlReply) -> str | None:
     return str(error.get("code") or "uncoded") if isinstance(error, dict) else None
 
 
+async def answered(
+    control: Control, req: SendText | CallsResolve, tally: Tally, hang: str
+) -> ControlReply | None:
+    """The reply to `req`; None once counted as a hang (no reply in time) or a coded error."""
+    try:
+        reply = await control.call(req, LIMIT_S)
+    except TimeoutError:
+        tally.hangs.append(hang)
+        return None
+    code = reply_code(reply)
+    if code is not None:
+        tally.answered[code] += 1
+        return None
+    return reply
+
+
 async def deferrer(control: Control, tally: Tally, keys: list[str], stop: asyncio.Event) -> None:
     while not stop.is_set():
         tally.sent += 1
         n, key = tally.sent, random.choice(keys)
         req = SendText(request_id=f"d{n}", text=f"ask {n}", agent="worker", instance_key=key,
                        timeout_ms=REQUEST_TIMEOUT_MS)  # fmt: skip
-        try:
-            reply = await control.call(req, LIMIT_S)
-        except TimeoutError:
-            tally.hangs.append(f"ask {n} @ {key}: neither deferred nor failed")
-            continue
-        code = reply_code(reply)
-        if code is not None:
-            tally.answered[code] += 1
+        reply = await answered(control, req, tally, f"ask {n} @ {key}: neither deferred nor failed")
+        if reply is None:
             continue
         rpc = reply.result.get("metadata", {}).get("deferred") if reply.ok else None
         if not isinstance(rpc, dict) or rpc.get("method") != "chaos.ask":
@@ -63,15 +73,10 @@ async def deferrer(control: Control, tally: Tally, keys: list[str], stop: asynci
 async def resolve(control: Control, tally: Tally, what: str, call_id: str, answer: Any) -> None:
     req = CallsResolve(request_id=f"a{call_id}", call_id=call_id, result=answer,
                        timeout_ms=REQUEST_TIMEOUT_MS)  # fmt: skip
-    try:
-        reply = await control.call(req, LIMIT_S)
-    except TimeoutError:
-        tally.hangs.append(f"{what}: the answer to {call_id} got no reply")
+    reply = await answered(control, req, tally, f"{what}: the answer to {call_id} got no reply")
+    if reply is None:
         return
-    code = reply_code(reply)
-    if code is not None:
-        tally.answered[code] += 1
-    elif isinstance(reply.result, dict) and reply.result.get("input") == asked(answer):
+    if isinstance(reply.result, dict) and reply.result.get("input") == asked(answer):
         tally.answered["reply"] += 1
     else:
         got = reply.result.get("input") if isinstance(reply.result, dict) else reply.result

@@ -9,45 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
-import zmq
 import zmq.asyncio
 
-from orchestrator.router import Router
-from orchestrator.states import ProcessStatus
-from orchestrator.table import ProcessEntry, ProcessTable
+from orchestrator.table import ProcessEntry
 from protocol.codec import decode_message, encode
-from protocol.ids import ORCHESTRATOR, agent_address
+from protocol.ids import ORCHESTRATOR
 from protocol.messages import Heartbeat, HeartbeatPayload
+from tests.unit.orchestrator.conftest import Routed
 
 
 @pytest.fixture
-async def child(tmp_path: Path) -> AsyncIterator[tuple[ProcessEntry, zmq.asyncio.Socket]]:
-    table = ProcessTable()
-    entry = table.entry(agent_address("a", "k"))
-    entry.generation = 1
-    entry.status = ProcessStatus.IDLE
-    endpoint = f"ipc://{tmp_path}/agents.sock"
-    ctx = zmq.asyncio.Context()
-    router = Router(ctx, endpoint, table)
-    router.lifecycle = cast(Any, object())  # a heartbeat needs no lifecycle hook
-    peer = ctx.socket(zmq.DEALER)
-    peer.setsockopt(zmq.IDENTITY, entry.routing_id)
-    peer.setsockopt(zmq.LINGER, 0)
-    peer.connect(endpoint)
-    task = asyncio.ensure_future(router.run())
-    try:
-        yield entry, peer
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        peer.close()
-        router.close()
-        ctx.term()
+def child(routed: Routed) -> tuple[ProcessEntry, zmq.asyncio.Socket]:
+    routed.router.lifecycle = cast(Any, object())  # a heartbeat needs no lifecycle hook
+    return routed.entry, routed.peer()
 
 
 async def test_each_heartbeat_is_answered_with_its_own_sequence_number(

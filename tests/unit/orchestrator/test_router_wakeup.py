@@ -12,19 +12,16 @@ from __future__ import annotations
 import asyncio
 import select
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 import zmq
-import zmq.asyncio
 
 from orchestrator.router import Router
-from orchestrator.states import ProcessStatus
-from orchestrator.table import ProcessEntry, ProcessTable
+from orchestrator.table import ProcessEntry
 from protocol.codec import encode
 from protocol.errors import ErrorInfo
-from protocol.ids import ORCHESTRATOR, Address, agent_address
+from protocol.ids import ORCHESTRATOR, Address
 from protocol.messages import (
     ChildState,
     Heartbeat,
@@ -32,6 +29,7 @@ from protocol.messages import (
     Status,
     StatusPayload,
 )
+from tests.unit.orchestrator.conftest import Routed
 
 
 class StatusRecorder:
@@ -51,29 +49,18 @@ class StatusRecorder:
 
 
 @pytest.fixture
-async def wired(tmp_path: Path) -> AsyncIterator[tuple[Router, ProcessEntry, zmq.Socket[bytes]]]:
-    table = ProcessTable()
-    entry = table.entry(agent_address("a", "k"))
-    entry.generation = 1
-    entry.status = ProcessStatus.IDLE
-    endpoint = f"ipc://{tmp_path}/agents.sock"
-    ctx = zmq.asyncio.Context()
-    router = Router(ctx, endpoint, table)
+def wired(routed: Routed) -> Iterator[tuple[Router, ProcessEntry, zmq.Socket[bytes]]]:
+    """The router with a blocking peer: the test controls exactly when each frame is sent."""
     peer_ctx = zmq.Context()
     peer = peer_ctx.socket(zmq.DEALER)
-    peer.setsockopt(zmq.IDENTITY, entry.routing_id)
+    peer.setsockopt(zmq.IDENTITY, routed.entry.routing_id)
     peer.setsockopt(zmq.LINGER, 0)
-    peer.connect(endpoint)
-    task = asyncio.ensure_future(router.run())
+    peer.connect(routed.endpoint)
     try:
-        yield router, entry, peer
+        yield routed.router, routed.entry, peer
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
         peer.close()
         peer_ctx.term()
-        router.close()
-        ctx.term()
 
 
 def _status(entry: ProcessEntry, state: ChildState) -> bytes:
