@@ -220,7 +220,9 @@ def _spawn_rows(run: Run) -> list[Row]:
                 ours,
                 "ms",
                 statistics.median(bare),
-                "≤ 10 ms p50",
+                # the spawn goal; with ~1,000 live the bare fork itself is slower than
+                # that on 2 cores, so the late row is judged by its ratio to the bare fork
+                "≤ 10 ms p50" if low == 1 else "",
             )
         )
     return rows
