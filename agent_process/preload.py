@@ -36,15 +36,16 @@ def _files(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> set
     return files
 
 
-def fingerprint(files: set[Path]) -> Fingerprint:
+def fingerprint(files: tuple[str, ...]) -> Fingerprint:
+    """(path, mtime, size) of each file, in the given (sorted) order; -1s for a missing one."""
     out = []
-    for path in sorted(files):
+    for path in files:
         try:
             st = os.stat(path)
         except OSError:
-            out.append((str(path), -1, -1))
+            out.append((path, -1, -1))
             continue
-        out.append((str(path), st.st_mtime_ns, st.st_size))
+        out.append((path, st.st_mtime_ns, st.st_size))
     return tuple(out)
 
 
@@ -76,19 +77,45 @@ def _import_base_tools(bundle: Bundle) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Preloaded:
+    """Everything a child compares is computed here, in the fork server, as strings: a child
+    that touched the shared Path objects (resolve, sort, compare) would write caches onto them
+    and copy their pages, which is most of what an idle agent's memory is made of."""
+
     bundle: Bundle
     env_files: tuple[Path, ...]
     state_root: Path
-    files: frozenset[Path]
+    files: tuple[str, ...]
+    """Sorted: the order of `stamp`."""
     stamp: Fingerprint
+    bundle_paths: tuple[str, ...]
+    """The bundle file and directory as given; a child's equal string needs no resolve()."""
+    env_strs: tuple[str, ...]
+    state_str: str
+
+    @classmethod
+    def of(cls, bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> Preloaded:
+        files = tuple(sorted(map(str, _files(bundle, env_files, state_root))))
+        return cls(
+            bundle, env_files, state_root, files, fingerprint(files),
+            (str(bundle.path), str(bundle.root)), tuple(map(str, env_files)), str(state_root),
+        )  # fmt: skip
 
     def matches(self, path: Path, env_files: tuple[Path, ...], state_root: Path) -> bool:
         same_inputs = (
-            path.resolve() in (self.bundle.path.resolve(), self.bundle.root.resolve())
-            and env_files == self.env_files
-            and state_root.resolve() == self.state_root.resolve()
+            tuple(map(str, env_files)) == self.env_strs
+            and self._same_bundle(path)
+            and (str(state_root) == self.state_str or _same_file(state_root, self.state_root))
         )
-        return same_inputs and fingerprint(set(self.files)) == self.stamp
+        return same_inputs and fingerprint(self.files) == self.stamp
+
+    def _same_bundle(self, path: Path) -> bool:
+        if str(path) in self.bundle_paths:  # what the orchestrator passes: no resolve needed
+            return True
+        return path.resolve() in (self.bundle.path.resolve(), self.bundle.root.resolve())
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
 
 
 _held: list[Preloaded] = []
@@ -96,7 +123,6 @@ _held: list[Preloaded] = []
 
 
 def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> None:
-    files = _files(bundle, env_files, state_root)
     # each export's metaschema check (~1-5 ms) is done once here, not in every forked child
     schema.warm(
         export.parameters
@@ -107,7 +133,7 @@ def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> N
     codecache.warm(_entry_files(bundle))  # compiled once here, not in every forked child
     _import_base_tools(bundle)
     models.warm(bundle.of_kind(Kind.MODEL))  # TLS trust store, compiled script patterns
-    _held[:] = [Preloaded(bundle, env_files, state_root, frozenset(files), fingerprint(files))]
+    _held[:] = [Preloaded.of(bundle, env_files, state_root)]
 
 
 def refresh() -> None:

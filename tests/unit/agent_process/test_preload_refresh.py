@@ -41,3 +41,20 @@ def test_refresh_reloads_an_edited_bundle_and_drops_an_invalid_one(tmp_path: Pat
     with pytest.raises(BundleError):
         preload.refresh()
     assert preload.take(root, (), state) is None  # dropped: children load and report it
+
+
+def test_take_matches_the_inputs_however_they_are_spelled(tmp_path: Path) -> None:
+    """The orchestrator passes the paths as loaded (compared as strings, no resolve); another
+    spelling of the same files (`..`, a symlink) still matches, another input does not."""
+    root = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, root)
+    state = tmp_path / "state"
+    bundle = load_bundle(root, state_root=state)
+    preload.remember(bundle, (), state)
+    link = tmp_path / "link"
+    link.symlink_to(root)
+    assert preload.take(bundle.path, (), state) is bundle
+    assert preload.take(root / ".." / "bundle", (), tmp_path / "." / "state") is bundle
+    assert preload.take(link / "goondan.yaml", (), state) is bundle
+    assert preload.take(root, (tmp_path / ".env",), state) is None
+    assert preload.take(tmp_path, (), state) is None
