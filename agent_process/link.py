@@ -26,9 +26,9 @@ from typing import TypeVar
 
 import structlog
 import zmq
-import zmq.asyncio
 
 from agent_process.child_options import ChildOptions
+from agent_process.dealer import Dealer
 from protocol.codec import decode_message, encode
 from protocol.errors import ErrorInfo, ProtocolError
 from protocol.ids import ORCHESTRATOR
@@ -63,7 +63,7 @@ log = structlog.get_logger("goondan.link")
 class Link:
     """The child's end: send and receive frames, handshake, heartbeats, the drain signal."""
 
-    def __init__(self, opts: ChildOptions, sock: zmq.asyncio.Socket) -> None:
+    def __init__(self, opts: ChildOptions, sock: Dealer) -> None:
         self.opts = opts
         self.sock = sock
         self.me = str(opts.process_id)
@@ -157,17 +157,19 @@ class Link:
 def connect(opts: ChildOptions) -> Iterator[Link]:
     """The link over a fresh zmq context, closed (lingering for the last frames) on exit.
     Call it inside the running loop: SIGTERM is routed to `link.draining`."""
-    zctx = zmq.asyncio.Context()
+    loop = asyncio.get_running_loop()
+    zctx = zmq.Context()
     sock = zctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, opts.process_id.encode())
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.connect(opts.endpoint)
-    link = Link(opts, sock)
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, link.draining.set)
+    dealer = Dealer(sock, loop)
+    link = Link(opts, dealer)
+    loop.add_signal_handler(signal.SIGTERM, link.draining.set)
     try:
         yield link
     finally:
-        sock.close()
+        dealer.close()
         zctx.term()
 
 
