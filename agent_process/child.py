@@ -24,7 +24,7 @@ from typing import Any, Protocol, cast
 import structlog
 import uvloop
 
-from agent_process import child_options, deferred
+from agent_process import child_options, deferred, warm
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
@@ -110,6 +110,7 @@ def preload(bundle: Bundle | None = None, env_files: tuple[Path, ...] = (),
             importlib.import_module(MODELS[provider])
     if bundle is not None and state_root is not None:
         preloaded.remember(bundle, env_files, state_root)
+        warm.child_start(bundle, env_files, state_root)
 
 
 async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:

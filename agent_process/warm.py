@@ -1,0 +1,82 @@
+"""Run, in the fork server, the side-effect-free steps every agent child repeats at start.
+
+CPython 3.11 counts the first calls of each function in its code object, then rewrites the
+bytecode in place (quickening) and specializes each instruction over its next runs. A child
+doing that on code shared with the fork server writes to those pages, and each page written
+becomes a private copy: a large part of an idle agent's memory. Run here often enough, the
+code is already specialized when a child runs it, and stays shared.
+
+Only pure steps are run: option parsing, the state paths, the preloaded bundle's check, the
+agent's resource resolution and deferred-call policy, the logger binding. Nothing here opens a
+socket, starts a thread or a loop, or writes a file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agent_process import preload, resolve
+from agent_process.child_options import parse_options
+from agent_process.context import agent_logger
+from agent_process.deferred import policy_from_bundle
+from bundles.kinds import Kind
+from bundles.model import Bundle
+from protocol.endpoints import StateLayout
+from protocol.events import Source, SourceKind
+
+RUNS = 64
+"""Total runs, spread over the bundle's agents: enough to quicken and specialize (3.11 quickens
+after 8 calls and specializes an instruction within its first runs after that)."""
+WARM_KEY = "warm"
+"""The instance key of the runs; they leave nothing behind under it."""
+
+
+def child_start(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> None:
+    agents = [res.name for res in bundle.of_kind(Kind.AGENT)]
+    swarms = [res.name for res in bundle.of_kind(Kind.SWARM)]
+    if not agents:
+        return
+    swarm = swarms[0] if swarms else bundle.root.name
+    for i in range(RUNS):
+        _start_steps(bundle, _argv(agents[i % len(agents)], swarm, bundle, env_files, state_root))
+
+
+def _argv(
+    agent: str, swarm: str, bundle: Bundle, env_files: tuple[Path, ...], state_root: Path
+) -> list[str]:
+    """What the orchestrator's spawner passes (orchestrator/settings.py ChildLaunch)."""
+    argv = [
+        "--id", f"agent:{agent}:{WARM_KEY}:1", "--endpoint", "ipc:///nonexistent/agents.sock",
+        "--swarm", swarm, "--bundle", str(bundle.path), "--state-root", str(state_root),
+        "--heartbeat-interval", "1.0", "--heartbeat-timeout", "10.0", "--log-format", "json",
+    ]  # fmt: skip
+    for path in env_files:
+        argv += ["--env-file", str(path)]
+    return [*argv, "--ppid", str(os.getpid())]
+
+
+def _start_steps(bundle: Bundle, argv: list[str]) -> None:
+    """The pure part of `child.main` -> `Child.__init__` -> `runtime_factory` -> `assemble`."""
+    opts = parse_options(argv)
+    pid = opts.process_id
+    _ = (str(pid), pid.encode(), str(pid.address))
+    Source(kind=SourceKind(pid.kind), name=pid.name, instance_key=pid.instance_key)
+    paths = StateLayout.from_env(opts.state_root).instance_paths(
+        opts.swarm, pid.instance_key, pid.name
+    )
+    _ = (paths.root, paths.inbox_dir, paths.pending_calls_dir, paths.messages_dir)
+    _ = (paths.extensions_dir, paths.runtime_events_jsonl, paths.workdir)
+    held = preload.take(opts.bundle, opts.env_files, opts.state_root) or bundle
+    agent_logger(pid.name, pid.instance_key)
+    policy_from_bundle(held, opts.swarm)
+    try:
+        agent = resolve.agent(held, pid.name)
+        resolve.tools(held, agent)
+        resolve.extensions(held, agent)
+        model = resolve.model(held, agent)
+        resolve.api_key(held, model, opts.state_root)
+        resolve.system_prompt(held, agent)
+        resolve.swarm_policy(held, opts.swarm)
+    except resolve.ConfigProblem:
+        return  # the child reports it (start_error) when it starts
