@@ -175,7 +175,12 @@ def connect(opts: ChildOptions) -> Iterator[Link]:
 
 @functools.cache
 def libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    """Built once, with the functions a child calls already looked up: in the fork server
+    (child.preload) this leaves a forked child nothing to create (a CDLL attribute lookup
+    builds a function pointer object and caches it on the CDLL)."""
+    lib = ctypes.CDLL(None, use_errno=True)
+    _ = (lib.prctl, lib.mallopt)  # cached on `lib` by CDLL.__getattr__
+    return lib
 
 
 def die_with_parent(parent_pid: int | None) -> None:
