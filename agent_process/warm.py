@@ -13,13 +13,17 @@ socket, starts a thread or a loop, or writes a file.
 
 from __future__ import annotations
 
+import contextvars
 import os
 from pathlib import Path
 
-from agent_process import preload, resolve
+import structlog
+
+from agent_process import otel, preload, resolve
 from agent_process.child_options import parse_options
 from agent_process.context import agent_logger
 from agent_process.deferred import policy_from_bundle
+from bundles import redact
 from bundles.kinds import Kind
 from bundles.model import Bundle
 from protocol.endpoints import StateLayout
@@ -60,6 +64,14 @@ def _start_steps(bundle: Bundle, argv: list[str]) -> None:
     """The pure part of `child.main` -> `Child.__init__` -> `runtime_factory` -> `assemble`."""
     opts = parse_options(argv)
     pid = opts.process_id
+    # the keys child.main binds: their ContextVars are created once, here (in a copy of the
+    # context, so this process's own log context is untouched)
+    contextvars.copy_context().run(
+        structlog.contextvars.bind_contextvars,
+        process=str(pid), agent=pid.name, instanceKey=pid.instance_key, pid=os.getpid(),
+    )  # fmt: skip
+    redact.Redactor(bundle.secret_values)
+    otel.export_requested()
     _ = (str(pid), pid.encode(), str(pid.address))
     Source(kind=SourceKind(pid.kind), name=pid.name, instance_key=pid.instance_key)
     paths = StateLayout.from_env(opts.state_root).instance_paths(
