@@ -83,7 +83,9 @@ class ToolCallContext:
 
 def agent_logger(agent: str, instance_key: str) -> Any:
     """The structlog logger of one agent instance (tool contexts bind trace and call on it)."""
-    return structlog.get_logger("goondan.agent").bind(agent=agent, instance_key=instance_key)
+    # bound lazily (initial values of the proxy): built on the first log call, not at start,
+    # so an idle agent never runs structlog's logger construction
+    return structlog.get_logger("goondan.agent", agent=agent, instance_key=instance_key)
 
 
 class NotConnectedRuntime:
