@@ -23,6 +23,7 @@ from agent_process import otel, preload, resolve
 from agent_process.child_options import parse_options
 from agent_process.context import agent_logger
 from agent_process.deferred import policy_from_bundle
+from agent_process.models import ModelError, create_model
 from bundles import redact
 from bundles.kinds import Kind
 from bundles.model import Bundle
@@ -32,6 +33,8 @@ from protocol.events import Source, SourceKind
 RUNS = 64
 """Total runs, spread over the bundle's agents: enough to quicken and specialize (3.11 quickens
 after 8 calls and specializes an instruction within its first runs after that)."""
+MODEL_RUNS = 16
+"""Runs that also build the model client (an SDK client costs ~1 ms)."""
 WARM_KEY = "warm"
 """The instance key of the runs; they leave nothing behind under it."""
 
@@ -43,7 +46,8 @@ def child_start(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -
         return
     swarm = swarms[0] if swarms else bundle.root.name
     for i in range(RUNS):
-        _start_steps(bundle, _argv(agents[i % len(agents)], swarm, bundle, env_files, state_root))
+        argv = _argv(agents[i % len(agents)], swarm, bundle, env_files, state_root)
+        _start_steps(bundle, argv, with_model=i < MODEL_RUNS)
 
 
 def _argv(
@@ -60,7 +64,7 @@ def _argv(
     return [*argv, "--ppid", str(os.getpid())]
 
 
-def _start_steps(bundle: Bundle, argv: list[str]) -> None:
+def _start_steps(bundle: Bundle, argv: list[str], *, with_model: bool) -> None:
     """The pure part of `child.main` -> `Child.__init__` -> `runtime_factory` -> `assemble`."""
     opts = parse_options(argv)
     pid = opts.process_id
@@ -87,8 +91,10 @@ def _start_steps(bundle: Bundle, argv: list[str]) -> None:
         resolve.tools(held, agent)
         resolve.extensions(held, agent)
         model = resolve.model(held, agent)
-        resolve.api_key(held, model, opts.state_root)
+        api_key = resolve.api_key(held, model, opts.state_root)
+        if with_model:
+            create_model(model, api_key=api_key)
         resolve.system_prompt(held, agent)
         resolve.swarm_policy(held, opts.swarm)
-    except resolve.ConfigProblem:
+    except (resolve.ConfigProblem, ModelError):
         return  # the child reports it (start_error) when it starts
