@@ -4,11 +4,9 @@ Inbound frames are checked in order: two frames, a parseable process id, a curre
 generation of a live entry (else the frame is stale and dropped), a decodable message. Each
 failure is counted and logged with the sender; nothing a peer sends can stop the loop.
 
-The loop uses the drain pattern of RESULTS.md: await one message, then take what is already
-queued (up to DRAIN_MAX) through a sync shadow of the same socket, and send without awaiting.
-ROUTER_MANDATORY makes an unroutable send an error we count and answer, never a silent drop.
-A send through the shadow can clear the edge-triggered ZMQ_FD that announced an inbound frame,
-so every send schedules one re-check of the socket (as pyzmq does after its own sends).
+The socket itself (drain pattern, sends without awaiting, ROUTER_MANDATORY, the re-check that
+edge-triggered ZMQ_FD needs after a send) is `wire.RouterSocket`; an unroutable send is counted
+and answered here, never dropped silently.
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredInde
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
 from orchestrator.states import READY
 from orchestrator.table import ProcessEntry, ProcessTable
+from orchestrator.wire import RouterSocket
 from protocol.codec import decode_message, encode
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
@@ -60,12 +59,7 @@ from protocol.messages import (
     StatusPayload,
 )
 
-DRAIN_MAX = 1000
-HWM = 100_000
 ID_CACHE_MAX = 4096
-# plain ints: pyzmq's flag enums cost several µs per message in enum arithmetic
-NOBLOCK = int(zmq.NOBLOCK)
-SNDMORE = int(zmq.SNDMORE)
 log = structlog.get_logger("goondan.router")
 ORCHESTRATOR_SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
@@ -101,13 +95,8 @@ def _should_log(count: int) -> bool:
 class Router:
     def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, table: ProcessTable) -> None:
         self.table = table
-        self.sock = ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.sock.setsockopt(zmq.SNDHWM, HWM)
-        self.sock.setsockopt(zmq.RCVHWM, HWM)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(endpoint)
-        self.shadow: zmq.Socket[bytes] = zmq.Socket.shadow(self.sock.underlying)
+        self.wire = RouterSocket(ctx, endpoint)
+        self.sock = self.wire.sock
         self.endpoint = endpoint
         self.lifecycle: Lifecycle | None = None
         self.agents: AgentsService | None = None
@@ -123,7 +112,6 @@ class Router:
         self.stats = Stats()
         self._ids: dict[bytes, ProcessId] = {}
         self._addresses: dict[str, Address] = {}
-        self._recheck_due = False
 
     def _process_id(self, ident: bytes) -> ProcessId:
         """Parse a routing id (cached; only ids that parse are cached, and a bounded number)."""
@@ -154,19 +142,10 @@ class Router:
     # -- the loop ---------------------------------------------------------------------
 
     async def run(self) -> None:
-        recv = self.sock.recv_multipart
-        shadow = self.shadow
-        while True:
-            self._on_frames(await recv())
-            for _ in range(DRAIN_MAX):
-                try:
-                    frames = shadow.recv_multipart(NOBLOCK)
-                except zmq.Again:
-                    break
-                self._on_frames(frames)
+        await self.wire.serve(self._on_frames)
 
     def close(self) -> None:
-        self.sock.close(linger=0)
+        self.wire.close()
 
     def _on_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
@@ -281,41 +260,13 @@ class Router:
     def send(self, entry: ProcessEntry, msg: Message) -> bool:
         """Send to the current process of `entry` without awaiting; False (counted, logged)
         when it cannot be routed."""
-        shadow = self.shadow
-        self._recheck_soon()  # the send below may take the command that announces a frame
-        try:
-            shadow.send(entry.routing_id, SNDMORE | NOBLOCK)
-            shadow.send(encode(msg), NOBLOCK)
-        except zmq.Again:
-            reason = "high-water mark reached"
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            reason = "peer not connected"
-        else:
+        reason = self.wire.send(entry.routing_id, encode(msg))
+        if reason is None:
             self.stats.delivered += 1
             return True
         self.stats.undeliverable += 1
         log.warning("undeliverable", to=entry.id_text, type=type(msg).__name__, reason=reason)
         return False
-
-    def _recheck_soon(self) -> None:
-        """Once per loop iteration after sends: read ZMQ_EVENTS through the asyncio socket,
-        whose override wakes a pending `recv` when a frame is readable. Without it, a frame
-        whose `activate_read` a send consumed waits for the next unrelated frame (issue 4:
-        25-900 ms warm-hop stalls, ended by some other child's heartbeat)."""
-        if self._recheck_due:
-            return
-        self._recheck_due = True
-        try:
-            asyncio.get_running_loop().call_soon(self._recheck)
-        except RuntimeError:  # a caller outside the loop: nobody is parked in recv yet
-            self._recheck_due = False
-
-    def _recheck(self) -> None:
-        self._recheck_due = False
-        if not self.sock.closed:
-            self.sock.get(zmq.EVENTS)
 
     def submit(
         self,

@@ -1,0 +1,87 @@
+"""The agents ROUTER socket's mechanics, apart from what the router decides (DESIGN 3-4).
+
+Receiving uses the drain pattern of RESULTS.md: await one message through the asyncio socket,
+then take what is already queued (up to DRAIN_MAX) through a sync shadow of the same socket.
+Sending goes through the shadow without awaiting. ROUTER_MANDATORY turns an unroutable send into
+an error the caller counts and answers, never a silent drop.
+
+ZMQ_FD is edge-triggered: a send through the shadow can consume the `activate_read` command
+that announced an inbound frame, which would then wait for the next unrelated frame (issue 4:
+25-900 ms warm-hop stalls, each ended by some other child's heartbeat). So every send schedules
+one re-check of the socket per loop iteration, as pyzmq does after its own sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import zmq
+import zmq.asyncio
+
+DRAIN_MAX = 1000
+HWM = 100_000
+# plain ints: pyzmq's flag enums cost several µs per message in enum arithmetic
+NOBLOCK = int(zmq.NOBLOCK)
+SNDMORE = int(zmq.SNDMORE)
+
+Frames = list[bytes]
+
+
+class RouterSocket:
+    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str) -> None:
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.SNDHWM, HWM)
+        self.sock.setsockopt(zmq.RCVHWM, HWM)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.shadow: zmq.Socket[bytes] = zmq.Socket.shadow(self.sock.underlying)
+        self._recheck_due = False
+
+    async def serve(self, on_frames: Callable[[Frames], None]) -> None:
+        """Hand every inbound message (its frames) to `on_frames`, forever."""
+        recv = self.sock.recv_multipart
+        shadow = self.shadow
+        while True:
+            on_frames(await recv())
+            for _ in range(DRAIN_MAX):
+                try:
+                    frames = shadow.recv_multipart(NOBLOCK)
+                except zmq.Again:
+                    break
+                on_frames(frames)
+
+    def send(self, routing_id: bytes, data: bytes) -> str | None:
+        """Send without awaiting; None when sent, else why it could not be routed."""
+        shadow = self.shadow
+        self._recheck_soon()  # the send below may take the command that announces a frame
+        try:
+            shadow.send(routing_id, SNDMORE | NOBLOCK)
+            shadow.send(data, NOBLOCK)
+        except zmq.Again:
+            return "high-water mark reached"
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            return "peer not connected"
+        return None
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+    def _recheck_soon(self) -> None:
+        """Once per loop iteration after sends: read ZMQ_EVENTS through the asyncio socket,
+        whose override wakes a pending `recv` when a frame is readable."""
+        if self._recheck_due:
+            return
+        self._recheck_due = True
+        try:
+            asyncio.get_running_loop().call_soon(self._recheck)
+        except RuntimeError:  # a caller outside the loop: nobody is parked in recv yet
+            self._recheck_due = False
+
+    def _recheck(self) -> None:
+        self._recheck_due = False
+        if not self.sock.closed:
+            self.sock.get(zmq.EVENTS)
