@@ -7,12 +7,14 @@ becomes a private copy: a large part of an idle agent's memory. Run here often e
 code is already specialized when a child runs it, and stays shared.
 
 Only pure steps are run: option parsing, the state paths, the preloaded bundle's check, the
-agent's resource resolution and deferred-call policy, the logger binding. Nothing here opens a
-socket, starts a thread or a loop, or writes a file.
+agent's resource resolution, model client and deferred-call policy, the constructors of the
+child's and runtime's objects. Nothing here opens a socket, starts a thread or a loop, or
+writes a file.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import os
 from pathlib import Path
@@ -20,15 +22,22 @@ from pathlib import Path
 import structlog
 
 from agent_process import otel, preload, resolve
-from agent_process.child_options import parse_options
+from agent_process.bridge import Bridge
+from agent_process.child_options import ChildOptions, parse_options
 from agent_process.context import agent_logger
-from agent_process.deferred import policy_from_bundle
+from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
+from agent_process.inbox import Inbox, spawn_workdir
 from agent_process.models import ModelError, create_model
+from agent_process.pipeline import Pipelines
+from agent_process.store import ConversationStore
+from agent_process.telemetry import EventBus
 from bundles import redact
 from bundles.kinds import Kind
 from bundles.model import Bundle
-from protocol.endpoints import StateLayout
+from protocol.endpoints import InstancePaths, StateLayout
 from protocol.events import Source, SourceKind
+from protocol.jsonrpc import PendingCall
+from protocol.messages import Message
 
 RUNS = 64
 """Total runs, spread over the bundle's agents: enough to quicken and specialize (3.11 quickens
@@ -76,13 +85,12 @@ def _start_steps(bundle: Bundle, argv: list[str], *, with_model: bool) -> None:
     )  # fmt: skip
     redact.Redactor(bundle.secret_values)
     otel.export_requested()
-    _ = (str(pid), pid.encode(), str(pid.address))
-    Source(kind=SourceKind(pid.kind), name=pid.name, instance_key=pid.instance_key)
     paths = StateLayout.from_env(opts.state_root).instance_paths(
         opts.swarm, pid.instance_key, pid.name
     )
     _ = (paths.root, paths.inbox_dir, paths.pending_calls_dir, paths.messages_dir)
     _ = (paths.extensions_dir, paths.runtime_events_jsonl, paths.workdir)
+    _objects(opts, paths)
     held = preload.take(opts.bundle, opts.env_files, opts.state_root) or bundle
     agent_logger(pid.name, pid.instance_key)
     policy_from_bundle(held, opts.swarm)
@@ -98,3 +106,26 @@ def _start_steps(bundle: Bundle, argv: list[str], *, with_model: bool) -> None:
         resolve.swarm_policy(held, opts.swarm)
     except (resolve.ConfigProblem, ModelError):
         return  # the child reports it (start_error) when it starts
+
+
+def _objects(opts: ChildOptions, paths: InstancePaths) -> None:
+    """The objects `Child.__init__` and `assemble` build, by constructors that neither read
+    nor write files (the inbox check and spawn.json only look)."""
+    pid = opts.process_id
+    source = Source(kind=SourceKind(pid.kind), name=pid.name, instance_key=pid.instance_key)
+    Bridge(_no_send).bind(str(pid), str(pid.address), source)
+    _ = (pid.encode(), asyncio.Queue(), asyncio.Lock())
+    Inbox(paths.inbox_dir).has_replies()
+    DeferredCalls(PendingStore(paths.pending_calls_dir), DeferredPolicy(), _no_submit)
+    spawn_workdir(paths.root)
+    Pipelines()
+    EventBus(paths.runtime_events_jsonl, agent=pid.name, instance_key=pid.instance_key)
+    ConversationStore(paths.messages_dir)
+
+
+async def _no_send(msg: Message) -> None:
+    return None
+
+
+async def _no_submit(call: PendingCall) -> None:
+    return None
