@@ -192,7 +192,7 @@ class Child:
             name=opts.process_id.name,
             instance_key=opts.process_id.instance_key,
         )
-        self.queue: asyncio.Queue[AgentEvent] = asyncio.Queue()
+        self.queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()  # None: the drain
         self.bridge = Bridge(self.send)
         self.bridge.bind(self.me, str(opts.process_id.address), self.source)
         paths = StateLayout.from_env(opts.state_root).instance_paths(
@@ -207,6 +207,7 @@ class Child:
         self.deferred = DeferredCalls(store, DeferredPolicy(), self._submit_deferred)
         self.draining = link.draining
         self.busy = False
+        link.on_drain = self._wake_for_drain
 
     async def start(self, factory: RunnerFactory) -> bool:
         """hello -> the runner -> ready | start_error; then the work a previous process of
@@ -253,19 +254,23 @@ class Child:
     def _take_queue(self) -> list[str]:
         ids = []
         while not self.queue.empty():
-            ids.append(self.queue.get_nowait().id)
+            event = self.queue.get_nowait()
+            if event is not None:
+                ids.append(event.id)
         return ids
 
     async def _turn_loop(self) -> None:
+        # parked on the queue alone: each asyncio path an idle agent runs costs it pages
         while not self.draining.is_set():
-            get = asyncio.ensure_future(self.queue.get())
-            stop = asyncio.ensure_future(self.draining.wait())
-            await asyncio.wait({get, stop}, return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
-            if not get.done():
-                get.cancel()
+            event = await self.queue.get()
+            if event is None:  # the drain's wake-up (_wake_for_drain)
                 return
-            await self._run_one(get.result())
+            await self._run_one(event)
+
+    def _wake_for_drain(self) -> None:
+        """A busy loop sees the drain after its turn; an idle one is parked on the queue."""
+        if not self.busy:
+            self.queue.put_nowait(None)
 
     async def _run_one(self, event: AgentEvent) -> None:
         assert self.runner is not None

@@ -68,7 +68,9 @@ class Link:
         self.sock = sock
         self.me = str(opts.process_id)
         self.draining = asyncio.Event()
-        """Set by a `shutdown` frame or SIGTERM: stop taking work, finish, ack."""
+        """Set by a `shutdown` frame or SIGTERM (`drain`): stop taking work, finish, ack."""
+        self.on_drain: Callable[[], None] = lambda: None
+        """Called once the drain is asked, e.g. to wake a loop parked on its own queue."""
         self.last_heard = time.monotonic()
 
     async def send(self, msg: Message) -> None:
@@ -117,7 +119,13 @@ class Link:
     def on_shutdown(self, payload: ShutdownPayload) -> None:
         """The `shutdown` frame: the caller's dispatch hands it here."""
         log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
-        self.draining.set()
+        self.drain()
+
+    def drain(self) -> None:
+        """Ask for the drain (SIGTERM or a `shutdown` frame)."""
+        if not self.draining.is_set():
+            self.draining.set()
+            self.on_drain()
 
     async def shutdown_ack(self, undelivered: list[str]) -> None:
         """Drained: the events taken but never started go back to the orchestrator."""
@@ -156,7 +164,7 @@ class Link:
 @contextlib.contextmanager
 def connect(opts: ChildOptions) -> Iterator[Link]:
     """The link over a fresh zmq context, closed (lingering for the last frames) on exit.
-    Call it inside the running loop: SIGTERM is routed to `link.draining`."""
+    Call it inside the running loop: SIGTERM is routed to `link.drain`."""
     loop = asyncio.get_running_loop()
     zctx = zmq.Context()
     sock = zctx.socket(zmq.DEALER)
@@ -165,7 +173,7 @@ def connect(opts: ChildOptions) -> Iterator[Link]:
     sock.connect(opts.endpoint)
     dealer = Dealer(sock, loop)
     link = Link(opts, dealer)
-    loop.add_signal_handler(signal.SIGTERM, link.draining.set)
+    loop.add_signal_handler(signal.SIGTERM, link.drain)
     try:
         yield link
     finally:

@@ -204,6 +204,20 @@ async def test_sigterm_asks_for_a_drain(router: zmq.asyncio.Socket, tmp_path: Pa
     assert link.draining.is_set()
 
 
+async def test_the_drain_hook_runs_once_whatever_asks_for_the_drain(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    hooked: list[bool] = []
+    shutdown = ShutdownPayload(grace_period_ms=100, reason=ShutdownReason.RESTART)
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path)) as link:
+            link.on_drain = lambda: hooked.append(link.draining.is_set())
+            os.kill(os.getpid(), signal.SIGTERM)
+            await link.draining.wait()
+            link.on_shutdown(shutdown)  # a shutdown frame after SIGTERM: already draining
+    assert hooked == [True]  # once, with `draining` already set
+
+
 ORPHAN_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
