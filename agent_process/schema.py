@@ -10,6 +10,11 @@ Checking a schema against the 2020-12 metaschema costs ~1-5 ms per export with t
 library (it follows every `$ref`/`$dynamicRef` of the metaschema), so its verdict is memoized by
 the schema's canonical JSON: a pure function of the content, and the fork server warms it with
 the bundle's export schemas (`warm`) so forked children start with every verdict known.
+
+The two compiled validators of a valid schema (~0.2 ms each export, ~2.5 ms for the 12 of bash
+and file-system) are immutable and depend only on that content too, so they are memoized by the
+same key and warmed the same way: a child's `ArgsValidator` only adds its tool name. jsonschema-rs
+validators start no thread and hold no lock, so they are safe to use after a fork.
 """
 
 from __future__ import annotations
@@ -55,11 +60,9 @@ class ArgsValidator:
     __slots__ = ("_fast", "_reference", "_tool", "schema")
 
     def __init__(self, tool: str, schema: dict[str, Any]) -> None:
-        check_schema(schema)
         self._tool = tool
         self.schema = schema
-        self._reference = Draft202012Validator(schema)
-        self._fast: _FastValidator = _FAST(schema) if _FAST is not None else self._reference
+        self._reference, self._fast = _compiled(schema)
 
     @property
     def fast_backend(self) -> str:
@@ -92,18 +95,36 @@ class ArgsValidator:
 
 _verdicts: dict[bytes, str | None] = {}
 """Canonical schema JSON -> None (valid) or the SchemaInvalid message."""
+_Pair = tuple[Draft202012Validator, _FastValidator]
+_validators: dict[bytes, _Pair] = {}
+"""Canonical JSON of a valid schema -> its (reference, fast) validators."""
 
 
-def check_schema(schema: dict[str, Any]) -> None:
-    """Raise SchemaInvalid unless `schema` is valid 2020-12 JSON Schema (memoized by content)."""
+def _compiled(schema: dict[str, Any]) -> _Pair:
+    """Raise SchemaInvalid, else the validators of `schema` (memoized by content)."""
+    key = check_schema(schema)
+    pair = _validators.get(key) if key is not None else None
+    if pair is None:
+        reference = Draft202012Validator(schema)
+        pair = (reference, _FAST(schema) if _FAST is not None else reference)
+        if key is not None:
+            if len(_validators) >= MAX_REMEMBERED_SCHEMAS:
+                _validators.clear()
+            _validators[key] = pair
+    return pair
+
+
+def _canonical(schema: dict[str, Any]) -> bytes | None:
     try:
-        key: bytes | None = msgspec.json.encode(schema, order="sorted")
-    except (
-        TypeError,
-        ValueError,
-        msgspec.EncodeError,
-    ):  # not plain JSON data: check it, remember nothing
-        key = None
+        return msgspec.json.encode(schema, order="sorted")
+    except (TypeError, ValueError, msgspec.EncodeError):  # not plain JSON data
+        return None
+
+
+def check_schema(schema: dict[str, Any]) -> bytes | None:
+    """Raise SchemaInvalid unless `schema` is valid 2020-12 JSON Schema (memoized by content);
+    return its canonical JSON (None when it has none: then nothing is remembered)."""
+    key = _canonical(schema)
     if key is not None and key in _verdicts:
         problem = _verdicts[key]
     else:
@@ -114,13 +135,15 @@ def check_schema(schema: dict[str, Any]) -> None:
             _verdicts[key] = problem
     if problem is not None:
         raise SchemaInvalid(problem)
+    return key
 
 
 def warm(schemas: Iterable[dict[str, Any]]) -> None:
-    """Check these schemas now (the fork server, before it forks), so children reuse it."""
+    """Check and compile these schemas now (the fork server, before it forks), so children
+    reuse the verdicts and the validators."""
     for schema in schemas:
         with contextlib.suppress(SchemaInvalid):  # remembered too; reported when loaded
-            check_schema(schema)
+            _compiled(schema)
 
 
 def _metaschema_problem(schema: dict[str, Any]) -> str | None:
