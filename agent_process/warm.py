@@ -21,7 +21,7 @@ from pathlib import Path
 
 import structlog
 
-from agent_process import otel, preload, resolve
+from agent_process import otel, preload, resolve, warm_turn
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
 from agent_process.context import agent_logger
@@ -44,6 +44,8 @@ RUNS = 64
 after 8 calls and specializes an instruction within its first runs after that)."""
 MODEL_RUNS = 16
 """Runs that also build the model client (an SDK client costs ~1 ms)."""
+TURN_RUNS = 16
+"""Runs that also run a turn on a stand-in conversation (`warm_turn`)."""
 WARM_KEY = "warm"
 """The instance key of the runs; they leave nothing behind under it."""
 
@@ -56,7 +58,7 @@ def child_start(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -
     swarm = swarms[0] if swarms else bundle.root.name
     for i in range(RUNS):
         argv = _argv(agents[i % len(agents)], swarm, bundle, env_files, state_root)
-        _start_steps(bundle, argv, with_model=i < MODEL_RUNS)
+        _start_steps(bundle, argv, with_model=i < MODEL_RUNS, with_turn=i < TURN_RUNS)
 
 
 def _argv(
@@ -73,7 +75,7 @@ def _argv(
     return [*argv, "--ppid", str(os.getpid())]
 
 
-def _start_steps(bundle: Bundle, argv: list[str], *, with_model: bool) -> None:
+def _start_steps(bundle: Bundle, argv: list[str], *, with_model: bool, with_turn: bool) -> None:
     """The pure part of `child.main` -> `Child.__init__` -> `runtime_factory` -> `assemble`."""
     opts = parse_options(argv)
     pid = opts.process_id
@@ -90,7 +92,9 @@ def _start_steps(bundle: Bundle, argv: list[str], *, with_model: bool) -> None:
     )
     _ = (paths.root, paths.inbox_dir, paths.pending_calls_dir, paths.messages_dir)
     _ = (paths.extensions_dir, paths.runtime_events_jsonl, paths.workdir)
-    _objects(opts, paths)
+    bridge, source = _objects(opts, paths)
+    if with_turn:
+        warm_turn.turn(str(pid), source, paths.inbox_dir, bridge)
     held = preload.take(opts.bundle, opts.env_files, opts.state_root) or bundle
     agent_logger(pid.name, pid.instance_key)
     policy_from_bundle(held, opts.swarm)
@@ -108,12 +112,13 @@ def _start_steps(bundle: Bundle, argv: list[str], *, with_model: bool) -> None:
         return  # the child reports it (start_error) when it starts
 
 
-def _objects(opts: ChildOptions, paths: InstancePaths) -> None:
+def _objects(opts: ChildOptions, paths: InstancePaths) -> tuple[Bridge, Source]:
     """The objects `Child.__init__` and `assemble` build, by constructors that neither read
     nor write files (the inbox check and spawn.json only look)."""
     pid = opts.process_id
     source = Source(kind=SourceKind(pid.kind), name=pid.name, instance_key=pid.instance_key)
-    Bridge(_no_send).bind(str(pid), str(pid.address), source)
+    bridge = Bridge(_no_send)
+    bridge.bind(str(pid), str(pid.address), source)
     _ = (pid.encode(), asyncio.Queue(), asyncio.Lock())
     Inbox(paths.inbox_dir).has_replies()
     DeferredCalls(PendingStore(paths.pending_calls_dir), DeferredPolicy(), _no_submit)
@@ -121,6 +126,7 @@ def _objects(opts: ChildOptions, paths: InstancePaths) -> None:
     Pipelines()
     EventBus(paths.runtime_events_jsonl, agent=pid.name, instance_key=pid.instance_key)
     ConversationStore(paths.messages_dir)
+    return bridge, source
 
 
 async def _no_send(msg: Message) -> None:
