@@ -31,9 +31,7 @@ def load_entry(entry: str, root: Path) -> ModuleType:
     path = (root / entry).resolve()
     if not path.is_file():
         raise EntryLoadError(f"entry file {path} does not exist (entry {entry!r})")
-    # A stable unique name per file: modules loaded by path must not shadow each other.
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    name = f"goondan_entry_{path.stem.replace('-', '_')}_{digest}"
+    name = module_name(path)
     if name in sys.modules:
         return sys.modules[name]
     spec = codecache.spec_for(name, path)  # reuses the fork server's compiled code
@@ -47,6 +45,13 @@ def load_entry(entry: str, root: Path) -> ModuleType:
         del sys.modules[name]
         raise EntryLoadError(f"importing {path} failed: {_cause(exc)}") from exc
     return module
+
+
+def module_name(path: Path) -> str:
+    """The `sys.modules` name of the entry file at `path` (resolved): a stable unique name per
+    file, so modules loaded by path do not shadow each other."""
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    return f"goondan_entry_{path.stem.replace('-', '_')}_{digest}"
 
 
 def _cause(exc: BaseException) -> str:

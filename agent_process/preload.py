@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_process import models, schema
+from agent_process import models, schema, warm_tools
 from agent_process.loading import EntryLoadError, is_path_entry, load_entry
 from bundles import codecache
 from bundles.kinds import BASE_PACKAGE, Kind, ToolSpec
@@ -132,6 +132,7 @@ def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> N
     )
     codecache.warm(_entry_files(bundle))  # compiled once here, not in every forked child
     _import_base_tools(bundle)
+    warm_tools.tool_loading(bundle)  # after the import: it loads only modules held already
     models.warm(bundle.of_kind(Kind.MODEL))  # TLS trust store, compiled script patterns
     _held[:] = [Preloaded.of(bundle, env_files, state_root)]
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
+from agent_process import prebuilt_tools
 from agent_process.loading import EntryLoadError, load_entry
 from agent_process.registry import (
     SourceKind,
@@ -31,6 +32,9 @@ from protocol.errors import ErrorCode
 
 def load_tool_resource(resource: Resource[ToolSpec]) -> Iterable[ToolEntry]:
     """Entries of one Tool resource, named `<resource>__<export>`; raises ToolRegistryError."""
+    prebuilt = prebuilt_tools.take(resource)  # a built-in tool, built by the fork server
+    if prebuilt is not None:
+        return prebuilt
     spec = resource.spec
     origin = ToolOrigin(SourceKind.CONFIG, resource.name, str(resource.location))
     if spec.mcp is not None and spec.entry is None:
