@@ -119,7 +119,8 @@ def _objects(opts: ChildOptions, paths: InstancePaths) -> tuple[Bridge, Source]:
     source = Source(kind=SourceKind(pid.kind), name=pid.name, instance_key=pid.instance_key)
     bridge = Bridge(_no_send)
     bridge.bind(str(pid), str(pid.address), source)
-    _ = (pid.encode(), asyncio.Queue(), asyncio.Lock())
+    _ = pid.encode()
+    _primitives()
     Inbox(paths.inbox_dir).has_replies()
     DeferredCalls(PendingStore(paths.pending_calls_dir), DeferredPolicy(), _no_submit)
     spawn_workdir(paths.root)
@@ -127,6 +128,29 @@ def _objects(opts: ChildOptions, paths: InstancePaths) -> tuple[Bridge, Source]:
     EventBus(paths.runtime_events_jsonl, agent=pid.name, instance_key=pid.instance_key)
     ConversationStore(paths.messages_dir)
     return bridge, source
+
+
+def _primitives() -> None:
+    """The child's asyncio Queue (its events), Lock (the runtime's turn lock) and Event (the
+    drain), on the paths that never wait: their code (pure Python in 3.11) is run here."""
+    queue: asyncio.Queue[int | None] = asyncio.Queue()
+    lock, event = asyncio.Lock(), asyncio.Event()
+    for item in (1, None):
+        queue.put_nowait(item)
+        _ = (queue.empty(), queue.qsize())
+        warm_turn.drive(queue.get())
+    warm_turn.drive(_locked(lock))
+    warm_turn.drive(lock.acquire())
+    lock.release()
+    event.set()
+    warm_turn.drive(event.wait())
+    event.is_set()
+    event.clear()
+
+
+async def _locked(lock: asyncio.Lock) -> None:
+    async with lock:
+        pass
 
 
 async def _no_send(msg: Message) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -38,6 +38,7 @@ from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, 
 from protocol.ids import ORCHESTRATOR
 from protocol.messages import ChildState, Event, Status, StatusPayload
 
+T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 _NO_FD = -1
 """Stands for the open file of the real store and bus: present, never written to."""
@@ -110,7 +111,7 @@ def turn(me: str, source: Source, inbox_dir: Path, agents: AgentsRuntime) -> Tur
         type="input", input="hello", instance_key=source.instance_key, source=caller,
         reply_to=ReplyTo(target=ORCHESTRATOR, correlation_id="warm"),
     )  # fmt: skip
-    result = contextvars.copy_context().run(_drive, engine.run(event))
+    result = contextvars.copy_context().run(drive, engine.run(event))
     if result is not None:
         _frames(me, source, event, result)
     return result
@@ -126,11 +127,13 @@ def _frames(me: str, source: Source, event: AgentEvent, result: TurnResult) -> N
     encode(Event(from_=me, to=event.reply_to.target, payload=reply))
 
 
-def _drive(coro: Coroutine[Any, Any, TurnResult]) -> TurnResult | None:
+def drive(coro: Coroutine[Any, Any, T]) -> T | None:
+    """Run a coroutine that never suspends to its end, without a loop; None if it did
+    suspend (it is closed then: nothing here could resume it)."""
     try:
         coro.send(None)
     except StopIteration as done:
-        result: TurnResult = done.value
+        result: T = done.value
         return result
-    coro.close()  # it waited for something: no loop here to finish it
+    coro.close()
     return None
