@@ -3,8 +3,10 @@
 An agent that has served one event runs code an idle one never did: the turn and step engine,
 the pipelines, the scripted model, message and runtime-event records and their JSON
 encoding, the reply and status frames. Running it here first (see `agent_process.warm` for
-why that keeps a child's memory shared) is the same engine (`TurnEngine.run`) on stand-ins of
-the store and the event bus that encode every record like the real ones but write nothing.
+why that keeps a child's memory shared) is the same engine (`TurnEngine.run`) with the real
+store and event bus, whose file descriptor is /dev/null (opened and closed here, so no child
+inherits it): every record is encoded and written to nowhere. The turn-end fold is not run
+(it would create the conversation's base file); nothing is created on disk.
 
 No event loop: the turn's coroutine is driven with `send(None)`; it never suspends (the
 scripted model below has no delay, there are no tools and no middleware). It runs in a copy
@@ -14,16 +16,14 @@ of the context, so the log context vars the turn binds do not stay in the fork s
 from __future__ import annotations
 
 import contextvars
+import os
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-import msgspec
-
 from agent_process.catalog import CatalogBuilder
 from agent_process.contexts import TurnResult
 from agent_process.inbox import Inbox
-from agent_process.messages import MessageEvent, apply_event
 from agent_process.models.scripted import ScriptedModel
 from agent_process.pipeline import Pipelines
 from agent_process.registry import ToolRegistry
@@ -39,49 +39,23 @@ from protocol.ids import ORCHESTRATOR
 from protocol.messages import ChildState, Event, Status, StatusPayload
 
 T = TypeVar("T")
-_encoder = msgspec.json.Encoder()
-_NO_FD = -1
-"""Stands for the open file of the real store and bus: present, never written to."""
 SCRIPT = ScriptedOptions(
     script=[ScriptRule(match="(?i)^bye\\b", reply="bye"), ScriptRule(reply="warm: {input}")]
 )
 """A script without delay or tool calls: every step completes at once."""
 
 
-class _Store(ConversationStore):
-    """The conversation store's records and folds, encoded but not written."""
-
-    def __init__(self, messages_dir: Path) -> None:
-        super().__init__(messages_dir)
-        self._fd = _NO_FD
-        self._appended = []
-
-    def _record(self, event: MessageEvent) -> None:
-        _encoder.encode(event)  # the line the real store appends to events.jsonl
-        apply_event(self._messages, event)
-        self._pending_events += 1
-
-    def fold(self) -> None:
-        b"".join(_encoder.encode(m) + b"\n" for m in self._messages)  # base.jsonl's lines
-        self._pending_events = 0
-
-
-class _Bus(EventBus):
-    """The event bus's encoding of runtime events (and their log span), never flushed."""
-
-    def __init__(self, agent: str, instance_key: str) -> None:
-        super().__init__(None, agent=agent, instance_key=instance_key)
-        self._fd = _NO_FD
-
-    def flush(self) -> None:
-        self._buffer.clear()
-
-
-def _engine(agent: str, instance_key: str, inbox_dir: Path, agents: AgentsRuntime) -> TurnEngine:
+def _engine(
+    agent: str, instance_key: str, inbox_dir: Path, agents: AgentsRuntime, sink: int
+) -> TurnEngine:
+    """The real classes (a child's code is specialized for them), with the store's and the
+    bus's file descriptor on /dev/null: every record is encoded and written to nowhere."""
     registry = ToolRegistry.build([])
     pipelines = Pipelines()
-    bus = _Bus(agent, instance_key)
-    store = _Store(inbox_dir.parent / "messages")
+    bus = EventBus(None, agent=agent, instance_key=instance_key)
+    store = ConversationStore(inbox_dir.parent / "messages")
+    bus._fd = store._fd = sink
+    store._appended = []
     tool_calls = ToolCallRunner(
         registry=registry, pipelines=pipelines, bus=bus, workdir=inbox_dir.parent,
         logger=None, runtime=agents, secret_values=frozenset(),
@@ -96,22 +70,28 @@ def _engine(agent: str, instance_key: str, inbox_dir: Path, agents: AgentsRuntim
     return TurnEngine(deps)
 
 
-def _turn_end(store: _Store, bus: _Bus) -> None:
-    store.fold()
+def _turn_end(store: ConversationStore, bus: EventBus) -> None:
+    """The real one folds the store (its base file does not exist here: not run) and
+    flushes the bus."""
     bus.flush()
+    store._pending_events = 0
 
 
 def turn(me: str, source: Source, inbox_dir: Path, agents: AgentsRuntime) -> TurnResult | None:
     """One turn of `source`'s agent on a fresh stand-in conversation, then its reply and
     status frames; None if it would have suspended (it never does)."""
     assert source.instance_key is not None
-    engine = _engine(source.name, source.instance_key, inbox_dir, agents)
     caller = Source(kind=SourceKind.CONNECTOR, name="warm", instance_key=source.instance_key)
     event = new_event(
         type="input", input="hello", instance_key=source.instance_key, source=caller,
         reply_to=ReplyTo(target=ORCHESTRATOR, correlation_id="warm"),
     )  # fmt: skip
-    result = contextvars.copy_context().run(drive, engine.run(event))
+    sink = os.open(os.devnull, os.O_WRONLY)  # closed before any fork: no child inherits it
+    try:
+        engine = _engine(source.name, source.instance_key, inbox_dir, agents, sink)
+        result = contextvars.copy_context().run(drive, engine.run(event))
+    finally:
+        os.close(sink)
     if result is not None:
         _frames(me, source, event, result)
     return result

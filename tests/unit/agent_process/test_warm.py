@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -34,8 +35,8 @@ def _tree(root: Path) -> list[str]:
 
 @pytest.fixture
 def no_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The fork server must not get an event loop or a thread: creating or setting a loop
-    fails, and afterwards the policy holds the loop it held before (if any)."""
+    """The fork server must not get an event loop, a thread or an open file: creating or
+    setting a loop fails, and afterwards the policy holds the loop it held before (if any)."""
 
     def refuse(*args: object) -> None:
         raise AssertionError("an event loop was created or set in the fork server's warm-up")
@@ -44,7 +45,9 @@ def no_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         monkeypatch.setattr(asyncio, name, refuse)
     local = cast(Any, asyncio.get_event_loop_policy())._local
     loop, threads = getattr(local, "_loop", None), threading.active_count()
+    fds = sorted(os.listdir("/proc/self/fd"))
     yield
+    assert sorted(os.listdir("/proc/self/fd")) == fds  # nothing left open for a child
     assert asyncio.events._get_running_loop() is None
     assert getattr(local, "_loop", None) is loop
     assert threading.active_count() == threads
