@@ -4,8 +4,10 @@ file-system of @goondan/base, 12 exports) against the same spawn of an agent wit
 Both are real agent processes of the example bundles (`workspace`'s operator, `hello`'s
 greeter), spawned by the real supervisor and spawner; each bundle gets its own fork server,
 started before that process has a zmq Context or a loop, as in the daemon. What the tools add
-is their modules (imported once by the fork server), their schemas' metaschema checks
-(memoized, warmed by the fork server) and the registry.
+is their modules (imported once by the fork server), their registry entries with compiled
+validators (built once by the fork server: `prebuilt_tools`, schema memo) and the registry.
+Both harnesses (this one and bench_spawn's forkserver row) measure the same thing the same way;
+figures differ between runs by how busy the machine is.
 
 Run: `python -m tests.bench.bench_spawn_tools` (or via `python -m tests.bench`).
 """
