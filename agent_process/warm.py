@@ -21,7 +21,7 @@ from pathlib import Path
 
 import structlog
 
-from agent_process import otel, preload, resolve, warm_turn
+from agent_process import otel, preload, resolve, warm_heap, warm_turn
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
 from agent_process.context import agent_logger
@@ -59,6 +59,7 @@ def child_start(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -
     for i in range(RUNS):
         argv = _argv(agents[i % len(agents)], swarm, bundle, env_files, state_root)
         _start_steps(bundle, argv, with_model=i < MODEL_RUNS, with_turn=i < TURN_RUNS)
+    warm_heap.fill()  # last: what the runs freed is taken too
 
 
 def _argv(
