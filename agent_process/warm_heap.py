@@ -26,7 +26,9 @@ FIRST_BLOCK = 48
 SIZES = range(32, 513, 16)
 """Block sizes served by pymalloc that a bytes or float object can take (16 is too small)."""
 PER_SIZE = 4096
-"""At most this many objects per size class, whatever the heap looks like."""
+"""At most this many objects per size class and round, whatever the heap looks like."""
+ROUNDS = 4
+FLOAT_SIZE = 32
 BYTES_HEADER = 33
 """sys.getsizeof(b"") on 3.11: a bytes object of n bytes asks for 33 + n."""
 
@@ -37,7 +39,7 @@ _held: list[list[object]] = []
 def fill() -> int:
     """Take the free blocks of every size class; returns how many objects that took."""
     gc.collect()  # the garbage collected later would leave new holes
-    slots: list[object] = [None] * (len(SIZES) * PER_SIZE)  # one allocation, not a growth
+    slots: list[object] = [None] * (len(SIZES) * (PER_SIZE + 1) * ROUNDS)  # never grows
     n = 0
     for size in SIZES:
         n = _fill_size(_maker(size), size, slots, n)
@@ -47,13 +49,25 @@ def fill() -> int:
 
 
 def _fill_size(make: Callable[[], object], size: int, slots: list[object], n: int) -> int:
-    """Objects of one size until a fresh pool (blocks handed out in order from its start)
-    is full: the used pools had no free block left then, and no pool is left part-used."""
+    """Objects of one size until one lands at the start of a pool no object used yet: the
+    used pools had no free block left then."""
+    # a float's every check makes ints of its own size in between: one bounded round
+    for _ in range(1 if size == FLOAT_SIZE else ROUNDS):
+        n = _fill_pool_run(make, size, slots, n)
+        probe = slots[n] = make()
+        n += 1
+        if id(probe) % POOL_SIZE == FIRST_BLOCK:
+            break  # else a free block a recycled pool still had: fill on
+    return n
+
+
+def _fill_pool_run(make: Callable[[], object], size: int, slots: list[object], n: int) -> int:
+    """Objects until a pool handing out its blocks in order from its start is full (a fresh
+    pool does that; so may a recycled one whose blocks were freed in order)."""
     last = FIRST_BLOCK + ((POOL_SIZE - FIRST_BLOCK) // size - 1) * size
     pool, offset = -1, 0
-    for _ in range(PER_SIZE):
-        obj = make()
-        slots[n] = obj
+    for _ in range(PER_SIZE if size != FLOAT_SIZE else PER_SIZE // 4):
+        obj = slots[n] = make()
         n += 1
         address = id(obj)
         at = address % POOL_SIZE
@@ -64,13 +78,13 @@ def _fill_size(make: Callable[[], object], size: int, slots: list[object], n: in
             if at == last:
                 break
         else:
-            pool = -1  # not a fresh pool filling in order: a used pool's free block
+            pool = -1  # not a pool filling in order: a used pool's free block
     return n
 
 
 def _maker(size: int) -> Callable[[], object]:
     """A constructor of new objects whose block is exactly `size` bytes, no temporaries."""
-    if size == 32:  # a float (24 bytes): each addition makes a new one
+    if size == FLOAT_SIZE:  # a float (24 bytes): each addition makes a new one
         counter = itertools.count(0.5)
         return lambda: next(counter)
     length = size - BYTES_HEADER

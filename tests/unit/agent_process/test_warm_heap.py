@@ -14,14 +14,16 @@ def _drop_held() -> None:
     warm_heap._held.clear()
 
 
-def test_after_the_filling_a_new_object_starts_a_fresh_pool() -> None:
+def test_after_the_filling_a_new_object_goes_to_a_pool_of_its_own() -> None:
     sizes = range(304, 513, 16)  # sizes the interpreter itself rarely asks for in between
     assert sys.getsizeof(b"") == warm_heap.BYTES_HEADER
     assert warm_heap.fill() > 0
     new = [bytes(size - warm_heap.BYTES_HEADER) for size in sizes]
-    offsets = [id(obj) % warm_heap.POOL_SIZE for obj in new]
-    # without the filling they land in the free blocks of used pools, anywhere in them
-    assert offsets == [warm_heap.FIRST_BLOCK] * len(sizes)
+    offsets = [id(obj) % warm_heap.POOL_SIZE - warm_heap.FIRST_BLOCK for obj in new]
+    blocks = [offset // size for offset, size in zip(offsets, sizes, strict=True)]
+    # in the first blocks of the pool the filling opened last; without the filling they land
+    # in the free blocks of used pools, anywhere in them (1 or 2 of 14 in the first 8)
+    assert sum(block < 8 for block in blocks) >= len(sizes) - 2, blocks
     warm_heap._held.clear()
 
 
