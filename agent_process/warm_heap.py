@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 from collections.abc import Callable
 
 POOL_SIZE = 16 * 1024
@@ -38,32 +39,44 @@ _held: list[list[object]] = []
 
 def fill() -> int:
     """Take the free blocks of every size class; returns how many objects that took."""
+    if os.environ.get("PYTHONMALLOC", "pymalloc") != "pymalloc":
+        return 0  # another allocator (or pymalloc's debug hooks): nothing of this applies
     gc.collect()  # the garbage collected later would leave new holes
     slots: list[object] = [None] * (len(SIZES) * (PER_SIZE + 1) * ROUNDS)  # never grows
     n = 0
     for size in SIZES:
-        n = _fill_size(_maker(size), size, slots, n)
+        n, as_expected = _fill_size(_maker(size), size, slots, n)
+        if not as_expected:
+            break  # no pool showed up as above: this heap is not laid out like that
     _held.append(slots[:n])
     del slots
     return n
 
 
-def _fill_size(make: Callable[[], object], size: int, slots: list[object], n: int) -> int:
+def _fill_size(
+    make: Callable[[], object], size: int, slots: list[object], n: int
+) -> tuple[int, bool]:
     """Objects of one size until one lands at the start of a pool no object used yet: the
-    used pools had no free block left then."""
-    # a float's every check makes ints of its own size in between: one bounded round
-    for _ in range(1 if size == FLOAT_SIZE else ROUNDS):
-        n = _fill_pool_run(make, size, slots, n)
+    used pools had no free block left then. False if a run found no pool filling in order."""
+    if size == FLOAT_SIZE:  # a float's every check makes ints of its size: one bounded run
+        return _fill_pool_run(make, size, slots, n)[0], True
+    for _ in range(ROUNDS):
+        n, full = _fill_pool_run(make, size, slots, n)
+        if not full:
+            return n, False
         probe = slots[n] = make()
         n += 1
         if id(probe) % POOL_SIZE == FIRST_BLOCK:
             break  # else a free block a recycled pool still had: fill on
-    return n
+    return n, True
 
 
-def _fill_pool_run(make: Callable[[], object], size: int, slots: list[object], n: int) -> int:
+def _fill_pool_run(
+    make: Callable[[], object], size: int, slots: list[object], n: int
+) -> tuple[int, bool]:
     """Objects until a pool handing out its blocks in order from its start is full (a fresh
-    pool does that; so may a recycled one whose blocks were freed in order)."""
+    pool does that; so may a recycled one whose blocks were freed in order); False if none
+    was within the limit."""
     last = FIRST_BLOCK + ((POOL_SIZE - FIRST_BLOCK) // size - 1) * size
     pool, offset = -1, 0
     for _ in range(PER_SIZE if size != FLOAT_SIZE else PER_SIZE // 4):
@@ -76,10 +89,10 @@ def _fill_pool_run(make: Callable[[], object], size: int, slots: list[object], n
         elif address // POOL_SIZE == pool and at > offset:
             offset = at
             if at == last:
-                break
+                return n, True
         else:
             pool = -1  # not a pool filling in order: a used pool's free block
-    return n
+    return n, False
 
 
 def _maker(size: int) -> Callable[[], object]:

@@ -31,3 +31,13 @@ def test_the_filling_objects_are_kept() -> None:
     taken = warm_heap.fill()
     assert sum(len(held) for held in warm_heap._held) == taken
     warm_heap._held.clear()
+
+
+def test_a_heap_not_laid_out_as_expected_costs_a_bounded_filling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(warm_heap, "POOL_SIZE", 10_000)  # no pool shows up as expected
+    assert warm_heap.fill() <= warm_heap.PER_SIZE + warm_heap.PER_SIZE // 4
+    monkeypatch.setenv("PYTHONMALLOC", "malloc")
+    assert warm_heap.fill() == 0
+    warm_heap._held.clear()
