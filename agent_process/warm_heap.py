@@ -29,6 +29,9 @@ SIZES = range(32, 513, 16)
 PER_SIZE = 4096
 """At most this many objects per size class and round, whatever the heap looks like."""
 ROUNDS = 4
+TOTAL = 32 * 1024
+"""At most this many objects in all (~2 MiB if the heap is not laid out as expected: the
+small sizes come first); a usual fork server takes ~6k."""
 FLOAT_SIZE = 32
 BYTES_HEADER = 33
 """sys.getsizeof(b"") on 3.11: a bytes object of n bytes asks for 33 + n."""
@@ -42,44 +45,37 @@ def fill() -> int:
     if os.environ.get("PYTHONMALLOC", "pymalloc") != "pymalloc":
         return 0  # another allocator (or pymalloc's debug hooks): nothing of this applies
     gc.collect()  # the garbage collected later would leave new holes
-    slots: list[object] = [None] * (len(SIZES) * (PER_SIZE + 1) * ROUNDS)  # never grows
+    slots: list[object] = [None] * TOTAL  # never grows
     n = 0
     for size in SIZES:
-        n, as_expected = _fill_size(_maker(size), size, slots, n)
-        if not as_expected:
-            break  # no pool showed up as above: this heap is not laid out like that
+        n = _fill_size(_maker(size), size, slots, n)
     _held.append(slots[:n])
     del slots
     return n
 
 
-def _fill_size(
-    make: Callable[[], object], size: int, slots: list[object], n: int
-) -> tuple[int, bool]:
+def _fill_size(make: Callable[[], object], size: int, slots: list[object], n: int) -> int:
     """Objects of one size until one lands at the start of a pool no object used yet: the
-    used pools had no free block left then. False if a run found no pool filling in order."""
+    used pools had no free block left then."""
     if size == FLOAT_SIZE:  # a float's every check makes ints of its size: one bounded run
-        return _fill_pool_run(make, size, slots, n)[0], True
+        return _fill_pool_run(make, size, slots, n)
     for _ in range(ROUNDS):
-        n, full = _fill_pool_run(make, size, slots, n)
-        if not full:
-            return n, False
+        n = _fill_pool_run(make, size, slots, n)
+        if n == len(slots):
+            break
         probe = slots[n] = make()
         n += 1
         if id(probe) % POOL_SIZE == FIRST_BLOCK:
             break  # else a free block a recycled pool still had: fill on
-    return n, True
+    return n
 
 
-def _fill_pool_run(
-    make: Callable[[], object], size: int, slots: list[object], n: int
-) -> tuple[int, bool]:
+def _fill_pool_run(make: Callable[[], object], size: int, slots: list[object], n: int) -> int:
     """Objects until a pool handing out its blocks in order from its start is full (a fresh
-    pool does that; so may a recycled one whose blocks were freed in order); False if none
-    was within the limit."""
+    pool does that; so may a recycled one whose blocks were freed in order)."""
     last = FIRST_BLOCK + ((POOL_SIZE - FIRST_BLOCK) // size - 1) * size
     pool, offset = -1, 0
-    for _ in range(PER_SIZE if size != FLOAT_SIZE else PER_SIZE // 4):
+    for _ in range(min(PER_SIZE if size != FLOAT_SIZE else PER_SIZE // 4, len(slots) - n)):
         obj = slots[n] = make()
         n += 1
         address = id(obj)
@@ -89,10 +85,10 @@ def _fill_pool_run(
         elif address // POOL_SIZE == pool and at > offset:
             offset = at
             if at == last:
-                return n, True
+                break
         else:
             pool = -1  # not a pool filling in order: a used pool's free block
-    return n, False
+    return n
 
 
 def _maker(size: int) -> Callable[[], object]:
