@@ -8,10 +8,11 @@ objects the fork server keeps, makes a child's new objects start in fresh pools 
 packed into pages it owns anyway.
 
 A pool is 16 KiB (CPython 3.11, 64-bit); a fresh pool hands out its blocks in order from 48
-bytes in: objects allocated there in a row show their size class has no free block left in
-the used pools, and the filling stops when that pool is full, so a child's first object of
-the size opens a pool of its own. Only
-memory of this process is touched: nothing is opened, started or written.
+bytes in. Per size class, objects are taken until such a pool is full and one more object
+opens the next pool at its start: the used pools had no free block left then, and a child's
+objects of that size go to that last pool (one page shared, the rest untouched). Only memory
+of this process is touched: nothing is opened, started or written. Bounded in all (TOTAL)
+and skipped under another allocator.
 """
 
 from __future__ import annotations
