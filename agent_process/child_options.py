@@ -25,8 +25,8 @@ class ChildOptions:
     env_files: tuple[Path, ...] = ()
     parent_pid: int | None = None
     """Exit at once if our parent is not this pid (it died before PDEATHSIG was set)."""
-    heartbeat_interval: float = 1.0
-    heartbeat_timeout: float = 10.0
+    heartbeat_interval: float = 2.0
+    heartbeat_timeout: float = 20.0
     """Exit when the orchestrator has been silent this long (it is gone or wedged)."""
     log_format: str = "json"
 
@@ -42,8 +42,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--state-root", required=True, type=Path)
     p.add_argument("--env-file", action="append", default=[], type=Path)
     p.add_argument("--ppid", type=int, default=None)
-    p.add_argument("--heartbeat-interval", type=float, default=1.0)
-    p.add_argument("--heartbeat-timeout", type=float, default=10.0)
+    p.add_argument("--heartbeat-interval", type=float, default=2.0)
+    p.add_argument("--heartbeat-timeout", type=float, default=20.0)
     p.add_argument("--log-format", choices=FORMATS, default="json")
     return p
 
@@ -84,8 +84,8 @@ def _fast_parse(argv: Sequence[str]) -> argparse.Namespace | None:
         id=values["--id"], endpoint=values["--endpoint"], swarm=values["--swarm"],
         bundle=values["--bundle"], state_root=values["--state-root"],
         env_file=values["--env-file"], ppid=values.get("--ppid"),
-        heartbeat_interval=values.get("--heartbeat-interval", 1.0),
-        heartbeat_timeout=values.get("--heartbeat-timeout", 10.0),
+        heartbeat_interval=values.get("--heartbeat-interval", 2.0),
+        heartbeat_timeout=values.get("--heartbeat-timeout", 20.0),
         log_format=values.get("--log-format", "json"),
     )  # fmt: skip
 

@@ -69,7 +69,7 @@ def _argv(
     argv = [
         "--id", f"agent:{agent}:{WARM_KEY}:1", "--endpoint", "ipc:///nonexistent/agents.sock",
         "--swarm", swarm, "--bundle", str(bundle.path), "--state-root", str(state_root),
-        "--heartbeat-interval", "1.0", "--heartbeat-timeout", "10.0", "--log-format", "json",
+        "--heartbeat-interval", "2.0", "--heartbeat-timeout", "20.0", "--log-format", "json",
     ]  # fmt: skip
     for path in env_files:
         argv += ["--env-file", str(path)]

@@ -30,14 +30,14 @@ class Settings:
     idle_timeout: float | None = None
     request_timeout_ms: int = 60_000
     max_steps_per_turn: int = 32
-    heartbeat_interval: float = 1.0
-    heartbeat_timeout: float = 10.0
+    heartbeat_interval: float = 2.0
+    heartbeat_timeout: float = 20.0
     """Each side gives up on the other after this long without a frame."""
     spawn_mode: SpawnMode = SpawnMode.FORKSERVER
 
     @classmethod
     def from_policy(cls, policy: SwarmPolicy, env: Mapping[str, str] = os.environ) -> Settings:
-        interval = float(env.get(ENV_HEARTBEAT_INTERVAL, "1.0"))
+        interval = float(env.get(ENV_HEARTBEAT_INTERVAL, "2.0"))
         return cls(
             grace_period=policy.shutdown.grace_period_seconds,
             restart=RestartSettings.from_policy(policy.restart),
@@ -61,8 +61,8 @@ class ChildLaunch:
     state_root: Path
     env_files: tuple[Path, ...] = ()
     log_format: str = "json"
-    heartbeat_interval: float = 1.0
-    heartbeat_timeout: float = 10.0
+    heartbeat_interval: float = 2.0
+    heartbeat_timeout: float = 20.0
 
     def argv(self, process_id: ProcessId, parent_pid: int | None) -> list[str]:
         argv = [
