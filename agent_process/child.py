@@ -113,6 +113,14 @@ def preload(bundle: Bundle | None = None, env_files: tuple[Path, ...] = (),
         warm.child_start(bundle, env_files, state_root)
 
 
+def refresh() -> None:
+    """The fork server's hook after the daemon reloaded the bundle: hold the new bundle and
+    warm its agents' start steps like `preload` did for the first one."""
+    held = preloaded.refresh()
+    if held is not None:
+        warm.child_start(held.bundle, held.env_files, held.state_root)
+
+
 async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
     """The real engine: load the bundle, then `AgentRuntime.create` (raises StartFailure)."""
     bundle = preloaded.take(opts.bundle, opts.env_files, opts.state_root)

@@ -137,16 +137,18 @@ def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> N
     _held[:] = [Preloaded.of(bundle, env_files, state_root)]
 
 
-def refresh() -> None:
+def refresh() -> Preloaded | None:
     """Load the held bundle again from the same inputs if any of its files changed (the fork
     server runs this when the daemon reloaded the bundle); an invalid bundle is dropped, so
-    children load (and report) it themselves."""
+    children load (and report) it themselves. Returns the newly held bundle, if any."""
     for held in list(_held):
         if held.matches(held.bundle.path, held.env_files, held.state_root):
             continue
         _held.clear()
         bundle = load_bundle(held.bundle.path, env_files=held.env_files, state_root=held.state_root)
         remember(bundle, held.env_files, held.state_root)
+        return _held[0]
+    return None
 
 
 def take(path: Path, env_files: tuple[Path, ...], state_root: Path) -> Bundle | None:

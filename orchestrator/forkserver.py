@@ -42,7 +42,7 @@ class SpawnRequest(msgspec.Struct, frozen=True, tag="spawn"):
 
 class HookRequest(msgspec.Struct, frozen=True, tag="hook"):
     """Call `module.function()` in the server, between two spawns; no reply. The daemon sends
-    `agent_process.preload.refresh` after a bundle reload, so children forked afterwards take
+    `agent_process.child.refresh` after a bundle reload, so children forked afterwards take
     the new bundle preloaded instead of each loading it again (~65 ms per spawn)."""
 
     module: str

@@ -274,7 +274,7 @@ def install(
         server = fork_server
 
         def on_swap() -> None:
-            forkserver.call_hook(server, "agent_process.preload", "refresh")
+            forkserver.call_hook(server, "agent_process.child", "refresh")
 
     def start_connectors() -> None:
         if router.connections is not None:

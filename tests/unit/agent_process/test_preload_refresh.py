@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_process import preload
+from agent_process import child, preload
 from bundles.diagnostics import BundleError
 from bundles.loader import load_bundle
 
@@ -32,10 +32,11 @@ def test_refresh_reloads_an_edited_bundle_and_drops_an_invalid_one(tmp_path: Pat
     yaml = root / "goondan.yaml"
     yaml.write_text(yaml.read_text().replace("model: test", "model: edited"))
     assert preload.take(root, (), state) is None  # stale: a child would load it itself
-    preload.refresh()
+    renewed = preload.refresh()
     fresh = preload.take(root, (), state)
     assert fresh is not None and fresh.model("scripted").spec.model == "edited"
-    preload.refresh()  # still current: kept as is
+    assert renewed is not None and renewed.bundle is fresh  # what the hook then warms
+    assert preload.refresh() is None  # still current: kept as is
     assert preload.take(root, (), state) is fresh
     yaml.write_text(yaml.read_text().replace("modelRef: Model/scripted", "modelRef: Model/no"))
     with pytest.raises(BundleError):
@@ -58,3 +59,17 @@ def test_take_matches_the_inputs_however_they_are_spelled(tmp_path: Path) -> Non
     assert preload.take(link / "goondan.yaml", (), state) is bundle
     assert preload.take(root, (tmp_path / ".env",), state) is None
     assert preload.take(tmp_path, (), state) is None
+
+
+def test_the_fork_server_hook_holds_and_warms_the_reloaded_bundle(tmp_path: Path) -> None:
+    """`child.refresh` is what the daemon asks the fork server to run after a reload."""
+    root = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, root)
+    state = tmp_path / "state"
+    preload.remember(load_bundle(root, state_root=state), (), state)
+    yaml = root / "goondan.yaml"
+    yaml.write_text(yaml.read_text().replace("model: test", "model: edited"))
+    child.refresh()
+    fresh = preload.take(root, (), state)
+    assert fresh is not None and fresh.model("scripted").spec.model == "edited"
+    assert not (state / "instances").exists()  # warming the new bundle wrote nothing
