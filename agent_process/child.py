@@ -24,7 +24,7 @@ from typing import Any, Protocol, cast
 import structlog
 import uvloop
 
-from agent_process import child_options, deferred, warm
+from agent_process import child_options, deferred, logs, warm
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.child_options import ChildOptions, parse_options
@@ -102,7 +102,7 @@ def preload(bundle: Bundle | None = None, env_files: tuple[Path, ...] = (),
     """
     child_options.parser()
     libc()
-    _configure_logging("json")  # the usual format; a child asking for another redoes it
+    logs.configure("json")  # the usual format; a child asking for another redoes it
     providers = {m.spec.provider for m in bundle.of_kind(Kind.MODEL)} if bundle else set(MODELS)
     for provider in sorted(providers):
         # only the SDKs the bundle uses: a smaller fork server forks faster
@@ -363,38 +363,11 @@ async def amain(opts: ChildOptions, factory: RunnerFactory) -> int:
                 await child.runner.close()
 
 
-_configured: list[str] = []
-
-
-def _configure_logging(log_format: str) -> None:
-    if _configured == [log_format]:
-        return
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer()
-        if log_format == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            redact.processor,
-            renderer,
-        ],
-        # stdout is looked up per call: a forked child's fd 1 is its own log file
-        logger_factory=structlog.PrintLoggerFactory(),
-        cache_logger_on_first_use=True,
-    )
-    _configured[:] = [log_format]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_options(sys.argv[1:] if argv is None else argv)
     die_with_parent(opts.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
-    _configure_logging(opts.log_format)
+    logs.configure(opts.log_format)
     # print() in tools, warnings and tracebacks land in the log file too: mask them as well
     sys.stdout = redact.RedactingStream(sys.stdout)
     sys.stderr = redact.RedactingStream(sys.stderr)

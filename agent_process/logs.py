@@ -1,0 +1,36 @@
+"""structlog for an agent or connector child: JSON lines (or console) on its stdout, which is
+its own log file, with secrets masked and the bound context (agent, instanceKey, trace ids)."""
+
+from __future__ import annotations
+
+import structlog
+
+from bundles import redact
+
+_configured: list[str] = []
+
+
+def configure(log_format: str) -> None:
+    """Set up once per format (the fork server sets up "json"; a child asking for another
+    format redoes it)."""
+    if _configured == [log_format]:
+        return
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer()
+        if log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            redact.processor,
+            renderer,
+        ],
+        # stdout is looked up per call: a forked child's fd 1 is its own log file
+        logger_factory=structlog.PrintLoggerFactory(),
+        cache_logger_on_first_use=True,
+    )
+    _configured[:] = [log_format]
