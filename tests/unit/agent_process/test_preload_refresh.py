@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,13 +12,7 @@ from bundles.diagnostics import BundleError
 from bundles.loader import load_bundle
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "reload" / "two"
-
-
-@pytest.fixture(autouse=True)
-def _restore_held() -> Iterator[None]:
-    saved = list(preload._held)
-    yield
-    preload._held[:] = saved
+pytestmark = pytest.mark.usefixtures("restore_preloaded")
 
 
 def test_refresh_reloads_an_edited_bundle_and_drops_an_invalid_one(tmp_path: Path) -> None:

@@ -20,13 +20,7 @@ from protocol.events import Source, SourceKind
 from protocol.messages import Message, TurnOutcome
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "reload" / "two"
-
-
-@pytest.fixture(autouse=True)
-def _restore_held() -> Iterator[None]:
-    saved = list(preload._held)
-    yield
-    preload._held[:] = saved
+pytestmark = pytest.mark.usefixtures("restore_preloaded")
 
 
 def _tree(root: Path) -> list[str]:
