@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,20 @@ async def call_json(
         reason = str(payload.get("description") or payload.get("error") or reason)
     status = response.status_code
     raise ApiError(method, status, reason.replace(secret, "***"), _retry_after(response, payload))
+
+
+class Conversations(set[asyncio.Task[None]]):
+    """The conversations a chat connector runs in the background (one per incoming message),
+    cancelled when the connector closes."""
+
+    def start(self, conversation: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(conversation)
+        self.add(task)
+        task.add_done_callback(self.discard)
+
+    def cancel(self) -> None:
+        for task in list(self):
+            task.cancel()
 
 
 @dataclass(slots=True)

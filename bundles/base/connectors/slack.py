@@ -104,18 +104,12 @@ class Slack:
             headers={"Authorization": f"Bearer {self.token}"},
         )  # fmt: skip
         self.seen: OrderedDict[str, None] = OrderedDict()
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks = chatbot.Conversations()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            status, payload = await self._answer(reader)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-            return
-        except Exception as exc:  # a bug here must not stop the server
-            self.ctx.logger.error("slack_failed", error=repr(exc))
-            status, payload = 500, {"error": {"code": "E_SLACK_INTERNAL", "message": "internal"}}
-        await webhook.write_json(writer, status, payload)
+        internal = 500, {"error": {"code": "E_SLACK_INTERNAL", "message": "internal"}}
+        log = self.ctx.logger
+        await webhook.respond(reader, writer, self._answer, log, "slack_failed", internal)
 
     async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
         try:
@@ -158,9 +152,7 @@ class Slack:
         props = message_properties(payload, self.types)
         if props is None:
             return
-        task = asyncio.create_task(self.converse(props))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.tasks.start(self.converse(props))
 
     async def converse(self, props: dict[str, Any]) -> None:
         text = await chatbot.agent_reply(
@@ -182,8 +174,7 @@ class Slack:
                 return
 
     async def aclose(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
+        self.tasks.cancel()
         await self.client.aclose()
 
 

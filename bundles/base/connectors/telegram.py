@@ -53,7 +53,7 @@ class Telegram:
         self.client = httpx.AsyncClient(
             timeout=int(cfg.get("timeoutMs", 30_000)) / 1000, trust_env=False
         )
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks = chatbot.Conversations()
 
     async def call(self, method: str, body: dict[str, Any], wait_s: float | None = None) -> Any:
         answer = await chatbot.call_json(
@@ -112,9 +112,7 @@ class Telegram:
         if props is None:
             self.ctx.logger.info("telegram_update_skipped", update_id=update["update_id"])
             return
-        task = asyncio.create_task(self.handle(props))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.tasks.start(self.handle(props))
 
     async def handle(self, props: dict[str, Any]) -> None:
         async with self.slots:
@@ -141,8 +139,7 @@ class Telegram:
                 return
 
     async def aclose(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
+        self.tasks.cancel()
         await self.client.aclose()
 
 

@@ -25,6 +25,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,6 +155,31 @@ async def write_json(writer: asyncio.StreamWriter, status: int, payload: Any) ->
         writer.close()
 
 
+Answer = Callable[[asyncio.StreamReader], Awaitable[tuple[int, Any]]]
+
+
+async def respond(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    answer: Answer,
+    logger: Any,
+    failed_event: str,
+    internal: tuple[int, Any],
+) -> None:
+    """One HTTP exchange: write `answer`'s (status, JSON payload). A peer gone mid-request is
+    closed quietly; a bug in `answer` is logged as `failed_event` and answered `internal`,
+    and the server goes on."""
+    try:
+        status, payload = await answer(reader)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        writer.close()
+        return
+    except Exception as exc:  # a bug here must not stop the server
+        logger.error(failed_event, error=repr(exc))
+        status, payload = internal
+    await write_json(writer, status, payload)
+
+
 async def read_request(reader: asyncio.StreamReader, max_body: int) -> Request:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -188,15 +214,8 @@ class WebhookServer:
         self.settings = settings
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            status, payload = await self._answer(reader)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-            return
-        except Exception as exc:  # a bug here must not stop the server
-            self.ctx.logger.error("webhook_failed", error=repr(exc))
-            status, payload = _error(500, "E_WEBHOOK_INTERNAL", "internal error")
-        await write_json(writer, status, payload)
+        internal = _error(500, "E_WEBHOOK_INTERNAL", "internal error")
+        await respond(reader, writer, self._answer, self.ctx.logger, "webhook_failed", internal)
 
     async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
         try:
