@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
 
 from bundles.sdk import ToolContext
+
+if TYPE_CHECKING:
+    from .fake_chat_api import FakeApi
 
 BASE = Path(__file__).resolve().parents[3] / "bundles" / "base"
 
@@ -85,3 +88,12 @@ def ctx(workdir: Path) -> FakeContext:
     context = FakeContext(workdir=workdir)
     assert isinstance(context, ToolContext)
     return context
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    """A local stand-in of a chat HTTP API (Telegram, Slack) for the tools and connectors."""
+    from .fake_chat_api import serve  # it uses `call` of this module
+
+    with serve() as fake:
+        yield fake

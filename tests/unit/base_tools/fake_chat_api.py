@@ -6,14 +6,22 @@ A real HTTP server in a thread: tests queue replies per path and read back every
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from bundles.sdk import ToolContext, ToolFailed
+
+from .conftest import call
 
 
 @dataclass(frozen=True)
@@ -121,3 +129,19 @@ def serve() -> Iterator[FakeApi]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+async def run_tool(module: ModuleType, ctx: ToolContext, export: str, args: dict[str, Any]) -> Any:
+    """One call of a chat tool's handler, 10 s at most."""
+    async with asyncio.timeout(10):
+        return await call(module, export, ctx, args)
+
+
+async def tool_failure(
+    module: ModuleType, ctx: ToolContext, export: str, args: dict[str, Any], *, token: str
+) -> ToolFailed:
+    """The ToolFailed of one call; the bot token never appears in its message."""
+    with pytest.raises(ToolFailed) as info:
+        await run_tool(module, ctx, export, args)
+    assert token not in info.value.message
+    return info.value

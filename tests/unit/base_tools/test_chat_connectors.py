@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import hmac
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import pytest
 import structlog
 
 from .conftest import load_tool
-from .fake_chat_api import FakeApi, ok, serve
+from .fake_chat_api import FakeApi, ok
 
 slack = load_tool("connectors/slack.py")
 telegram = load_tool("connectors/telegram.py")
@@ -40,12 +40,6 @@ class Ctx:
     logger: Any = field(default_factory=structlog.get_logger)
     connection: str = "c"
     connector: str = "x"
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApi]:
-    with serve() as fake:
-        yield fake
 
 
 def signed(body: bytes, stamp: int = NOW, secret: bytes = SECRET) -> dict[str, str]:

@@ -4,27 +4,18 @@ that never send the token to a foreign host."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bundles.sdk import ToolFailed
-
-from .conftest import FakeContext, call, load_tool
-from .fake_chat_api import FakeApi, Reply, ok, raw, serve
+from .conftest import FakeContext, load_tool
+from .fake_chat_api import FakeApi, Reply, ok, raw, run_tool, tool_failure
 
 slack = load_tool("tools/slack.py")
 TOKEN = "xoxb-secret-token"
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApi]:
-    with serve() as fake:
-        yield fake
 
 
 @pytest.fixture
@@ -32,16 +23,8 @@ def sl(workdir: Path, api: FakeApi) -> FakeContext:
     return FakeContext(workdir=workdir, config={"token": TOKEN, "apiBaseUrl": api.url})
 
 
-async def run(ctx: FakeContext, export: str, args: dict[str, Any]) -> Any:
-    async with asyncio.timeout(10):
-        return await call(slack, export, ctx, args)
-
-
-async def failure(ctx: FakeContext, export: str, args: dict[str, Any]) -> ToolFailed:
-    with pytest.raises(ToolFailed) as info:
-        await run(ctx, export, args)
-    assert TOKEN not in info.value.message
-    return info.value
+run = partial(run_tool, slack)
+failure = partial(tool_failure, slack, token=TOKEN)
 
 
 async def test_send_posts_json_with_the_bearer_token(sl: FakeContext, api: FakeApi) -> None:

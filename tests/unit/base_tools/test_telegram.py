@@ -3,23 +3,21 @@ errors (ok:false, 5xx, 429 with retry_after), token handling and confined downlo
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import os
-from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from bundles.sdk import ToolFailed
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime, tool_results, turn
 
-from .conftest import BASE, FakeContext, call, load_tool
-from .fake_chat_api import FakeApi, ok, raw, serve
+from .conftest import BASE, FakeContext, load_tool
+from .fake_chat_api import FakeApi, ok, raw, run_tool, serve, tool_failure
 
 telegram = load_tool("tools/telegram.py")
 TOKEN = "123456:SECRET-token"
@@ -27,26 +25,12 @@ BOT = f"/bot{TOKEN}"
 
 
 @pytest.fixture
-def api() -> Iterator[FakeApi]:
-    with serve() as fake:
-        yield fake
-
-
-@pytest.fixture
 def tg(workdir: Path, api: FakeApi) -> FakeContext:
     return FakeContext(workdir=workdir, config={"token": TOKEN, "apiBaseUrl": api.url})
 
 
-async def run(ctx: FakeContext, export: str, args: dict[str, Any]) -> Any:
-    async with asyncio.timeout(10):
-        return await call(telegram, export, ctx, args)
-
-
-async def failure(ctx: FakeContext, export: str, args: dict[str, Any]) -> ToolFailed:
-    with pytest.raises(ToolFailed) as info:
-        await run(ctx, export, args)
-    assert TOKEN not in info.value.message
-    return info.value
+run = partial(run_tool, telegram)
+failure = partial(tool_failure, telegram, token=TOKEN)
 
 
 def sent(chat: int = 42, message_id: int = 7) -> Any:
