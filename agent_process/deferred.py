@@ -52,10 +52,10 @@ from agent_process.results import (
     ok_result,
     truncate_message,
 )
-from agent_process.store import write_json_atomic
 from agent_process.turn import Resumed
 from bundles.kinds import Kind
 from bundles.model import Bundle
+from protocol.durable import write_atomic
 from protocol.endpoints import path_segment
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent
@@ -139,7 +139,7 @@ class PendingStore:
         return self.dir / (path_segment(call_id) + suffix)
 
     def save(self, call: PendingCall) -> None:
-        write_json_atomic(self._path(call.id), msgspec.json.encode(call))
+        write_atomic(self._path(call.id), msgspec.json.encode(call))
 
     def load(self) -> list[PendingCall]:
         calls = []

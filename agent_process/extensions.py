@@ -19,12 +19,12 @@ import structlog
 from agent_process.loading import EntryLoadError, load_entry
 from agent_process.pipeline import Pipelines
 from agent_process.registry import SourceKind, ToolEntry, ToolOrigin
-from agent_process.store import write_json_atomic
 from agent_process.telemetry import EventBus, Subscriber
 from agent_process.toolsets import FunctionToolset, PrefixedToolset
 from bundles.kinds import ExtensionSpec
 from bundles.model import Resource
 from bundles.sdk import ExtensionApi, JsonObject, Logger, ToolHandler
+from protocol.durable import write_atomic
 from protocol.errors import ErrorCode
 
 _log = structlog.get_logger("goondan.extensions")
@@ -116,7 +116,7 @@ class _StateApi:
         """Write when the state differs from what is on disk (in-place edits count too)."""
         data = msgspec.json.encode(self._value)
         if data != self._saved:
-            write_json_atomic(self._path, data)
+            write_atomic(self._path, data)
             self._saved = data
 
 

@@ -44,6 +44,7 @@ from agent_process.messages import (
     apply_event,
     new_message,
 )
+from protocol.durable import write_atomic
 
 _log = structlog.get_logger("goondan.store")
 _encoder = msgspec.json.Encoder()
@@ -164,7 +165,7 @@ class ConversationStore:
                 _log.warning("base_append_failed", path=str(self._base_path), error=str(exc))
                 self._appended = None
         data = b"".join(_encoder.encode(m) + b"\n" for m in self._messages)
-        write_json_atomic(self._base_path, data)
+        write_atomic(self._base_path, data)
 
     def _read_base(self) -> tuple[list[Message], bool]:
         """The base's messages, and whether the file is clean (every line read, a newline at
@@ -200,14 +201,6 @@ class ConversationStore:
         return events
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _append_synced(path: Path, data: bytes) -> None:
     """One write at the end of an existing file, then fdatasync (data and size on disk)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -218,15 +211,3 @@ def _append_synced(path: Path, data: bytes) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
-
-
-def write_json_atomic(path: Path, data: bytes) -> None:
-    """temp file + fsync + rename + directory fsync (extension state, base files)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)

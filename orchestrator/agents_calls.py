@@ -26,6 +26,7 @@ import structlog
 
 from orchestrator.table import ProcessTable
 from protocol.codec import to_builtins
+from protocol.durable import write_atomic
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
 from protocol.ids import Address, ProcessKind, agent_address, check_instance_key
@@ -208,11 +209,7 @@ class AgentsService:
         return self._owners[target]
 
     def _save(self, target: Address, record: dict[str, Any]) -> None:
-        root = self.instance_root(target)
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f".{SPAWN_FILE}.tmp"
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, root / SPAWN_FILE)
+        write_atomic(self.instance_root(target) / SPAWN_FILE, json.dumps(record).encode())
         self._owners[target] = record
 
 

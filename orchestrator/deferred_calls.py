@@ -21,7 +21,6 @@ E_TOOL_DEFERRED_EXPIRED).
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -35,6 +34,7 @@ import structlog
 from orchestrator.delivery import OpenRequest
 from orchestrator.states import READY
 from orchestrator.table import ProcessEntry
+from protocol.durable import write_atomic
 from protocol.endpoints import StateLayout, path_segment
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, Source, SourceKind, response_to
@@ -280,7 +280,7 @@ class DeferredIndex:
         if problem is not None:  # e.g. the agent left the swarm: keep the call for later
             raise DeferredCallError(ErrorCode(problem.code), problem.message)
         data = msgspec.json.encode(answer)
-        _write_atomic(found.path.with_name(path_segment(call.id) + ANSWER_SUFFIX), data)
+        write_atomic(found.path.with_name(path_segment(call.id) + ANSWER_SUFFIX), data)
         self.calls.pop(call_id, None)
         waiter = self._reopen(call, wait)
         self._route(address, call.id)
@@ -369,12 +369,3 @@ def _sweep_answers(directory: Path) -> None:
         if not call.exists():
             answer.unlink(missing_ok=True)
             log.info("deferred_answer_swept", path=str(answer))
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

@@ -199,7 +199,7 @@ def test_turn_result_encodes_to_json() -> None:
 async def test_a_turn_whose_log_cannot_be_folded_fails_and_loses_nothing() -> None:
     rt = await make_runtime(b.scripted(), b.agent())
     try:
-        blocker = rt.paths.messages_dir / "base.jsonl.tmp"
+        blocker = rt.paths.messages_dir / ".base.jsonl.tmp"
         blocker.mkdir()  # the fold's temp file cannot be created
         result = await turn(rt, "first")
         assert result.outcome is TurnOutcome.FAILED
