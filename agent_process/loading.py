@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -31,20 +30,12 @@ def load_entry(entry: str, root: Path) -> ModuleType:
     path = (root / entry).resolve()
     if not path.is_file():
         raise EntryLoadError(f"entry file {path} does not exist (entry {entry!r})")
-    name = module_name(path)
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = codecache.spec_for(name, path)  # reuses the fork server's compiled code
-    if spec is None or spec.loader is None:
-        raise EntryLoadError(f"entry file {path} is not a loadable Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        return codecache.exec_file(module_name(path), path)
+    except codecache.NotLoadable as exc:
+        raise EntryLoadError(f"entry file {path} is not a loadable Python module") from exc
     except Exception as exc:
-        del sys.modules[name]
         raise EntryLoadError(f"importing {path} failed: {_cause(exc)}") from exc
-    return module
 
 
 def module_name(path: Path) -> str:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import sys
 from collections.abc import Iterable
 from pathlib import Path
-from types import CodeType
+from types import CodeType, ModuleType
 
 MAX_FILES = 512
 _code: dict[tuple[str, bytes], CodeType] = {}
@@ -34,6 +35,31 @@ def spec_for(name: str, path: Path) -> importlib.machinery.ModuleSpec | None:
     return importlib.util.spec_from_file_location(
         name, path, loader=_CachedSourceLoader(name, str(path))
     )
+
+
+class NotLoadable(ImportError):
+    """The file is not something Python can load as a module."""
+
+
+def exec_file(name: str, path: Path) -> ModuleType:
+    """Import the file `path` as the module `name`, once per process (a module already loaded
+    under `name` is returned), with the fork server's compiled code when it has it. Raises
+    NotLoadable for a file that is no Python module; whatever running the module raises
+    propagates, and the half-run module is forgotten."""
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    spec = spec_for(name, path)
+    if spec is None or spec.loader is None:
+        raise NotLoadable(f"{path} is not a loadable Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it: dataclasses and typing look it up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def warm(files: Iterable[Path]) -> None:

@@ -11,8 +11,6 @@ to hand the call to the client (seed 001); any other exception is reported as `E
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -399,13 +397,7 @@ def load_sibling(anchor: str, name: str) -> ModuleType:
     """
     path = Path(anchor).with_name(f"{name}.py")
     key = f"_goondan_sibling_{name}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = codecache.spec_for(key, path)  # reuses the fork server's compiled code
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load helper module {path}")
-    module = importlib.util.module_from_spec(spec)
-    # Registered before exec so dataclasses and typing can resolve the module by name.
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
+    try:
+        return codecache.exec_file(key, path)
+    except codecache.NotLoadable:
+        raise ImportError(f"cannot load helper module {path}") from None
