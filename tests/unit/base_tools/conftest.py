@@ -7,6 +7,7 @@ would hide bugs in how the files load their helpers, so every test goes through
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import inspect
 from collections.abc import Iterator, Mapping
@@ -17,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
+import yaml
 
 from bundles.sdk import ToolContext
+from tests.unit.agent_process import builders
 
 if TYPE_CHECKING:
     from .fake_chat_api import FakeApi
@@ -97,3 +100,17 @@ def api() -> Iterator[FakeApi]:
 
     with serve() as fake:
         yield fake
+
+
+BASE_DOCS: dict[tuple[str, str], dict[str, Any]] = {
+    (doc["kind"], doc["metadata"]["name"]): doc
+    for doc in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
+}
+"""The documents of bundles/base/goondan.yaml by (kind, name)."""
+
+
+def base_resource(kind: str, name: str, **config: Any) -> Any:
+    """A resource of the base package as the loader would give it, with config overrides."""
+    spec = copy.deepcopy(BASE_DOCS[(kind, name)]["spec"])
+    spec.setdefault("config", {}).update(config)
+    return builders.resource(kind, name, spec, root=BASE)

@@ -3,31 +3,20 @@ summaries folded) and the extension in a real agent runtime with the scripted mo
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import pytest
-import yaml
 
 from agent_process.messages import Role, ToolCall, new_message
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime, scripted, turn
 
-from .conftest import BASE, load_tool
+from .conftest import base_resource as base
+from .conftest import load_tool
 
 compaction = load_tool("extensions/message_compaction.py")
-DOCS = {
-    (doc["kind"], doc["metadata"]["name"]): doc
-    for doc in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
-}
-
-
-def base(kind: str, name: str, **config: Any) -> Any:
-    spec = copy.deepcopy(DOCS[(kind, name)]["spec"])
-    spec.setdefault("config", {}).update(config)
-    return b.resource(kind, name, spec, root=BASE)
 
 
 def msg(role: str, content: str | None = None, **fields: Any) -> Any:

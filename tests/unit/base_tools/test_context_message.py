@@ -4,11 +4,9 @@ stored history, inbound context from a connector event; rendering switches."""
 from __future__ import annotations
 
 import asyncio
-import copy
 from typing import Any
 
 import pytest
-import yaml
 
 from agent_process.messages import Role
 from protocol.events import ReplyTo, Source, SourceKind, new_event
@@ -16,19 +14,10 @@ from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import TIMEOUT, make_runtime, scripted, turn
 
-from .conftest import BASE, load_tool
+from .conftest import base_resource as base
+from .conftest import load_tool
 
 context = load_tool("extensions/context_message.py")
-DOCS = {
-    (doc["kind"], doc["metadata"]["name"]): doc
-    for doc in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
-}
-
-
-def base(kind: str, name: str, **config: Any) -> Any:
-    spec = copy.deepcopy(DOCS[(kind, name)]["spec"])
-    spec.setdefault("config", {}).update(config)
-    return b.resource(kind, name, spec, root=BASE)
 
 
 def telegram_event(text: str) -> Any:

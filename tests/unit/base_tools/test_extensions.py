@@ -4,32 +4,20 @@ own Tool and Extension resources from bundles/base/goondan.yaml."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 import structlog
-import yaml
 
 from agent_process.messages import Role, new_message
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime, scripted, tool_results, turn
 
-from .conftest import BASE, load_tool
+from .conftest import base_resource as base
+from .conftest import load_tool
 
-DOCS = {
-    (doc["kind"], doc["metadata"]["name"]): doc
-    for doc in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
-}
 window = load_tool("extensions/message_window.py")
-
-
-def base(kind: str, name: str, **config: Any) -> Any:
-    """A resource of the base package as the loader would give it, with config overrides."""
-    spec = copy.deepcopy(DOCS[(kind, name)]["spec"])
-    spec.setdefault("config", {}).update(config)
-    return b.resource(kind, name, spec, root=BASE)
 
 
 # -- message-window ------------------------------------------------------------------------

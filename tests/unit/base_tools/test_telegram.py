@@ -3,7 +3,6 @@ errors (ok:false, 5xx, 429 with retry_after), token handling and confined downlo
 
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import replace
 from functools import partial
@@ -11,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime, tool_results, turn
 
-from .conftest import BASE, FakeContext, load_tool
+from .conftest import BASE_DOCS, FakeContext, base_resource, load_tool
 from .fake_chat_api import FakeApi, ok, raw, run_tool, serve, tool_failure
 
 telegram = load_tool("tools/telegram.py")
@@ -239,11 +237,7 @@ async def test_a_connection_error_is_coded_and_hides_the_token(workdir: Path) ->
 
 
 def test_the_manifest_declares_the_documented_exports() -> None:
-    docs = {
-        (d["kind"], d["metadata"]["name"]): d
-        for d in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
-    }
-    exports = [e["name"] for e in docs["Tool", "telegram"]["spec"]["exports"]]
+    exports = [e["name"] for e in BASE_DOCS["Tool", "telegram"]["spec"]["exports"]]
     assert exports == ["send", "edit", "delete", "react", "setChatAction", "downloadFile"]
     assert set(telegram.handlers) == set(exports)
 
@@ -251,14 +245,6 @@ def test_the_manifest_declares_the_documented_exports() -> None:
 async def test_calls_through_the_real_executor(api: FakeApi) -> None:
     """Schema checks (additionalProperties: false) and handler dispatch in a real runtime."""
     api.on(f"{BOT}/sendMessage", sent())
-    spec = copy.deepcopy(
-        next(
-            d
-            for d in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
-            if d["kind"] == "Tool" and d["metadata"]["name"] == "telegram"
-        )["spec"]
-    )
-    spec["config"].update(token=TOKEN, apiBaseUrl=api.url)
     script: list[dict[str, Any]] = [
         {
             "match": "go",
@@ -272,7 +258,7 @@ async def test_calls_through_the_real_executor(api: FakeApi) -> None:
     rt = await make_runtime(
         b.scripted(script=script),
         b.agent(tools=["telegram"]),
-        b.resource("Tool", "telegram", spec, root=BASE),
+        base_resource("Tool", "telegram", token=TOKEN, apiBaseUrl=api.url),
     )
     try:
         await turn(rt, "go")

@@ -3,25 +3,20 @@ model, the catalog as allow-list, the selection persisted across a restart; rank
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import pytest
-import yaml
 
 from agent_process.runtime import AgentRuntime
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime, scripted, tool_results, turn
 
-from .conftest import BASE, load_tool
+from .conftest import base_resource as base
+from .conftest import load_tool
 
 search_ext = load_tool("extensions/tool_search.py")
-DOCS = {
-    (doc["kind"], doc["metadata"]["name"]): doc
-    for doc in yaml.safe_load_all((BASE / "goondan.yaml").read_text())
-}
 SEARCH = "tool-search__search"
 WAIT = {"name": "wait__wait", "args": {"seconds": 0}}
 SCRIPT: list[dict[str, Any]] = [
@@ -33,12 +28,6 @@ SCRIPT: list[dict[str, Any]] = [
         "toolCalls": [{"name": SEARCH, "args": {"query": "pause for seconds", "select": ["wait"]}}],
     },
 ]
-
-
-def base(kind: str, name: str, **config: Any) -> Any:
-    spec = copy.deepcopy(DOCS[(kind, name)]["spec"])
-    spec.setdefault("config", {}).update(config)
-    return b.resource(kind, name, spec, root=BASE)
 
 
 async def runtime(**config: Any) -> AgentRuntime:
