@@ -18,7 +18,10 @@ from typing import Any
 
 import httpx
 
-from bundles.sdk import ConnectorContext
+from bundles.sdk import ConnectorContext, load_sibling
+
+# the chat tools' API helper (one Retry-After reading for tools and connectors)
+_chatapi = load_sibling(str(Path(__file__).parents[1] / "tools" / "_chatapi.py"), "_chatapi")
 
 
 class ApiError(Exception):
@@ -56,14 +59,6 @@ def names(value: Any) -> frozenset[str]:
     return frozenset(str(item).strip() for item in items if str(item).strip())
 
 
-def _retry_after(response: httpx.Response, payload: Any) -> int | None:
-    params = payload.get("parameters") if isinstance(payload, dict) else None
-    if isinstance(params, dict) and isinstance(params.get("retry_after"), int):
-        return int(params["retry_after"])
-    header = response.headers.get("retry-after", "")
-    return int(header) if header.isdigit() else None
-
-
 async def call_json(
     client: httpx.AsyncClient,
     url: str,
@@ -89,7 +84,8 @@ async def call_json(
     if isinstance(payload, dict):
         reason = str(payload.get("description") or payload.get("error") or reason)
     status = response.status_code
-    raise ApiError(method, status, reason.replace(secret, "***"), _retry_after(response, payload))
+    wait_s = _chatapi.retry_after(response, payload)
+    raise ApiError(method, status, reason.replace(secret, "***"), wait_s)
 
 
 class Conversations(set[asyncio.Task[None]]):

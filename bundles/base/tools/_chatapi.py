@@ -95,7 +95,9 @@ class Settings:
         )
 
 
-def _retry_after(response: httpx.Response, payload: Any) -> int | None:
+def retry_after(response: httpx.Response, payload: Any) -> int | None:
+    """The seconds a rate-limited answer asks to wait: Telegram's `parameters.retry_after`,
+    else the Retry-After header (Slack); None when neither says."""
     params = payload.get("parameters") if isinstance(payload, dict) else None
     if isinstance(params, dict) and isinstance(params.get("retry_after"), int):
         return int(params["retry_after"])
@@ -148,7 +150,7 @@ class Api:
             payload = _json(response)
             if response.status_code != 429:
                 return self._checked(response, payload, name)
-            wait_s = _retry_after(response, payload)
+            wait_s = retry_after(response, payload)
             if (
                 wait_s is None
                 or wait_s > self.settings.max_retry_after
