@@ -23,7 +23,7 @@ install: $(BIN)/python ## create .venv and install goondan with the dev extras
 test: ## run the unit and integration tests (real processes, real sockets)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-lint: ## ruff, mypy --strict and the import contracts of DESIGN 2
+lint: ## ruff, mypy --strict and the import contracts of ARCHITECTURE.md §2
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

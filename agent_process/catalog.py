@@ -1,4 +1,4 @@
-"""The per-step tool catalog: what the model sees in one step (DESIGN 6).
+"""The per-step tool catalog: what the model sees in one step (ARCHITECTURE.md §6).
 
 Rebuilt every step from the registry's visible entries (the agent's Tool resources in
 `Agent.spec.tools` order, then extension tools); step middleware may then add, remove or edit
@@ -23,7 +23,7 @@ class CatalogItem(msgspec.Struct, kw_only=True):
     description: str = ""
     parameters: dict[str, Any] = msgspec.field(default_factory=dict)
     source_kind: str = "config"
-    """`config`, `extension` or `mcp` (seed 003, 10.1)."""
+    """`config`, `extension` or `mcp` (ARCHITECTURE.md §6)."""
     source_name: str = ""
 
 

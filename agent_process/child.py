@@ -210,7 +210,7 @@ class Child:
         self.bridge.inbox = self.inbox
         self.bridge.on_reply = self._wake
         self.runner: TurnRunner | None = None
-        # deferred tool calls (seed 001): a turn waiting for its client is parked, not blocking
+        # deferred tool calls (ARCHITECTURE.md §10): a turn waiting for its client is parked
         store = PendingStore(paths.pending_calls_dir)
         self.deferred = DeferredCalls(store, DeferredPolicy(), self._submit_deferred)
         self.draining = link.draining

@@ -56,8 +56,8 @@ class Reply:
     error_code: str | None = None
     error_message: str | None = None
     deferred: dict[str, Any] | None = None
-    """The JSON-RPC 2.0 request of a deferred tool call that suspended the turn (seed 001):
-    the client answers it (webhook: `POST /rpc`) and the turn resumes."""
+    """The JSON-RPC 2.0 request of a deferred tool call that suspended the turn (ARCHITECTURE.md
+    §10): the client answers it (webhook: `POST /rpc`) and the turn resumes."""
 
     @classmethod
     def of(cls, event_id: str, response: AgentEvent) -> Reply:

@@ -1,4 +1,6 @@
-"""ToolContext (seed 002, minimal) and the `runtime` stub used until the agents bridge exists."""
+"""The ToolContext of one call (minimal, ARCHITECTURE.md §6), and `NotConnectedRuntime`: the
+`runtime` of a process with no orchestrator link, where every agents call is a coded error.
+"""
 
 from __future__ import annotations
 

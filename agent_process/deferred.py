@@ -1,4 +1,4 @@
-"""Deferred (client-side) tool calls in the agent process (seed 001, DESIGN 6).
+"""Deferred (client-side) tool calls in the agent process (ARCHITECTURE.md §10).
 
 A handler raises `CallDeferred(method, params, message)` (or an export declared
 `deferred: {method}` has no handler). `DeferredCalls.hook` (installed with

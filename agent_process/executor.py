@@ -1,4 +1,4 @@
-"""Run one tool: validate the arguments, call the handler, return data (DESIGN 6).
+"""Run one tool: validate the arguments, call the handler, return data (ARCHITECTURE.md §6).
 
 Async handlers run on the loop; plain `def` handlers run in a worker thread so the loop keeps
 serving IPC while they block. A per-export `timeoutMs` bounds either (a timed-out thread cannot

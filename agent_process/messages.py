@@ -1,4 +1,4 @@
-"""Conversation messages and the MessageEvents that change them (event-sourced, DESIGN 6).
+"""Conversation messages and the MessageEvents that change them (event-sourced, ARCHITECTURE.md §6).
 
 `NextMessages = Base + Σ Events`. Applying an event is idempotent (appending an id that is already
 present replaces it in place, removing a missing id does nothing), so replaying events that were

@@ -1,4 +1,5 @@
-"""Onion middleware for `turn`, `step` and `toolCall` (DESIGN 6), and its error policy, once.
+"""Onion middleware for `turn`, `step` and `toolCall` (ARCHITECTURE.md §6), and its error policy,
+once.
 
 A middleware is `async def mw(ctx) -> result`; `await ctx.next()` runs the inner layers and the
 core, and returns their result, which the middleware may replace. The first registered is the

@@ -1,4 +1,5 @@
-"""Tool results are data (DESIGN 6), and exactly one function turns exceptions into that data.
+"""Tool results are data (ARCHITECTURE.md §6), and exactly one function turns exceptions into that
+data.
 
 `result_from_exception` is the only place that maps what a handler (or middleware, or the
 executor itself) raised to `{status: error, error: {code, name, message, suggestion, helpUrl}}`,
@@ -28,7 +29,7 @@ class ResultStatus(StrEnum):
 
 
 class DeferredRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A handler raised `CallDeferred`: the call must run on the client (seed 001)."""
+    """A handler raised `CallDeferred`: the call must run on the client (ARCHITECTURE.md §10)."""
 
     method: str
     params: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -66,7 +67,7 @@ def error_result(
 
 
 def truncate_message(message: str, limit: int) -> str:
-    """Cut to `limit` characters with the suffix inside the limit (seed 003, 7.2)."""
+    """Cut to `limit` characters with the suffix inside the limit (ARCHITECTURE.md §6)."""
     if len(message) <= limit:
         return message
     keep = max(0, limit - len(TRUNCATION_SUFFIX))

@@ -99,8 +99,8 @@ class AgentRuntime:
         return self.store.recovered_events
 
     def set_deferred_hook(self, hook: DeferredHook) -> None:
-        """Where the deferred-call cycle (seed 001) plugs in: `hook(ctx, request)` gets every
-        call whose handler raised `CallDeferred` and returns its final ToolResult."""
+        """Where the deferred-call cycle (ARCHITECTURE.md §10) plugs in: `hook(ctx, request)` gets
+        every call whose handler raised `CallDeferred` and returns its final ToolResult."""
         self._tool_calls.deferred_hook = hook
 
     async def run_turn(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:

@@ -3,7 +3,7 @@
 The entry module exports either `handlers: dict[str, fn]` (each export of `spec.exports` must have
 one) or a `bundles.toolset.Toolset` (exports and schemas come from the decorated functions;
 `spec.exports`, when given, selects exports and may set description and timeout). An export
-with `deferred:` needs no handler: it always runs on the client (seed 001).
+with `deferred:` needs no handler: it always runs on the client (ARCHITECTURE.md §10).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The core refuses a name the model was not offered this step (`E_TOOL_NOT_IN_CATALOG`), then
 runs the tool (`executor.execute`) and, when the handler deferred the call to the client
-(`CallDeferred`), hands it to the deferred hook: the point where the JSON-RPC cycle of seed 001
-plugs in. Until that exists, `reject_deferred` answers with a coded error.
+(`CallDeferred`), hands it to the deferred hook, where the JSON-RPC cycle of
+ARCHITECTURE.md §10 plugs in (agent_process/deferred.py). A runner built without a client
+channel keeps `reject_deferred`, which answers with a coded error.
 """
 
 from __future__ import annotations

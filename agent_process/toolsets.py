@@ -2,7 +2,7 @@
 
 - `FunctionToolset`: entries added one by one (an extension's `api.tools.register`).
 - `PrefixedToolset`: `<prefix>__<name>`, which is how a Tool resource or an extension owns its
-  exports' names (DESIGN 6).
+  exports' names (ARCHITECTURE.md §6).
 - `FilteredToolset`, `RenamedToolset`: keep some entries / give some a new export name.
 """
 

@@ -1,4 +1,4 @@
-"""The Turn/Step engine (DESIGN 6): one AgentEvent in, one TurnResult out.
+"""The Turn/Step engine (ARCHITECTURE.md §6): one AgentEvent in, one TurnResult out.
 
 A turn appends the input as a user message and runs steps through the `step` onion: each step
 builds the catalog, lets step middleware edit it, sends system prompt + conversation + catalog
@@ -8,8 +8,8 @@ to the model, appends the assistant message, runs its tool calls in order (each 
 injects no other text. `run` never raises for a failed turn: it returns outcome `failed` with
 a coded error.
 
-`resume` continues a turn a deferred tool call suspended in an earlier process (seed 001):
-the conversation already holds the assistant message with the tool calls, so it appends
+`resume` continues a turn a deferred tool call suspended in an earlier process (ARCHITECTURE.md
+§10): the conversation already holds the assistant message with the tool calls, so it appends
 their results (`Resumed.answer`) and continues the step loop after the step it stopped in.
 """
 

@@ -1,5 +1,5 @@
-"""Which files a loaded bundle is made of, for watch mode and selective restarts (DESIGN 5):
-a changed file maps to the resources it defines or serves, and only their processes restart."""
+"""Which files a loaded bundle is made of, for watch mode and selective restarts (ARCHITECTURE.md
+§5): a changed file maps to the resources it defines or serves, and only their processes restart."""
 
 from __future__ import annotations
 

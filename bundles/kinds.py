@@ -193,7 +193,7 @@ class LifecyclePolicy(_Spec):
     reconcile_interval_seconds: float = 5.0
     request_timeout_ms: int = 60_000
     deferred_ttl_seconds: float = 3600.0
-    """How long a deferred (client-side) tool call waits for its client (seed 001)."""
+    """How long a deferred (client-side) tool call waits for its client (ARCHITECTURE.md §10)."""
 
 
 class SwarmPolicy(_Spec):
@@ -214,7 +214,7 @@ class SwarmSpec(_Spec):
 
 
 class DeferredSpec(_Spec):
-    """An export with no handler that always runs on the client (seed 001)."""
+    """An export with no handler that always runs on the client (ARCHITECTURE.md §10)."""
 
     method: str
     message: str | None = None

@@ -1,4 +1,4 @@
-"""Resource and tool names (DESIGN 6): what the model sees is `<resource>__<export>`.
+"""Resource and tool names (ARCHITECTURE.md §6): what the model sees is `<resource>__<export>`.
 
 Pure functions, no I/O. A name matches `^[A-Za-z][A-Za-z0-9_-]*$` and never contains `__` (the
 separator), and a tool's full name is at most 64 characters, which every major provider
@@ -42,7 +42,7 @@ def tool_full_name(resource: str, export: str) -> str:
 
 
 def split_tool_name(full: str) -> tuple[str, str]:
-    """`bash__exec` -> (`bash`, `exec`); split on the first `__` (DESIGN 6)."""
+    """`bash__exec` -> (`bash`, `exec`); split on the first `__` (ARCHITECTURE.md §6)."""
     resource, sep, export = full.partition(SEPARATOR)
     if not sep or not resource or not export:
         raise ValueError(f"{full!r} is not a `<resource>__<export>` tool name")

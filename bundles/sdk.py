@@ -5,7 +5,7 @@ Handler files (bundles/base, bundles/examples, users' bundles) import only this 
 
 Handlers raise; the executor turns exceptions into `{status: error, error: {...}}` data for the
 model. Raise `ToolFailed` for an expected failure with a code and a suggestion, `CallDeferred`
-to hand the call to the client (seed 001); any other exception is reported as `E_TOOL`.
+to hand the call to the client (ARCHITECTURE.md §10); any other exception is reported as `E_TOOL`.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class AgentsRuntime(Protocol):
 
 @runtime_checkable
 class ToolContext(Protocol):
-    """The minimal context of seed 002 (plus the Tool's own `config`)."""
+    """The minimal tool context of ARCHITECTURE.md §6 (plus the Tool's own `config`)."""
 
     @property
     def workdir(self) -> Path: ...
@@ -148,7 +148,7 @@ class CallDeferred(Exception):
 
 
 class Pending:
-    """Return this from a handler that submitted long-running work (seed 003, 6.3):
+    """Return this from a handler that submitted long-running work (ARCHITECTURE.md §6):
     the result is `{status: pending, handle, output}`."""
 
     __slots__ = ("handle", "output")

@@ -1,4 +1,5 @@
-"""`goondan` / `gdn`: the command line (DESIGN 9). Exit codes 0 ok, 1 runtime error, 2 usage.
+"""`goondan` / `gdn`: the command line (ARCHITECTURE.md §9). Exit codes 0 ok, 1 runtime error, 2
+usage.
 
 `run` starts the daemon in the foreground; the other commands are clients of a running daemon
 (found through the state root and `--swarm`) or work on files only (`validate`, `init`).

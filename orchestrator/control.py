@@ -1,4 +1,4 @@
-"""The control ROUTER (`control.sock`): one small handler per request type (DESIGN 9).
+"""The control ROUTER (`control.sock`): one small handler per request type (ARCHITECTURE.md §9).
 
 Every request gets exactly one `ControlReply` with the same `request_id`; a request that
 cannot be decoded gets a coded E_CONTROL_BAD_REQUEST reply, and a handler that fails gets
@@ -147,7 +147,7 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str
 
 
 async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
-    """`goondan calls list|resolve`: the daemon's pending deferred calls (seed 001)."""
+    """`goondan calls list|resolve`: the daemon's pending deferred calls (ARCHITECTURE.md §10)."""
     index = ctx.router.deferred
     if index is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")

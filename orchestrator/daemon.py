@@ -1,6 +1,6 @@
 """The composition root: fork server first, then the loop, sockets, supervisor and servers.
 
-Order matters (DESIGN 8): the fork server is forked while this process still has no zmq
+Order matters (ARCHITECTURE.md §8): the fork server is forked while this process still has no zmq
 Context, no thread and no event loop. Signal handlers only enqueue; `main()` takes the
 first SIGTERM/SIGINT (or `goondan stop`) as "drain every child in parallel, exit 0" and a
 second one as "SIGKILL what is left now".
@@ -179,7 +179,7 @@ class Daemon:
         connections = swarm_connections(bundle, swarm)
         router.connections = Connections(router, connections, supervisor.ensure)
         router.deferred = DeferredIndex(router, self.opts.layout, swarm.name, supervisor.ensure)
-        router.deferred.scan()  # pending calls of an earlier daemon (seed 001)
+        router.deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
         return router, supervisor
 
     def _agents_service(self, table: ProcessTable, supervisor: Supervisor) -> AgentsService:
@@ -201,7 +201,7 @@ class Daemon:
         spawner = self._spawner()
         zctx = zmq.asyncio.Context()
         router, supervisor = self._build(zctx, spawner)
-        if router.connections is not None:  # connectors are always up (DESIGN 5)
+        if router.connections is not None:  # connectors are always up (ARCHITECTURE.md §5)
             router.connections.start_all()
         if router.deferred is not None:  # answered calls an earlier daemon died before resuming
             router.deferred.resume_answered()

@@ -1,4 +1,5 @@
-"""The daemon's pending deferred calls (seed 001): index, client notice, resolution routing.
+"""The daemon's pending deferred calls (ARCHITECTURE.md §10): index, client notice, resolution
+routing.
 
 An agent process whose tool deferred a call to the client persists it as
 `instances/<swarm>/<key>/<agent>/pending-calls/<id>.json` and sends `call op=deferred_submit`.

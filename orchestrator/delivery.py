@@ -4,7 +4,7 @@ A `Mailbox` holds the events of one address: `queue` (waiting for a ready proces
 order) and `inflight` (sent to the current generation and not finished). When the process
 dies, the event whose turn had started is the one that crashed (answered, never retried);
 the events it had received but not started go back to the front of the queue for the
-replacement (DESIGN 5).
+replacement (ARCHITECTURE.md §5).
 
 The `RequestBook` knows every open correlation id: who asked (an address, or a control
 client's future) and which address serves it, so a crash answers the caller at once.

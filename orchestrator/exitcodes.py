@@ -1,4 +1,4 @@
-"""Exit codes of every command (DESIGN 9)."""
+"""Exit codes of every command (ARCHITECTURE.md §9)."""
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1

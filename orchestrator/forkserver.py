@@ -1,4 +1,5 @@
-"""The fork server: a pre-imported process that forks agent children on request (DESIGN 8).
+"""The fork server: a pre-imported process that forks agent children on request (ARCHITECTURE.md
+§8).
 
 `start_fork_server()` must run before the daemon creates any zmq Context, thread or event loop:
 it forks this process; the copy imports the agent runtime stack (by module name, so the

@@ -1,4 +1,4 @@
-"""Connection ingress rules: a connector event -> (agent, instanceKey), pure (DESIGN 5).
+"""Connection ingress rules: a connector event -> (agent, instanceKey), pure (ARCHITECTURE.md §5).
 
 The first rule whose `match` fits wins: `event` equal to the event's name (any when absent)
 and every `properties` entry equal to the event's property at that (dotted) path. The

@@ -1,6 +1,6 @@
 """The crash-loop policy: one pure function from restart history to a decision.
 
-DESIGN 5: crashes 1..5 respawn at once; from the 6th, wait min(1 s * 2^(n-6), 300 s) in
+ARCHITECTURE.md §5: crashes 1..5 respawn at once; from the 6th, wait min(1 s * 2^(n-6), 300 s) in
 `crashLoopBackOff`; the counter resets after a successful turn (the supervisor does that).
 A child that reports `start_error` is broken, not unlucky: respawning it at once would spin,
 so it is held down and only retried on demand once a backoff delay has passed.

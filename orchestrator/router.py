@@ -1,4 +1,4 @@
-"""The agents ROUTER: every frame between children goes through here (DESIGN 3-5).
+"""The agents ROUTER: every frame between children goes through here (ARCHITECTURE.md §3-5).
 
 Inbound frames are checked in order: two frames, a parseable process id, a current
 generation of a live entry (else the frame is stale and dropped), a decodable message. Each
@@ -106,7 +106,7 @@ class Router:
         self.self_restart: Callable[[ProcessEntry, CallPayload], None] | None = None
         """The `restart` call of the self-restart tool; set by the daemon with the reloader."""
         self.deferred: DeferredIndex | None = None
-        """Pending deferred tool calls (seed 001); set by the daemon."""
+        """Pending deferred tool calls (ARCHITECTURE.md §10); set by the daemon."""
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
         self.stats = Stats()
@@ -239,7 +239,7 @@ class Router:
             self.respond(event)
             return
         if event.type == ANSWER_EVENT and self.deferred is not None:
-            self.deferred.on_answer_event(event)  # a client's JSON-RPC answer (seed 001)
+            self.deferred.on_answer_event(event)  # a client's JSON-RPC answer (ARCHITECTURE.md §10)
             return
         if entry.address.kind is ProcessKind.CONNECTOR and self.connections is not None:
             self.connections.on_event(entry, event)

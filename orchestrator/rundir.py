@@ -1,4 +1,4 @@
-"""The run directory (DESIGN 3): 0700 dir, exclusive pid-file lock, active.json.
+"""The run directory (ARCHITECTURE.md §3): 0700 dir, exclusive pid-file lock, active.json.
 
 One daemon per swarm and state root: the pid file is held with an exclusive `flock` for
 the daemon's lifetime, so a second `goondan run` learns at once who holds it (and a lock

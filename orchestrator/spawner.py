@@ -7,7 +7,7 @@ Two ways to start an agent process, one handle type:
   arrives with the reply and the exit status in a later report from the server.
 
 Either way a child is watched through its pidfd on the event loop: death is seen the moment
-the kernel releases the process (RESULTS.md 7), not at the next reconcile tick.
+the kernel releases the process (ARCHITECTURE.md §8), not at the next reconcile tick.
 """
 
 from __future__ import annotations

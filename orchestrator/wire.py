@@ -1,7 +1,7 @@
-"""The agents ROUTER socket's mechanics, apart from what the router decides (DESIGN 3-4).
+"""The agents ROUTER socket's mechanics, apart from what the router decides (ARCHITECTURE.md §3-4).
 
-Receiving uses the drain pattern of RESULTS.md: await one message through the asyncio socket,
-then take what is already queued (up to DRAIN_MAX) through a sync shadow of the same socket.
+Receiving uses the drain pattern of ARCHITECTURE.md §8: await one message through the asyncio
+socket, then take what is already queued (up to DRAIN_MAX) through a sync shadow of the same socket.
 Sending goes through the shadow without awaiting. ROUTER_MANDATORY turns an unroutable send into
 an error the caller counts and answers, never a silent drop.
 

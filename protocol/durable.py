@@ -1,6 +1,6 @@
 """Replacing a state file so that a crash leaves either its old or its new content, never a
-torn mix (DESIGN 7: conversation bases, extension state, pending calls, inbox replies, spawn
-records). The daemon and its children both write such files."""
+torn mix (ARCHITECTURE.md §7: conversation bases, extension state, pending calls, inbox replies,
+spawn records). The daemon and its children both write such files."""
 
 from __future__ import annotations
 

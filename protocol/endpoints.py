@@ -1,4 +1,5 @@
-"""Where everything lives on disk (DESIGN 7) and the ipc endpoints of the run dir (DESIGN 3).
+"""Where everything lives on disk (ARCHITECTURE.md §7) and the ipc endpoints of the run dir
+(ARCHITECTURE.md §3).
 
 Both the orchestrator and the agent processes compute paths through `StateLayout`, so the
 layout is written once. Instance keys are arbitrary text (e.g. `telegram:42`), so they are
@@ -97,7 +98,7 @@ class RunPaths:
 
 @dataclass(frozen=True, slots=True)
 class InstancePaths:
-    """Files of one agent instance (DESIGN 7)."""
+    """Files of one agent instance (ARCHITECTURE.md §7)."""
 
     root: Path
 

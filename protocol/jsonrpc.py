@@ -1,4 +1,4 @@
-"""JSON-RPC 2.0 messages for deferred (client-side) tool calls, seed 001."""
+"""JSON-RPC 2.0 messages for deferred (client-side) tool calls, ARCHITECTURE.md §10."""
 
 from __future__ import annotations
 

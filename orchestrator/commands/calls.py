@@ -1,7 +1,7 @@
 """`goondan calls list [--json]` and `goondan calls resolve ID --result JSON | --error CODE`.
 
-A deferred (client-side) tool call suspends its turn until a client answers it (seed 001).
-`list` shows the pending calls (agent, instance, method, params, age, expiry); `resolve`
+A deferred (client-side) tool call suspends its turn until a client answers it (ARCHITECTURE.md
+§10). `list` shows the pending calls (agent, instance, method, params, age, expiry); `resolve`
 answers one with a JSON-RPC 2.0 `result` or `error{code, message, data}`, the turn resumes,
 and, when the turn was started by a control client (`goondan send`), its reply is printed.
 """

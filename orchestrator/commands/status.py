@@ -1,4 +1,4 @@
-"""`goondan status [--json]`: the orchestrator and its process table (DESIGN 9).
+"""`goondan status [--json]`: the orchestrator and its process table (ARCHITECTURE.md §9).
 
 `--json` prints `{"orchestrator": {...}, "processes": [{"id", "kind", "name", "instanceKey",
 "pid", "status", "restarts", "generation", "lastExit"}, ...]}`.

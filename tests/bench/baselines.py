@@ -1,15 +1,15 @@
 """Raw baselines (no goondan code on the hot path), measured in the same run as ours.
 
 Roles, each a separate process started with `python -m tests.bench.baselines ROLE ...`:
-- `broker ENDPOINT`: the bare 3-process broker of RESULTS.md item 2: an asyncio ROUTER on
+- `broker ENDPOINT`: the bare 3-process broker of ARCHITECTURE.md §8: an asyncio ROUTER on
   uvloop with the drain pattern that decodes every frame (typed) and forwards it to `to`.
 - `worker ENDPOINT`: blocking DEALER "agent:worker:b:1" answering each request event with its
   response event (the same code serves our router and the bare broker).
 - `client ENDPOINT N WINDOW M`: blocking DEALER "agent:client:b:1": N sync round trips, then
   M round trips with WINDOW in flight; prints JSON {"rtt_us": [...], "per_s": float}.
 - `zygote ENDPOINT`: imports the stack, gc.freeze(), forks on each stdin line; the child makes
-  its own zmq Context and uvloop loop, connects a DEALER and says `ready` (RESULTS item 5).
-- `cold ENDPOINT ID`: the same child started as a fresh interpreter (RESULTS item 4).
+  its own zmq Context and uvloop loop, connects a DEALER and says `ready`.
+- `cold ENDPOINT ID`: the same child started as a fresh interpreter.
 """
 
 from __future__ import annotations

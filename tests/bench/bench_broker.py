@@ -3,7 +3,7 @@
 Our side is the real `orchestrator.router.Router` (decode, process-table and generation
 check, open-request book, mailbox, ROUTER_MANDATORY sends) on uvloop in its own process,
 with the client and worker registered as live agent processes. The bare side is the
-3-process broker of RESULTS.md (asyncio-drain, typed decode). Client and worker are the
+3-process broker of ARCHITECTURE.md §8 (asyncio-drain, typed decode). Client and worker are the
 same blocking pyzmq programs for both. Rounds alternate so the machine's drift hits both.
 
 Run: `python -m tests.bench.bench_broker` (or via `python -m tests.bench`).

@@ -4,7 +4,7 @@ idle agent, and how many idle agents this machine holds, against bare baselines 
 Ours are real agent processes of `bundles/examples/hello` (bundle, runtime, scripted model,
 DEALER, handshake) started by the real supervisor and spawner. Each mode runs in its own
 process (`python -m tests.bench.bench_spawn measure MODE`) so the fork server is forked before
-that process has a zmq Context or a loop, as in the daemon. The bare baselines (RESULTS.md
+that process has a zmq Context or a loop, as in the daemon. The bare baselines (ARCHITECTURE.md §8
 items 4 and 5: a zygote fork / a fresh interpreter that imports the stack, connects a DEALER
 and says ready) are measured by the driver in the same run.
 
@@ -213,7 +213,8 @@ def measure(mode: str, hold: int) -> None:
 
 
 def _bare(kind: str, n: int) -> list[float]:
-    """RESULTS items 4/5 in this run: zygote fork -> ready, or a fresh interpreter -> ready."""
+    """The bare baselines of ARCHITECTURE.md §8 in this run: zygote fork -> ready, or a fresh
+    interpreter -> ready."""
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
     samples = []

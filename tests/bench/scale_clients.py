@@ -56,7 +56,8 @@ class Control:
 
 
 class BareZygote:
-    """RESULTS item 5 beside the daemon: a zygote forks a child that says ready on a ROUTER."""
+    """The bare zygote of ARCHITECTURE.md §8 beside the daemon: a zygote forks a child that says
+    ready on a ROUTER."""
 
     def __init__(self, directory: Path) -> None:
         import zmq

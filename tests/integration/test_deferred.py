@@ -1,4 +1,4 @@
-"""Deferred (client-side) tool calls through a real daemon and the CLI path (seed 001).
+"""Deferred (client-side) tool calls through a real daemon and the CLI path (ARCHITECTURE.md §10).
 
 Through the CLI path, `goondan send` (a control SendText with wait) starts a turn whose tool
 defers: the reply is the JSON-RPC request (`metadata.deferred`); `goondan calls list --json`

@@ -13,8 +13,8 @@ raw body>` (401 otherwise). Answers: 200 {"reply", "eventId"} when the rule asks
 202 {"accepted": true, "eventId"} when it does not, 4xx/5xx {"error": {"code", "message"}}.
 One request per connection (`Connection: close`): simple, and enough for webhooks.
 
-Deferred (client-side) tools, seed 001: when the turn suspends on a tool that must run on the
-client, the answer is 200 {"rpc": {jsonrpc, id, method, params}, "eventId"}; the client runs it
+Deferred (client-side) tools, ARCHITECTURE.md §10: when the turn suspends on a tool that must run on
+the client, the answer is 200 {"rpc": {jsonrpc, id, method, params}, "eventId"}; the client runs it
 and POSTs its JSON-RPC response to `/rpc` (signed like any POST); that request's answer is the
 resumed turn's reply, 200 {"reply", "eventId"} (or 202 when nobody waits for the turn).
 """

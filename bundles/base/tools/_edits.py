@@ -1,5 +1,5 @@
-"""Pure text edits for file-system `edit` and `create` (seed 004's edit_file and
-create_file_with_edits): exact, unambiguous replacements with errors that say how to fix them.
+"""Pure text edits for file-system `edit` and `create`: exact, unambiguous replacements with
+errors that say how to fix them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`file-system`: read, write, list, search and edit files inside the instance workspace.
 
-Exports read, write, list, mkdir, search, find, edit, create, delete and move (seed 004's coding
+Exports read, write, list, mkdir, search, find, edit, create, delete and move (the usual coding
 tools). Every path goes through `_workspace`: `..`, absolute paths and symlinks leading outside
 the workspace (or the Tool's `roots`) are refused with `E_TOOL_PATH_ESCAPE`; delete and move act
 on a symlink itself, never on what it points to.

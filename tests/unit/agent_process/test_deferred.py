@@ -1,4 +1,5 @@
-"""Deferred calls in the agent process: suspend, persist, answer, expire, resume (seed 001)."""
+"""Deferred calls in the agent process: suspend, persist, answer, expire, resume (ARCHITECTURE.md
+§10)."""
 
 from __future__ import annotations
 

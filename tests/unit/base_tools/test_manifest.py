@@ -1,5 +1,6 @@
 """bundles/base/goondan.yaml: parses, matches the strict kinds, schemas are valid JSON Schema,
-names follow DESIGN 6, and every export has a handler in its entry file (loaded by path)."""
+names follow ARCHITECTURE.md §6, and every export has a handler in its entry file (loaded by
+path)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""DESIGN 2 is enforced: the import contracts hold, and a deliberate violation breaks them.
+"""ARCHITECTURE.md §2 is enforced: the import contracts hold, and a deliberate violation breaks
+them.
 
 Files under bundles/base and bundles/examples are loaded by path inside agent processes, so
 import-linter cannot see them; an AST check covers them here and in `make lint`.

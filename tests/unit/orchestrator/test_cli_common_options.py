@@ -1,4 +1,4 @@
-"""`--swarm` / `--state-root` after a command's action (DESIGN 9: every command takes them
+"""`--swarm` / `--state-root` after a command's action (ARCHITECTURE.md §9: every command takes them
 after its name). Found writing the chaos suite: `goondan calls list --swarm S` was a usage
 error (exit 2), only `goondan calls --swarm S list` worked."""
 

@@ -1,4 +1,5 @@
-"""The daemon's pending-call index: scan, list, client notice, resolution routing (seed 001)."""
+"""The daemon's pending-call index: scan, list, client notice, resolution routing (ARCHITECTURE.md
+§10)."""
 
 from __future__ import annotations
 

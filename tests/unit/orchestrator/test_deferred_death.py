@@ -1,4 +1,5 @@
-"""A process that dies while its turn is suspended on a deferred call (seed 001, issue 9).
+"""A process that dies while its turn is suspended on a deferred call (ARCHITECTURE.md §10, issue
+9).
 
 The child saves the pending call to disk, then submits it. Found by the chaos suite: when the
 process is SIGKILLed after the save and before the orchestrator handled the submit (the frame
