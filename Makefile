@@ -1,24 +1,41 @@
 # goondan: every target has a "## help" line; `make help` lists them.
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
-PY ?= python3
+# The newest supported CPython that runs: pythonX.Y on PATH, else pyenv's install of it (pyenv
+# shims of a version that is not selected exit 127). Override: make install PY=python3.11.
+SUPPORTED_PYTHONS := 3.13 3.12 3.11
+PY ?= $(shell for v in $(SUPPORTED_PYTHONS); do \
+	for c in python$$v "$$(pyenv root 2>/dev/null)/versions/$$(pyenv latest $$v 2>/dev/null)/bin/python$$v"; do \
+	"$$c" -c 'import sys' >/dev/null 2>&1 && { "$$c" -c 'import sys; print(sys.executable)'; exit 0; }; \
+	done; done; echo python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE ?= bundles/examples/hello/goondan.yaml
 EXAMPLE_INPUT ?= Hello, goondan!
+# uv installs exactly uv.lock; it lives in its own small venv so `uv sync` never removes it.
+UV_VERSION := 0.13.9
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 
-.PHONY: help install test lint typecheck imports bench run-example clean fuzz chaos soak
+.PHONY: help install lock lock-check test test-latest lint typecheck imports bench run-example clean fuzz chaos soak
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+$(UV):
+	python3 -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-install: $(BIN)/python ## create .venv and install goondan with the dev extras
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@echo "installed: $$($(BIN)/goondan --version)"
+install: $(UV) ## create .venv from uv.lock (exact versions, hashes) with the dev extras; PY=python3.X picks the interpreter
+	$(UV_ENV) $(UV) sync --quiet --locked --all-extras --python $(PY)
+	@echo "installed: $$($(BIN)/goondan --version) on $$($(BIN)/python -V)"
+
+lock: $(UV) ## re-resolve uv.lock from the ranges in pyproject.toml (newest allowed versions)
+	$(UV) lock --upgrade
+
+lock-check: $(UV) ## fail when uv.lock does not match pyproject.toml
+	$(UV) lock --check
 
 test: ## run the unit and integration tests (real processes, real sockets)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -51,6 +68,17 @@ soak: ## steady traffic; fails on sustained RSS growth (SOAK_SECONDS, default 60
 
 run-example: ## run bundles/examples/hello offline through the real daemon and print the reply
 	$(BIN)/goondan run $(EXAMPLE) --input "$(EXAMPLE_INPUT)"
+
+test-latest: $(UV) ## the suite against the newest allowed version of every dependency (ignores uv.lock), in .venv-latest
+	rm -rf .venv-latest
+	$(UV) venv --quiet --python $(PY) .venv-latest
+	VIRTUAL_ENV=.venv-latest $(UV) pip install --quiet --upgrade -e '.[dev,otel,plot]'
+	VIRTUAL_ENV=.venv-latest $(UV) pip list --format freeze > .venv-latest/versions.txt
+	@echo "test-latest: versions that differ from uv.lock:"
+	@$(UV) export --quiet --frozen --all-extras --no-hashes --no-emit-project --format requirements-txt \
+		| grep -E '^[A-Za-z0-9]' | sed 's/ *;.*//' | tr 'A-Z_' 'a-z-' | sort > .venv-latest/locked.txt
+	@tr 'A-Z_' 'a-z-' < .venv-latest/versions.txt | sort | comm -13 .venv-latest/locked.txt - | grep -v '^goondan' || echo "  (none)"
+	.venv-latest/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 clean: ## remove caches (keeps .venv)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build *.egg-info

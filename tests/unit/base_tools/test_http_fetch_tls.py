@@ -39,8 +39,23 @@ def _cert(subject: str, issuer_key: Any, issuer: Any, key: Any, *, ca: bool) -> 
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(hours=1))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        # Python 3.13 verifies with VERIFY_X509_STRICT, which wants both key identifiers.
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+            critical=False,
+        )
     )
-    if not ca:
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=False, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )  # fmt: skip
+    else:
         builder = builder.add_extension(
             x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False
         )

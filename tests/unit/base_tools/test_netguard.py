@@ -36,14 +36,16 @@ guard = load_tool("tools/http_fetch.py")._netguard  # the helper as http_fetch l
         ("ff02::1", "multicast"),
         ("240.0.0.1", "reserved"),
         ("100.64.0.1", "not globally routable"),
-        ("::ffff:127.0.0.1", "loopback (embedded in ::ffff:7f00:1)"),
-        ("::ffff:169.254.169.254", "cloud metadata (embedded in ::ffff:a9fe:a9fe)"),
-        ("2002:0a00:0001::", "private (embedded in 2002:a00:1::)"),
-        ("64:ff9b::a00:1", "private (embedded in 64:ff9b::a00:1)"),
+        ("::ffff:127.0.0.1", "loopback (embedded in {ip})"),
+        ("::ffff:169.254.169.254", "cloud metadata (embedded in {ip})"),
+        ("2002:0a00:0001::", "private (embedded in {ip})"),
+        ("64:ff9b::a00:1", "private (embedded in {ip})"),
     ],
 )
 def test_internal_addresses_are_blocked(address: str, reason: str) -> None:
-    assert guard.blocked_reason(ipaddress.ip_address(address)) == reason
+    ip = ipaddress.ip_address(address)
+    # `{ip}` is the stdlib's own spelling of the address, which differs between Pythons.
+    assert guard.blocked_reason(ip) == reason.format(ip=ip)
 
 
 @pytest.mark.parametrize("address", ["93.184.216.34", "1.1.1.1", "2606:4700:4700::1111"])
