@@ -8,6 +8,7 @@ escaped into one safe path segment; nothing a user types can point a path outsid
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ IPC_PATH_LIMIT = 107
 
 ENV_STATE_ROOT = "GOONDAN_STATE_ROOT"
 _SAFE_SEGMENT = re.compile(r"[A-Za-z0-9_.-]")
+SEGMENT_MAX = 100
+"""Bytes of one escaped name: `<agent>.<instanceKey>.log` (two segments) stays under 255."""
+_DIGEST_CHARS = 16
 
 
 def default_state_root() -> Path:
@@ -36,18 +40,26 @@ def default_state_root() -> Path:
 def path_segment(text: str) -> str:
     """Escape arbitrary text into one directory name: `%XX` for anything not [A-Za-z0-9_.-].
 
-    The result never contains `/`, never is `.` or `..`, and maps distinct inputs to
-    distinct names (so two instance keys never share a directory).
+    The result never contains `/`, never is `.` or `..`, is at most SEGMENT_MAX bytes, and maps
+    distinct inputs to distinct names (so two instance keys never share a directory). Escaping
+    can triple a name (a 128-byte key of `/` is 384 bytes, over the 255 a file name may have):
+    a longer result keeps a readable prefix and ends in `~` and a hash of the whole text. `~` is
+    always escaped otherwise, so a shortened name never equals a plain one.
     """
     out = []
     for ch in text:
         if _SAFE_SEGMENT.match(ch):
             out.append(ch)
         else:
-            out.extend(f"%{b:02X}" for b in ch.encode())
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
     segment = "".join(out)
     if segment in ("", ".", ".."):
         segment = segment.replace(".", "%2E") or "%00"
+    if len(segment) > SEGMENT_MAX:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_CHARS]
+        head = segment[: SEGMENT_MAX - _DIGEST_CHARS - 1]
+        cut = head.find("%", len(head) - 2)  # never end inside a %XX escape
+        segment = f"{head[:cut] if cut != -1 else head}~{digest}"
     return segment
 
 

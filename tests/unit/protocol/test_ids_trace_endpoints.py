@@ -3,10 +3,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from protocol.endpoints import IPC_PATH_LIMIT, StateLayout, ipc_endpoint, path_segment
+from protocol.endpoints import (
+    IPC_PATH_LIMIT,
+    SEGMENT_MAX,
+    StateLayout,
+    ipc_endpoint,
+    path_segment,
+)
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.ids import ProcessKind, parse_address, parse_process_id
+from protocol.ids import (
+    MAX_INSTANCE_KEY_BYTES,
+    ProcessKind,
+    check_instance_key,
+    parse_address,
+    parse_process_id,
+)
 from protocol.trace import (
     format_traceparent,
     is_span_id,
@@ -119,3 +133,36 @@ def test_exactly_at_limit_is_accepted(tmp_path: Path) -> None:
     assert ipc_endpoint(path, tmp_path).startswith("ipc://")
     with pytest.raises(ProtocolError):
         ipc_endpoint(Path("/" + "a" * IPC_PATH_LIMIT), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["/" * MAX_INSTANCE_KEY_BYTES, "é" * (MAX_INSTANCE_KEY_BYTES // 2), "%" * 128, "a" * 128],
+    ids=["slashes", "accents", "percents", "plain"],
+)
+def test_a_long_key_escapes_to_a_name_the_file_system_takes(tmp_path: Path, key: str) -> None:
+    """Found by the attack review: a legal 128-byte key escaped to 384 bytes (over the 255 a
+    file name may have) and the agent crash-looped on `File name too long`."""
+    check_instance_key(key)
+    seg = path_segment(key)
+    assert len(seg.encode()) <= SEGMENT_MAX
+    layout = StateLayout(root=tmp_path)
+    paths = layout.instance_paths("swarm", key, "agent")
+    paths.messages_dir.mkdir(parents=True)
+    layout.logs_dir("swarm").mkdir(parents=True)
+    layout.process_log("swarm", "a" * 60, key).write_text("ok")
+    assert seg.startswith(path_segment(key[:10])[:10])  # a readable prefix
+
+
+@given(st.text(min_size=1, max_size=200), st.text(min_size=1, max_size=200))
+def test_distinct_keys_never_share_a_name(a: str, b: str) -> None:
+    if a != b:
+        assert path_segment(a) != path_segment(b)
+    assert len(path_segment(a)) <= SEGMENT_MAX and "/" not in path_segment(a)
+
+
+def test_a_shortened_name_never_equals_a_plain_one() -> None:
+    long_key = "x" * 200
+    short = path_segment(long_key)
+    assert "~" in short
+    assert path_segment(short) != short  # `~` is escaped in a plain name
