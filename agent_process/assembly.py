@@ -31,6 +31,7 @@ from bundles.kinds import AgentSpec
 from bundles.model import Bundle, Resource
 from bundles.sdk import AgentsRuntime
 from protocol.endpoints import InstancePaths, StateLayout
+from protocol.private import private_dir
 
 _log = structlog.get_logger("goondan.runtime")
 
@@ -98,7 +99,7 @@ async def _assemble(
 ) -> Parts:
     paths = req.paths
     for directory in (paths.messages_dir, paths.extensions_dir):
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
     logger = agent_logger(req.agent, req.instance_key)
     bus = EventBus(paths.runtime_events_jsonl, agent=req.agent, instance_key=req.instance_key)
     bus.open()  # before the extensions: their register() may already emit events
@@ -166,7 +167,7 @@ def _tool_calls(
     req: StartRequest, registry: ToolRegistry, pipelines: Pipelines, bus: EventBus, logger: Any
 ) -> ToolCallRunner:
     workdir = req.workdir if req.workdir is not None else req.paths.workdir
-    workdir.mkdir(parents=True, exist_ok=True)
+    private_dir(workdir)
     return ToolCallRunner(
         registry=registry,
         pipelines=pipelines,

@@ -45,6 +45,7 @@ from agent_process.messages import (
     new_message,
 )
 from protocol.durable import write_atomic
+from protocol.private import open_private, private_dir
 
 _log = structlog.get_logger("goondan.store")
 _encoder = msgspec.json.Encoder()
@@ -71,7 +72,7 @@ class ConversationStore:
     # -- lifecycle ----------------------------------------------------------------------
 
     def open(self) -> None:
-        self._dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self._dir)
         self._messages, clean = self._read_base()
         replayed = 0
         for event in self._read_events():
@@ -80,7 +81,7 @@ class ConversationStore:
         self.recovered_events = replayed
         self._pending_events = replayed
         self._appended = [] if clean and not replayed and self._base_path.exists() else None
-        self._fd = os.open(self._events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = open_private(self._events_path, os.O_WRONLY | os.O_APPEND)
         if replayed:
             _log.info("conversation_replayed", events=replayed, path=str(self._events_path))
 

@@ -26,6 +26,7 @@ import structlog
 
 from bundles import redact
 from protocol.errors import ErrorInfo
+from protocol.private import open_private, private_dir
 
 FLUSH_EVERY = 512
 _log = structlog.get_logger("goondan.events")
@@ -70,8 +71,8 @@ class EventBus:
 
     def open(self) -> None:
         if self._path is not None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            private_dir(self._path.parent)
+            self._fd = open_private(self._path, os.O_WRONLY | os.O_APPEND)
 
     def close(self) -> None:
         self.flush()

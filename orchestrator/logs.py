@@ -18,6 +18,7 @@ import msgspec
 import structlog
 
 from bundles import redact
+from protocol.private import open_private, private_dir
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50, "exception": 40}
 
@@ -58,8 +59,8 @@ def configure(
     """
     redact.install(secrets)
     structlog.contextvars.bind_contextvars(pid=os.getpid())
-    log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    private_dir(log_file.parent)
+    fd = open_private(log_file, os.O_WRONLY | os.O_APPEND)
     file = os.fdopen(fd, "a", encoding="utf-8")
     level = logging.WARNING if quiet else logging.INFO
     structlog.configure(

@@ -16,7 +16,9 @@ from typing import TextIO
 import msgspec
 
 from protocol.control import OrchestratorInfo
+from protocol.durable import write_atomic
 from protocol.endpoints import RunPaths
+from protocol.private import DIR_MODE, open_private, private_dir
 
 
 class AlreadyRunning(Exception):
@@ -39,9 +41,9 @@ def read_pid(path: Path) -> int | None:
 
 def acquire(paths: RunPaths, swarm: str) -> TextIO:
     """Create the run dir and take the pid-file lock; raise AlreadyRunning if held."""
-    paths.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(paths.run_dir, 0o700)
-    fd = os.open(paths.pid_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    private_dir(paths.run_dir)
+    os.chmod(paths.run_dir, DIR_MODE)  # also when it existed: it holds the sockets
+    fd = open_private(paths.pid_file, os.O_RDWR)
     handle = os.fdopen(fd, "r+")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -57,10 +59,7 @@ def acquire(paths: RunPaths, swarm: str) -> TextIO:
 
 
 def write_active(paths: RunPaths, info: OrchestratorInfo) -> None:
-    tmp = paths.active_json.with_suffix(".tmp")
-    tmp.write_bytes(msgspec.json.encode(info))
-    os.chmod(tmp, 0o600)
-    tmp.replace(paths.active_json)
+    write_atomic(paths.active_json, msgspec.json.encode(info))
 
 
 def read_active(path: Path) -> OrchestratorInfo | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 
+from protocol.durable import write_atomic
 from protocol.endpoints import StateLayout, path_segment
 
 
@@ -34,12 +35,8 @@ def write(layout: StateLayout, swarm: str) -> Path | None:
     if not needed(layout, swarm):
         return None
     path = pointer_path(layout, swarm)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
     data = Pointer(run_dir=str(layout.run_paths(swarm).run_dir), pid=os.getpid())
-    tmp.write_bytes(msgspec.json.encode(data))
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
+    write_atomic(path, msgspec.json.encode(data))
     return path
 
 

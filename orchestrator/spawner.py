@@ -37,6 +37,7 @@ from orchestrator.forkserver import (
     encode,
     reply_decoder,
 )
+from protocol.private import open_private, private_dir
 
 log = structlog.get_logger("goondan.spawner")
 
@@ -137,8 +138,8 @@ class Spawner(Protocol):
 
 
 def _open_log(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    private_dir(path.parent)
+    return open_private(path, os.O_WRONLY | os.O_APPEND)
 
 
 class ColdSpawner:
@@ -208,7 +209,7 @@ class ForkServerSpawner:
     async def spawn(self, spec: ChildSpec) -> ChildHandle:
         if not self._alive:
             return await self.fallback.spawn(spec)
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(spec.log_path.parent)
         self._next_id += 1
         req_id = self._next_id
         fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()

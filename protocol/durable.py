@@ -7,14 +7,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from protocol.private import open_private, private_dir
+
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Create the parent directory if needed, write a temporary file beside `path`, fsync it,
     rename it over `path` and fsync the directory, so the rename itself survives a power loss.
-    The temporary is hidden (`.<name>.tmp`): a reader scanning for real files never sees it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    The temporary is hidden (`.<name>.tmp`): a reader scanning for real files never sees it.
+    The file is 0600 and new directories 0700 (protocol/private.py)."""
+    private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

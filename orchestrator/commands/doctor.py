@@ -2,9 +2,10 @@
 
 Checks, each `ok`, `warn` or `fail` with how to fix it: the Python version, every dependency
 (importable, with its version; libzmq with ipc support; PyYAML with libyaml), the state root
-(writable) and the run/logs roots systemd may set, the ipc socket path length for the swarm,
-the bundle (BUNDLE, or ./goondan.yaml when present), the API keys of its OpenAI/Anthropic
-Models, and, for information, systemd and ripgrep. Secrets are never printed.
+(writable, and private to its owner: a warning names paths other users can reach) and the
+run/logs roots systemd may set, the ipc socket path length for the swarm, the bundle (BUNDLE,
+or ./goondan.yaml when present), the API keys of its OpenAI/Anthropic Models, and, for
+information, systemd and ripgrep. Secrets are never printed.
 Exit 0 when nothing required failed (warnings allowed), 1 otherwise.
 """
 
@@ -31,10 +32,12 @@ from bundles.kinds import Kind, ModelSpec
 from bundles.loader import MAIN_FILES, BundleReport, inspect_bundle
 from bundles.model import Bundle, Resource
 from bundles.values import resolve_value
+from orchestrator import statecheck
 from orchestrator.client import layout_of
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.endpoints import StateLayout
 from protocol.errors import ProtocolError
+from protocol.private import private_dir
 
 MIN_PYTHON = (3, 11)
 KEY_PROVIDERS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -149,7 +152,7 @@ def check_dependency(dep: Dependency, features: set[str]) -> Check:
 def _writable(directory: Path) -> str | None:
     """None when a file can be created in `directory` (made if missing), else why not."""
     try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(directory)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".doctor-"):
             pass
     except OSError as exc:
@@ -170,6 +173,24 @@ def check_directories(layout: StateLayout) -> Iterator[Check]:
         else:
             fix = f"fix its permissions, or choose another directory ({how})"
             yield Check(name, Level.FAIL, f"{path} is not writable: {problem}", fix)
+
+
+def check_state_privacy(layout: StateLayout) -> Iterator[Check]:
+    """Warn about state other users can reach: it holds conversations, logs and secrets."""
+    found = statecheck.scan(layout.root, layout.secrets_dir)
+    if found.readable_secrets:
+        shown = ", ".join(str(p) for p in found.readable_secrets[:_SHOWN_ERRORS])
+        fix = f"chmod 600 {layout.secrets_dir}/*.json"
+        yield Check("secrets", Level.WARN, f"readable by other users: {shown}", fix)
+    if found.loose:
+        shown = ", ".join(str(p) for p in found.loose[:_SHOWN_ERRORS])
+        more = len(found.loose) - _SHOWN_ERRORS
+        detail = f"{len(found.loose)} path(s) open to group/others: {shown}"
+        detail += f" and {more} more" if more > 0 else ""
+        fix = f"chmod -R go-rwx {layout.root}"
+        yield Check("state privacy", Level.WARN, detail, fix)
+    elif found.complete:
+        yield Check("state privacy", Level.OK, f"everything under {layout.root} is private")
 
 
 def check_ipc_path(ctx: Context) -> Check:
@@ -274,6 +295,7 @@ def check_tools() -> Iterator[Check]:
 def run_checks(ctx: Context) -> list[Check]:
     checks = [check_python()]
     checks += check_directories(ctx.layout)
+    checks += check_state_privacy(ctx.layout)
     checks += check_bundle(ctx)  # first: it names the swarm the ipc check needs
     features = _features(ctx.bundle)
     checks += [check_dependency(dep, features) for dep in DEPENDENCIES]

@@ -74,11 +74,13 @@ class Daemon:
         swarm: str = "probe",
         env: dict[str, str] | None = None,
         args: Sequence[str] = (),
+        umask: int = -1,
     ) -> Daemon:
+        """`umask` is the daemon's (-1: this process's)."""
         proc = await asyncio.create_subprocess_exec(
             PYTHON, "-m", "orchestrator", "run", str(bundle), "--log-format", "json", *args,
             env=child_env(env), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, umask=umask,
         )  # fmt: skip
         daemon = cls(proc, swarm)
         started = asyncio.ensure_future(daemon.wait_for("started"))

@@ -5,11 +5,16 @@ Each test fails without its fix; the unit tests beside the code cover the mechan
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import stat
+from pathlib import Path
 
 import pytest
 
 from protocol.ids import MAX_INSTANCE_KEY_BYTES
 from tests.integration.conftest import StartDaemon
+from tests.integration.harness import run_cli
 from tests.integration.test_supervision import output
 
 
@@ -31,3 +36,41 @@ async def test_any_key_the_api_accepts_gets_a_working_agent(
         assert output(again.result) == output(reply.result)  # the same process serves the key
         alpha = next(p for p in (await daemon.status()).processes if p.instance_key == key)
         assert (alpha.restarts, alpha.generation) == (0, 1)
+
+
+def _open_to_others(root: Path) -> list[str]:
+    found = []
+    for directory, _dirs, files in os.walk(root):
+        for path in [Path(directory), *(Path(directory) / f for f in files)]:
+            if stat.S_IMODE(os.lstat(path).st_mode) & 0o077:
+                found.append(f"{oct(stat.S_IMODE(os.lstat(path).st_mode))} {path}")
+    return found
+
+
+async def test_state_is_private_whatever_the_umask(
+    start_daemon: StartDaemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With umask 000, instance directories were 0777 and base.jsonl, spawn.json and pending
+    calls 0666: any local user could read conversations. `doctor` says so about loose state."""
+    root = tmp_path / "fresh"  # created by the daemon itself
+    monkeypatch.setenv("GOONDAN_STATE_ROOT", str(root))
+    async with asyncio.timeout(60):
+        daemon = await start_daemon(umask=0)
+        assert (await daemon.send("pid", "alpha")).ok
+        assert (await daemon.send("pid", "beta", key="other")).ok
+        assert _open_to_others(root) == []
+        _, out, _ = await run_cli("doctor", "--json")
+        checks = {c["name"]: c for c in json.loads(out)["checks"]}
+        assert checks["state privacy"]["status"] == "ok", checks["state privacy"]
+        base = next(root.glob("instances/*/*/alpha/messages/base.jsonl"))
+        base.chmod(0o644)
+        (root / "secrets").mkdir(mode=0o700)
+        secret = root / "secrets" / "token.json"
+        secret.write_text("{}")
+        secret.chmod(0o644)
+        code, out, _ = await run_cli("doctor", "--json")
+        assert code == 0  # warnings do not fail doctor
+        checks = {c["name"]: c for c in json.loads(out)["checks"]}
+        assert checks["state privacy"]["status"] == "warn"
+        assert str(base) in checks["state privacy"]["detail"]
+        assert checks["secrets"]["status"] == "warn" and str(secret) in checks["secrets"]["detail"]

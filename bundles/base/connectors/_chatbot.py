@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import tempfile
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 
 from bundles.sdk import ConnectorContext, load_sibling
+from protocol.durable import write_atomic
 
 # the chat tools' API helper (one Retry-After reading for tools and connectors)
 _chatapi = load_sibling(str(Path(__file__).parents[1] / "tools" / "_chatapi.py"), "_chatapi")
@@ -150,13 +150,7 @@ class StateFile:
     def save(self, data: Mapping[str, Any]) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".state-")
-        with os.fdopen(fd, "w") as out:
-            json.dump(dict(data), out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, Path(self.path))
+        write_atomic(Path(self.path), json.dumps(dict(data)).encode())
 
 
 async def agent_reply(

@@ -61,9 +61,17 @@ def read_text(path: Path, shown: str, *, limit: int) -> str:
 
 
 def _new_file_mode() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    """The mode `open()` would give a new file. Read from /proc, never by setting the umask:
+    the umask is process-wide, and another thread creating a file while it is briefly 0 would
+    make that file world-writable."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o600  # no way to know: the private choice
 
 
 def atomic_write(path: Path, text: str, *, exclusive: bool = False) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -356,3 +358,19 @@ async def test_os_errors_become_coded_failures_without_host_paths(
     assert "into itself" in error.message
     assert str(workdir) not in error.message
     assert (workdir / "d").is_dir()
+
+
+async def test_a_new_file_gets_the_umask_mode_without_the_umask_being_set(
+    ctx: FakeContext, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the umask by setting it (even back at once) made it 0 process-wide for an
+    instant: another thread creating a file then made it world-writable."""
+    current = os.umask(0o022)
+    os.umask(current)
+
+    def refuse(_mask: int) -> int:
+        raise AssertionError("the process umask was touched")
+
+    monkeypatch.setattr(os, "umask", refuse)
+    await run(ctx, "write", {"path": "new.txt", "content": "x"})
+    assert stat.S_IMODE((workdir / "new.txt").stat().st_mode) == 0o666 & ~current
