@@ -19,6 +19,7 @@ import zmq
 import zmq.asyncio
 
 from orchestrator.deferred_calls import DeferredCallError, answer_of
+from orchestrator.peers import PeerWatch, peer_pid
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
 from protocol.codec import decode_control_request, encode, to_builtins
@@ -45,6 +46,9 @@ from protocol.ids import ProcessKind, agent_address, check_instance_key
 from protocol.messages import ShutdownReason
 
 log = structlog.get_logger("goondan.control")
+CONTROL_MAX_FRAME_BYTES = 4 << 20
+"""A control request is small; a bigger frame is refused before it is read (`send` text and
+`calls resolve` results included)."""
 CLI_SOURCE = Source(kind=SourceKind.CLI, name="goondan")
 
 
@@ -201,19 +205,37 @@ class ControlServer:
     def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, control: ControlContext) -> None:
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, CONTROL_MAX_FRAME_BYTES)
         self.sock.bind(endpoint)
         self.control = control
         self._tasks: set[asyncio.Task[None]] = set()
+        self._served: set[int] = set()
+        self.peers = PeerWatch(self.sock, "control", CONTROL_MAX_FRAME_BYTES, self._forget)
         self.dropped = 0
         """Frames that were not a control request (too few frames, undecodable): counted."""
 
+    def _forget(self, pid: int) -> bool:
+        """Whether a request of `pid` was served (asked once, when its connection closes)."""
+        served = pid in self._served
+        self._served.discard(pid)
+        return served
+
     async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.peers.run())
+            await self._serve_forever()
+
+    async def _serve_forever(self) -> None:
         while True:
-            frames = await self.sock.recv_multipart()
+            frames = await self.sock.recv_multipart(copy=False)
             if len(frames) < 2:
                 self._drop(f"{len(frames)} frame(s), want an envelope and a request")
                 continue
-            task = asyncio.ensure_future(self._serve(frames[:-1], frames[-1]))
+            pid = peer_pid(frames[-1])
+            if pid is not None:
+                self._served.add(pid)
+            envelope = [f.bytes for f in frames[:-1]]
+            task = asyncio.ensure_future(self._serve(envelope, frames[-1].bytes))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -262,4 +284,5 @@ class ControlServer:
     def close(self) -> None:
         for task in self._tasks:
             task.cancel()
+        self.peers.close()
         self.sock.close(linger=0)

@@ -20,6 +20,8 @@ import zmq
 import zmq.asyncio
 
 DRAIN_MAX = 1000
+MAX_FRAME_BYTES = 16 << 20
+"""The default limit of one frame on the agents socket (`Swarm.spec.policy.maxFrameBytes`)."""
 HWM = 100_000
 # plain ints: pyzmq's flag enums cost several µs per message in enum arithmetic
 NOBLOCK = int(zmq.NOBLOCK)
@@ -29,8 +31,12 @@ Frames = list[bytes]
 
 
 class RouterSocket:
-    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str) -> None:
+    def __init__(
+        self, ctx: zmq.asyncio.Context, endpoint: str, max_frame_bytes: int = MAX_FRAME_BYTES
+    ) -> None:
         self.sock = ctx.socket(zmq.ROUTER)
+        # a bigger frame closes its connection before it is read: memory stays flat
+        self.sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.SNDHWM, HWM)
         self.sock.setsockopt(zmq.RCVHWM, HWM)

@@ -11,7 +11,11 @@ import stat
 from pathlib import Path
 
 import pytest
+import zmq
+import zmq.asyncio
 
+from orchestrator.rundir import read_active
+from protocol.endpoints import StateLayout
 from protocol.ids import MAX_INSTANCE_KEY_BYTES
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import run_cli
@@ -74,3 +78,37 @@ async def test_state_is_private_whatever_the_umask(
         assert checks["state privacy"]["status"] == "warn"
         assert str(base) in checks["state privacy"]["detail"]
         assert checks["secrets"]["status"] == "warn" and str(secret) in checks["secrets"]["detail"]
+
+
+def _peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+async def test_a_huge_control_frame_is_refused_without_being_read(
+    start_daemon: StartDaemon,
+) -> None:
+    """One 600 MB frame to control.sock raised the daemon's RSS from 47 MB to 1.2 GB."""
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        for _ in range(3):  # ordinary CLI calls are never reported as dropped
+            code, _, err = await run_cli("status", "--swarm", daemon.swarm)
+            assert code == 0, err
+        before = _peak_rss_kib(daemon.pid)
+        mark = daemon.mark()
+        info = read_active(StateLayout.from_env().run_paths(daemon.swarm).active_json)
+        assert info is not None
+        ctx = zmq.asyncio.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(info.endpoints["control"])
+        await sock.send(b"\x00" * (256 << 20))
+        dropped = await daemon.wait_for("peer_dropped", since=mark, socket="control")
+        sock.close()
+        ctx.term()
+        assert dropped["max_frame_bytes"] < (256 << 20)
+        assert _peak_rss_kib(daemon.pid) - before < 32 << 10  # KiB: nothing near 256 MiB
+        assert (await daemon.status()).orchestrator.pid == daemon.pid  # still serving
+        assert len(daemon.find("peer_dropped")) == 1  # the status calls were not reported

@@ -1,0 +1,101 @@
+"""Who connects to a ROUTER socket, and which connections close without being served.
+
+Both sockets refuse frames over a size limit (ZMQ_MAXMSGSIZE): libzmq reads the length first
+and closes the connection without allocating the frame, so a 600 MB frame costs nothing. It
+does so silently; this watcher is how the daemon hears of it. A socket monitor reports every
+accepted and closed connection; on accept the peer's pid and uid are read with SO_PEERCRED
+(ipc peers are local processes). A connection that closes and whose pid the owner never
+served is logged as `peer_dropped`: a refused frame, or a peer that sent nothing. A refused
+frame usually closes the connection before the accept is handled, so its pid is often unknown
+(`pid: null`); the log line still says which socket and what the limit is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+from collections.abc import Callable
+
+import structlog
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
+log = structlog.get_logger("goondan.peers")
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_LOG_FIRST = 10
+
+
+def peer_pid(frame: zmq.Frame) -> int | None:
+    """The sender's pid of a frame received over ipc (libzmq's `Peer-Address` property is
+    `<host>:<uid>:<gid>:<pid>` there), or None."""
+    try:
+        address = frame.get("Peer-Address")
+    except zmq.ZMQError:
+        return None
+    head, _, pid = str(address).rpartition(":")
+    return int(pid) if head and pid.isdigit() else None
+
+
+def _credentials(fd: int) -> tuple[int, int] | None:
+    """(pid, uid) of the peer of connection `fd`, or None when it is already closed."""
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        return None
+    with socket.socket(fileno=dup) as sock:
+        try:
+            pid, uid, _gid = _CRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
+            )
+        except OSError:
+            return None
+    return pid, uid
+
+
+class PeerWatch:
+    """Log connections to `sock` that close unserved; `served(pid)` says whether the owner
+    handled a frame of that process."""
+
+    def __init__(
+        self, sock: zmq.asyncio.Socket, label: str, limit: int, served: Callable[[int], bool]
+    ) -> None:
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+        self._label = label
+        self._limit = limit
+        self._served = served
+        self._peers: dict[int, tuple[int, int] | None] = {}
+        self.dropped = 0
+
+    async def run(self) -> None:
+        while True:
+            try:
+                event = parse_monitor_message(await self._monitor.recv_multipart())
+            except zmq.ZMQError:
+                return  # the watched socket closed its monitor
+            fd = int(event["value"])
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self._peers[fd] = _credentials(fd)
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self._on_closed(self._peers.pop(fd, None))
+
+    def _on_closed(self, peer: tuple[int, int] | None) -> None:
+        if peer is not None and self._served(peer[0]):
+            return
+        self.dropped += 1
+        if self.dropped <= _LOG_FIRST or self.dropped % 1000 == 0:
+            log.warning(
+                "peer_dropped",
+                socket=self._label,
+                pid=peer[0] if peer else None,
+                uid=peer[1] if peer else None,
+                max_frame_bytes=self._limit,
+                dropped=self.dropped,
+                reason="closed before a frame was served: one over the size limit, or none",
+            )
+
+    def close(self) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            self._monitor.close(linger=0)
