@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, Daemon
 
 FIXTURE = REPO / "tests" / "fixtures" / "connectors"
+JSON = {"Content-Type": "application/json"}
 SECRET = "integration-secret"
 HOOK = "connector:hook:webhook"
 SIGNED = "connector:signed:webhook"
@@ -51,12 +53,14 @@ async def start_hooks(
 async def post(url: str, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     async with httpx.AsyncClient(timeout=30) as client:
-        return await client.post(url, content=raw, headers=headers or {})
+        return await client.post(url, content=raw, headers=JSON | (headers or {}))
 
 
-def sign(body: bytes, secret: str = SECRET) -> dict[str, str]:
-    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return {"X-Goondan-Signature": f"sha256={digest}"}
+def sign(body: bytes, secret: str = SECRET, stamp: int | None = None) -> dict[str, str]:
+    """The webhook's signature headers: HMAC-SHA256 of "<timestamp>.<body>"."""
+    when = str(int(time.time()) if stamp is None else stamp)
+    digest = hmac.new(secret.encode(), when.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return {"X-Goondan-Timestamp": when, "X-Goondan-Signature": f"sha256={digest}"}
 
 
 async def test_webhook_replies_and_routes_by_instance_key_property(

@@ -187,7 +187,9 @@ def free_port() -> int:
 
 async def post(url: str, body: Any) -> httpx.Response:
     async with httpx.AsyncClient(timeout=30) as client:
-        return await client.post(url, content=json.dumps(body).encode())
+        return await client.post(
+            url, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
 
 
 async def test_webhook_request_out_answer_in_on_post_rpc(start_daemon: StartDaemon) -> None:

@@ -6,14 +6,18 @@ bundle's .env)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import socket
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, run_cli
+from tests.integration.harness import REPO, Daemon, run_cli
 
 BUNDLE = REPO / "bundles" / "examples" / "workspace"
 HOOK = "connector:http:webhook"
@@ -51,18 +55,63 @@ async def test_the_example_validates_and_runs_tools_offline() -> None:
         assert [e["path"] for e in listed["output"]["entries"]] == ["notes.txt"]
 
 
+SECRET = "example-secret"
+
+
+def signed(body: bytes) -> dict[str, str]:
+    """The headers the example's README tells a client to send."""
+    stamp = str(int(time.time()))
+    digest = hmac.new(SECRET.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return {
+        "Content-Type": "application/json",
+        "X-Goondan-Timestamp": stamp,
+        "X-Goondan-Signature": f"sha256={digest}",
+    }
+
+
+async def start_example(start_daemon: StartDaemon, port: int) -> Daemon:
+    env = {"GOONDAN_WEBHOOK_PORT": str(port), "GOONDAN_WEBHOOK_SECRET": SECRET}
+    daemon = await start_daemon(BUNDLE, swarm="workspace", env=env)
+    await daemon.wait_for("transition", process=f"{HOOK}:1", target="idle")
+    return daemon
+
+
 async def test_the_example_webhook_answers_a_post(start_daemon: StartDaemon) -> None:
     port = free_port()
     async with asyncio.timeout(60):
-        daemon = await start_daemon(
-            BUNDLE, swarm="workspace", env={"GOONDAN_WEBHOOK_PORT": str(port)}
-        )
-        await daemon.wait_for("transition", process=f"{HOOK}:1", target="idle")
-        body = {"text": "run echo from-the-webhook", "instanceKey": "tester"}
+        daemon = await start_example(start_daemon, port)
+        body = json.dumps({"text": "run echo from-the-webhook", "instanceKey": "tester"}).encode()
         async with httpx.AsyncClient(timeout=30) as client:
-            answer = await client.post(f"http://127.0.0.1:{port}/events", json=body)
+            url = f"http://127.0.0.1:{port}/events"
+            answer = await client.post(url, content=body, headers=signed(body))
         assert answer.status_code == 200, answer.text
         result = json.loads(answer.json()["reply"])
         assert result["output"]["stdout"] == "from-the-webhook\n"
         agent = await daemon.process("operator")
         assert agent.instance_key == "tester"
+
+
+async def test_a_web_page_cannot_run_commands_through_the_example(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    """A cross-site no-cors POST from a browser ran `id` and wrote a file through this
+    example (it had no secret and no Origin, Host or content-type check)."""
+    port = free_port()
+    marker = tmp_path / "pwned"
+    command = json.dumps({"text": f"run touch {marker}", "instanceKey": "victim"}).encode()
+    async with asyncio.timeout(60):
+        daemon = await start_example(start_daemon, port)
+        url = f"http://127.0.0.1:{port}/events"
+        async with httpx.AsyncClient(timeout=30) as client:
+            page = {"Content-Type": "text/plain;charset=UTF-8", "Origin": "http://evil.example"}
+            no_cors = await client.post(url, content=command, headers=page)
+            unsigned = {"Content-Type": "application/json"}
+            as_json = await client.post(url, content=command, headers=unsigned)
+            replayed = signed(command)
+            first = await client.post(url, content=command, headers=replayed)
+            again = await client.post(url, content=command, headers=replayed)
+        assert (no_cors.status_code, as_json.status_code) == (403, 401)
+        assert (first.status_code, again.status_code) == (200, 409)
+        assert marker.exists()  # the signed request ran, once
+        agents = [p for p in (await daemon.status()).processes if p.kind == "agent"]
+        assert [(p.name, p.instance_key) for p in agents] == [("operator", "victim")]

@@ -7,9 +7,14 @@
 The body's `event` (default `config.defaultEvent`, "message") names the connector event the
 Connection's ingress rules match; `properties` are matched by the rules and may name the
 instance (`instanceKeyProperty`); `instanceKey` is copied into `properties.instanceKey` (a
-rule uses it only if it says `instanceKeyProperty: instanceKey`). With the Connection secret
-`signingSecret`, every POST must carry `X-Goondan-Signature: sha256=<hex HMAC-SHA256 of the
-raw body>` (401 otherwise). Answers: 200 {"reply", "eventId"} when the rule asks for a reply,
+rule uses it only if it says `instanceKeyProperty: instanceKey`). Every POST must be JSON
+(`Content-Type: application/json`), carry no browser `Origin` (unless `allowedOrigins` lists
+it) and a `Host` that is an IP literal, `localhost` or in `allowedHosts` (`_httpguard.py`).
+With the Connection secret `signingSecret`, every POST must also be signed:
+`X-Goondan-Timestamp: <unix seconds>` and `X-Goondan-Signature: sha256=<hex HMAC-SHA256 of
+"<timestamp>.<raw body>">`, at most `signatureMaxAgeSeconds` (300) old and never used before
+(401/409 otherwise). A server bound beyond loopback must have a secret (or
+`allowUnsigned: true`). Answers: 200 {"reply", "eventId"} when the rule asks for a reply,
 202 {"accepted": true, "eventId"} when it does not, 4xx/5xx {"error": {"code", "message"}}.
 One request per connection (`Connection: close`): simple, and enough for webhooks.
 
@@ -22,34 +27,29 @@ resumed turn's reply, 200 {"reply", "eventId"} (or 202 when nobody waits for the
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
+import ipaddress
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bundles.sdk import ConnectorContext
+from bundles.sdk import ConnectorContext, load_sibling
+from protocol.private import private_dir
 
+guard = load_sibling(__file__, "_httpguard")
+HttpError = guard.HttpError
 HEADER_LIMIT = 16 * 1024
-SIGNATURE_HEADER = "x-goondan-signature"
 STATUS_TEXT = {
-    200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-    405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required",
-    413: "Payload Too Large", 422: "Unprocessable Entity", 500: "Internal Server Error",
+    200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+    404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
+    411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type",
+    421: "Misdirected Request", 422: "Unprocessable Entity", 500: "Internal Server Error",
     502: "Bad Gateway", 504: "Gateway Timeout",
 }  # fmt: skip
 EVENT_PATHS = ("/", "/events")
 RPC_PATH = "/rpc"
 RPC_EVENT = "deferred.answer"
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,10 @@ class Settings:
     read_timeout: float = 10.0
     default_event: str = "message"
     signing_secret: bytes | None = field(default=None, repr=False)
+    signature_max_age: float = 300.0
+    browser: Any = None
+    """`_httpguard.BrowserPolicy`: the origins and host names this server answers."""
+    allow_unsigned: bool = False
 
     @classmethod
     def of(cls, ctx: ConnectorContext) -> Settings:
@@ -82,22 +86,14 @@ class Settings:
             read_timeout=int(cfg.get("readTimeoutMs", 10_000)) / 1000,
             default_event=str(cfg.get("defaultEvent", "message")),
             signing_secret=secret.encode() if secret else None,
+            signature_max_age=float(cfg.get("signatureMaxAgeSeconds", guard.DEFAULT_MAX_AGE)),
+            browser=guard.BrowserPolicy.of(cfg),
+            allow_unsigned=bool(cfg.get("allowUnsigned", False)),
         )
 
 
 def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
     return status, {"error": {"code": code, "message": message}}
-
-
-def check_signature(secret: bytes | None, body: bytes, header: str | None) -> None:
-    """Raise HttpError(401) unless `header` is `sha256=<hex HMAC of body>` (constant time)."""
-    if secret is None:
-        return
-    if not header or not header.startswith("sha256="):
-        raise HttpError(401, "E_WEBHOOK_SIGNATURE", f"missing {SIGNATURE_HEADER}: sha256=<hex>")
-    expected = hmac.new(secret, body, hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, header.removeprefix("sha256=").strip().lower()):
-        raise HttpError(401, "E_WEBHOOK_SIGNATURE", "signature does not match the body")
 
 
 def parse_body(body: bytes, default_event: str) -> tuple[str, dict[str, Any], str]:
@@ -209,9 +205,14 @@ async def read_request(reader: asyncio.StreamReader, max_body: int) -> Request:
 
 
 class WebhookServer:
-    def __init__(self, ctx: ConnectorContext, settings: Settings) -> None:
+    def __init__(self, ctx: ConnectorContext, settings: Settings, now: float) -> None:
         self.ctx = ctx
         self.settings = settings
+        state = ctx.state_dir
+        if state is not None:
+            private_dir(state)
+        path = state / "replay.jsonl" if state is not None else None
+        self.replays = guard.ReplayCache(settings.signature_max_age, path, now)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         internal = _error(500, "E_WEBHOOK_INTERNAL", "internal error")
@@ -226,9 +227,7 @@ class WebhookServer:
                 raise HttpError(404, "E_WEBHOOK_NOT_FOUND", f"POST to {' or '.join(EVENT_PATHS)}")
             if request.method != "POST":
                 raise HttpError(405, "E_WEBHOOK_METHOD", "use POST")
-            check_signature(
-                self.settings.signing_secret, request.body, request.headers.get(SIGNATURE_HEADER)
-            )
+            self._check(request)
             if request.path == RPC_PATH:
                 event, properties, text = RPC_EVENT, {"rpc": parse_rpc(request.body)}, ""
             else:
@@ -237,6 +236,18 @@ class WebhookServer:
             self.ctx.logger.info("webhook_refused", status=exc.status, code=exc.code)
             return _error(exc.status, exc.code, exc.message)
         return await self._emit(event, properties, text)
+
+    def _check(self, request: Request) -> None:
+        """Browser protections, then (with a secret) a fresh signature never used before."""
+        guard.check_browser(request.headers, self.settings.browser)
+        guard.check_json(request.headers)
+        secret = self.settings.signing_secret
+        if secret is not None:
+            now = time.time()
+            signature, stamp = guard.check_signature(
+                secret, request.headers, request.body, self.settings.signature_max_age, now
+            )
+            self.replays.remember(signature, stamp, now)
 
     async def _read(self, reader: asyncio.StreamReader) -> Request:
         """The request, within `readTimeoutMs`: a client that stalls does not hold a slot."""
@@ -268,10 +279,24 @@ class WebhookServer:
         return 200, {"reply": reply.text, "eventId": reply.event_id}
 
 
+def _refuse_unsigned_beyond_loopback(host: str) -> None:
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise RuntimeError(
+            f"the webhook listens on {host}, beyond this machine, without a signingSecret: "
+            "set the Connection secret signingSecret (or config.allowUnsigned: true)"
+        )
+
+
 async def start(ctx: ConnectorContext) -> None:
     """Bind before `ready`: a port in use is a start error naming it."""
     settings = Settings.of(ctx)
-    server = WebhookServer(ctx, settings)
+    if settings.signing_secret is None and not settings.allow_unsigned:
+        _refuse_unsigned_beyond_loopback(settings.host)
+    server = WebhookServer(ctx, settings, time.time())
     listener = await asyncio.start_server(
         server.handle, settings.host, settings.port, limit=HEADER_LIMIT
     )

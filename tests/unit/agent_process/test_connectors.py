@@ -4,8 +4,7 @@ and the base webhook connector served in-process to a recording context."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +170,7 @@ class RecordingContext:
     state: dict[str, Any] = field(default_factory=dict)
     run_id: str = "run"
     orchestrator_pid: int | None = None
+    state_dir: Path | None = None
     logger: Any = field(default_factory=lambda: structlog.get_logger("test"))
     emitted: list[tuple[str, dict[str, Any], str]] = field(default_factory=list)
 
@@ -239,15 +239,87 @@ async def test_webhook_answers_a_stalled_request_with_408() -> None:
     assert ctx.emitted == []
 
 
-def test_signature_check() -> None:
-    body = b'{"text": "x"}'
-    good = "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
-    webhook.check_signature(None, body, None)  # no secret: nothing to check
-    webhook.check_signature(b"k", body, good)
-    for header in (None, "", "sha1=00", good[:-1] + "0", good.upper().replace("SHA256", "md5")):
-        with pytest.raises(webhook.HttpError) as info:
-            webhook.check_signature(b"k", body, header)
-        assert info.value.status == 401
+def _headers(secret: bytes | None, body: bytes, stamp: int, **extra: str) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", **extra}
+    if secret is not None:
+        headers["X-Goondan-Timestamp"] = str(stamp)
+        headers["X-Goondan-Signature"] = webhook.guard.sign(secret, str(stamp), body)
+    return headers
+
+
+async def test_requests_a_web_page_can_make_are_refused() -> None:
+    """A no-cors POST (text/plain, with the page's Origin) ran shell commands through the
+    workspace example; a rebinding page's Host is its own name."""
+    ctx = RecordingContext(config={"port": 0, "allowedOrigins": ["https://ops.example"]})
+    body = b'{"text": "run id"}'
+    async with asyncio.timeout(10):
+        task, url = await serve(ctx)
+        try:
+            async with httpx.AsyncClient() as client:
+
+                async def post(**headers: str) -> httpx.Response:
+                    return await client.post(url, content=body, headers=headers)
+
+                json_type = "application/json"
+                page = await post(**{"Content-Type": "text/plain", "Origin": "http://evil.example"})
+                plain = await post(**{"Content-Type": "text/plain"})
+                origin = await post(**{"Content-Type": json_type, "Origin": "http://evil.example"})
+                rebound = await post(**{"Content-Type": json_type, "Host": "evil.example"})
+                allowed = await post(**{"Content-Type": json_type, "Origin": "https://ops.example"})
+        finally:
+            task.cancel()
+    assert [r.status_code for r in (page, plain, origin, rebound)] == [403, 415, 403, 421]
+    codes = [r.json()["error"]["code"] for r in (page, plain, origin, rebound)]
+    assert codes == ["E_HTTP_ORIGIN", "E_HTTP_CONTENT_TYPE", "E_HTTP_ORIGIN", "E_HTTP_HOST"]
+    assert allowed.status_code == 200
+    assert ctx.emitted == [("message", {}, "run id")]  # only the allowed origin's request
+
+
+async def test_a_signed_request_is_fresh_and_used_once(tmp_path: Path) -> None:
+    """The same signed body started two turns: the signature covered only the body."""
+    secret = b"k"
+    ctx = RecordingContext(config={"port": 0}, secrets={"signingSecret": "k"}, state_dir=tmp_path)
+    body = b'{"text": "once"}'
+    now = int(time.time())
+    async with asyncio.timeout(10):
+        task, url = await serve(ctx)
+        try:
+            async with httpx.AsyncClient() as client:
+                unsigned = await client.post(url, content=body, headers=_headers(None, body, now))
+                first = await client.post(url, content=body, headers=_headers(secret, body, now))
+                replay = await client.post(url, content=body, headers=_headers(secret, body, now))
+                stale = await client.post(
+                    url, content=body, headers=_headers(secret, body, now - 3600)
+                )
+                forged = _headers(secret, body, now + 1)
+                forged["X-Goondan-Timestamp"] = str(now + 2)  # a signature of another time
+                moved = await client.post(url, content=body, headers=forged)
+        finally:
+            task.cancel()
+        restarted, url = await serve(ctx)  # a new server on the same state directory
+        try:
+            async with httpx.AsyncClient() as client:
+                again = await client.post(url, content=body, headers=_headers(secret, body, now))
+                fresh = await client.post(
+                    url, content=body, headers=_headers(secret, body, now + 1)
+                )
+        finally:
+            restarted.cancel()
+    assert (unsigned.status_code, first.status_code, replay.status_code) == (401, 200, 409)
+    assert replay.json()["error"]["code"] == "E_WEBHOOK_REPLAY"
+    assert stale.json()["error"]["code"] == "E_WEBHOOK_STALE"
+    assert moved.status_code == 401
+    assert (again.status_code, fresh.status_code) == (409, 200)
+    assert [text for _, _, text in ctx.emitted] == ["once", "once"]  # first, then fresh
+
+
+async def test_an_unsigned_webhook_beyond_loopback_does_not_start() -> None:
+    ctx = RecordingContext(config={"port": 0, "host": "0.0.0.0"})
+    with pytest.raises(RuntimeError, match="signingSecret"):
+        await webhook.start(ctx)
+    opted_in = RecordingContext(config={"port": 0, "host": "0.0.0.0", "allowUnsigned": True})
+    await webhook.start(opted_in)
+    opted_in.state["listener"].close()
 
 
 @pytest.mark.parametrize(
