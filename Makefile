@@ -13,6 +13,8 @@ BIN := $(VENV)/bin
 EXAMPLE ?= bundles/examples/hello/goondan.yaml
 EXAMPLE_INPUT ?= Hello, goondan!
 # uv installs exactly uv.lock; it lives in its own small venv so `uv sync` never removes it.
+# Bytecode is compiled at install: where PYTHONDONTWRITEBYTECODE is set, every `goondan`
+# command and cold child would otherwise compile its imports from source each time.
 UV_VERSION := 0.13.9
 TOOLS := .tools
 UV := $(TOOLS)/bin/uv
@@ -28,7 +30,8 @@ $(UV):
 	$(TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 install: $(UV) ## create .venv from uv.lock (exact versions, hashes) with the dev extras; PY=python3.X picks the interpreter
-	$(UV_ENV) $(UV) sync --quiet --locked --all-extras --python $(PY)
+	$(UV_ENV) $(UV) sync --quiet --locked --all-extras --compile-bytecode --python $(PY)
+	$(BIN)/python -m compileall -q -j 0 protocol bundles orchestrator agent_process
 	@echo "installed: $$($(BIN)/goondan --version) on $$($(BIN)/python -V)"
 
 lock: $(UV) ## re-resolve uv.lock from the ranges in pyproject.toml (newest allowed versions)
@@ -38,6 +41,7 @@ lock-check: $(UV) ## fail when uv.lock does not match pyproject.toml
 	$(UV) lock --check
 
 test: ## run the unit and integration tests (real processes, real sockets)
+	@$(BIN)/python -m compileall -q -j 0 protocol bundles orchestrator agent_process tests
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: ## ruff, mypy --strict and the import contracts of ARCHITECTURE.md §2

@@ -7,59 +7,68 @@ usage.
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import sys
-from collections.abc import Sequence
-from importlib import metadata
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from orchestrator.exitcodes import EXIT_USAGE
+from orchestrator import __version__
+from orchestrator.exitcodes import EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:  # argparse (with re, gettext, shutil) loads when a parser is built
+    import argparse
 
 
 class Command(Protocol):
     @property
     def name(self) -> str: ...
-    @property
-    def help(self) -> str: ...
 
     def configure(self, parser: argparse.ArgumentParser) -> None: ...
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-def _commands() -> list[Command]:
-    # Imported here so `goondan --help` stays fast and a broken command cannot break the rest.
-    from orchestrator.commands import calls as calls_cmd
-    from orchestrator.commands import doctor as doctor_cmd
-    from orchestrator.commands import init as init_cmd
-    from orchestrator.commands import instance, restart, run, send, status, stop, validate
-    from orchestrator.commands import logs as logs_cmd
-    from orchestrator.commands import service as service_cmd
+class CommandInfo(NamedTuple):
+    """A command as `--help` lists it; its module (`orchestrator.commands.<name>`, exporting
+    `COMMAND`) is imported only when the command runs, so `goondan --version` or `goondan
+    send` never pay for the daemon's imports, and a broken command cannot break the rest."""
 
-    return [
-        init_cmd.COMMAND,
-        validate.COMMAND,
-        run.COMMAND,
-        send.COMMAND,
-        status.COMMAND,
-        instance.COMMAND,
-        restart.COMMAND,
-        stop.COMMAND,
-        logs_cmd.COMMAND,
-        calls_cmd.COMMAND,
-        service_cmd.COMMAND,
-        doctor_cmd.COMMAND,
-    ]
+    name: str
+    help: str
+
+    def load(self) -> Command:
+        module = importlib.import_module(f"orchestrator.commands.{self.name}")
+        command: Command = module.COMMAND
+        return command
+
+
+COMMANDS = (
+    CommandInfo("init", "write a new bundle that validates and runs offline (scripted model)"),
+    CommandInfo("validate", "check a bundle and print every error (exit 0 valid, 2 invalid)"),
+    CommandInfo("run", "start the orchestrator in the foreground"),
+    CommandInfo("send", "send text to an agent of the running daemon and print the reply"),
+    CommandInfo("status", "show the orchestrator and its process table"),
+    CommandInfo("instance", "list or delete agent instances"),
+    CommandInfo("restart", "gracefully restart agent processes, keeping history"),
+    CommandInfo("stop", "stop the running daemon gracefully"),
+    CommandInfo("logs", "read the logs and runtime events (merged by time; files only)"),
+    CommandInfo("calls", "list or resolve pending client-side (deferred) tool calls"),
+    CommandInfo("service", "systemd helpers: print-unit writes a unit file for a bundle to stdout"),
+    CommandInfo("doctor", "check this machine and the bundle (exit 1 when a required check fails)"),
+)
+
+
+def all_commands() -> dict[str, Command]:
+    return {info.name: info.load() for info in COMMANDS}
 
 
 def version() -> str:
-    try:
-        return metadata.version("goondan")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
+    return __version__
 
 
 def common_options() -> argparse.ArgumentParser:
     """Options every command accepts after its name."""
+    import argparse
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--state-root",
@@ -70,7 +79,10 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
+def build_parser(loaded: Mapping[str, Command]) -> argparse.ArgumentParser:
+    """Every command is listed; only those in `loaded` get their options and a runner."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="goondan",
         description=(
@@ -81,15 +93,27 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"goondan {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     common = common_options()
-    for cmd in commands:
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, parents=[common])
-        cmd.configure(p)
-        p.set_defaults(_command=cmd)
+    for info in COMMANDS:
+        p = sub.add_parser(info.name, help=info.help, description=info.help, parents=[common])
+        cmd = loaded.get(info.name)
+        if cmd is not None:
+            cmd.configure(p)
+            p.set_defaults(_command=cmd)
     return parser
 
 
+def _chosen(argv: Sequence[str]) -> dict[str, Command]:
+    """The command named by the first word of `argv`, loaded (none for `--version`)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return {info.name: info.load() for info in COMMANDS if info.name == word}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(_commands())
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:  # what scripts and health checks call: answered without a parser
+        print(f"goondan {version()}")
+        return EXIT_OK
+    parser = build_parser(_chosen(argv))
     args = parser.parse_args(argv)
     command: Command | None = getattr(args, "_command", None)
     if command is None:

@@ -20,7 +20,6 @@ from protocol.errors import ErrorCode, ErrorInfo
 
 class _Calls:
     name = "calls"
-    help = "list or resolve pending client-side (deferred) tool calls"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -317,7 +317,6 @@ def _print_human(checks: list[Check]) -> None:
 
 class _Doctor:
     name = "doctor"
-    help = "check this machine and the bundle (exit 1 when something required fails)"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("bundle", nargs="?", default=None, metavar="BUNDLE")

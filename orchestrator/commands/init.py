@@ -43,7 +43,6 @@ def _next_steps(directory: Path) -> str:
 
 class _Init:
     name = "init"
-    help = "write a new bundle that validates and runs offline (scripted model)"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("directory", nargs="?", default=".", metavar="DIR")

@@ -16,7 +16,6 @@ from protocol.control import ControlRequest, InstanceDelete, InstanceList
 
 class _Instance:
     name = "instance"
-    help = "list or delete agent instances"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)

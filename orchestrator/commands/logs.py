@@ -25,7 +25,6 @@ loop also sees files that appear later (a new instance) without watching directo
 
 class _Logs:
     name = "logs"
-    help = "read the logs and runtime events (merged by time; files only)"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--agent", metavar="A", help="only lines of agent A")

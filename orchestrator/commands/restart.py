@@ -16,7 +16,6 @@ from protocol.control import Reload, Restart
 
 class _Restart:
     name = "restart"
-    help = "gracefully restart agent processes, keeping history"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--agent", metavar="A", help="only this agent's processes")

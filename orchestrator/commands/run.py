@@ -53,7 +53,6 @@ def _read_input(args: argparse.Namespace) -> str | None:
 
 class _Run:
     name = "run"
-    help = "start the orchestrator in the foreground"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(

@@ -17,7 +17,6 @@ from protocol.control import SendText
 
 class _Send:
     name = "send"
-    help = "send text to an agent of the running daemon and print the reply"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("text", nargs="+", metavar="TEXT")

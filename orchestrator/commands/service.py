@@ -91,7 +91,6 @@ def _print_unit(args: argparse.Namespace) -> int:
 
 class _Service:
     name = "service"
-    help = "systemd helpers: print-unit writes a unit file for a bundle to stdout"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -47,7 +47,6 @@ def render(result: dict[str, Any]) -> str:
 
 class _Status:
     name = "status"
-    help = "show the orchestrator and its process table"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="print the status as JSON")

@@ -29,7 +29,6 @@ def wait_gone(pid: int, timeout: float) -> bool:
 
 class _Stop:
     name = "stop"
-    help = "stop the running daemon gracefully"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--no-wait", action="store_true", help="return once it is asked")

@@ -93,7 +93,6 @@ def report_json(report: BundleReport) -> str:
 
 class _Validate:
     name = "validate"
-    help = "check a bundle and print every error at once (exit 0 valid, 2 invalid)"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("bundle", nargs="?", default="goondan.yaml", metavar="BUNDLE")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.cli import _commands, build_parser
+from orchestrator.cli import all_commands, build_parser
 
 
 @pytest.mark.parametrize(
@@ -20,10 +20,10 @@ from orchestrator.cli import _commands, build_parser
     ],
 )
 def test_common_options_before_or_after_the_action(argv: list[str]) -> None:
-    args = build_parser(_commands()).parse_args(argv)
+    args = build_parser(all_commands()).parse_args(argv)
     assert (args.swarm, args.state_root) == ("s", "/r")
 
 
 def test_absent_after_the_action_keeps_none() -> None:
-    args = build_parser(_commands()).parse_args(["calls", "list"])
+    args = build_parser(all_commands()).parse_args(["calls", "list"])
     assert (args.swarm, args.state_root) == (None, None)

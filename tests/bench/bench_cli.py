@@ -1,0 +1,83 @@
+"""Benchmark: how long the `goondan` command takes, against a bare `python -c pass`.
+
+Run: `python -m tests.bench bench_cli`. Three commands, each started as a fresh process the
+way a user or a script starts it, taking turns within each round so the machine's drift hits
+them alike: the bare interpreter (baseline), `goondan --version`, and a warm `goondan send`
+to the entry agent of a running daemon (the hello example; its turn takes ~1 ms, so the
+figure is the CLI's own start, connect, request and exit).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.bench.baselines import Row, p99, print_rows
+
+ROUNDS = 40
+REPO = Path(__file__).resolve().parents[2]
+BUNDLE = REPO / "bundles" / "examples" / "hello" / "goondan.yaml"
+GOONDAN = [sys.executable, "-m", "orchestrator"]
+
+
+def _script() -> list[str]:
+    """The installed `goondan` script when there is one (what users run), else `-m`."""
+    script = Path(sys.executable).with_name("goondan")
+    return [str(script)] if script.exists() else GOONDAN
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, timeout=60)
+    return (time.perf_counter() - start) * 1000
+
+
+def _wait_ready(env: dict[str, str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the CLI itself says when the daemon answers
+        done = subprocess.run([*_script(), "send", "warm-up"], env=env, capture_output=True)
+        if done.returncode == 0:
+            return
+    raise RuntimeError("the daemon did not answer within 60 s")
+
+
+def main() -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="gb-") as root:
+        env = dict(os.environ, GOONDAN_STATE_ROOT=root)
+        daemon = subprocess.Popen(
+            [*GOONDAN, "run", str(BUNDLE)], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            _wait_ready(env)
+            runs: dict[str, list[float]] = {"bare": [], "version": [], "send": []}
+            argvs = {
+                "bare": [sys.executable, "-c", "pass"],
+                "version": [*_script(), "--version"],
+                "send": [*_script(), "send", "hi"],
+            }
+            for _ in range(ROUNDS):
+                for name, argv in argvs.items():
+                    runs[name].append(_timed(argv, env))
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=60)
+    base = statistics.median(runs["bare"])
+    rows = [
+        Row("python -c pass (baseline)", base, p99(runs["bare"]), "ms", base),
+        Row("goondan --version", statistics.median(runs["version"]), p99(runs["version"]),
+            "ms", base, goal="≤ 3x bare"),
+        Row("goondan send, warm daemon (round trip)", statistics.median(runs["send"]),
+            p99(runs["send"]), "ms", base, goal="≤ 80 ms p50"),
+    ]  # fmt: skip
+    print_rows(f"CLI start-up ({ROUNDS} runs each, Python {sys.version.split()[0]})", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
