@@ -1,0 +1,212 @@
+"""The embedded ingress journal: durable appends, claim/complete, dedupe, compaction, and what a
+crash at any point leaves (a writer process SIGKILLed at a random moment, under hypothesis)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.journal import EntryState, JournalError
+from orchestrator.journal.sqlite import DEDUPE_WINDOW, KEEP_COMPLETED, SqliteJournal
+from protocol.errors import ErrorCode
+from protocol.events import AgentEvent, Source, SourceKind, new_event
+
+REPO = Path(__file__).resolve().parents[3]
+SOURCE = Source(kind=SourceKind.CLI, name="test")
+
+
+def event(text: str = "hi", key: str = "k") -> AgentEvent:
+    return new_event(type="user.message", input=text, instance_key=key, source=SOURCE)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_appended_events_are_pending_in_order_until_completed(tmp_path: Path) -> None:
+    async with asyncio.timeout(10):
+        journal = await SqliteJournal.open(tmp_path / "j" / "ingress.sqlite3")
+        first, second, other = event("1"), event("2"), event("3", key="x")
+        for e, target in ((first, "agent:a:k"), (second, "agent:a:k"), (other, "agent:a:x")):
+            assert not (await journal.append(e, target)).duplicate
+        assert [p.event.id for p in await journal.pending()] == [first.id, second.id, other.id]
+        assert [p.event for p in await journal.pending("agent:a:k")] == [first, second]
+        await journal.claim(first.id)
+        claimed = await journal.lookup(first.id)
+        assert claimed is not None and (claimed.state, claimed.attempts) == (EntryState.CLAIMED, 1)
+        reply = event("answer")
+        await journal.complete(first.id, reply)
+        done = await journal.lookup(first.id)
+        assert done is not None and done.state is EntryState.COMPLETED and done.reply == reply
+        assert [p.event.id for p in await journal.pending()] == [second.id, other.id]
+        await journal.claim(first.id)  # a late claim never reopens a completed entry
+        assert (await journal.lookup(first.id)).state is EntryState.COMPLETED  # type: ignore[union-attr]
+        await journal.close()
+
+
+async def test_a_dedupe_key_maps_a_retry_to_the_first_event(tmp_path: Path) -> None:
+    clock = Clock()
+    async with asyncio.timeout(10):
+        journal = await SqliteJournal.open(tmp_path / "ingress.sqlite3", clock)
+        first = await journal.append(event("pay"), "agent:a:k", dedupe_key="order-7")
+        retry = await journal.append(event("pay"), "agent:a:k", dedupe_key="order-7")
+        assert retry.duplicate and retry.entry.event.id == first.entry.event.id
+        assert len(await journal.pending()) == 1
+        clock.now += DEDUPE_WINDOW + 1
+        later = await journal.append(event("pay again"), "agent:a:k", dedupe_key="order-7")
+        assert not later.duplicate  # past the window the key starts a new event
+        await journal.close()
+
+
+async def test_compaction_keeps_open_entries_and_recent_replies(tmp_path: Path) -> None:
+    clock = Clock()
+    async with asyncio.timeout(10):
+        journal = await SqliteJournal.open(tmp_path / "ingress.sqlite3", clock)
+        done, keyed, open_ = event("done"), event("keyed"), event("open")
+        await journal.append(done, "agent:a:k")
+        await journal.append(keyed, "agent:a:k", dedupe_key="key")
+        await journal.append(open_, "agent:a:k")
+        await journal.complete(done.id)
+        await journal.complete(keyed.id)
+        assert await journal.compact() == 0  # replies are kept for attach a while
+        clock.now += KEEP_COMPLETED + 1
+        assert await journal.compact() == 1  # the keyed one stays for its dedupe window
+        assert await journal.lookup(done.id) is None
+        assert await journal.lookup(keyed.id) is not None
+        assert [p.event.id for p in await journal.pending()] == [open_.id]
+        await journal.close()
+
+
+async def test_many_concurrent_appends_share_commits(tmp_path: Path) -> None:
+    async with asyncio.timeout(30):
+        journal = await SqliteJournal.open(tmp_path / "ingress.sqlite3")
+        events = [event(str(i)) for i in range(500)]
+        await asyncio.gather(*(journal.append(e, "agent:a:k") for e in events))
+        assert [p.event.id for p in await journal.pending()] == [e.id for e in events]
+        assert journal.commits < len(events)  # group commit: not one fsync per event
+        await journal.close()
+
+
+async def test_the_journal_file_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "ingress.sqlite3"
+    async with asyncio.timeout(10):
+        journal = await SqliteJournal.open(path)
+        await journal.append(event(), "agent:a:k")
+        await journal.close()
+    assert path.stat().st_mode & 0o077 == 0 and path.parent.stat().st_mode & 0o077 == 0
+
+
+async def test_a_corrupt_journal_stops_with_a_coded_error(tmp_path: Path) -> None:
+    path = tmp_path / "ingress.sqlite3"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(JournalError) as info:
+        await SqliteJournal.open(path)
+    assert info.value.code == ErrorCode.E_JOURNAL_CORRUPT
+    assert str(path) in info.value.message
+
+
+async def test_a_journal_from_a_newer_goondan_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ingress.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA user_version=99")
+    with pytest.raises(JournalError) as info:
+        await SqliteJournal.open(path)
+    assert info.value.code == ErrorCode.E_JOURNAL_VERSION
+
+
+# -- crashes ---------------------------------------------------------------------------------
+
+WRITER = """
+import asyncio, json, sys
+from pathlib import Path
+from orchestrator.journal.sqlite import SqliteJournal
+from protocol.events import Source, SourceKind, new_event
+
+async def main(path, ops):
+    journal = await SqliteJournal.open(Path(path))
+    source = Source(kind=SourceKind.CLI, name="crash")
+    ids = []
+    for op in ops:
+        if op == "append":
+            e = new_event(type="m", input="x", instance_key="k", source=source)
+            await journal.append(e, "agent:a:k")
+            ids.append(e.id)
+            print(json.dumps(["append", e.id]), flush=True)
+        elif ids:
+            target = ids[len(ids) // 2]
+            await (journal.claim(target) if op == "claim" else journal.complete(target))
+            print(json.dumps([op, target]), flush=True)
+    print(json.dumps(["end", None]), flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main(sys.argv[1], sys.argv[2:]))
+"""
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.sampled_from(["append", "append", "claim", "complete"]), min_size=1, max_size=40
+    ),
+    kill_after=st.integers(min_value=0, max_value=40),
+)
+def test_a_crash_at_any_point_loses_no_acknowledged_write(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[str], kill_after: int
+) -> None:
+    """SIGKILL the writer after `kill_after` acknowledged operations (while later ones may be
+    mid-commit): every acknowledged append is there, every acknowledged completion holds, and
+    the journal opens cleanly."""
+    path = tmp_path_factory.mktemp("crash") / "ingress.sqlite3"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), *ops],
+        stdout=subprocess.PIPE, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )  # fmt: skip
+    acked: list[list[str]] = []
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            record = json.loads(line)
+            if record[0] == "end":
+                break
+            acked.append(record)
+            if len(acked) >= kill_after:
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+    async def check() -> None:
+        journal = await SqliteJournal.open(path)
+        try:
+            for op, event_id in acked:
+                entry = await journal.lookup(event_id)
+                assert entry is not None, f"acknowledged {op} of {event_id} was lost"
+                if op == "complete":
+                    assert entry.state is EntryState.COMPLETED
+                if op == "claim":
+                    assert entry.state >= EntryState.CLAIMED
+            appended = [event_id for op, event_id in acked if op == "append"]
+            pending = [p.event.id for p in await journal.pending()]
+            assert pending == sorted(pending, key=[*appended, *pending].index)  # still in order
+        finally:
+            await journal.close()
+
+    asyncio.run(asyncio.wait_for(check(), 30))
