@@ -93,7 +93,8 @@ class Filter:
             return False
         if self.instance is not None and record.instance != self.instance:
             return False
-        return self.trace is None or record.trace == self.trace
+        # the short id `render` prints (a prefix) finds its trace too
+        return self.trace is None or (record.trace or "").startswith(self.trace)
 
 
 def parse_since(text: str, now: float) -> float:
@@ -129,6 +130,11 @@ def discover(layout: StateLayout, swarm: str | None = None) -> list[LogSource]:
         found.extend(_log_files(layout.logs_dir(name), name))
         found.extend(_event_files(layout.swarm_instances_dir(name), name))
     return found
+
+
+def swarm_names(layout: StateLayout) -> list[str]:
+    """Every swarm that has logs or instances under the state root."""
+    return _swarm_names(layout.logs_dir("x").parent, layout.swarm_instances_dir("x").parent)
 
 
 def _swarm_names(*bases: Path) -> list[str]:
@@ -237,12 +243,15 @@ _SKIP = frozenset(
 )  # fmt: skip
 
 
-def render(record: Record) -> str:
-    """One readable line: time, who, level or event type, what, then the other fields."""
+def render(record: Record, *, swarm: bool = False) -> str:
+    """One readable line: time, who (with `swarm`, which swarm first), level or event type,
+    what, then the other fields."""
     data = record.data
     who = "orchestrator" if record.source.kind == "orchestrator" else (
-        f"{record.agent}/{record.instance}"
+        f"{record.agent}/{_short(record.instance or '')}"
     )  # fmt: skip
+    if swarm:
+        who = f"{_short(record.source.swarm)}:{who}"
     if data.get("event") == "_text":
         return f"{_clock(record.at)} {who} | {data['text']}"
     if record.source.kind == "events":
@@ -256,8 +265,18 @@ def render(record: Record) -> str:
 
 
 def _short(value: Any) -> str:
+    """A field value as one token: floats rounded (durations), text with spaces quoted."""
+    if isinstance(value, float):
+        return _rounded(value)
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-    return text if " " not in text else json.dumps(text)
+    return text if " " not in text else json.dumps(text, ensure_ascii=False)
+
+
+def _rounded(value: float) -> str:
+    size = abs(value)
+    if size >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if size >= 1 else f"{value:.3g}"
 
 
 def as_json(record: Record) -> str:

@@ -8,13 +8,14 @@ same with or without a running daemon. `--follow` keeps printing lines as they a
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Callable
 
 from orchestrator import logview
 from orchestrator.client import layout_of
-from orchestrator.exitcodes import EXIT_OK, EXIT_USAGE
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.endpoints import StateLayout
 
 FOLLOW_INTERVAL = 0.25
@@ -48,8 +49,13 @@ class _Logs:
             return EXIT_USAGE
         keep = logview.Filter(agent=args.agent, instance=args.instance, trace=args.trace,
                               since=since)  # fmt: skip
-        emit = logview.as_json if args.json else logview.render
         layout = layout_of(args)
+        problem = _unknown(layout, args.swarm, args.agent)
+        if problem is not None:
+            print(f"goondan logs: {problem}", file=sys.stderr)
+            return EXIT_RUNTIME
+        several = args.swarm is None and len(logview.swarm_names(layout)) > 1
+        emit = logview.as_json if args.json else functools.partial(logview.render, swarm=several)
         follower = Follower(layout, args.swarm, keep, emit)
         if not follower.refresh() and not args.follow:
             print(f"goondan logs: no logs under {layout.root}", file=sys.stderr)
@@ -61,6 +67,20 @@ class _Logs:
         except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C, or `| head` has seen enough
             return EXIT_OK
         return EXIT_OK
+
+
+def _unknown(layout: StateLayout, swarm: str | None, agent: str | None) -> str | None:
+    """Why `--swarm`/`--agent` can match nothing (a typo would otherwise print nothing)."""
+    swarms = logview.swarm_names(layout)
+    if swarm is not None and swarm not in swarms:
+        known = ", ".join(swarms) or "none"
+        return f"no swarm named {swarm!r} has logs under {layout.root} (swarms: {known})"
+    if agent is None:
+        return None
+    agents = {s.agent for s in logview.discover(layout, swarm) if s.agent is not None}
+    if agent in agents:
+        return None
+    return f"no agent named {agent!r} has logs (agents: {', '.join(sorted(agents)) or 'none'})"
 
 
 class Follower:

@@ -184,3 +184,38 @@ def test_truncated_file_is_read_again_from_the_start(layout: StateLayout) -> Non
     assert len(reader.read_new()) == 2
     reader.source.path.write_text(json.dumps({"timestamp": _iso(T0), "event": "fresh"}) + "\n")
     assert [r.data["event"] for r in reader.read_new()] == ["fresh"]
+
+
+def test_cli_finds_a_trace_by_the_short_id_it_prints(
+    layout: StateLayout, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["logs", "--trace", TRACE_A[:8]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and all("trace=aaaaaaaa" in line for line in out)
+
+
+def test_cli_unknown_swarm_or_agent_is_an_error_naming_what_exists(
+    layout: StateLayout, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["logs", "--swarm", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "'nope'" in err and "swarms: s" in err
+    assert main(["logs", "--agent", "codr"]) == 1
+    err = capsys.readouterr().err
+    assert "'codr'" in err and "coder" in err and "other" in err
+
+
+def test_cli_merged_lines_of_several_swarms_name_their_swarm(
+    layout: StateLayout, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(layout.process_log("t", "bot", "my key"), [
+        {"timestamp": _iso(T0 + 7), "level": "info", "event": "turn", "agent": "bot",
+         "instanceKey": "my key", "durationMs": 12.3456789},
+    ])  # fmt: skip
+    assert main(["logs"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith('2026-01-31T12:00:07.000Z t:bot/"my key" info turn')
+    assert "durationMs=12.3" in out[-1] and "12.34" not in out[-1]
+    assert any(line.startswith("2026-01-31T12:00:01.000Z s:coder/tg:42") for line in out)
+    assert main(["logs", "--swarm", "s"]) == 0  # one swarm: no prefix
+    assert capsys.readouterr().out.splitlines()[0].split()[1] == "orchestrator"
