@@ -8,6 +8,7 @@ usage.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -109,11 +110,19 @@ def _chosen(argv: Sequence[str]) -> dict[str, Command]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `goondan` command; `argv` None means this process is the command (a caller passing
+    argv, like a test, keeps its own signal handling)."""
+    entry = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--version"]:  # what scripts and health checks call: answered without a parser
         print(f"goondan {version()}")
         return EXIT_OK
-    parser = build_parser(_chosen(argv))
+    chosen = _chosen(argv)
+    if entry and "run" not in chosen:
+        # `goondan send ... | head -1`: end quietly when the reader has gone, like other Unix
+        # tools (the daemon keeps Python's default: a closed pipe is an error it handles)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    parser = build_parser(chosen)
     args = parser.parse_args(argv)
     command: Command | None = getattr(args, "_command", None)
     if command is None:

@@ -25,8 +25,9 @@ class AlreadyRunning(Exception):
     def __init__(self, swarm: str, pid: int | None, run_dir: Path) -> None:
         who = f"pid {pid}" if pid else "another process"
         super().__init__(
-            f"swarm {swarm!r} is already running here ({who}, run dir {run_dir}); "
-            f"stop it with `goondan stop --swarm {swarm}` or use another --state-root"
+            f"swarm {swarm!r} is already running here ({who}, run dir {run_dir}): talk to it "
+            f"with `goondan send --swarm {swarm} TEXT`, stop it with `goondan stop --swarm "
+            f"{swarm}`, or use another --state-root"
         )
         self.pid = pid
 

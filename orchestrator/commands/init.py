@@ -10,13 +10,16 @@ Exit 0 written, 1 the files could not be written, 2 usage.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 from bundles.loader import inspect_bundle
 from bundles.naming import name_problem
+from orchestrator.client import layout_of
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from orchestrator.templates.bundles import DEFAULT_TEMPLATE, TEMPLATES, project_name
+from protocol.endpoints import StateLayout
 
 
 def existing(directory: Path, files: dict[str, str]) -> list[Path]:
@@ -34,11 +37,23 @@ def write_files(directory: Path, files: dict[str, str]) -> list[Path]:
 
 
 def _next_steps(directory: Path) -> str:
-    where = "" if directory.resolve() == Path.cwd().resolve() else f"cd {directory} && "
+    here = directory.resolve() == Path.cwd().resolve()
+    where = "" if here else f"cd {shlex.quote(str(directory))} && "
     return (
         f"next: {where}goondan run --input 'hello'   (offline, scripted model)\n"
         "      to use OpenAI or Anthropic, see the end of goondan.yaml and .env.example"
     )
+
+
+def _collision(layout: StateLayout, project: str) -> str | None:
+    """A swarm of that name already has state here: a second bundle would share it."""
+    for where in (layout.swarm_instances_dir(project), layout.logs_dir(project)):
+        if where.exists():
+            return (
+                f"a swarm named {project!r} already has state in {where} (another bundle "
+                "would share its conversations and logs); choose another --name, or --force"
+            )
+    return None
 
 
 class _Init:
@@ -60,9 +75,14 @@ class _Init:
         given = args.name or getattr(args, "swarm", None)  # `--swarm S` names it too
         project = given or project_name(directory.resolve().name)
         problem = name_problem(project)
+        if problem is None and not args.force:
+            problem = _collision(layout_of(args), project)
         if problem is not None:
             print(f"goondan init: --name: {problem}", file=sys.stderr)
             return EXIT_USAGE
+        if not given and project != directory.resolve().name:
+            print(f"the swarm is named {project!r} (from the directory "
+                  f"{directory.resolve().name!r}; --name N chooses another)")  # fmt: skip
         template = TEMPLATES[args.template]
         files = template.render(project)
         clash = existing(directory, files)

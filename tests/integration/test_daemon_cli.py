@@ -12,7 +12,7 @@ import zmq.asyncio
 
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, SWARM, run_cli
+from tests.integration.harness import PYTHON, REPO, SWARM, child_env, run_cli
 
 
 def _identity(i: int) -> bytes:
@@ -63,7 +63,22 @@ async def test_a_second_daemon_of_the_same_swarm_refuses_naming_the_pid(
         code, _, err = await run_cli("run", str(SWARM))
         assert code == 1
         assert "already running" in err and f"pid {daemon.pid}" in err
+        assert f"goondan send --swarm {daemon.swarm}" in err  # what to do instead
         assert (await daemon.send("echo still here", "alpha")).ok
+
+
+async def test_send_into_a_closed_pipe_ends_quietly(start_daemon: StartDaemon) -> None:
+    """`goondan send ... | head -1` printed a BrokenPipeError traceback."""
+    async with asyncio.timeout(60):
+        await start_daemon()
+        big = "echo " + "x" * 100_000  # more than a pipe holds (64 KiB): the write fails
+        proc = await asyncio.create_subprocess_shell(
+            f"{PYTHON} -m orchestrator send --agent alpha '{big}' | head -c 10",
+            env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        assert proc.returncode == 0 and len(out) == 10
+        assert b"Traceback" not in err and b"BrokenPipe" not in err
 
 
 async def test_an_invalid_bundle_exits_2_and_starts_nothing(tmp_path: Path) -> None:

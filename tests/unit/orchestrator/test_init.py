@@ -16,6 +16,7 @@ from bundles.naming import name_problem
 from orchestrator.cli import main
 from orchestrator.exitcodes import EXIT_OK, EXIT_USAGE
 from orchestrator.templates.bundles import TEMPLATES, project_name
+from protocol.endpoints import StateLayout
 
 TEMPLATE_NAMES = sorted(TEMPLATES)
 
@@ -137,3 +138,23 @@ def test_bad_name_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_project_name(directory: str, name: str) -> None:
     assert project_name(directory) == name
     assert name_problem(name) is None
+
+
+def test_a_directory_with_spaces_gets_a_quoted_cd_and_the_name_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "my bot"]) == 0
+    out = capsys.readouterr().out
+    assert "cd 'my bot' && goondan run" in out
+    assert "the swarm is named 'my-bot' (from the directory 'my bot'" in out
+
+
+def test_a_name_whose_swarm_already_has_state_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    StateLayout.from_env().swarm_instances_dir("taken").mkdir(parents=True)
+    assert main(["init", str(tmp_path / "a"), "--name", "taken"]) == 2
+    err = capsys.readouterr().err
+    assert "'taken' already has state" in err and not (tmp_path / "a").exists()
+    assert main(["init", str(tmp_path / "a"), "--name", "taken", "--force"]) == 0
