@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from bundles.diagnostics import BundleError
 from bundles.kinds import Kind
 from bundles.loader import BundleReport, inspect_bundle
 from bundles.model import Bundle, Resource
+from orchestrator.deepcheck import deep_check
 from orchestrator.exitcodes import EXIT_OK, EXIT_USAGE
 
 _SUMMARY_ORDER = (
@@ -99,6 +101,11 @@ class _Validate:
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
         parser.add_argument("--strict", action="store_true", help="treat warnings as errors")
         parser.add_argument(
+            "--deep", action="store_true",
+            help="also import every entry file (in a separate process) and check its handlers, "
+            "register() and run() against the bundle",
+        )  # fmt: skip
+        parser.add_argument(
             "--env-file",
             action="append",
             default=[],
@@ -114,6 +121,15 @@ class _Validate:
             state_root=state_root,
             strict=args.strict,
         )
+        if args.deep and report.valid:
+            swarm = getattr(args, "swarm", None)
+            env_files = [Path(f) for f in args.env_file]
+            found = deep_check(
+                Path(args.bundle), env_files=env_files, swarm=swarm, state_root=state_root
+            )
+            report = replace(
+                report, errors=[*report.errors, *found], bundle=None if found else report.bundle
+            )
         if args.json:
             print(report_json(report))
         else:
