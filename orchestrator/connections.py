@@ -14,21 +14,18 @@ Connection's ingress rules (orchestrator.ingress) to an agent instance, spawned 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
 import structlog
 
-from bundles.kinds import Kind, SwarmSpec
-from bundles.model import Bundle, Resource
-from bundles.refs import connection_connector, connection_swarm
 from orchestrator import ingress
+from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
-from protocol.ids import ORCHESTRATOR, Address, ProcessKind, agent_address, check_instance_key
+from protocol.ids import ORCHESTRATOR, Address, agent_address, check_instance_key
 from protocol.messages import Event
 
 if TYPE_CHECKING:
@@ -38,48 +35,22 @@ log = structlog.get_logger("goondan.connections")
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
 
-@dataclass(frozen=True, slots=True)
-class Connection:
-    name: str
-    connector: str
-    address: Address
-    ingress: ingress.Ingress
-
-
-def swarm_connections(bundle: Bundle, swarm: Resource[SwarmSpec]) -> list[Connection]:
-    """Every Connection of the bundle whose swarm is `swarm` (refs were checked at load)."""
-    found = []
-    for res in bundle.of_kind(Kind.CONNECTION):
-        if connection_swarm(bundle, res).name != swarm.name:
-            continue
-        connector = connection_connector(bundle, res).name
-        address = Address(kind=ProcessKind.CONNECTOR, name=res.name, instance_key=connector)
-        found.append(
-            Connection(res.name, connector, address, ingress.compile_connection(bundle, res))
-        )
-    return found
-
-
 class Connections:
     def __init__(
-        self, router: Router, connections: Iterable[Connection], ensure: Callable[[Address], None]
+        self, router: Router, swarm: CurrentSwarm, ensure: Callable[[Address], None]
     ) -> None:
         self.router = router
+        self.swarm = swarm
         self.ensure = ensure
-        self.by_address = {c.address: c for c in connections}
-
-    @property
-    def addresses(self) -> list[Address]:
-        return list(self.by_address)
 
     def start_all(self) -> None:
         """Connectors are always up: start every one (the reconciler keeps them up)."""
-        for address in self.by_address:
+        for address in self.swarm.view.connections:
             self.ensure(address)
 
     def on_event(self, entry: ProcessEntry, event: AgentEvent) -> None:
         """A connector's event: route it through its Connection's ingress rules."""
-        connection = self.by_address.get(entry.address)
+        connection = self.swarm.view.connections.get(entry.address)
         if connection is None:
             self._reject(
                 entry,

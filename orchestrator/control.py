@@ -21,6 +21,7 @@ import zmq.asyncio
 from orchestrator.deferred_calls import DeferredCallError, answer_of
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
+from orchestrator.swarm import CurrentSwarm
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
     CallsList,
@@ -64,8 +65,8 @@ class ControlContext:
     supervisor: Supervisor
     info: OrchestratorInfo
     layout: StateLayout
-    entry_agent: str
-    default_instance_key: str
+    swarm: CurrentSwarm
+    """The entry agent and default instance key of `send` (a reload swaps them)."""
     request_stop: Callable[[], None]
     reload: ReloadFn | None = None
     """Set by `orchestrator.reload.install`: re-read the bundle, restart what changed."""
@@ -73,9 +74,10 @@ class ControlContext:
 
 async def send_and_wait(ctx: ControlContext, req: SendText) -> AgentEvent | str:
     """Submit one input; with `wait`, return the response event, else the event id."""
-    agent = req.agent or ctx.entry_agent
+    view = ctx.swarm.view
+    agent = req.agent or view.entry_agent
     try:
-        key = check_instance_key(req.instance_key or ctx.default_instance_key)
+        key = check_instance_key(req.instance_key or view.default_instance_key)
     except ProtocolError as exc:
         raise ControlFailed(ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message) from None
     target = agent_address(agent, key)
@@ -181,7 +183,7 @@ async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
         case StatusQuery():
             return _status(ctx)
         case Restart(agent=agent, fresh=fresh):
-            if agent is not None and agent not in ctx.supervisor.members:
+            if agent is not None and agent not in ctx.swarm.view.members:
                 raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {agent!r}")
             return {"restarted": await ctx.supervisor.restart(agent, fresh=fresh)}
         case Stop():

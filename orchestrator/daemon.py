@@ -24,12 +24,11 @@ import structlog
 import zmq
 import zmq.asyncio
 
-from bundles.kinds import Kind, SwarmSpec
+from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
-from bundles.refs import entry_agent, swarm_agents
 from orchestrator import logs, reload, rundir, runpointer, systemd
 from orchestrator.agents_calls import AgentsService
-from orchestrator.connections import Connections, swarm_connections
+from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.forkserver import ForkServerProcess, start_fork_server
@@ -39,6 +38,7 @@ from orchestrator.settings import ChildLaunch, Settings, SpawnMode
 from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
 from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
+from orchestrator.swarm import CurrentSwarm, SwarmView
 from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.control import OrchestratorInfo
 from protocol.endpoints import StateLayout
@@ -154,6 +154,7 @@ class Daemon:
     def _build(self, zctx: zmq.asyncio.Context, spawner: Spawner) -> tuple[Router, Supervisor]:
         bundle, swarm = self.opts.bundle, self.opts.swarm
         table = ProcessTable(listener=_log_transition)
+        current = CurrentSwarm(SwarmView.of(bundle, swarm))
         router = Router(zctx, self.endpoints[0], table)
         rundir.secure_socket(self.paths.agents_sock)
         launch = ChildLaunch(
@@ -172,24 +173,20 @@ class Daemon:
             settings=self.settings,
             launch=launch,
             layout=self.opts.layout,
-            members=[a.name for a in swarm_agents(bundle, swarm)],
+            swarm=current,
         )
         router.lifecycle = supervisor
         router.agents = self._agents_service(table, supervisor)
-        connections = swarm_connections(bundle, swarm)
-        router.connections = Connections(router, connections, supervisor.ensure)
+        router.connections = Connections(router, current, supervisor.ensure)
         router.deferred = DeferredIndex(router, self.opts.layout, swarm.name, supervisor.ensure)
         router.deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
         return router, supervisor
 
     def _agents_service(self, table: ProcessTable, supervisor: Supervisor) -> AgentsService:
-        bundle, swarm, layout = self.opts.bundle, self.opts.swarm, self.opts.layout
+        swarm, layout = self.opts.swarm, self.opts.layout
         return AgentsService(
             table=table,
-            swarm=swarm.name,
-            entry_agent=entry_agent(bundle, swarm).name,
-            members=[a.name for a in swarm_agents(bundle, swarm)],
-            declared=frozenset(a.name for a in bundle.of_kind(Kind.AGENT)),
+            swarm=supervisor.swarm,
             instance_root=lambda t: layout.instance_paths(swarm.name, t.instance_key, t.name).root,
             ensure=supervisor.ensure,
         )
@@ -212,8 +209,7 @@ class Daemon:
             supervisor=supervisor,
             info=info,
             layout=self.opts.layout,
-            entry_agent=entry_agent(self.opts.bundle, swarm).name,
-            default_instance_key=swarm.spec.instance_key or swarm.name,
+            swarm=supervisor.swarm,
             request_stop=self.request_stop,
         )
         control = ControlServer(zctx, self.endpoints[1], control_ctx)
@@ -229,8 +225,9 @@ class Daemon:
         tasks += self._reloads(router, control_ctx)
         if self.opts.on_started is not None:
             tasks.append(asyncio.ensure_future(self._once(self.opts.on_started(control_ctx))))
+        members = sorted(supervisor.swarm.view.members)
         log.info("started", swarm=swarm.name, pid=info.pid, spawner=spawner.mode,
-                 agents=sorted(supervisor.members), control=self.endpoints[1])  # fmt: skip
+                 agents=members, control=self.endpoints[1])  # fmt: skip
         why = await self.events.get()
         await self._shutdown(supervisor, why)
         for task in tasks:

@@ -31,15 +31,14 @@ from bundles.files import watched_paths
 from bundles.kinds import Kind
 from bundles.loader import load_bundle
 from bundles.model import Bundle
-from bundles.refs import entry_agent, swarm_agents
 from orchestrator import forkserver
 from orchestrator.changes import ChangePlan, Snapshot, describe, plan_changes, snapshot
-from orchestrator.connections import swarm_connections
 from orchestrator.control import ControlContext
 from orchestrator.forkserver import ForkServerProcess
 from orchestrator.router import Router
 from orchestrator.self_restart import SelfRestart
 from orchestrator.supervisor import Supervisor
+from orchestrator.swarm import SwarmView
 from orchestrator.table import ProcessEntry
 from orchestrator.watch import watch_files
 from protocol.errors import ErrorCode, ErrorInfo
@@ -110,7 +109,7 @@ class ReloadOutcome:
 
 
 Apply = Callable[[Bundle], None]
-"""Swap the daemon's view of the swarm (members, entry agent) to the new bundle."""
+"""Swap the daemon's view of the swarm (`orchestrator.swarm.SwarmView`) to the new bundle."""
 
 
 class Reloader:
@@ -219,34 +218,6 @@ class Reloader:
             self.notifier.ready(status)
 
 
-def swarm_view(bundle: Bundle, swarm: str) -> tuple[list[str], str, str | None]:
-    """(member agent names, entry agent name, swarm instanceKey) of `swarm` in `bundle`."""
-    res = bundle.swarm(swarm)
-    members = [a.name for a in swarm_agents(bundle, res)]
-    return members, entry_agent(bundle, res).name, res.spec.instance_key
-
-
-def daemon_apply(
-    swarm: str, supervisor: Supervisor, router: Router, control: ControlContext
-) -> Apply:
-    """Swap what the daemon derived from the bundle at start: members and entry agent."""
-
-    def apply(bundle: Bundle) -> None:
-        members, entry, key = swarm_view(bundle, swarm)
-        supervisor.members = frozenset(members)
-        if router.connections is not None:
-            res = bundle.swarm(swarm)
-            router.connections.by_address = {c.address: c for c in swarm_connections(bundle, res)}
-        if router.agents is not None:
-            router.agents.members = members
-            router.agents.entry_agent = entry
-            router.agents.declared = frozenset(a.name for a in bundle.of_kind(Kind.AGENT))
-        control.entry_agent = entry
-        control.default_instance_key = key or swarm
-
-    return apply
-
-
 def install(
     *,
     source: BundleSource,
@@ -260,11 +231,10 @@ def install(
     """Wire SIGHUP, the `Reload` request and (with `watch`) the file watcher; return the tasks
     to run for the daemon's lifetime."""
     supervisor = control.supervisor
-    swap_view = daemon_apply(source.swarm, supervisor, router, control)
     secrets = set(bundle.secret_values)
 
     def apply(new: Bundle) -> None:
-        swap_view(new)
+        control.swarm.swap(SwarmView.of(new, new.swarm(source.swarm)))
         if not new.secret_values <= secrets:  # mask old and new values: both may still show
             secrets.update(new.secret_values)
             redact.install(secrets)

@@ -13,7 +13,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ from orchestrator.router import Router
 from orchestrator.settings import ChildLaunch, Settings
 from orchestrator.spawner import ChildHandle, ChildSpec, ExitStatus, Spawner, SpawnError
 from orchestrator.states import DOWN, ProcessStatus
+from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.control import ExitInfo
 from protocol.endpoints import StateLayout
@@ -72,7 +73,7 @@ class Supervisor:
         settings: Settings,
         launch: ChildLaunch,
         layout: StateLayout,
-        members: Iterable[str],
+        swarm: CurrentSwarm,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = table
@@ -81,7 +82,7 @@ class Supervisor:
         self.settings = settings
         self.launch = launch
         self.layout = layout
-        self.members = frozenset(members)
+        self.swarm = swarm
         self.clock = clock
         self.closing = False
         self._handles: dict[Address, ChildHandle] = {}
@@ -101,11 +102,12 @@ class Supervisor:
             return self._backing_off(entry)
         if self.closing:
             return reasons.shutting_down()
-        if target.kind is ProcessKind.AGENT and target.name not in self.members:
+        members = self.swarm.view.members
+        if target.kind is ProcessKind.AGENT and target.name not in members:
             return ErrorInfo(
                 code=ErrorCode.E_AGENT_NOT_IN_SWARM,
                 message=f"agent {target.name!r} is not in swarm {self.launch.swarm!r}",
-                suggestion=f"use one of: {', '.join(sorted(self.members))}",
+                suggestion=f"use one of: {', '.join(sorted(members))}",
             )
         return None
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from bundles.loader import load_bundle
-from orchestrator.connections import swarm_connections
 from orchestrator.ingress import route
 from orchestrator.reconciler import KillWedged, Start, plan
 from orchestrator.settings import Settings
 from orchestrator.states import ProcessStatus
+from orchestrator.swarm import swarm_connections
 from orchestrator.table import ProcessEntry
 from protocol.ids import Address, ProcessKind
 
