@@ -15,12 +15,12 @@ Connection's ingress rules (orchestrator.ingress) to an agent instance, spawned 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import msgspec
 import structlog
 
 from orchestrator import ingress
+from orchestrator.broker import Broker
 from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
@@ -28,18 +28,15 @@ from protocol.events import AgentEvent, Source, SourceKind, response_to
 from protocol.ids import ORCHESTRATOR, Address, agent_address, check_instance_key
 from protocol.messages import Event
 
-if TYPE_CHECKING:
-    from orchestrator.router import Router
-
 log = structlog.get_logger("goondan.connections")
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
 
 class Connections:
     def __init__(
-        self, router: Router, swarm: CurrentSwarm, ensure: Callable[[Address], None]
+        self, broker: Broker, swarm: CurrentSwarm, ensure: Callable[[Address], None]
     ) -> None:
-        self.router = router
+        self.broker = broker
         self.swarm = swarm
         self.ensure = ensure
 
@@ -85,14 +82,14 @@ class Connections:
             reply=found.reply,
         )
         if found.reply or event.reply_to is None:
-            self.router.submit(msgspec.structs.replace(event, instance_key=key), target)
+            self.broker.submit(msgspec.structs.replace(event, instance_key=key), target)
             return
         routed = msgspec.structs.replace(event, instance_key=key, reply_to=None)
-        self.router.submit(routed, target)
+        self.broker.submit(routed, target)
         accepted = response_to(
             event, source=SOURCE, text="", metadata={"accepted": True, "eventId": event.id}
         )
-        self.router.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=accepted))
+        self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=accepted))
 
     def _reject(
         self,
@@ -114,4 +111,4 @@ class Connections:
             return
         error = ErrorInfo(code=code, message=message, suggestion=suggestion)
         answer = response_to(event, source=SOURCE, text="", error=error)
-        self.router.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=answer))
+        self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=answer))

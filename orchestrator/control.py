@@ -18,7 +18,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
-from orchestrator.deferred_calls import DeferredCallError, answer_of
+from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
@@ -69,7 +69,9 @@ class ControlContext:
     """The entry agent and default instance key of `send` (a reload swaps them)."""
     request_stop: Callable[[], None]
     reload: ReloadFn | None = None
-    """Set by `orchestrator.reload.install`: re-read the bundle, restart what changed."""
+    """Re-read the bundle, restart what changed (`orchestrator.reload.Reloader.answer`)."""
+    deferred: DeferredIndex | None = None
+    """The pending deferred calls of `goondan calls list|resolve`."""
 
 
 async def send_and_wait(ctx: ControlContext, req: SendText) -> AgentEvent | str:
@@ -150,7 +152,7 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str
 
 async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
     """`goondan calls list|resolve`: the daemon's pending deferred calls (ARCHITECTURE.md §10)."""
-    index = ctx.router.deferred
+    index = ctx.deferred
     if index is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")
     if isinstance(req, CallsList):

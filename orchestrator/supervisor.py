@@ -42,7 +42,6 @@ from protocol.ids import ORCHESTRATOR, Address, ProcessKind
 from protocol.messages import (
     PROTOCOL_VERSION,
     CallPayload,
-    CallResult,
     ChildState,
     HelloPayload,
     ReadyPayload,
@@ -299,8 +298,7 @@ class Supervisor:
                  undelivered=len(payload.undelivered_events))  # fmt: skip
 
     def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None:
-        result = answer_call(payload)
-        self.router.send(entry, CallResult(from_=ORCHESTRATOR, to=entry.id_text, payload=result))
+        self.router.reply(entry, answer_call(payload))
 
     # -- stopping ----------------------------------------------------------------------
 

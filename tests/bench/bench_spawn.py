@@ -64,7 +64,7 @@ class Harness:
     ) -> None:
         import zmq.asyncio
 
-        from orchestrator.router import Router
+        from orchestrator.router import Router, Services
         from orchestrator.settings import ChildLaunch, Settings
         from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
         from orchestrator.states import ProcessStatus
@@ -102,7 +102,7 @@ class Harness:
             table=self.table, router=self.router, spawner=spawner, settings=settings,
             launch=launch, layout=layout, swarm=CurrentSwarm(view),
         )  # fmt: skip
-        self.router.lifecycle = self.supervisor
+        self.router.attach(Services(lifecycle=self.supervisor))
         self.tasks = [asyncio.ensure_future(self.router.run())]
 
     def _await_ready(self, address: Any) -> asyncio.Future[float]:
