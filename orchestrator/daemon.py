@@ -288,16 +288,7 @@ class Daemon:
             return systemd.status_text(swarm, (e.status for e in supervisor.table))
 
         notifier.ready(status())
-        restart = supervisor.restart
-
-        async def notified_restart(agent: str | None, *, fresh: bool) -> list[str]:
-            notifier.reloading(status())
-            try:
-                return await restart(agent, fresh=fresh)
-            finally:
-                notifier.ready(status())
-
-        setattr(supervisor, "restart", notified_restart)  # noqa: B010 - hook without a subclass
+        supervisor.add_restart_listener(systemd.RestartNotices(notifier, status))
 
         def alive() -> bool:
             return not any(t.done() for t in core)

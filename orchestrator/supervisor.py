@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -58,6 +58,13 @@ S = ProcessStatus
 log = structlog.get_logger("goondan.supervisor")
 
 
+class RestartListener(Protocol):
+    """Told around each `Supervisor.restart` (`goondan restart`), e.g. to tell systemd."""
+
+    def restart_started(self) -> None: ...
+    def restart_finished(self) -> None: ...
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
@@ -88,6 +95,10 @@ class Supervisor:
         self._exited: dict[Address, asyncio.Event] = {}
         self._timers: dict[Address, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._restart_listeners: list[RestartListener] = []
+
+    def add_restart_listener(self, listener: RestartListener) -> None:
+        self._restart_listeners.append(listener)
 
     # -- routing questions -------------------------------------------------------------
 
@@ -365,7 +376,13 @@ class Supervisor:
         def pick(e: ProcessEntry) -> bool:
             return e.address.kind is ProcessKind.AGENT and agent in (None, e.address.name)
 
-        return await self.restart_where(pick, ShutdownReason.RESTART, fresh=fresh)
+        for listener in self._restart_listeners:
+            listener.restart_started()
+        try:
+            return await self.restart_where(pick, ShutdownReason.RESTART, fresh=fresh)
+        finally:
+            for listener in self._restart_listeners:
+                listener.restart_finished()
 
     async def restart_where(
         self, pick: Callable[[ProcessEntry], bool], reason: ShutdownReason, *, fresh: bool = False
