@@ -38,6 +38,7 @@ from agent_process.toolcall import ToolCallRunner
 from bundles.sdk import AgentsRuntime, MiddlewareError
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, TraceContext
+from protocol.jsontypes import JsonObject
 from protocol.messages import TurnOutcome
 
 _log = structlog.get_logger("goondan.turn")
@@ -48,7 +49,7 @@ class TurnDeps:
     agent_name: str
     instance_key: str
     model: Model
-    model_params: dict[str, Any]
+    model_params: JsonObject
     system_prompt: str
     max_steps: int
     catalog: CatalogBuilder

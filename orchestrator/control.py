@@ -43,13 +43,14 @@ from protocol.endpoints import StateLayout, path_segment
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import ProcessKind, agent_address, check_instance_key
+from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
 log = structlog.get_logger("goondan.control")
 CLI_SOURCE = Source(kind=SourceKind.CLI, name="goondan")
 
 
-ReloadFn = Callable[[str], Awaitable[tuple[dict[str, Any], ErrorInfo | None]]]
+ReloadFn = Callable[[str], Awaitable[tuple[JsonObject, ErrorInfo | None]]]
 """trigger -> (result, error when the new bundle was rejected)."""
 
 
@@ -112,7 +113,7 @@ def _status(ctx: ControlContext) -> StatusResult:
     return StatusResult(orchestrator=ctx.info, processes=[e.info() for e in ctx.supervisor.table])
 
 
-def _instances(ctx: ControlContext) -> list[dict[str, Any]]:
+def _instances(ctx: ControlContext) -> list[JsonObject]:
     swarm = ctx.info.swarm
     root = ctx.layout.swarm_instances_dir(swarm)
     live = {
