@@ -19,7 +19,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import structlog
 import uvloop
@@ -32,6 +32,7 @@ from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, 
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox, spawn_workdir
 from agent_process.link import EXIT_START_ERROR, Link, connect, die_with_parent, libc
 from agent_process.runtime import AgentRuntime, StartFailure
+from agent_process.turn import Resumed
 from bundles import redact
 from bundles.diagnostics import BundleError
 from bundles.kinds import Kind
@@ -85,7 +86,10 @@ class TurnRunner(Protocol):
     @property
     def tool_names(self) -> list[str]: ...
 
-    async def run_turn(self, event: AgentEvent) -> TurnReport: ...
+    async def run_turn(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnReport:
+        """One turn; with `resumed`, the rest of a turn a deferred call suspended in an
+        earlier process of this instance (only a runner that defers calls ever gets one)."""
+
     async def close(self) -> None: ...
 
 
@@ -223,7 +227,8 @@ class Child:
 
         async def load() -> list[str]:
             self.runner = runner = await factory(self.opts, self.bridge)
-            deferred.install(runner, self.deferred)
+            if isinstance(runner, AgentRuntime):  # test runners defer no calls
+                deferred.install(runner, self.deferred)
             return list(runner.tool_names)
 
         if not await self.link.handshake(load, start_error_info):
@@ -311,11 +316,7 @@ class Child:
     async def _turn(self, event: AgentEvent) -> TurnReport | None:
         """The turn's report, or None when a drain stopped it while it waited for a client."""
         assert self.runner is not None
-        resumed = self.deferred.resumed_for(event)
-        if resumed is None:
-            turn = self.runner.run_turn(event)
-        else:
-            turn = cast(Any, self.runner).run_turn(event, resumed)
+        turn = self.runner.run_turn(event, self.deferred.resumed_for(event))
         report = await deferred.unless_parked(turn, self.draining, self.deferred.parked)
         if report is None:
             log.info("turn_parked", event_id=event.id)

@@ -22,7 +22,7 @@ with its message and data). A timer fails the call with `E_TOOL_DEFERRED_EXPIRED
 `expiresAt`.
 
 The files survive the process: a later process of the instance finds them at start
-(`DeferredCalls.pending`), resumes the turn (`AgentRuntime.resume_turn`) before any other
+(`DeferredCalls.pending`), resumes the turn (`run_turn(event, resumed)`) before any other
 event, and fails expired calls at once. TTL: the export's `deferred.ttlSeconds`, else the
 Swarm's `policy.lifecycle.deferredTtlSeconds` (default 3600 s).
 """
@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import jsonschema
 import msgspec
@@ -52,6 +52,7 @@ from agent_process.results import (
     ok_result,
     truncate_message,
 )
+from agent_process.toolcall import DeferredHook
 from agent_process.turn import Resumed
 from bundles.kinds import Kind
 from bundles.model import Bundle
@@ -343,14 +344,18 @@ class DeferredCalls:
         return Resumed(turn_id=calls[0].turn_id, step=calls[0].step, answer=answer)
 
 
-def install(runner: Any, calls: DeferredCalls) -> None:
-    """Plug `calls` into a runner that supports deferred calls (the real AgentRuntime)."""
-    policy = getattr(runner, "deferred_policy", None)
-    if isinstance(policy, DeferredPolicy):
-        calls.policy = policy
-    setter = getattr(runner, "set_deferred_hook", None)
-    if setter is not None:
-        setter(calls.hook)
+class Deferring(Protocol):
+    """A turn runner whose tools may defer calls (`agent_process.runtime.AgentRuntime`)."""
+
+    deferred_policy: DeferredPolicy
+
+    def set_deferred_hook(self, hook: DeferredHook) -> None: ...
+
+
+def install(runner: Deferring, calls: DeferredCalls) -> None:
+    """Plug `calls` into `runner`: the runner's policy (from the bundle), `calls`'s hook."""
+    calls.policy = runner.deferred_policy
+    runner.set_deferred_hook(calls.hook)
 
 
 def submit_frame(sender: str, call: PendingCall) -> Call:

@@ -8,9 +8,10 @@ to the model, appends the assistant message, runs its tool calls in order (each 
 injects no other text. `run` never raises for a failed turn: it returns outcome `failed` with
 a coded error.
 
-`resume` continues a turn a deferred tool call suspended in an earlier process (ARCHITECTURE.md
-§10): the conversation already holds the assistant message with the tool calls, so it appends
-their results (`Resumed.answer`) and continues the step loop after the step it stopped in.
+`run(event, resumed)` continues a turn a deferred tool call suspended in an earlier process
+(ARCHITECTURE.md §10): the conversation already holds the assistant message with the tool
+calls, so it appends their results (`Resumed.answer`) and continues the step loop after the
+step it stopped in.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -36,6 +38,7 @@ from agent_process.toolcall import ToolCallRunner
 from bundles.sdk import AgentsRuntime, MiddlewareError
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, TraceContext
+from protocol.jsontypes import JsonObject
 from protocol.messages import TurnOutcome
 
 _log = structlog.get_logger("goondan.turn")
@@ -46,7 +49,7 @@ class TurnDeps:
     agent_name: str
     instance_key: str
     model: Model
-    model_params: dict[str, Any]
+    model_params: JsonObject
     system_prompt: str
     max_steps: int
     catalog: CatalogBuilder
@@ -75,9 +78,6 @@ class Resumed:
 class TurnEngine:
     def __init__(self, deps: TurnDeps) -> None:
         self._d = deps
-
-    async def resume(self, event: AgentEvent, resumed: Resumed) -> TurnResult:
-        return await self.run(event, resumed)
 
     async def run(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
         d = self._d
@@ -129,12 +129,8 @@ class TurnEngine:
             )
         return result
 
-    async def _guarded(self, ctx: TurnContext, resumed: Resumed | None = None) -> TurnResult:
-        async def resume_core(ctx: TurnContext) -> TurnResult:
-            assert resumed is not None
-            return await self._resume_core(ctx, resumed)
-
-        core = self._turn_core if resumed is None else resume_core
+    async def _guarded(self, ctx: TurnContext, resumed: Resumed | None) -> TurnResult:
+        core = self._turn_core if resumed is None else partial(self._resume_core, resumed=resumed)
         try:
             return await self._d.pipelines.run(PipelineKind.TURN, ctx, core)
         except MiddlewareError as exc:

@@ -17,9 +17,8 @@ from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 from bundles import codecache
-
-JsonValue = Any
-JsonObject = dict[str, Any]
+from protocol.jsontypes import JsonObject as JsonObject
+from protocol.jsontypes import JsonValue as JsonValue
 
 
 class Logger(Protocol):

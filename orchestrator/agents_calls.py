@@ -24,12 +24,14 @@ from typing import Any
 
 import structlog
 
+from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessTable
 from protocol.codec import to_builtins
 from protocol.durable import write_atomic
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
 from protocol.ids import Address, ProcessKind, agent_address, check_instance_key
+from protocol.jsontypes import JsonObject
 from protocol.messages import CallOp, CallPayload, CallResultPayload
 
 AGENT_OPS = frozenset({CallOp.SPAWN, CallOp.LIST, CallOp.CATALOG})
@@ -49,31 +51,28 @@ def _error(code: ErrorCode, message: str, suggestion: str | None = None) -> Erro
 @dataclass(slots=True)
 class AgentsService:
     table: ProcessTable
-    swarm: str
-    entry_agent: str
-    members: list[str]
-    """The Swarm's agents, in `spec.agents` order."""
-    declared: frozenset[str]
-    """Every Agent resource of the bundle (in the Swarm or not)."""
+    swarm: CurrentSwarm
+    """Members, declared agents and entry agent: read at each call (a reload swaps them)."""
     instance_root: Callable[[Address], Path]
     ensure: Callable[[Address], None]
-    _owners: dict[Address, dict[str, Any]] = field(default_factory=dict)
+    _owners: dict[Address, JsonObject] = field(default_factory=dict)
 
     # -- requests and sends ------------------------------------------------------------
 
     def check_target(self, name: str) -> ErrorInfo | None:
-        if name in self.members:
+        view = self.swarm.view
+        if name in view.members:
             return None
-        agents = ", ".join(self.members)
-        if name in self.declared:
+        agents = ", ".join(view.members)
+        if name in view.declared:
             return _error(
                 ErrorCode.E_AGENT_NOT_IN_SWARM,
-                f"agent {name!r} is declared but not in swarm {self.swarm!r}",
+                f"agent {name!r} is declared but not in swarm {view.name!r}",
                 f"add it to Swarm.spec.agents or use one of: {agents}",
             )
         return _error(
             ErrorCode.E_AGENT_NOT_FOUND,
-            f"no agent named {name!r} in swarm {self.swarm!r}; its agents are: {agents}",
+            f"no agent named {name!r} in swarm {view.name!r}; its agents are: {agents}",
             f"use one of: {agents}",
         )
 
@@ -116,7 +115,7 @@ class AgentsService:
             return CallResultPayload(call_id=payload.call_id, ok=False, error=exc.error)
         return CallResultPayload(call_id=payload.call_id, ok=True, result=result)
 
-    def _spawn(self, caller: Address, args: dict[str, Any]) -> dict[str, Any]:
+    def _spawn(self, caller: Address, args: JsonObject) -> JsonObject:
         name, key, cwd = args.get("target"), args.get("instanceKey"), args.get("cwd")
         if not isinstance(name, str) or not name:
             raise _Refused(_error(ErrorCode.E_CONTROL_BAD_REQUEST, "spawn needs a target"))
@@ -158,7 +157,7 @@ class AgentsService:
             ) from exc
         return cwd
 
-    def _list(self, caller: Address, include_all: bool) -> dict[str, Any]:
+    def _list(self, caller: Address, include_all: bool) -> JsonObject:
         agents = []
         for entry in self.table:
             if entry.address.kind is not ProcessKind.AGENT:
@@ -185,19 +184,20 @@ class AgentsService:
             )
         return {"count": len(agents), "agents": agents}
 
-    def _catalog(self, caller: Address) -> dict[str, Any]:
+    def _catalog(self, caller: Address) -> JsonObject:
+        view = self.swarm.view
         return {
-            "swarmName": self.swarm,
-            "entryAgent": self.entry_agent,
+            "swarmName": view.name,
+            "entryAgent": view.entry_agent,
             "selfAgent": caller.name,
             "selfInstanceKey": caller.instance_key,
-            "availableAgents": list(self.members),
-            "callableAgents": [m for m in self.members if m != caller.name],
+            "availableAgents": list(view.members),
+            "callableAgents": [m for m in view.members if m != caller.name],
         }
 
     # -- ownership records -------------------------------------------------------------
 
-    def _record(self, target: Address) -> dict[str, Any] | None:
+    def _record(self, target: Address) -> JsonObject | None:
         """The ownership record of `target`, read once from disk after a daemon restart."""
         if target not in self._owners:
             path = self.instance_root(target) / SPAWN_FILE
@@ -208,7 +208,7 @@ class AgentsService:
             self._owners[target] = loaded if isinstance(loaded, dict) else {}
         return self._owners[target]
 
-    def _save(self, target: Address, record: dict[str, Any]) -> None:
+    def _save(self, target: Address, record: JsonObject) -> None:
         write_atomic(self.instance_root(target) / SPAWN_FILE, json.dumps(record).encode())
         self._owners[target] = record
 

@@ -14,72 +14,40 @@ Connection's ingress rules (orchestrator.ingress) to an agent instance, spawned 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import msgspec
 import structlog
 
-from bundles.kinds import Kind, SwarmSpec
-from bundles.model import Bundle, Resource
-from bundles.refs import connection_connector, connection_swarm
 from orchestrator import ingress
+from orchestrator.broker import Broker
+from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
-from protocol.ids import ORCHESTRATOR, Address, ProcessKind, agent_address, check_instance_key
+from protocol.ids import ORCHESTRATOR, Address, agent_address, check_instance_key
 from protocol.messages import Event
-
-if TYPE_CHECKING:
-    from orchestrator.router import Router
 
 log = structlog.get_logger("goondan.connections")
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
 
-@dataclass(frozen=True, slots=True)
-class Connection:
-    name: str
-    connector: str
-    address: Address
-    ingress: ingress.Ingress
-
-
-def swarm_connections(bundle: Bundle, swarm: Resource[SwarmSpec]) -> list[Connection]:
-    """Every Connection of the bundle whose swarm is `swarm` (refs were checked at load)."""
-    found = []
-    for res in bundle.of_kind(Kind.CONNECTION):
-        if connection_swarm(bundle, res).name != swarm.name:
-            continue
-        connector = connection_connector(bundle, res).name
-        address = Address(kind=ProcessKind.CONNECTOR, name=res.name, instance_key=connector)
-        found.append(
-            Connection(res.name, connector, address, ingress.compile_connection(bundle, res))
-        )
-    return found
-
-
 class Connections:
     def __init__(
-        self, router: Router, connections: Iterable[Connection], ensure: Callable[[Address], None]
+        self, broker: Broker, swarm: CurrentSwarm, ensure: Callable[[Address], None]
     ) -> None:
-        self.router = router
+        self.broker = broker
+        self.swarm = swarm
         self.ensure = ensure
-        self.by_address = {c.address: c for c in connections}
-
-    @property
-    def addresses(self) -> list[Address]:
-        return list(self.by_address)
 
     def start_all(self) -> None:
         """Connectors are always up: start every one (the reconciler keeps them up)."""
-        for address in self.by_address:
+        for address in self.swarm.view.connections:
             self.ensure(address)
 
     def on_event(self, entry: ProcessEntry, event: AgentEvent) -> None:
         """A connector's event: route it through its Connection's ingress rules."""
-        connection = self.by_address.get(entry.address)
+        connection = self.swarm.view.connections.get(entry.address)
         if connection is None:
             self._reject(
                 entry,
@@ -114,14 +82,14 @@ class Connections:
             reply=found.reply,
         )
         if found.reply or event.reply_to is None:
-            self.router.submit(msgspec.structs.replace(event, instance_key=key), target)
+            self.broker.submit(msgspec.structs.replace(event, instance_key=key), target)
             return
         routed = msgspec.structs.replace(event, instance_key=key, reply_to=None)
-        self.router.submit(routed, target)
+        self.broker.submit(routed, target)
         accepted = response_to(
             event, source=SOURCE, text="", metadata={"accepted": True, "eventId": event.id}
         )
-        self.router.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=accepted))
+        self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=accepted))
 
     def _reject(
         self,
@@ -143,4 +111,4 @@ class Connections:
             return
         error = ErrorInfo(code=code, message=message, suggestion=suggestion)
         answer = response_to(event, source=SOURCE, text="", error=error)
-        self.router.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=answer))
+        self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=answer))

@@ -18,10 +18,11 @@ import structlog
 import zmq
 import zmq.asyncio
 
-from orchestrator.deferred_calls import DeferredCallError, answer_of
+from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.peers import PeerWatch, peer_pid
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
+from orchestrator.swarm import CurrentSwarm
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
     CallsList,
@@ -43,6 +44,7 @@ from protocol.endpoints import StateLayout, path_segment
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import ProcessKind, agent_address, check_instance_key
+from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
 log = structlog.get_logger("goondan.control")
@@ -52,7 +54,7 @@ CONTROL_MAX_FRAME_BYTES = 4 << 20
 CLI_SOURCE = Source(kind=SourceKind.CLI, name="goondan")
 
 
-ReloadFn = Callable[[str], Awaitable[tuple[dict[str, Any], ErrorInfo | None]]]
+ReloadFn = Callable[[str], Awaitable[tuple[JsonObject, ErrorInfo | None]]]
 """trigger -> (result, error when the new bundle was rejected)."""
 
 
@@ -68,18 +70,21 @@ class ControlContext:
     supervisor: Supervisor
     info: OrchestratorInfo
     layout: StateLayout
-    entry_agent: str
-    default_instance_key: str
+    swarm: CurrentSwarm
+    """The entry agent and default instance key of `send` (a reload swaps them)."""
     request_stop: Callable[[], None]
     reload: ReloadFn | None = None
-    """Set by `orchestrator.reload.install`: re-read the bundle, restart what changed."""
+    """Re-read the bundle, restart what changed (`orchestrator.reload.Reloader.answer`)."""
+    deferred: DeferredIndex | None = None
+    """The pending deferred calls of `goondan calls list|resolve`."""
 
 
 async def send_and_wait(ctx: ControlContext, req: SendText) -> AgentEvent | str:
     """Submit one input; with `wait`, return the response event, else the event id."""
-    agent = req.agent or ctx.entry_agent
+    view = ctx.swarm.view
+    agent = req.agent or view.entry_agent
     try:
-        key = check_instance_key(req.instance_key or ctx.default_instance_key)
+        key = check_instance_key(req.instance_key or view.default_instance_key)
     except ProtocolError as exc:
         raise ControlFailed(ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message) from None
     target = agent_address(agent, key)
@@ -112,7 +117,7 @@ def _status(ctx: ControlContext) -> StatusResult:
     return StatusResult(orchestrator=ctx.info, processes=[e.info() for e in ctx.supervisor.table])
 
 
-def _instances(ctx: ControlContext) -> list[dict[str, Any]]:
+def _instances(ctx: ControlContext) -> list[JsonObject]:
     swarm = ctx.info.swarm
     root = ctx.layout.swarm_instances_dir(swarm)
     live = {
@@ -152,7 +157,7 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str
 
 async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
     """`goondan calls list|resolve`: the daemon's pending deferred calls (ARCHITECTURE.md §10)."""
-    index = ctx.router.deferred
+    index = ctx.deferred
     if index is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")
     if isinstance(req, CallsList):
@@ -185,7 +190,7 @@ async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
         case StatusQuery():
             return _status(ctx)
         case Restart(agent=agent, fresh=fresh):
-            if agent is not None and agent not in ctx.supervisor.members:
+            if agent is not None and agent not in ctx.swarm.view.members:
                 raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {agent!r}")
             return {"restarted": await ctx.supervisor.restart(agent, fresh=fresh)}
         case Stop():

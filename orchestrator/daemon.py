@@ -24,21 +24,23 @@ import structlog
 import zmq
 import zmq.asyncio
 
-from bundles.kinds import Kind, SwarmSpec
+from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
-from bundles.refs import entry_agent, swarm_agents
-from orchestrator import logs, reload, rundir, runpointer, systemd
+from orchestrator import forkserver, logs, reload, rundir, runpointer, systemd
 from orchestrator.agents_calls import AgentsService
-from orchestrator.connections import Connections, swarm_connections
+from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.forkserver import ForkServerProcess, start_fork_server
 from orchestrator.reconciler import Reconciler
-from orchestrator.router import Router
+from orchestrator.reload import BundleSource, Reloader
+from orchestrator.router import Router, Services
+from orchestrator.self_restart import SelfRestart
 from orchestrator.settings import ChildLaunch, Settings, SpawnMode
 from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
 from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
+from orchestrator.swarm import CurrentSwarm, SwarmView
 from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.control import OrchestratorInfo
 from protocol.endpoints import StateLayout
@@ -61,6 +63,18 @@ class DaemonOptions:
     on_started: OnStarted | None = None
     watch: bool = False
     """Reload the bundle when its files change (`run --watch`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """The daemon's object graph (`Daemon._build`)."""
+
+    router: Router
+    supervisor: Supervisor
+    swarm: CurrentSwarm
+    connections: Connections
+    deferred: DeferredIndex
+    reloader: Reloader
 
 
 def _version() -> str:
@@ -151,48 +165,67 @@ class Daemon:
             endpoints={"agents": self.endpoints[0], "control": self.endpoints[1]},
         )
 
-    def _build(self, zctx: zmq.asyncio.Context, spawner: Spawner) -> tuple[Router, Supervisor]:
-        bundle, swarm = self.opts.bundle, self.opts.swarm
+    def _build(self, zctx: zmq.asyncio.Context, spawner: Spawner) -> Parts:
+        """The object graph: the router first (the services take it as their broker), then
+        the supervisor and the services, then the one wiring step that hands them over."""
+        opts = self.opts
         table = ProcessTable(listener=_log_transition)
+        swarm = CurrentSwarm(SwarmView.of(opts.bundle, opts.swarm))
         router = Router(zctx, self.endpoints[0], table)
         rundir.secure_socket(self.paths.agents_sock)
-        launch = ChildLaunch(
+        supervisor = Supervisor(table=table, router=router, spawner=spawner,
+                                settings=self.settings, launch=self._launch(),
+                                layout=opts.layout, swarm=swarm)  # fmt: skip
+        connections = Connections(router, swarm, supervisor.ensure)
+        deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
+        reloader = self._reloader(supervisor, swarm, connections.start_all)
+        router.attach(
+            Services(
+                lifecycle=supervisor,
+                agents=self._agents_service(table, supervisor),
+                connections=connections,
+                deferred=deferred,
+                restart=SelfRestart(reloader, router).on_call,
+            )
+        )
+        deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
+        return Parts(router, supervisor, swarm, connections, deferred, reloader)
+
+    def _launch(self) -> ChildLaunch:
+        return ChildLaunch(
             endpoint=self.endpoints[0],
-            swarm=swarm.name,
-            bundle=bundle.path,
+            swarm=self.opts.swarm.name,
+            bundle=self.opts.bundle.path,
             state_root=self.opts.layout.root,
             env_files=self.opts.env_files,
             heartbeat_interval=self.settings.heartbeat_interval,
             heartbeat_timeout=self.settings.heartbeat_timeout,
         )
-        supervisor = Supervisor(
-            table=table,
-            router=router,
-            spawner=spawner,
-            settings=self.settings,
-            launch=launch,
-            layout=self.opts.layout,
-            members=[a.name for a in swarm_agents(bundle, swarm)],
-        )
-        router.lifecycle = supervisor
-        router.agents = self._agents_service(table, supervisor)
-        connections = swarm_connections(bundle, swarm)
-        router.connections = Connections(router, connections, supervisor.ensure)
-        router.deferred = DeferredIndex(router, self.opts.layout, swarm.name, supervisor.ensure)
-        router.deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
-        return router, supervisor
 
     def _agents_service(self, table: ProcessTable, supervisor: Supervisor) -> AgentsService:
-        bundle, swarm, layout = self.opts.bundle, self.opts.swarm, self.opts.layout
+        swarm, layout = self.opts.swarm, self.opts.layout
         return AgentsService(
             table=table,
-            swarm=swarm.name,
-            entry_agent=entry_agent(bundle, swarm).name,
-            members=[a.name for a in swarm_agents(bundle, swarm)],
-            declared=frozenset(a.name for a in bundle.of_kind(Kind.AGENT)),
+            swarm=supervisor.swarm,
             instance_root=lambda t: layout.instance_paths(swarm.name, t.instance_key, t.name).root,
             ensure=supervisor.ensure,
         )
+
+    def _reloader(
+        self, supervisor: Supervisor, swarm: CurrentSwarm, start_connectors: Callable[[], None]
+    ) -> Reloader:
+        """SIGHUP, the Reload request, --watch and self-restart: re-read the bundle, swap the
+        swarm view, restart what changed, then start the connectors of new Connections."""
+        opts, server = self.opts, self.server
+        source = BundleSource(opts.bundle.path, opts.env_files, opts.layout.root, opts.swarm.name)
+        on_swap = None
+        if server is not None:
+
+            def on_swap() -> None:  # the fork server holds the new bundle for new children
+                forkserver.call_hook(server, CHILD_ENTRY, "refresh")
+
+        return Reloader(source, opts.bundle, supervisor, swarm, notifier=self.notifier,
+                        on_swap=on_swap, after_restart=start_connectors)  # fmt: skip
 
     async def main(self) -> int:
         loop = asyncio.get_running_loop()
@@ -200,11 +233,10 @@ class Daemon:
             loop.add_signal_handler(sig, self.events.put_nowait, signal.Signals(sig).name)
         spawner = self._spawner()
         zctx = zmq.asyncio.Context()
-        router, supervisor = self._build(zctx, spawner)
-        if router.connections is not None:  # connectors are always up (ARCHITECTURE.md §5)
-            router.connections.start_all()
-        if router.deferred is not None:  # answered calls an earlier daemon died before resuming
-            router.deferred.resume_answered()
+        parts = self._build(zctx, spawner)
+        router, supervisor = parts.router, parts.supervisor
+        parts.connections.start_all()  # connectors are always up (ARCHITECTURE.md §5)
+        parts.deferred.resume_answered()  # answered calls an earlier daemon died before resuming
         swarm = self.opts.swarm
         info = self._info()
         control_ctx = ControlContext(
@@ -212,9 +244,10 @@ class Daemon:
             supervisor=supervisor,
             info=info,
             layout=self.opts.layout,
-            entry_agent=entry_agent(self.opts.bundle, swarm).name,
-            default_instance_key=swarm.spec.instance_key or swarm.name,
+            swarm=parts.swarm,
             request_stop=self.request_stop,
+            reload=parts.reloader.answer,
+            deferred=parts.deferred,
         )
         control = ControlServer(zctx, self.endpoints[1], control_ctx)
         rundir.secure_socket(self.paths.control_sock)
@@ -226,11 +259,14 @@ class Daemon:
             self._core(Reconciler(supervisor, self.settings).run(), "reconciler"),
         ]
         tasks.append(self._notify_systemd(supervisor, list(tasks)))
-        tasks += self._reloads(router, control_ctx)
+        tasks += [
+            self._core(c, "reload") for c in reload.serve(parts.reloader, watch=self.opts.watch)
+        ]
         if self.opts.on_started is not None:
             tasks.append(asyncio.ensure_future(self._once(self.opts.on_started(control_ctx))))
+        members = sorted(supervisor.swarm.view.members)
         log.info("started", swarm=swarm.name, pid=info.pid, spawner=spawner.mode,
-                 agents=sorted(supervisor.members), control=self.endpoints[1])  # fmt: skip
+                 agents=members, control=self.endpoints[1])  # fmt: skip
         why = await self.events.get()
         await self._shutdown(supervisor, why)
         for task in tasks:
@@ -252,38 +288,12 @@ class Daemon:
             return systemd.status_text(swarm, (e.status for e in supervisor.table))
 
         notifier.ready(status())
-        restart = supervisor.restart
-
-        async def notified_restart(agent: str | None, *, fresh: bool) -> list[str]:
-            notifier.reloading(status())
-            try:
-                return await restart(agent, fresh=fresh)
-            finally:
-                notifier.ready(status())
-
-        setattr(supervisor, "restart", notified_restart)  # noqa: B010 - hook without a subclass
+        supervisor.add_restart_listener(systemd.RestartNotices(notifier, status))
 
         def alive() -> bool:
             return not any(t.done() for t in core)
 
         return self._core(systemd.watchdog_loop(notifier, alive, status=status), "watchdog")
-
-    def _reloads(self, router: Router, control_ctx: ControlContext) -> list[asyncio.Future[Any]]:
-        """SIGHUP, the Reload request and --watch: re-read the bundle, restart what changed."""
-        opts = self.opts
-        source = reload.BundleSource(
-            opts.bundle.path, opts.env_files, opts.layout.root, opts.swarm.name
-        )
-        coros = reload.install(
-            source=source,
-            bundle=opts.bundle,
-            router=router,
-            control=control_ctx,
-            notifier=self.notifier,
-            watch=opts.watch,
-            fork_server=self.server,
-        )
-        return [self._core(coro, "reload") for coro in coros]
 
     def _core(self, coro: Awaitable[Any], name: str) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(coro)

@@ -27,13 +27,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import structlog
 
+from orchestrator.broker import RequestBroker, Targets
 from orchestrator.delivery import OpenRequest
-from orchestrator.states import READY
 from orchestrator.table import ProcessEntry
 from protocol.durable import write_atomic
 from protocol.endpoints import StateLayout, path_segment
@@ -47,10 +47,8 @@ from protocol.jsonrpc import (
     JsonRpcResponse,
     PendingCall,
 )
+from protocol.jsontypes import JsonObject
 from protocol.messages import Call, CallOp, CallPayload
-
-if TYPE_CHECKING:
-    from orchestrator.router import Router
 
 DEFERRED_OPS = frozenset({CallOp.DEFERRED_SUBMIT})
 ANSWER_EVENT = "deferred.answer"
@@ -83,7 +81,7 @@ def notice_text(call: PendingCall) -> str:
     return "\n".join(lines)
 
 
-def call_row(call: PendingCall, now: float) -> dict[str, Any]:
+def call_row(call: PendingCall, now: float) -> JsonObject:
     return {
         "id": call.id,
         "agent": call.agent,
@@ -103,16 +101,17 @@ def call_row(call: PendingCall, now: float) -> dict[str, Any]:
 class DeferredIndex:
     def __init__(
         self,
-        router: Router,
+        broker: RequestBroker,
+        targets: Targets,
         layout: StateLayout,
         swarm: str,
-        ensure: Callable[[Address], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.router = router
+        self.broker = broker
+        self.targets = targets
+        """Whether the owning agent may run here, and starting it (the supervisor)."""
         self.layout = layout
         self.swarm = swarm
-        self.ensure = ensure
         self.clock = clock
         self.calls: dict[str, Found] = {}
         self._held: dict[Address, set[str]] = {}
@@ -156,15 +155,14 @@ class DeferredIndex:
                 log.warning("pending_call_unreadable", path=str(path), error=str(exc))
                 continue
             address = agent_address(call.agent, call.instance_key)
-            lifecycle = self.router.lifecycle
-            if lifecycle is not None and lifecycle.check_target(address) is not None:
+            if self.targets.check_target(address) is not None:
                 continue  # e.g. the agent left the swarm: nothing can resume it here
             log.info("deferred_call_resuming", call_id=call.id, target=str(address))
-            self.ensure(address)
+            self.targets.ensure(address)
             started.append(address)
         return started
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> list[JsonObject]:
         self.scan()
         now = self.clock()
         rows = sorted(self.calls.values(), key=lambda f: f.call.created_at)
@@ -222,28 +220,16 @@ class DeferredIndex:
             text=notice_text(call),
             metadata={"deferred": msgspec.to_builtins(call.request()), "pendingCall": call.id},
         )
-        request = self.router.book.get(event.reply_to.correlation_id)
-        if request is not None and request.waiter is not None:
-            if not request.waiter.done():
-                request.waiter.set_result(notice)
-            return
-        self.router.respond(notice)  # a connector (its book entry is re-opened on resolve)
-        if request is not None:
-            self.router.book.open(request)
+        # a control client's wait ends with the notice; a connector gets it as a response
+        # and its request stays open for the resumed turn's reply
+        self.broker.respond_interim(notice)
 
     # -- from the CLI -----------------------------------------------------------------
 
     def on_answer_event(self, event: AgentEvent) -> None:
         """`deferred.answer` from a connector: resolve, answer its event with the reply."""
         if event.reply_to is not None:
-            self.router.book.open(
-                OpenRequest(
-                    correlation_id=event.reply_to.correlation_id,
-                    requester=event.reply_to.target,
-                    server=None,
-                    event_id=event.id,
-                )
-            )
+            self.broker.open_request(OpenRequest.of(event, event.reply_to, None))
         task = asyncio.ensure_future(self._answer_for(event))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -264,7 +250,7 @@ class DeferredIndex:
             else:
                 meta = {"accepted": True}
         if event.reply_to is not None:
-            self.router.respond(
+            self.broker.respond(
                 response_to(event, source=SOURCE, text=text, error=error, metadata=meta)
             )
 
@@ -275,9 +261,8 @@ class DeferredIndex:
         reply when the control client started it or `wait` (else return at once)."""
         found = self._find(call_id)
         call = found.call
-        lifecycle = self.router.lifecycle
         address = agent_address(call.agent, call.instance_key)
-        problem = lifecycle.check_target(address) if lifecycle is not None else None
+        problem = self.targets.check_target(address)
         if problem is not None:  # e.g. the agent left the swarm: keep the call for later
             raise DeferredCallError(ErrorCode(problem.code), problem.message)
         data = msgspec.json.encode(answer)
@@ -319,28 +304,21 @@ class DeferredIndex:
             return None
         control = wait or event.reply_to.target == "control"
         waiter = asyncio.get_running_loop().create_future() if control else None
-        self.router.book.open(
-            OpenRequest(
-                correlation_id=event.reply_to.correlation_id,
-                requester=event.reply_to.target,
-                server=agent_address(call.agent, call.instance_key),
-                event_id=event.id,
-                waiter=waiter,
-            )
-        )
+        server = agent_address(call.agent, call.instance_key)
+        self.broker.open_request(OpenRequest.of(event, event.reply_to, server, waiter))
         return waiter
 
     def _route(self, address: Address, call_id: str) -> None:
-        entry = self.router.table.get(address)
-        if entry is not None and entry.status in READY:
+        entry = self.broker.ready(address)
+        if entry is not None:
             self._poke(entry, call_id)
             return
         self._held.setdefault(address, set()).add(call_id)
-        self.ensure(address)  # a new process resumes the turn from the files
+        self.targets.ensure(address)  # a new process resumes the turn from the files
 
     def on_ready(self, address: Address) -> None:
         held = self._held.pop(address, None)
-        entry = self.router.table.get(address)
+        entry = self.broker.ready(address)
         if held and entry is not None:
             for call_id in held:
                 self._poke(entry, call_id)
@@ -349,7 +327,7 @@ class DeferredIndex:
         payload = CallPayload(
             call_id=uuid.uuid4().hex, op=CallOp.DEFERRED_RESOLVE, args={"id": call_id}
         )
-        self.router.send(entry, Call(from_=ORCHESTRATOR, to=entry.id_text, payload=payload))
+        self.broker.send(entry, Call(from_=ORCHESTRATOR, to=entry.id_text, payload=payload))
 
 
 def answer_of(

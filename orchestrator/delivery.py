@@ -16,7 +16,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from protocol.events import AgentEvent
+from protocol.events import AgentEvent, ReplyTo
 from protocol.ids import Address
 
 
@@ -101,6 +101,17 @@ class OpenRequest:
     event_id: str
     waiter: asyncio.Future[AgentEvent] | None = None
     """Set when a control client (`goondan send`) waits in this process."""
+
+    @classmethod
+    def of(
+        cls,
+        request: AgentEvent,
+        reply_to: ReplyTo,
+        server: Address | None,
+        waiter: asyncio.Future[AgentEvent] | None = None,
+    ) -> OpenRequest:
+        """What `request` (which carries `reply_to`) opens when it goes to `server`."""
+        return cls(reply_to.correlation_id, reply_to.target, server, request.id, waiter)
 
 
 @dataclass(slots=True)

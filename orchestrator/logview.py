@@ -23,6 +23,7 @@ from typing import Any, Literal
 from urllib.parse import unquote
 
 from protocol.endpoints import StateLayout
+from protocol.jsontypes import JsonObject
 
 SourceKind = Literal["orchestrator", "process", "events"]
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -44,7 +45,7 @@ class LogSource:
 class Record:
     at: float
     source: LogSource
-    data: dict[str, Any]
+    data: JsonObject
     """The JSON object of the line; raw text is `{"event": "_text", "text": ...}`."""
     seq: int = 0
     """Line number in its file: keeps equal timestamps in file order."""
@@ -69,7 +70,7 @@ class Record:
         return value if isinstance(value, str) else None
 
 
-def _process_field(data: dict[str, Any]) -> tuple[str | None, str | None]:
+def _process_field(data: JsonObject) -> tuple[str | None, str | None]:
     """`agent:<name>:<key>[:<generation>]` in orchestrator lines (`process=`) -> (name, key)."""
     text = data.get("process")
     if not isinstance(text, str) or not text.startswith("agent:") or text.count(":") < 2:
@@ -178,7 +179,7 @@ def parse_line(line: str, source: LogSource, last_at: float, seq: int = 0) -> Re
     return Record(_time_of(data, last_at), source, data, seq)
 
 
-def _time_of(data: dict[str, Any], fallback: float) -> float:
+def _time_of(data: JsonObject, fallback: float) -> float:
     at = data.get("at")
     if isinstance(at, int | float):
         return float(at)

@@ -2,9 +2,10 @@
 
 A reload loads and validates the bundle again. If that fails, every diagnostic is logged
 (`reload_rejected`) and returned, and nothing running is touched: the daemon keeps the old
-bundle. If it succeeds, the daemon's view of the swarm (members, entry agent) is swapped and
-only the processes the change planner (`orchestrator.changes`) names are restarted, gracefully,
-with `shutdown{config_change}`; their history stays on disk, so conversations continue.
+bundle. If it succeeds, the daemon's view of the swarm (`orchestrator.swarm.SwarmView`) is
+swapped in one step and only the processes the change planner (`orchestrator.changes`) names
+are restarted, gracefully, with `shutdown{config_change}`; their history stays on disk, so
+conversations continue.
 
 New children read the new bundle: a forked child takes the fork server's preloaded bundle only
 while none of its files changed (`agent_process.preload.Preloaded.matches`), otherwise it loads
@@ -31,19 +32,14 @@ from bundles.files import watched_paths
 from bundles.kinds import Kind
 from bundles.loader import load_bundle
 from bundles.model import Bundle
-from bundles.refs import entry_agent, swarm_agents
-from orchestrator import forkserver
 from orchestrator.changes import ChangePlan, Snapshot, describe, plan_changes, snapshot
-from orchestrator.connections import swarm_connections
-from orchestrator.control import ControlContext
-from orchestrator.forkserver import ForkServerProcess
-from orchestrator.router import Router
-from orchestrator.self_restart import SelfRestart
 from orchestrator.supervisor import Supervisor
+from orchestrator.swarm import CurrentSwarm, SwarmView
 from orchestrator.table import ProcessEntry
 from orchestrator.watch import watch_files
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.ids import ProcessKind
+from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
 log = structlog.get_logger("goondan.reload")
@@ -92,9 +88,9 @@ class ReloadOutcome:
     restarted: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> JsonObject:
         """The `Reload` control reply's result."""
-        summary: dict[str, Any] = describe(self.plan) if self.plan is not None else {}
+        summary: JsonObject = describe(self.plan) if self.plan is not None else {}
         return {"ok": self.ok, "trigger": self.trigger, "diagnostics": self.diagnostics,
                 "restarted": self.restarted, "stopped": self.stopped, **summary}  # fmt: skip
 
@@ -109,30 +105,29 @@ class ReloadOutcome:
         )
 
 
-Apply = Callable[[Bundle], None]
-"""Swap the daemon's view of the swarm (members, entry agent) to the new bundle."""
-
-
 class Reloader:
     def __init__(
         self,
         source: BundleSource,
         current: Bundle,
         supervisor: Supervisor,
-        apply: Apply,
+        swarm: CurrentSwarm,
+        *,
         notifier: Notifier | None = None,
         on_swap: Callable[[], None] | None = None,
         after_restart: Callable[[], None] | None = None,
     ) -> None:
-        self.after_restart = after_restart
-        """Called after the restarts (e.g. start the connectors of new Connections)."""
-        self.on_swap = on_swap
-        """Called after a swap, before any restart (e.g. refresh the fork server's bundle)."""
         self.source = source
         self.current: Snapshot = snapshot(current)
         self.supervisor = supervisor
-        self.apply = apply
+        self.swarm = swarm
+        """The daemon's view of the swarm: a reload swaps in the new bundle's."""
         self.notifier = notifier
+        self.on_swap = on_swap
+        """Called after a swap, before any restart (e.g. refresh the fork server's bundle)."""
+        self.after_restart = after_restart
+        """Called after the restarts (e.g. start the connectors of new Connections)."""
+        self._secrets = set(current.secret_values)
         self._requests: asyncio.Queue[str] = asyncio.Queue()
         self._lock = asyncio.Lock()
 
@@ -154,11 +149,20 @@ class Reloader:
         async with self._lock:
             return await self._reload(trigger)
 
+    async def answer(self, trigger: str) -> tuple[JsonObject, ErrorInfo | None]:
+        """The `Reload` control request (`orchestrator.control.ReloadFn`)."""
+        outcome = await self.reload(trigger)
+        return outcome.result(), outcome.error()
+
+    def _load(self) -> tuple[Snapshot, SwarmView]:
+        bundle = self.source.load()
+        return snapshot(bundle), SwarmView.of(bundle, bundle.swarm(self.source.swarm))
+
     async def _reload(self, trigger: str) -> ReloadOutcome:
         log.info("reload_started", trigger=trigger, bundle=str(self.source.path))
         try:
             # off the loop: YAML and validation take tens of ms, the broker must keep turning
-            new = await asyncio.to_thread(lambda: snapshot(self.source.load()))
+            new, view = await asyncio.to_thread(self._load)
         except BundleError as exc:
             return self._rejected(trigger, [str(d) for d in exc.diagnostics], exc.codes[0])
         except Exception as exc:  # bad input must not end the daemon: report it as data
@@ -167,7 +171,8 @@ class Reloader:
         self._notify("reloading")
         try:
             self.current = new
-            self.apply(new.bundle)
+            self.swarm.swap(view)
+            self._mask_secrets(new.bundle)
             if self.on_swap is not None:
                 self.on_swap()
             outcome = await self._restart(trigger, plan)
@@ -176,6 +181,12 @@ class Reloader:
         log.info("reloaded", trigger=trigger, restarted=outcome.restarted,
                  stopped=outcome.stopped, **describe(plan))  # fmt: skip
         return outcome
+
+    def _mask_secrets(self, bundle: Bundle) -> None:
+        """Mask old and new secret values in logs: both may still show."""
+        if not bundle.secret_values <= self._secrets:
+            self._secrets.update(bundle.secret_values)
+            redact.install(self._secrets)
 
     def _rejected(
         self, trigger: str, diagnostics: list[str], code: ErrorCode | None
@@ -219,75 +230,9 @@ class Reloader:
             self.notifier.ready(status)
 
 
-def swarm_view(bundle: Bundle, swarm: str) -> tuple[list[str], str, str | None]:
-    """(member agent names, entry agent name, swarm instanceKey) of `swarm` in `bundle`."""
-    res = bundle.swarm(swarm)
-    members = [a.name for a in swarm_agents(bundle, res)]
-    return members, entry_agent(bundle, res).name, res.spec.instance_key
-
-
-def daemon_apply(
-    swarm: str, supervisor: Supervisor, router: Router, control: ControlContext
-) -> Apply:
-    """Swap what the daemon derived from the bundle at start: members and entry agent."""
-
-    def apply(bundle: Bundle) -> None:
-        members, entry, key = swarm_view(bundle, swarm)
-        supervisor.members = frozenset(members)
-        if router.connections is not None:
-            res = bundle.swarm(swarm)
-            router.connections.by_address = {c.address: c for c in swarm_connections(bundle, res)}
-        if router.agents is not None:
-            router.agents.members = members
-            router.agents.entry_agent = entry
-            router.agents.declared = frozenset(a.name for a in bundle.of_kind(Kind.AGENT))
-        control.entry_agent = entry
-        control.default_instance_key = key or swarm
-
-    return apply
-
-
-def install(
-    *,
-    source: BundleSource,
-    bundle: Bundle,
-    router: Router,
-    control: ControlContext,
-    notifier: Notifier | None,
-    watch: bool,
-    fork_server: ForkServerProcess | None = None,
-) -> list[Coroutine[Any, Any, None]]:
-    """Wire SIGHUP, the `Reload` request and (with `watch`) the file watcher; return the tasks
-    to run for the daemon's lifetime."""
-    supervisor = control.supervisor
-    swap_view = daemon_apply(source.swarm, supervisor, router, control)
-    secrets = set(bundle.secret_values)
-
-    def apply(new: Bundle) -> None:
-        swap_view(new)
-        if not new.secret_values <= secrets:  # mask old and new values: both may still show
-            secrets.update(new.secret_values)
-            redact.install(secrets)
-
-    on_swap = None
-    if fork_server is not None:
-        server = fork_server
-
-        def on_swap() -> None:
-            forkserver.call_hook(server, "agent_process.child", "refresh")
-
-    def start_connectors() -> None:
-        if router.connections is not None:
-            router.connections.start_all()
-
-    reloader = Reloader(source, bundle, supervisor, apply, notifier, on_swap, start_connectors)
-    router.self_restart = SelfRestart(reloader, router.send).on_call
-
-    async def answer(trigger: str) -> tuple[dict[str, Any], ErrorInfo | None]:
-        outcome = await reloader.reload(trigger)
-        return outcome.result(), outcome.error()
-
-    control.reload = answer
+def serve(reloader: Reloader, *, watch: bool) -> list[Coroutine[Any, Any, None]]:
+    """Reload on SIGHUP and (with `watch`) when the bundle's files change; return the tasks to
+    run for the daemon's lifetime. The `Reload` request calls `reloader.answer` directly."""
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.request, "SIGHUP")
     tasks: list[Coroutine[Any, Any, None]] = [reloader.run()]
     if watch:

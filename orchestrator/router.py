@@ -7,20 +7,28 @@ failure is counted and logged with the sender; nothing a peer sends can stop the
 The socket itself (drain pattern, sends without awaiting, ROUTER_MANDATORY, the re-check that
 edge-triggered ZMQ_FD needs after a send) is `wire.RouterSocket`; an unroutable send is counted
 and answered here, never dropped silently.
+
+What the router does not decide itself it hands to its `Services` (the supervisor as the
+`Lifecycle`, the `agents` calls, connector ingress, deferred calls, self-restart), attached once
+by the composition root. They reach back only through the `orchestrator.broker` Protocols the
+router implements, so none of them imports this module.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
-from typing import Protocol, assert_never
+from dataclasses import dataclass
+from typing import assert_never
 
 import structlog
 import zmq
 import zmq.asyncio
 
 from orchestrator.agents_calls import AGENT_OPS, AgentsService
+from orchestrator.broker import Lifecycle
 from orchestrator.connections import Connections
 from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
@@ -33,7 +41,6 @@ from protocol.events import AgentEvent, Source, SourceKind, response_to
 from protocol.ids import (
     ORCHESTRATOR,
     Address,
-    ProcessId,
     ProcessKind,
     parse_address,
     parse_process_id,
@@ -43,18 +50,15 @@ from protocol.messages import (
     CallOp,
     CallPayload,
     CallResult,
+    CallResultPayload,
     Event,
     Heartbeat,
     Hello,
-    HelloPayload,
     Message,
     Ready,
-    ReadyPayload,
     Shutdown,
     ShutdownAck,
-    ShutdownAckPayload,
     StartError,
-    StartErrorPayload,
     Status,
     StatusPayload,
 )
@@ -64,27 +68,29 @@ log = structlog.get_logger("goondan.router")
 ORCHESTRATOR_SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
 
-class Lifecycle(Protocol):
-    """What the router tells the supervisor (and asks it)."""
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Whom the router hands frames and calls to. They take the router as their broker, so
+    the composition root builds them after it and hands them over once (`Router.attach`)."""
 
-    def check_target(self, target: Address, *, request: bool = False) -> ErrorInfo | None: ...
-    def ensure(self, target: Address) -> None: ...
-    def on_hello(self, entry: ProcessEntry, payload: HelloPayload) -> None: ...
-    def on_ready(self, entry: ProcessEntry, payload: ReadyPayload) -> None: ...
-    def on_start_error(self, entry: ProcessEntry, payload: StartErrorPayload) -> None: ...
-    def on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None: ...
-    def on_shutdown_ack(self, entry: ProcessEntry, payload: ShutdownAckPayload) -> None: ...
-    def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None: ...
+    lifecycle: Lifecycle
+    """Frames about a child's life, and the questions of `submit` (the supervisor)."""
+    agents: AgentsService | None = None
+    """The `agents` tool's checks and calls (spawn/list/catalog)."""
+    connections: Connections | None = None
+    """Connector events -> Connection ingress rules."""
+    deferred: DeferredIndex | None = None
+    """Pending deferred tool calls (ARCHITECTURE.md §10)."""
+    restart: Callable[[ProcessEntry, CallPayload], None] | None = None
+    """The `restart` call of the self-restart tool."""
 
 
+@dataclass(slots=True)
 class Stats:
-    __slots__ = ("delivered", "malformed", "stale", "undeliverable")
-
-    def __init__(self) -> None:
-        self.malformed = 0
-        self.stale = 0
-        self.undeliverable = 0
-        self.delivered = 0
+    malformed: int = 0
+    stale: int = 0
+    undeliverable: int = 0
+    delivered: int = 0
 
 
 def _should_log(count: int) -> bool:
@@ -98,40 +104,26 @@ class Router:
         self.wire = RouterSocket(ctx, endpoint)
         self.sock = self.wire.sock
         self.endpoint = endpoint
-        self.lifecycle: Lifecycle | None = None
-        self.agents: AgentsService | None = None
-        """The `agents` tool's checks and calls (spawn/list/catalog); set by the daemon."""
-        self.connections: Connections | None = None
-        """Connector events -> Connection ingress rules; set by the daemon."""
-        self.self_restart: Callable[[ProcessEntry, CallPayload], None] | None = None
-        """The `restart` call of the self-restart tool; set by the daemon with the reloader."""
-        self.deferred: DeferredIndex | None = None
-        """Pending deferred tool calls (ARCHITECTURE.md §10); set by the daemon."""
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
         self.stats = Stats()
-        self._ids: dict[bytes, ProcessId] = {}
-        self._addresses: dict[str, Address] = {}
+        # routing ids and addresses repeat: parse each once (only what parses is cached)
+        self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_process_id)
+        self.address = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_address)
+        """Parse an address (cached); raise ProtocolError."""
+        self._services: Services | None = None
 
-    def _process_id(self, ident: bytes) -> ProcessId:
-        """Parse a routing id (cached; only ids that parse are cached, and a bounded number)."""
-        pid = self._ids.get(ident)
-        if pid is None:
-            pid = parse_process_id(ident)
-            if len(self._ids) >= ID_CACHE_MAX:
-                self._ids.clear()
-            self._ids[ident] = pid
-        return pid
+    def attach(self, services: Services) -> None:
+        """The composition root's one wiring step, before `run`."""
+        if self._services is not None:
+            raise RuntimeError("the router's services are attached once")
+        self._services = services
 
-    def address(self, text: str) -> Address:
-        """Parse an address (cached like routing ids); raise ProtocolError."""
-        found = self._addresses.get(text)
-        if found is None:
-            found = parse_address(text)
-            if len(self._addresses) >= ID_CACHE_MAX:
-                self._addresses.clear()
-            self._addresses[text] = found
-        return found
+    @property
+    def services(self) -> Services:
+        if self._services is None:
+            raise RuntimeError("the router has no services: the composition root calls attach()")
+        return self._services
 
     def mailbox(self, address: Address) -> Mailbox:
         box = self.mailboxes.get(address)
@@ -183,8 +175,8 @@ class Router:
             )
 
     def _dispatch(self, entry: ProcessEntry, msg: Message) -> None:
-        lifecycle = self.lifecycle
-        assert lifecycle is not None, "the composition root sets the lifecycle"
+        services = self.services
+        lifecycle = services.lifecycle
         match msg:
             case Event(payload=event):
                 self._on_child_event(entry, msg.to, event)
@@ -201,7 +193,7 @@ class Router:
                 self.mailbox(entry.address).requeue(payload.undelivered_events)
                 lifecycle.on_shutdown_ack(entry, payload)
             case Call(payload=payload):
-                self._on_call(entry, payload, lifecycle)
+                self._on_call(entry, payload, services)
             case Heartbeat(payload=beat):
                 # each child's beat is answered: children beat on their own timers (spread by
                 # when they started), so no broadcast wakes 1,000 of them in the same instant
@@ -211,18 +203,15 @@ class Router:
             case _:
                 assert_never(msg)
 
-    def _on_call(self, entry: ProcessEntry, payload: CallPayload, lifecycle: Lifecycle) -> None:
-        if payload.op is CallOp.RESTART and self.self_restart is not None:
-            self.self_restart(entry, payload)
-            return
-        if payload.op in DEFERRED_OPS and self.deferred is not None:
-            self.deferred.on_call(entry, payload)
-            return
-        if self.agents is None or payload.op not in AGENT_OPS:
-            lifecycle.on_call(entry, payload)
-            return
-        result = self.agents.answer(entry.address, payload)
-        self.send(entry, CallResult(from_=ORCHESTRATOR, to=entry.id_text, payload=result))
+    def _on_call(self, entry: ProcessEntry, payload: CallPayload, services: Services) -> None:
+        if payload.op is CallOp.RESTART and services.restart is not None:
+            services.restart(entry, payload)
+        elif payload.op in DEFERRED_OPS and services.deferred is not None:
+            services.deferred.on_call(entry, payload)
+        elif payload.op in AGENT_OPS and services.agents is not None:
+            self.reply(entry, services.agents.answer(entry.address, payload))
+        else:
+            services.lifecycle.on_call(entry, payload)
 
     def _on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
         if payload.event_id is None:
@@ -238,18 +227,20 @@ class Router:
             self.mailbox(entry.address).mark_answered(event.in_reply_to)
             self.respond(event)
             return
-        if event.type == ANSWER_EVENT and self.deferred is not None:
-            self.deferred.on_answer_event(event)  # a client's JSON-RPC answer (ARCHITECTURE.md §10)
+        services = self.services
+        if event.type == ANSWER_EVENT and services.deferred is not None:
+            services.deferred.on_answer_event(event)  # a client's JSON-RPC answer (§10)
             return
-        if entry.address.kind is ProcessKind.CONNECTOR and self.connections is not None:
-            self.connections.on_event(entry, event)
+        if entry.address.kind is ProcessKind.CONNECTOR and services.connections is not None:
+            services.connections.on_event(entry, event)
             return
         try:
             target = self.address(to)
         except ProtocolError as exc:
             self._reject(event, ErrorCode.E_AGENT_NOT_FOUND, exc.message)
             return
-        problem = self.agents.check_route(entry.address, target, event) if self.agents else None
+        agents = services.agents
+        problem = agents.check_route(entry.address, target, event) if agents else None
         if problem is not None:
             self._reject(event, problem.code, problem.message, problem.suggestion)
             return
@@ -268,6 +259,13 @@ class Router:
         log.warning("undeliverable", to=entry.id_text, type=type(msg).__name__, reason=reason)
         return False
 
+    def reply(self, entry: ProcessEntry, result: CallResultPayload) -> None:
+        self.send(entry, CallResult(from_=ORCHESTRATOR, to=entry.id_text, payload=result))
+
+    def ready(self, address: Address) -> ProcessEntry | None:
+        entry = self.table.get(address)
+        return entry if entry is not None and entry.status in READY else None
+
     def submit(
         self,
         event: AgentEvent,
@@ -276,16 +274,9 @@ class Router:
     ) -> None:
         """A new event for `target`: queue it, spawn on demand, deliver when ready."""
         if event.reply_to is not None:
-            request = OpenRequest(
-                correlation_id=event.reply_to.correlation_id,
-                requester=event.reply_to.target,
-                server=target,
-                event_id=event.id,
-                waiter=waiter,
-            )
-            self.book.open(request)
-        assert self.lifecycle is not None
-        problem = self.lifecycle.check_target(target, request=event.reply_to is not None)
+            self.book.open(OpenRequest.of(event, event.reply_to, target, waiter))
+        lifecycle = self.services.lifecycle
+        problem = lifecycle.check_target(target, request=event.reply_to is not None)
         if problem is not None:
             self._answer_error(event, problem)
             return
@@ -294,15 +285,18 @@ class Router:
         if entry is not None and entry.status in READY:
             self.flush(target)
         else:
-            self.lifecycle.ensure(target)
+            lifecycle.ensure(target)
 
     def flush(self, address: Address) -> None:
         """Deliver the queue of `address` to its ready process, in order."""
-        entry = self.table.get(address)
+        entry = self.ready(address)
+        if entry is None:
+            return
+        deferred = self.services.deferred
+        if deferred is not None:
+            deferred.on_ready(address)
         box = self.mailboxes.get(address)
-        if self.deferred is not None and entry is not None and entry.status in READY:
-            self.deferred.on_ready(address)
-        if entry is None or box is None or entry.status not in READY:
+        if box is None:
             return
         to = entry.id_text
         for event in box.take():
@@ -312,6 +306,19 @@ class Router:
                 self._answer_error(event, error)
             elif event.in_reply_to is not None:
                 box.mark_done(event.id)  # a queued response runs no turn: nothing to track
+
+    def open_request(self, request: OpenRequest) -> None:
+        self.book.open(request)
+
+    def respond_interim(self, response: AgentEvent) -> None:
+        request = self.book.get(response.in_reply_to or "")
+        if request is not None and request.waiter is not None:
+            if not request.waiter.done():
+                request.waiter.set_result(response)
+            return
+        self.respond(response)
+        if request is not None:
+            self.book.open(request)
 
     def respond(self, response: AgentEvent) -> None:
         """Route a response by its correlation id to whoever opened the request."""
@@ -328,13 +335,13 @@ class Router:
         except ProtocolError:
             log.warning("response_bad_requester", requester=request.requester)
             return
-        entry = self.table.get(requester)
-        if entry is None or entry.status not in READY:
-            if requester.kind is ProcessKind.AGENT and self.lifecycle is not None:
+        entry = self.ready(requester)
+        if entry is None:
+            if requester.kind is ProcessKind.AGENT:
                 # the caller stopped (idle timeout, crash): queue the reply and start it again,
                 # so an async `agents__request` reply still reaches its durable inbox
                 self.mailbox(requester).queue.append(response)
-                self.lifecycle.ensure(requester)
+                self.services.lifecycle.ensure(requester)
                 return
             log.info("response_requester_gone", requester=request.requester)
             return
@@ -350,14 +357,7 @@ class Router:
         self, event: AgentEvent, code: str, message: str, suggestion: str | None = None
     ) -> None:
         if event.reply_to is not None:
-            self.book.open(
-                OpenRequest(
-                    correlation_id=event.reply_to.correlation_id,
-                    requester=event.reply_to.target,
-                    server=None,
-                    event_id=event.id,
-                )
-            )
+            self.book.open(OpenRequest.of(event, event.reply_to, None))
         self._answer_error(event, ErrorInfo(code=code, message=message, suggestion=suggestion))
 
     # -- lifecycle hooks the supervisor calls ------------------------------------------
@@ -368,16 +368,17 @@ class Router:
         if box is None:
             return
         crashed = box.on_death()
-        suspended = self.deferred.on_death if self.deferred is not None else None
-        if crashed is not None and suspended is not None and suspended(entry.address, crashed):
+        if crashed is None:
+            return
+        deferred = self.services.deferred
+        if deferred is not None and deferred.on_death(entry.address, crashed):
             return  # its turn waits for a client on disk: the next process resumes it
-        if crashed is not None:
-            error = ErrorInfo(
-                code=ErrorCode.E_AGENT_CRASHED,
-                message=f"{entry.process_id} ({how}) died while handling event {crashed.id}",
-                suggestion="the agent is restarted; send the request again",
-            )
-            self._answer_error(crashed, error)
+        error = ErrorInfo(
+            code=ErrorCode.E_AGENT_CRASHED,
+            message=f"{entry.process_id} ({how}) died while handling event {crashed.id}",
+            suggestion="the agent is restarted; send the request again",
+        )
+        self._answer_error(crashed, error)
 
     def fail_queued(
         self, address: Address, error: ErrorInfo, *, requests_only: bool = False

@@ -12,19 +12,16 @@ current turn finishes), and the caller's turn is waiting on this very answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import structlog
 
 from bundles.diagnostics import BundleError
+from orchestrator.broker import Broker
+from orchestrator.reload import Reloader
 from orchestrator.table import ProcessEntry
 from protocol.errors import ErrorCode, ErrorInfo
-from protocol.ids import ORCHESTRATOR, ProcessKind
-from protocol.messages import CallPayload, CallResult, CallResultPayload, Message, ShutdownReason
-
-if TYPE_CHECKING:
-    from orchestrator.reload import Reloader
+from protocol.ids import ProcessKind
+from protocol.messages import CallPayload, CallResultPayload, ShutdownReason
 
 log = structlog.get_logger("goondan.orchestrator")
 
@@ -32,9 +29,9 @@ MAX_DIAGNOSTICS = 10
 
 
 class SelfRestart:
-    def __init__(self, reloader: Reloader, send: Callable[[ProcessEntry, Message], bool]) -> None:
+    def __init__(self, reloader: Reloader, broker: Broker) -> None:
         self.reloader = reloader
-        self.send = send
+        self.broker = broker
         self._tasks: set[asyncio.Task[None]] = set()
 
     def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None:
@@ -42,17 +39,16 @@ class SelfRestart:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _answer(self, entry: ProcessEntry, result: CallResultPayload) -> None:
-        self.send(entry, CallResult(from_=ORCHESTRATOR, to=entry.id_text, payload=result))
-
     async def _run(self, entry: ProcessEntry, payload: CallPayload) -> None:
         reason = str(payload.args.get("reason") or "requested by the agent")
         problem = await self._check_bundle()
         if problem is not None:
-            self._answer(entry, CallResultPayload(call_id=payload.call_id, ok=False, error=problem))
+            self.broker.reply(
+                entry, CallResultPayload(call_id=payload.call_id, ok=False, error=problem)
+            )
             return
         swarm = self.reloader.source.swarm
-        self._answer(
+        self.broker.reply(
             entry,
             CallResultPayload(
                 call_id=payload.call_id,

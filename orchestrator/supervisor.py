@@ -13,9 +13,9 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -33,6 +33,7 @@ from orchestrator.router import Router
 from orchestrator.settings import ChildLaunch, Settings
 from orchestrator.spawner import ChildHandle, ChildSpec, ExitStatus, Spawner, SpawnError
 from orchestrator.states import DOWN, ProcessStatus
+from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.control import ExitInfo
 from protocol.endpoints import StateLayout
@@ -41,7 +42,6 @@ from protocol.ids import ORCHESTRATOR, Address, ProcessKind
 from protocol.messages import (
     PROTOCOL_VERSION,
     CallPayload,
-    CallResult,
     ChildState,
     HelloPayload,
     ReadyPayload,
@@ -58,6 +58,13 @@ S = ProcessStatus
 log = structlog.get_logger("goondan.supervisor")
 
 
+class RestartListener(Protocol):
+    """Told around each `Supervisor.restart` (`goondan restart`), e.g. to tell systemd."""
+
+    def restart_started(self) -> None: ...
+    def restart_finished(self) -> None: ...
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
@@ -72,7 +79,7 @@ class Supervisor:
         settings: Settings,
         launch: ChildLaunch,
         layout: StateLayout,
-        members: Iterable[str],
+        swarm: CurrentSwarm,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = table
@@ -81,13 +88,17 @@ class Supervisor:
         self.settings = settings
         self.launch = launch
         self.layout = layout
-        self.members = frozenset(members)
+        self.swarm = swarm
         self.clock = clock
         self.closing = False
         self._handles: dict[Address, ChildHandle] = {}
         self._exited: dict[Address, asyncio.Event] = {}
         self._timers: dict[Address, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._restart_listeners: list[RestartListener] = []
+
+    def add_restart_listener(self, listener: RestartListener) -> None:
+        self._restart_listeners.append(listener)
 
     # -- routing questions -------------------------------------------------------------
 
@@ -101,11 +112,12 @@ class Supervisor:
             return self._backing_off(entry)
         if self.closing:
             return reasons.shutting_down()
-        if target.kind is ProcessKind.AGENT and target.name not in self.members:
+        members = self.swarm.view.members
+        if target.kind is ProcessKind.AGENT and target.name not in members:
             return ErrorInfo(
                 code=ErrorCode.E_AGENT_NOT_IN_SWARM,
                 message=f"agent {target.name!r} is not in swarm {self.launch.swarm!r}",
-                suggestion=f"use one of: {', '.join(sorted(self.members))}",
+                suggestion=f"use one of: {', '.join(sorted(members))}",
             )
         return None
 
@@ -297,8 +309,7 @@ class Supervisor:
                  undelivered=len(payload.undelivered_events))  # fmt: skip
 
     def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None:
-        result = answer_call(payload)
-        self.router.send(entry, CallResult(from_=ORCHESTRATOR, to=entry.id_text, payload=result))
+        self.router.reply(entry, answer_call(payload))
 
     # -- stopping ----------------------------------------------------------------------
 
@@ -365,7 +376,13 @@ class Supervisor:
         def pick(e: ProcessEntry) -> bool:
             return e.address.kind is ProcessKind.AGENT and agent in (None, e.address.name)
 
-        return await self.restart_where(pick, ShutdownReason.RESTART, fresh=fresh)
+        for listener in self._restart_listeners:
+            listener.restart_started()
+        try:
+            return await self.restart_where(pick, ShutdownReason.RESTART, fresh=fresh)
+        finally:
+            for listener in self._restart_listeners:
+                listener.restart_finished()
 
     async def restart_where(
         self, pick: Callable[[ProcessEntry], bool], reason: ShutdownReason, *, fresh: bool = False

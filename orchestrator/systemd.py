@@ -178,6 +178,21 @@ async def watchdog_loop(
         await asyncio.sleep(period)
 
 
+class RestartNotices:
+    """RELOADING=1 ... READY=1 around `goondan restart` (`Supervisor.add_restart_listener`);
+    a bundle reload sends its own."""
+
+    def __init__(self, notifier: Notifier, status: Callable[[], str]) -> None:
+        self.notifier = notifier
+        self.status = status
+
+    def restart_started(self) -> None:
+        self.notifier.reloading(self.status())
+
+    def restart_finished(self) -> None:
+        self.notifier.ready(self.status())
+
+
 def status_text(swarm: str, statuses: Iterable[str]) -> str:
     """`STATUS=` text from the process table: `swarm hello: 3 processes (2 idle, 1 processing)`."""
     counts = Counter(str(s) for s in statuses)

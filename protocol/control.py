@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from protocol.errors import ErrorInfo
+from protocol.jsontypes import JsonObject
 
 
 class _Request(
@@ -33,7 +34,7 @@ class SendText(_Request, frozen=True, tag="send"):
     event_type: str = "user.message"
     wait: bool = True
     timeout_ms: int = 120_000
-    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    metadata: JsonObject = msgspec.field(default_factory=dict)
 
 
 class StatusQuery(_Request, frozen=True, tag="status"):

@@ -9,14 +9,12 @@ from __future__ import annotations
 import time
 import uuid
 from enum import StrEnum
-from typing import Any
 
 import msgspec
 
 from protocol.errors import ErrorInfo
+from protocol.jsontypes import JsonObject
 from protocol.trace import new_span_id, new_trace_id
-
-JsonObject = dict[str, Any]
 
 
 class SourceKind(StrEnum):

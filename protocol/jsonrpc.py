@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 
+from protocol.jsontypes import JsonObject
+
 JSONRPC_VERSION = "2.0"
 
 
@@ -24,7 +26,7 @@ class JsonRpcRequest(msgspec.Struct, frozen=True, kw_only=True):
     jsonrpc: str = JSONRPC_VERSION
     id: str
     method: str
-    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    params: JsonObject = msgspec.field(default_factory=dict)
 
 
 class JsonRpcError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -54,14 +56,14 @@ class PendingCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
 
     id: str
     method: str
-    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    params: JsonObject = msgspec.field(default_factory=dict)
     message: str | None = None
     agent: str
     instance_key: str
     tool_name: str
     turn_id: str
     step: int = 1
-    event: dict[str, Any] = msgspec.field(default_factory=dict)
+    event: JsonObject = msgspec.field(default_factory=dict)
     created_at: float
     expires_at: float
 

@@ -14,6 +14,7 @@ import msgspec
 
 from protocol.errors import ErrorInfo
 from protocol.events import AgentEvent
+from protocol.jsontypes import JsonObject
 
 PROTOCOL_VERSION = 1
 
@@ -114,7 +115,7 @@ class CallPayload(_Payload, frozen=True):
 
     call_id: str
     op: CallOp
-    args: dict[str, Any] = msgspec.field(default_factory=dict)
+    args: JsonObject = msgspec.field(default_factory=dict)
 
 
 class CallResultPayload(_Payload, frozen=True):

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import StatusQuery
+from protocol.jsontypes import JsonObject
 
 
-def _exit_text(last: dict[str, Any] | None) -> str:
+def _exit_text(last: JsonObject | None) -> str:
     if not last:
         return "-"
     if last.get("signal") is not None:
@@ -25,7 +25,7 @@ def _exit_text(last: dict[str, Any] | None) -> str:
     return str(last.get("reason", "-"))
 
 
-def render(result: dict[str, Any]) -> str:
+def render(result: JsonObject) -> str:
     orch = result["orchestrator"]
     lines = [f"orchestrator pid {orch['pid']}  swarm {orch['swarm']}  since {orch['startedAt']}"]
     header = ("ID", "PID", "STATUS", "RESTARTS", "GEN", "LAST EXIT")

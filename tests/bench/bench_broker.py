@@ -35,7 +35,7 @@ def _router_role(endpoint: str) -> None:
     import uvloop
     import zmq.asyncio
 
-    from orchestrator.router import Router
+    from orchestrator.router import Router, Services
     from orchestrator.states import ProcessStatus
     from orchestrator.table import ProcessTable
     from protocol.errors import ErrorInfo
@@ -62,7 +62,7 @@ def _router_role(endpoint: str) -> None:
             entry.generation = 1
             entry.status = ProcessStatus.IDLE
         router = Router(zmq.asyncio.Context(), endpoint, table)
-        router.lifecycle = Steady()  # type: ignore[assignment]
+        router.attach(Services(lifecycle=Steady()))  # type: ignore[arg-type]
         await router.run()
 
     uvloop.run(run())

@@ -64,11 +64,12 @@ class Harness:
     ) -> None:
         import zmq.asyncio
 
-        from orchestrator.router import Router
+        from orchestrator.router import Router, Services
         from orchestrator.settings import ChildLaunch, Settings
         from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
         from orchestrator.states import ProcessStatus
         from orchestrator.supervisor import Supervisor
+        from orchestrator.swarm import CurrentSwarm, SwarmView
         from orchestrator.table import ProcessTable
 
         self.waiters: dict[Any, asyncio.Future[float]] = {}
@@ -95,11 +96,13 @@ class Harness:
             endpoint=paths.agents_endpoint, swarm=swarm.name, bundle=bundle.path,
             state_root=layout.root, heartbeat_interval=1.0, heartbeat_timeout=60.0,
         )  # fmt: skip
+        view = SwarmView(name=swarm.name, entry_agent=agents[0],
+                         default_instance_key=swarm.name, members=agents)  # fmt: skip
         self.supervisor = Supervisor(
             table=self.table, router=self.router, spawner=spawner, settings=settings,
-            launch=launch, layout=layout, members=agents,
+            launch=launch, layout=layout, swarm=CurrentSwarm(view),
         )  # fmt: skip
-        self.router.lifecycle = self.supervisor
+        self.router.attach(Services(lifecycle=self.supervisor))
         self.tasks = [asyncio.ensure_future(self.router.run())]
 
     def _await_ready(self, address: Any) -> asyncio.Future[float]:

@@ -15,6 +15,7 @@ from agent_process.child import Child
 from agent_process.child_options import ChildOptions
 from agent_process.contexts import TurnResult
 from agent_process.link import connect
+from agent_process.turn import Resumed
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 from protocol.ids import parse_process_id
 from protocol.messages import TurnOutcome
@@ -55,7 +56,7 @@ class HeldRunner:
         self.release = asyncio.Event()
         self.tool_names: list[str] = []
 
-    async def run_turn(self, event: AgentEvent) -> TurnResult:
+    async def run_turn(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
         self.started.put_nowait(event.id)
         await self.release.wait()
         return TurnResult(turn_id="t", event_id=event.id, outcome=TurnOutcome.COMPLETED)

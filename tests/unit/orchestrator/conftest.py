@@ -1,4 +1,5 @@
-"""A real Router on an ipc socket in a tmp dir, serving one idle process entry `a@k` gen 1."""
+"""A real Router on an ipc socket in a tmp dir, serving one idle process entry `a@k` gen 1;
+its lifecycle is a `FakeLifecycle` (no supervisor)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from orchestrator.router import Router
+from orchestrator.router import Router, Services
 from orchestrator.states import ProcessStatus
 from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.ids import agent_address
+from tests.unit.orchestrator.fakes import FakeLifecycle
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Routed:
     entry: ProcessEntry
     endpoint: str
     ctx: zmq.asyncio.Context
+    lifecycle: FakeLifecycle
 
     def peer(self) -> zmq.asyncio.Socket:
         """A DEALER speaking as the entry's current process (closed by the fixture)."""
@@ -42,9 +45,11 @@ async def routed(tmp_path: Path) -> AsyncIterator[Routed]:
     endpoint = f"ipc://{tmp_path}/agents.sock"
     ctx = zmq.asyncio.Context()
     router = Router(ctx, endpoint, table)
+    lifecycle = FakeLifecycle()
+    router.attach(Services(lifecycle=lifecycle))
     task = asyncio.ensure_future(router.run())
     try:
-        yield Routed(router, entry, endpoint, ctx)
+        yield Routed(router, entry, endpoint, ctx, lifecycle)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

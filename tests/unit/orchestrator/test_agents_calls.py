@@ -7,6 +7,7 @@ from pathlib import Path
 
 from orchestrator.agents_calls import AgentsService
 from orchestrator.states import ProcessStatus
+from orchestrator.swarm import CurrentSwarm, SwarmView
 from orchestrator.table import ProcessTable
 from protocol.errors import ErrorCode
 from protocol.events import ReplyTo, Source, SourceKind, new_event
@@ -17,14 +18,20 @@ A = agent_address("a", "k")
 B = agent_address("b", "k")
 
 
+VIEW = SwarmView(
+    name="s",
+    entry_agent="a",
+    default_instance_key="s",
+    members=("a", "b"),
+    declared=frozenset({"a", "b", "c"}),
+)
+
+
 def service(tmp_path: Path, ensured: list[Address] | None = None) -> AgentsService:
     sink = ensured if ensured is not None else []
     return AgentsService(
         table=ProcessTable(),
-        swarm="s",
-        entry_agent="a",
-        members=["a", "b"],
-        declared=frozenset({"a", "b", "c"}),
+        swarm=CurrentSwarm(VIEW),
         instance_root=lambda t: tmp_path / t.instance_key / t.name,
         ensure=sink.append,
     )

@@ -1,19 +1,26 @@
-"""Connections of a swarm (one always-up connector process each) and the reconciler's view."""
+"""Connections of a swarm (one always-up connector process each), the reconciler's view of
+them, and the routing of a connector's events (against a fake broker)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
 from bundles.loader import load_bundle
-from orchestrator.connections import swarm_connections
-from orchestrator.ingress import route
+from orchestrator.connections import Connections
+from orchestrator.ingress import CompiledRule, Ingress, route
 from orchestrator.reconciler import KillWedged, Start, plan
 from orchestrator.settings import Settings
 from orchestrator.states import ProcessStatus
+from orchestrator.swarm import Connection, CurrentSwarm, SwarmView, swarm_connections
 from orchestrator.table import ProcessEntry
-from protocol.ids import Address, ProcessKind
+from protocol.errors import ErrorCode
+from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
+from protocol.ids import Address, ProcessKind, agent_address
+from protocol.messages import Event
+from tests.unit.orchestrator.fakes import FakeBroker, FakeTargets
 
 S = ProcessStatus
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "connectors"
@@ -61,3 +68,98 @@ def test_an_idle_connector_is_never_stopped_for_idleness_but_a_wedged_one_is_kil
     assert plan([idle], {}, 100.0, settings) == []
     wedged = ProcessEntry(address=HOOK, status=S.IDLE, changed_at=0.0, last_seen=0.0)
     assert plan([wedged], {}, 100.0, settings) == [KillWedged(HOOK, silent_for=100.0)]
+
+
+# -- routing a connector's events, against a fake broker ---------------------------------------
+
+RULES = (
+    CompiledRule(agent="front", event="ticket", key_property="user", key_prefix="user:"),
+    CompiledRule(agent="ops", event="notify", instance_key="notices", reply=False),
+)
+
+
+def view(*connections: Connection) -> SwarmView:
+    return SwarmView(
+        name="hooks", entry_agent="front", default_instance_key="hooks", members=("front", "ops"),
+        connections=MappingProxyType({c.address: c for c in connections}),
+    )  # fmt: skip
+
+
+HOOK_VIEW = view(Connection("hook", "webhook", HOOK, Ingress("hooks", "front", "hooks", RULES)))
+
+
+def connector_event(type: str, reply: bool = True, **metadata: object) -> AgentEvent:
+    source = Source(kind=SourceKind.CONNECTOR, name="hook")
+    reply_to = ReplyTo(target=str(HOOK), correlation_id="c1") if reply else None
+    return new_event(type=type, input="hi", instance_key="", source=source, reply_to=reply_to,
+                     metadata=dict(metadata))  # fmt: skip
+
+
+def routed(event: AgentEvent, current: CurrentSwarm | None = None) -> FakeBroker:
+    broker = FakeBroker()
+    connections = Connections(broker, current or CurrentSwarm(HOOK_VIEW), FakeTargets().ensure)
+    connections.on_event(ProcessEntry(address=HOOK, status=S.IDLE, generation=1), event)
+    return broker
+
+
+def answers(broker: FakeBroker) -> list[AgentEvent]:
+    events = [msg.payload for _, msg in broker.sent if isinstance(msg, Event)]
+    assert all(e.in_reply_to == "c1" for e in events)
+    return events
+
+
+def test_an_event_with_a_reply_rule_keeps_its_reply_to_and_gets_no_answer_yet() -> None:
+    event = connector_event("ticket", user="ann")
+    broker = routed(event)
+    [(submitted, target)] = broker.submitted
+    assert target == agent_address("front", "user:ann")
+    assert (submitted.id, submitted.instance_key, submitted.reply_to) == (
+        event.id,
+        "user:ann",
+        event.reply_to,
+    )
+    assert broker.sent == []  # the agent's reply is routed back by correlation id
+
+
+def test_an_event_without_a_reply_rule_is_accepted_at_once() -> None:
+    event = connector_event("notify")
+    broker = routed(event)
+    [(submitted, target)] = broker.submitted
+    assert (target, submitted.reply_to) == (agent_address("ops", "notices"), None)
+    [accepted] = answers(broker)
+    assert accepted.metadata["accepted"] is True
+    assert accepted.metadata["eventId"] == event.id
+
+
+@pytest.mark.parametrize(
+    ("event", "code"),
+    [
+        (connector_event("unknown"), ErrorCode.E_CONNECTOR_NO_ROUTE),
+        (connector_event("ticket", user="bad\nkey"), ErrorCode.E_AGENT_INVALID_INSTANCE_KEY),
+    ],
+)
+def test_an_event_no_rule_can_route_is_answered_with_a_coded_error(
+    event: AgentEvent, code: ErrorCode
+) -> None:
+    broker = routed(event)
+    assert broker.submitted == []
+    [answer] = answers(broker)
+    assert answer.error is not None and answer.error.code == code
+
+
+def test_a_rejected_event_without_reply_to_is_only_logged() -> None:
+    broker = routed(connector_event("unknown", reply=False))
+    assert (broker.submitted, broker.sent) == ([], [])
+
+
+def test_routing_and_start_all_read_the_current_view() -> None:
+    """A reload swaps the view: a Connection it removed no longer routes, a new one starts."""
+    current = CurrentSwarm(HOOK_VIEW)
+    other = Address(kind=ProcessKind.CONNECTOR, name="other", instance_key="webhook")
+    current.swap(view(Connection("other", "webhook", other, Ingress("hooks", "front", "hooks"))))
+    broker = routed(connector_event("ticket", user="ann"), current)
+    [answer] = answers(broker)
+    assert answer.error is not None and answer.error.code == ErrorCode.E_CONNECTOR_NO_ROUTE
+    targets = FakeTargets()
+    Connections(FakeBroker(), current, targets.ensure).start_all()
+    assert targets.ensured == [other]

@@ -1,5 +1,5 @@
 """The daemon's pending-call index: scan, list, client notice, resolution routing (ARCHITECTURE.md
-§10)."""
+§10), with the real router as its broker, then against a fake broker and fake targets."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ import zmq.asyncio
 
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.delivery import OpenRequest
-from orchestrator.router import Router
-from orchestrator.table import ProcessTable
+from orchestrator.router import Router, Services
+from orchestrator.states import ProcessStatus as S
+from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, response_to
-from protocol.ids import Address, agent_address
+from protocol.ids import agent_address
 from protocol.jsonrpc import ANSWER_SUFFIX, JsonRpcResponse, PendingCall
-from protocol.messages import CallOp, CallPayload
+from protocol.messages import Call, CallOp, CallPayload
+from tests.unit.orchestrator.fakes import FakeBroker, FakeLifecycle, FakeTargets
 
 NOW = 1000.0
 SWARM = "s"
@@ -28,8 +31,10 @@ CLI = Source(kind=SourceKind.CLI, name="goondan")
 
 @pytest.fixture
 def router(tmp_path: Path) -> Iterator[Router]:
+    """The real router as the index's broker (no process runs: its lifecycle is a fake)."""
     ctx = zmq.asyncio.Context()
     r = Router(ctx, f"ipc://{tmp_path}/a.sock", ProcessTable())
+    r.attach(Services(lifecycle=FakeLifecycle()))
     yield r
     r.close()
     ctx.term()
@@ -59,13 +64,13 @@ def write(layout: StateLayout, call: PendingCall) -> Path:
     return path
 
 
-def index(router: Router, tmp_path: Path, ensured: list[Address]) -> DeferredIndex:
+def index(router: Router, tmp_path: Path, targets: FakeTargets | None = None) -> DeferredIndex:
     layout = StateLayout.from_env(tmp_path / "state")
-    return DeferredIndex(router, layout, SWARM, ensured.append, clock=lambda: NOW)
+    return DeferredIndex(router, targets or FakeTargets(), layout, SWARM, clock=lambda: NOW)
 
 
 def test_list_shows_pending_calls_only(router: Router, tmp_path: Path) -> None:
-    idx = index(router, tmp_path, [])
+    idx = index(router, tmp_path)
     write(idx.layout, pending("live"))
     write(idx.layout, pending("old", expires_at=NOW - 1))
     answered = write(idx.layout, pending("done"))
@@ -81,7 +86,7 @@ def test_list_shows_pending_calls_only(router: Router, tmp_path: Path) -> None:
 async def test_submit_hands_the_request_to_the_waiting_control_client(
     router: Router, tmp_path: Path
 ) -> None:
-    idx = index(router, tmp_path, [])
+    idx = index(router, tmp_path)
     event = started()
     waiter: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
     router.book.open(OpenRequest(correlation_id="corr", requester="control",
@@ -97,8 +102,8 @@ async def test_submit_hands_the_request_to_the_waiting_control_client(
 async def test_resolve_stores_the_answer_starts_the_agent_and_waits_for_the_reply(
     router: Router, tmp_path: Path
 ) -> None:
-    ensured: list[Address] = []
-    idx = index(router, tmp_path, ensured)
+    targets = FakeTargets()
+    idx = index(router, tmp_path, targets)
     event = started()
     path = write(idx.layout, pending("c1", event=event))
     resolving = asyncio.ensure_future(
@@ -108,7 +113,7 @@ async def test_resolve_stores_the_answer_starts_the_agent_and_waits_for_the_repl
     answer = msgspec.json.decode(path.with_name("c1" + ANSWER_SUFFIX).read_bytes(),
                                  type=JsonRpcResponse)  # fmt: skip
     assert answer.error is not None and answer.error.code == -32002
-    assert ensured == [agent_address("a", "k")]
+    assert targets.ensured == [agent_address("a", "k")]
     reply = response_to(event, source=CLI, text="resumed")
     router.respond(reply)
     assert (await asyncio.wait_for(resolving, 5)).input == "resumed"
@@ -116,7 +121,7 @@ async def test_resolve_stores_the_answer_starts_the_agent_and_waits_for_the_repl
 
 
 async def test_resolve_of_an_unknown_call_is_a_coded_error(router: Router, tmp_path: Path) -> None:
-    idx = index(router, tmp_path, [])
+    idx = index(router, tmp_path)
     write(idx.layout, pending("old", expires_at=NOW - 1))
     for call_id in ("nope", "old"):
         with pytest.raises(DeferredCallError) as info:
@@ -130,3 +135,99 @@ def test_answer_of() -> None:
     error = answer_of("c", None, -32001, None, {"d": 1}).error
     assert error is not None and (error.code, error.data) == (-32001, {"d": 1})
     assert error.message == "client error -32001"
+
+
+# -- what the index asks of its broker and targets (fakes of both) ----------------------------
+
+A = agent_address("a", "k")
+HOOK = "connector:hook:webhook"
+
+
+def from_connector(correlation_id: str = "corr") -> AgentEvent:
+    source = Source(kind=SourceKind.CONNECTOR, name="hook")
+    reply_to = ReplyTo(target=HOOK, correlation_id=correlation_id)
+    return new_event(type="ticket", input="hi", instance_key="k", source=source,
+                     reply_to=reply_to)  # fmt: skip
+
+
+def faked(tmp_path: Path, broker: FakeBroker, targets: FakeTargets | None = None) -> DeferredIndex:
+    layout = StateLayout.from_env(tmp_path / "state")
+    return DeferredIndex(broker, targets or FakeTargets(), layout, SWARM, clock=lambda: NOW)
+
+
+def pokes(broker: FakeBroker) -> list[str]:
+    """The `deferred_resolve` calls sent, by call id."""
+    found = []
+    for _, msg in broker.sent:
+        assert isinstance(msg, Call) and msg.payload.op is CallOp.DEFERRED_RESOLVE
+        found.append(msg.payload.args["id"])
+    return found
+
+
+def test_a_submit_notifies_the_client_and_keeps_its_request_open(tmp_path: Path) -> None:
+    broker = FakeBroker()
+    idx = faked(tmp_path, broker)
+    event = from_connector()
+    args = {"call": msgspec.to_builtins(pending("c1", event=event))}
+    idx.on_call(ProcessEntry(address=A), CallPayload(call_id="x", op=CallOp.DEFERRED_SUBMIT,
+                                                     args=args))  # fmt: skip
+    [notice] = broker.interim  # not `respond`: the resumed turn's reply comes later
+    assert (notice.in_reply_to, notice.metadata["pendingCall"]) == ("corr", "c1")
+    assert broker.responses == []
+
+
+async def test_resolving_for_a_ready_process_reopens_the_request_and_pokes_it(
+    tmp_path: Path,
+) -> None:
+    broker = FakeBroker(ready_entries={A: ProcessEntry(address=A, status=S.IDLE, generation=1)})
+    targets = FakeTargets()
+    idx = faked(tmp_path, broker, targets)
+    write(idx.layout, pending("c1", event=from_connector()))
+    async with asyncio.timeout(5):
+        result = await idx.resolve("c1", answer_of("c1", {"ok": 1}, None, None, None), 5)
+    assert result == {"resolved": "c1", "agent": "a", "instanceKey": "k"}
+    [request] = broker.opened  # the connector gets the resumed turn's reply
+    assert (request.correlation_id, request.requester, request.server) == ("corr", HOOK, A)
+    assert request.waiter is None
+    assert pokes(broker) == ["c1"]
+    assert targets.ensured == []
+
+
+async def test_resolving_for_a_stopped_process_starts_it_and_pokes_it_once_ready(
+    tmp_path: Path,
+) -> None:
+    broker, targets = FakeBroker(), FakeTargets()
+    idx = faked(tmp_path, broker, targets)
+    write(idx.layout, pending("c1", event=from_connector()))
+    async with asyncio.timeout(5):
+        await idx.resolve("c1", answer_of("c1", None, -32002, None, None), 5)
+    assert (targets.ensured, pokes(broker)) == ([A], [])
+    broker.ready_entries[A] = ProcessEntry(address=A, status=S.IDLE, generation=1)
+    idx.on_ready(A)
+    idx.on_ready(A)  # held resolutions go out once
+    assert pokes(broker) == ["c1"]
+
+
+async def test_a_call_whose_agent_cannot_run_here_is_kept_for_later(tmp_path: Path) -> None:
+    refused = ErrorInfo(code=ErrorCode.E_AGENT_NOT_IN_SWARM, message="a left the swarm")
+    broker = FakeBroker()
+    idx = faked(tmp_path, broker, FakeTargets(refused={A: refused}))
+    path = write(idx.layout, pending("c1"))
+    with pytest.raises(DeferredCallError) as info:
+        async with asyncio.timeout(5):
+            await idx.resolve("c1", answer_of("c1", 1, None, None, None), 5)
+    assert info.value.code == ErrorCode.E_AGENT_NOT_IN_SWARM
+    assert not path.with_name("c1" + ANSWER_SUFFIX).exists()
+    assert [row["id"] for row in idx.list()] == ["c1"]
+    assert (broker.opened, broker.sent) == ([], [])
+
+
+def test_resume_answered_starts_the_instances_that_can_run_here(tmp_path: Path) -> None:
+    b = agent_address("b", "k")
+    targets = FakeTargets(refused={b: ErrorInfo(code=ErrorCode.E_AGENT_NOT_IN_SWARM, message="")})
+    idx = faked(tmp_path, FakeBroker(), targets)
+    for call in (pending("c1"), msgspec.structs.replace(pending("c2"), agent="b")):
+        path = write(idx.layout, call)
+        path.with_name(call.id + ANSWER_SUFFIX).write_bytes(b"{}")
+    assert idx.resume_answered() == [A]
+    assert targets.ensured == [A]

@@ -21,12 +21,13 @@ import zmq.asyncio
 
 from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.delivery import OpenRequest
-from orchestrator.router import Router
+from orchestrator.router import Router, Services
 from orchestrator.table import ProcessTable
 from protocol.endpoints import StateLayout
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import agent_address
 from protocol.jsonrpc import ANSWER_SUFFIX, PendingCall
+from tests.unit.orchestrator.fakes import FakeLifecycle
 
 NOW = 1000.0
 SWARM = "s"
@@ -37,11 +38,19 @@ SERVER = agent_address("a", "k")
 def router(tmp_path: Path) -> Iterator[Router]:
     ctx = zmq.asyncio.Context()
     r = Router(ctx, f"ipc://{tmp_path}/a.sock", ProcessTable())
-    r.deferred = DeferredIndex(r, StateLayout.from_env(tmp_path / "state"), SWARM, lambda _: None,
-                               clock=lambda: NOW)  # fmt: skip
+    lifecycle = FakeLifecycle()
+    index = DeferredIndex(r, lifecycle, StateLayout.from_env(tmp_path / "state"), SWARM,
+                          clock=lambda: NOW)  # fmt: skip
+    r.attach(Services(lifecycle=lifecycle, deferred=index))
     yield r
     r.close()
     ctx.term()
+
+
+def deferred(router: Router) -> DeferredIndex:
+    index = router.services.deferred
+    assert index is not None
+    return index
 
 
 def request(correlation_id: str) -> AgentEvent:
@@ -53,12 +62,11 @@ def request(correlation_id: str) -> AgentEvent:
 
 def save_pending(router: Router, call_id: str, event: AgentEvent) -> None:
     """What the child does before it submits the call."""
-    assert router.deferred is not None
     call = PendingCall(
         id=call_id, method="ui.ask", params={}, agent="a", instance_key="k", tool_name="t__ask",
         turn_id="t1", event=msgspec.to_builtins(event), created_at=NOW, expires_at=NOW + 60,
     )  # fmt: skip
-    paths = router.deferred.layout.instance_paths(SWARM, "k", "a")
+    paths = deferred(router).layout.instance_paths(SWARM, "k", "a")
     paths.pending_calls_dir.mkdir(parents=True)
     (paths.pending_calls_dir / f"{call_id}.json").write_bytes(msgspec.json.encode(call))
 
@@ -85,8 +93,7 @@ async def test_death_after_the_save_hands_the_call_to_the_client(router: Router)
     notice = waiter.result()
     assert notice.error is None
     assert notice.metadata["deferred"]["id"] == "call_1"
-    assert router.deferred is not None
-    assert [row["id"] for row in router.deferred.list()] == ["call_1"]
+    assert [row["id"] for row in deferred(router).list()] == ["call_1"]
 
 
 async def test_death_of_an_ordinary_turn_is_still_a_crash(router: Router) -> None:
@@ -104,8 +111,7 @@ async def test_death_after_the_answer_keeps_the_resolver_waiting(router: Router)
     event = request("corr")
     waiter = running(router, event)
     save_pending(router, "call_1", event)
-    assert router.deferred is not None
-    pending_dir = router.deferred.layout.instance_paths(SWARM, "k", "a").pending_calls_dir
+    pending_dir = deferred(router).layout.instance_paths(SWARM, "k", "a").pending_calls_dir
     (pending_dir / f"call_1{ANSWER_SUFFIX}").write_bytes(b'{"jsonrpc": "2.0", "id": "call_1"}')
     router.on_process_dead(router.table.entry(SERVER), "SIGKILL")
     assert not waiter.done()
@@ -117,8 +123,7 @@ async def test_death_sweeps_an_answer_whose_call_is_gone(router: Router) -> None
     event = request("corr")
     waiter = running(router, event)
     save_pending(router, "call_1", event)
-    assert router.deferred is not None
-    pending_dir = router.deferred.layout.instance_paths(SWARM, "k", "a").pending_calls_dir
+    pending_dir = deferred(router).layout.instance_paths(SWARM, "k", "a").pending_calls_dir
     (pending_dir / "call_1.json").unlink()
     (pending_dir / f"call_1{ANSWER_SUFFIX}").write_bytes(b'{"jsonrpc": "2.0", "id": "call_1"}')
     router.on_process_dead(router.table.entry(SERVER), "SIGKILL")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, cast
 
 import pytest
 import zmq.asyncio
@@ -23,7 +22,6 @@ from tests.unit.orchestrator.conftest import Routed
 
 @pytest.fixture
 def child(routed: Routed) -> tuple[ProcessEntry, zmq.asyncio.Socket]:
-    routed.router.lifecycle = cast(Any, object())  # a heartbeat needs no lifecycle hook
     return routed.entry, routed.peer()
 
 

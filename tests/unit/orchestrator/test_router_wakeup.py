@@ -17,11 +17,9 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from orchestrator.router import Router
 from orchestrator.table import ProcessEntry
 from protocol.codec import encode
-from protocol.errors import ErrorInfo
-from protocol.ids import ORCHESTRATOR, Address
+from protocol.ids import ORCHESTRATOR
 from protocol.messages import (
     ChildState,
     Heartbeat,
@@ -32,24 +30,8 @@ from protocol.messages import (
 from tests.unit.orchestrator.conftest import Routed
 
 
-class StatusRecorder:
-    """The lifecycle side of the router: only counts `status` frames."""
-
-    def __init__(self) -> None:
-        self.seen: asyncio.Queue[StatusPayload] = asyncio.Queue()
-
-    def check_target(self, target: Address, *, request: bool = False) -> ErrorInfo | None:
-        return None
-
-    def ensure(self, target: Address) -> None:
-        return None
-
-    def on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
-        self.seen.put_nowait(payload)
-
-
 @pytest.fixture
-def wired(routed: Routed) -> Iterator[tuple[Router, ProcessEntry, zmq.Socket[bytes]]]:
+def wired(routed: Routed) -> Iterator[tuple[Routed, zmq.Socket[bytes]]]:
     """The router with a blocking peer: the test controls exactly when each frame is sent."""
     peer_ctx = zmq.Context()
     peer = peer_ctx.socket(zmq.DEALER)
@@ -57,7 +39,7 @@ def wired(routed: Routed) -> Iterator[tuple[Router, ProcessEntry, zmq.Socket[byt
     peer.setsockopt(zmq.LINGER, 0)
     peer.connect(routed.endpoint)
     try:
-        yield routed.router, routed.entry, peer
+        yield routed, peer
     finally:
         peer.close()
         peer_ctx.term()
@@ -68,15 +50,14 @@ def _status(entry: ProcessEntry, state: ChildState) -> bytes:
 
 
 async def test_a_frame_announced_during_a_send_still_reaches_the_loop(
-    wired: tuple[Router, ProcessEntry, zmq.Socket[bytes]],
+    wired: tuple[Routed, zmq.Socket[bytes]],
 ) -> None:
-    router, entry, peer = wired
-    recorder = StatusRecorder()
-    router.lifecycle = recorder  # type: ignore[assignment]
+    routed, peer = wired
+    router, entry, statuses = routed.router, routed.entry, routed.lifecycle.statuses
     async with asyncio.timeout(5):
         # a first frame: the router has drained the socket and waits in `await recv()` again
         peer.send(_status(entry, ChildState.PROCESSING))
-        assert (await recorder.seen.get()).state is ChildState.PROCESSING
+        assert (await statuses.get()).state is ChildState.PROCESSING
         # the next frame's activate_read command is in the socket's mailbox (FD readable) ...
         peer.send(_status(entry, ChildState.IDLE))
         readable, _, _ = select.select([router.sock.FD], [], [], 5)
@@ -86,4 +67,4 @@ async def test_a_frame_announced_during_a_send_still_reaches_the_loop(
         beat = HeartbeatPayload(seq=1, sent_at=time.time())
         assert router.send(entry, Heartbeat(from_=ORCHESTRATOR, to=entry.id_text, payload=beat))
         # without a re-check the frame would wait for an unrelated one that never comes
-        assert (await recorder.seen.get()).state is ChildState.IDLE
+        assert (await statuses.get()).state is ChildState.IDLE
