@@ -196,8 +196,15 @@ class LifecyclePolicy(_Spec):
     """How long a deferred (client-side) tool call waits for its client (ARCHITECTURE.md §10)."""
 
 
+class SpawnPolicy(_Spec):
+    allowed_roots: list[str] = msgspec.field(default_factory=list)
+    """Absolute directories `agents__spawn` may make an instance's workdir, besides the
+    spawning instance's own workdir (which is always allowed)."""
+
+
 class SwarmPolicy(_Spec):
     max_steps_per_turn: int = 32
+    spawn: SpawnPolicy = msgspec.field(default_factory=SpawnPolicy)
     shutdown: ShutdownPolicy = msgspec.field(default_factory=ShutdownPolicy)
     restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)
     lifecycle: LifecyclePolicy = msgspec.field(default_factory=LifecyclePolicy)

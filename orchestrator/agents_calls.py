@@ -9,6 +9,10 @@ the instances blocked in a sync request above this one; sends and async requests
 
 Ownership of spawned instances (owner, createdAt, cwd) is kept here and persisted as
 `spawn.json` in the instance directory, where the child also reads its `cwd` (its workdir).
+A spawn never re-roots an agent: `cwd` must resolve (symlinks followed) inside the caller's own
+workdir or a root the operator allows (`Swarm.spec.policy.spawn.allowedRoots`), and an
+instance that already exists keeps its record and workdir whoever asks
+(E_AGENT_SPAWN_DENIED).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from protocol.events import AgentEvent
 from protocol.ids import Address, ProcessKind, agent_address, check_instance_key
 from protocol.jsontypes import JsonObject
 from protocol.messages import CallOp, CallPayload, CallResultPayload
+from protocol.private import private_dir
 
 AGENT_OPS = frozenset({CallOp.SPAWN, CallOp.LIST, CallOp.CATALOG})
 SPAWN_FILE = "spawn.json"
@@ -48,6 +53,10 @@ def _error(code: ErrorCode, message: str, suggestion: str | None = None) -> Erro
     return ErrorInfo(code=code, message=message, suggestion=suggestion)
 
 
+def _denied(message: str, suggestion: str) -> ErrorInfo:
+    return _error(ErrorCode.E_AGENT_SPAWN_DENIED, message, suggestion)
+
+
 @dataclass(slots=True)
 class AgentsService:
     table: ProcessTable
@@ -55,6 +64,8 @@ class AgentsService:
     """Members, declared agents and entry agent: read at each call (a reload swaps them)."""
     instance_root: Callable[[Address], Path]
     ensure: Callable[[Address], None]
+    allowed_roots: tuple[Path, ...] = ()
+    """Directories an agent may give a spawned instance as its workdir, besides its own."""
     _owners: dict[Address, JsonObject] = field(default_factory=dict)
 
     # -- requests and sends ------------------------------------------------------------
@@ -127,35 +138,53 @@ class AgentsService:
             target = agent_address(name, check_instance_key(key))
         except ProtocolError as exc:
             raise _Refused(_error(ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message)) from exc
-        workdir = self._workdir(cwd)
         entry = self.table.get(target)
-        spawned = entry is None or not entry.live
+        exists = (entry is not None and entry.live) or self.instance_root(target).exists()
         record = self._record(target) or {}
-        if spawned or workdir is not None:
+        workdir = self._workdir(caller, cwd) if cwd is not None else None
+        if exists:  # its record and workdir are its own: never rewritten by another agent
+            if workdir is not None and workdir != record.get("cwd"):
+                why = f"{label(target)} already exists; its workdir cannot be changed by a spawn"
+                raise _Refused(_denied(why, "spawn a new instanceKey"))
+        else:
             record = {
                 "ownerAgent": caller.name,
                 "ownerInstanceKey": caller.instance_key,
                 "createdAt": time.time(),
-                "cwd": workdir if workdir is not None else record.get("cwd"),
+                "cwd": workdir,
             }
             self._save(target, record)
         self.ensure(target)
+        spawned = entry is None or not entry.live
         return {"target": name, "instanceKey": key, "spawned": spawned, "cwd": record.get("cwd")}
 
-    def _workdir(self, cwd: Any) -> str | None:
-        if cwd is None:
-            return None
-        if not isinstance(cwd, str) or not os.path.isabs(cwd):
-            raise _Refused(
-                _error(ErrorCode.E_CONTROL_BAD_REQUEST, f"cwd must be an absolute path: {cwd!r}")
-            )
+    def _own_workdir(self, caller: Address) -> Path:
+        record = self._record(caller) or {}
+        cwd = record.get("cwd")
+        return Path(cwd) if isinstance(cwd, str) else self.instance_root(caller) / "workdir"
+
+    def _workdir(self, caller: Address, cwd: Any) -> str:
+        """`cwd` resolved (relative to the caller's workdir) and checked to stay inside it or
+        an allowed root, created 0700; _Refused otherwise."""
+        if not isinstance(cwd, str) or not cwd or "\x00" in cwd:
+            raise _Refused(_denied(f"cwd must be a path, not {cwd!r}", "pass a directory path"))
+        own = self._own_workdir(caller)
+        resolved = Path(os.path.realpath(own / cwd))  # a symlink leading out counts as out
+        roots = [Path(os.path.realpath(r)) for r in (own, *self.allowed_roots)]
+        if not any(resolved.is_relative_to(root) for root in roots):
+            allowed = ", ".join(str(r) for r in roots)
+            raise _Refused(_denied(
+                f"cwd {cwd!r} resolves to {resolved}, outside the caller's workdir and the "
+                f"allowed roots ({allowed})",
+                "use a directory inside your workdir, or ask the operator to add a root to "
+                "Swarm.spec.policy.spawn.allowedRoots",
+            ))  # fmt: skip
         try:
-            Path(cwd).mkdir(parents=True, exist_ok=True)
+            private_dir(resolved)
         except OSError as exc:
-            raise _Refused(
-                _error(ErrorCode.E_CONTROL_BAD_REQUEST, f"cwd {cwd} cannot be created: {exc}")
-            ) from exc
-        return cwd
+            why = f"cwd {resolved} cannot be created: {exc.strerror}"
+            raise _Refused(_denied(why, "choose a directory this daemon can write")) from exc
+        return str(resolved)
 
     def _list(self, caller: Address, include_all: bool) -> JsonObject:
         agents = []

@@ -209,6 +209,7 @@ class Daemon:
             swarm=supervisor.swarm,
             instance_root=lambda t: layout.instance_paths(swarm.name, t.instance_key, t.name).root,
             ensure=supervisor.ensure,
+            allowed_roots=self.settings.spawn_roots,
         )
 
     def _reloader(

@@ -34,6 +34,8 @@ class Settings:
     heartbeat_timeout: float = 20.0
     """Each side gives up on the other after this long without a frame."""
     spawn_mode: SpawnMode = SpawnMode.FORKSERVER
+    spawn_roots: tuple[Path, ...] = ()
+    """`policy.spawn.allowedRoots`: workdirs `agents__spawn` may give beyond the caller's."""
 
     @classmethod
     def from_policy(cls, policy: SwarmPolicy, env: Mapping[str, str] = os.environ) -> Settings:
@@ -48,6 +50,7 @@ class Settings:
             heartbeat_interval=interval,
             heartbeat_timeout=float(env.get(ENV_HEARTBEAT_TIMEOUT, str(max(10.0, 10 * interval)))),
             spawn_mode=SpawnMode(env.get(ENV_SPAWN_MODE, SpawnMode.FORKSERVER)),
+            spawn_roots=tuple(Path(r).expanduser() for r in policy.spawn.allowed_roots),
         )
 
 

@@ -86,9 +86,10 @@ class Daemon:
         started = asyncio.ensure_future(daemon.wait_for("started"))
         exited = asyncio.ensure_future(proc.wait())
         await asyncio.wait({started, exited}, return_when=asyncio.FIRST_COMPLETED)
-        if not started.done():
+        if not started.done() or started.exception() is not None:
             started.cancel()
-            raise RuntimeError(f"daemon exited with {proc.returncode}: {daemon.lines[-5:]}")
+            await exited
+            raise RuntimeError(f"daemon exited with {proc.returncode}: {daemon.lines[-8:]}")
         exited.cancel()
         return daemon
 

@@ -121,8 +121,8 @@ async def test_spawn_with_cwd_then_request_and_list_and_catalog(
 ) -> None:
     async with asyncio.timeout(30):
         daemon = await start(start_daemon)
-        cwd = tmp_path / "work here"
-        out = (await ask(daemon, str(cwd)))["output"]
+        cwd = paths("caller").workdir / "work here"  # relative to the caller's own workdir
+        out = (await ask(daemon, "work here"))["output"]
         assert json.loads(out["response"])["output"]["workdir"] == str(cwd)
         assert cwd.is_dir()
         listed = (await ask(daemon, "list"))["output"]
@@ -143,6 +143,24 @@ async def test_spawn_with_cwd_then_request_and_list_and_catalog(
         assert catalog["selfAgent"] == "caller"
         assert catalog["availableAgents"] == ["caller", "worker"]
         assert catalog["callableAgents"] == ["worker"]
+
+
+async def test_a_spawn_cannot_re_root_an_agent_outside_its_caller(
+    start_daemon: StartDaemon,
+) -> None:
+    """An agent spawned with `cwd: "/"` read /etc/passwd and the state root's secrets."""
+    async with asyncio.timeout(30):
+        daemon = await start(start_daemon)
+        for cwd in ("/", "../../../.."):
+            out = (await ask(daemon, cwd))["output"]  # spawn refused; the request then runs
+            workdir = json.loads(out["response"])["output"]["workdir"]
+            assert workdir == str(paths("worker", "w1").workdir)  # its own, not the caller's pick
+        tool_results = [
+            json.loads(line) for line in paths("caller").base_jsonl.read_text().splitlines()
+        ]
+        refusals = [m for m in tool_results if "E_AGENT_SPAWN_DENIED" in m.get("content", "")]
+        assert len(refusals) == 2
+        assert not (paths("worker", "w1").root / "spawn.json").exists()
 
 
 async def daemon_process(daemon: Daemon, name: str, key: str) -> Any:

@@ -12,7 +12,7 @@ from orchestrator.table import ProcessTable
 from protocol.errors import ErrorCode
 from protocol.events import ReplyTo, Source, SourceKind, new_event
 from protocol.ids import Address, agent_address
-from protocol.messages import CallOp, CallPayload
+from protocol.messages import CallOp, CallPayload, CallResultPayload
 
 A = agent_address("a", "k")
 B = agent_address("b", "k")
@@ -27,13 +27,16 @@ VIEW = SwarmView(
 )
 
 
-def service(tmp_path: Path, ensured: list[Address] | None = None) -> AgentsService:
+def service(
+    tmp_path: Path, ensured: list[Address] | None = None, roots: tuple[Path, ...] = ()
+) -> AgentsService:
     sink = ensured if ensured is not None else []
     return AgentsService(
         table=ProcessTable(),
         swarm=CurrentSwarm(VIEW),
         instance_root=lambda t: tmp_path / t.instance_key / t.name,
         ensure=sink.append,
+        allowed_roots=roots,
     )
 
 
@@ -65,8 +68,8 @@ def test_route_checks(tmp_path: Path) -> None:
 
 def test_spawn_records_ownership_and_list_and_catalog(tmp_path: Path) -> None:
     ensured: list[Address] = []
-    svc = service(tmp_path, ensured)
-    cwd = tmp_path / "cwd"
+    svc = service(tmp_path, ensured, roots=(tmp_path / "shared",))
+    cwd = tmp_path / "shared" / "cwd"
     args = {"target": "b", "instanceKey": "w1", "cwd": str(cwd)}
     result = svc.answer(A, CallPayload(call_id="1", op=CallOp.SPAWN, args=args))
     assert result.ok, result.error
@@ -93,6 +96,39 @@ def test_spawn_refusals_are_coded(tmp_path: Path) -> None:
     bad = svc.answer(A, CallPayload(call_id="1", op=CallOp.SPAWN, args={"target": "zz"}))
     assert bad.error is not None and bad.error.code == ErrorCode.E_AGENT_NOT_FOUND
     rel = svc.answer(A, CallPayload(call_id="2", op=CallOp.SPAWN, args={"target": "b", "cwd": "x"}))
-    assert rel.error is not None and "absolute" in rel.error.message
+    assert rel.ok and rel.result["cwd"] == str(tmp_path / "k" / "a" / "workdir" / "x")
     generated = svc.answer(A, CallPayload(call_id="3", op=CallOp.SPAWN, args={"target": "b"}))
     assert generated.ok and generated.result["instanceKey"].startswith("b-")
+
+
+def _spawn(svc: AgentsService, caller: Address, **args: object) -> CallResultPayload:
+    return svc.answer(caller, CallPayload(call_id="s", op=CallOp.SPAWN, args=args))
+
+
+def test_a_spawn_cannot_re_root_an_agent(tmp_path: Path) -> None:
+    """Found by the attack review: `cwd: "/"` made the spawned agent's file-system tool read
+    /etc/passwd and the state root's secrets, and a spawn naming an existing instance rewrote
+    its owner and cwd."""
+    svc = service(tmp_path)
+    own = tmp_path / "k" / "a" / "workdir"
+    own.mkdir(parents=True)
+    (own / "out").symlink_to("/")
+    for cwd in ("/", "/etc", str(tmp_path / "k"), "../..", "out", "out/etc", str(tmp_path)):
+        refused = _spawn(svc, A, target="b", instanceKey="w", cwd=cwd)
+        assert refused.error is not None, cwd
+        assert refused.error.code == ErrorCode.E_AGENT_SPAWN_DENIED
+    assert not (tmp_path / "w").exists()  # nothing recorded, nothing created
+    # the entry agent's own instance exists: a spawn naming it changes nothing
+    (tmp_path / "k" / "b").mkdir(parents=True)
+    taken = _spawn(svc, A, target="b", instanceKey="k", cwd="sub")
+    assert taken.error is not None and taken.error.code == ErrorCode.E_AGENT_SPAWN_DENIED
+    assert not (tmp_path / "k" / "b" / "spawn.json").exists()
+    # an instance another agent spawned keeps its owner and workdir
+    assert _spawn(svc, A, target="b", instanceKey="mine", cwd="sub").ok
+    svc.table.entry(agent_address("b", "mine")).status = ProcessStatus.IDLE
+    record = (tmp_path / "mine" / "b" / "spawn.json").read_text()
+    again = _spawn(svc, B, target="b", instanceKey="mine", cwd="other")
+    assert again.error is not None and again.error.code == ErrorCode.E_AGENT_SPAWN_DENIED
+    same = _spawn(svc, B, target="b", instanceKey="mine")  # no cwd: just make sure it runs
+    assert same.ok and same.result["cwd"] == str(own / "sub")
+    assert (tmp_path / "mine" / "b" / "spawn.json").read_text() == record
