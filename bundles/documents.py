@@ -8,11 +8,16 @@ or a self-referencing anchor ends in a coded error instead of exhausting memory.
 
 libyaml's own composer recurses in C and crashes the interpreter on deeply nested flow
 collections, so only libyaml's event parser (an explicit state stack) is used, under PyYAML's
-Python composer, which raises RecursionError instead.
+Python composer. Nesting is bounded at `MAX_DEPTH` by `_DepthGuard` while composing and by
+`_Builder` while building (a self-referencing anchor nests without end); both raise `_too_deep`.
+libyaml has a nesting limit of its own (1000 flow levels) that its scanner can reach ahead of the
+composer on one line of openers (`[[[[...`); `_yaml_error` reports that case as ours too, found
+by nesting rather than by libyaml's wording.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +26,14 @@ import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import ReaderError
 from yaml.resolver import Resolver
+from yaml.tokens import (
+    FlowMappingEndToken,
+    FlowMappingStartToken,
+    FlowSequenceEndToken,
+    FlowSequenceStartToken,
+)
 
 from bundles.diagnostics import Diagnostic, FieldPath, format_location
 from protocol.errors import ErrorCode
@@ -62,7 +74,56 @@ class YamlFileError(Exception):
         self.diagnostic = diagnostic
 
 
-class _PySafeLoader(yaml.SafeLoader):
+class _Stop(Exception):
+    def __init__(
+        self,
+        message: str,
+        line: int,
+        code: ErrorCode = ErrorCode.E_CONFIG_PARSE_ERROR,
+        suggestion: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.code = code
+        self.suggestion = suggestion
+
+
+FIX_SYNTAX = "fix the YAML syntax at that line (indentation, quotes, ':' after keys)"
+FIX_TAG = "only the standard YAML tags are accepted; remove the tag"
+FIX_DEPTH = "flatten the structure, or remove the alias that refers to its own anchor"
+FIX_SIZE = "write the repeated values out, or simplify the anchors and aliases"
+FIX_DUPLICATE = "keep one of the two keys"
+FIX_KEY = "write the key as a plain string"
+FIX_MERGE = "point `<<` at an anchored mapping (`<<: *base`) or a list of them"
+FIX_CHARACTER = "remove the control character (a bundle file is printable UTF-8 text)"
+
+
+def _too_deep(line: int) -> _Stop:
+    return _Stop(
+        f"nested deeper than {MAX_DEPTH} levels (or a self-referencing anchor)",
+        line,
+        suggestion=FIX_DEPTH,
+    )
+
+
+class _DepthGuard(Composer):
+    """PyYAML's composer, refusing nodes deeper than `MAX_DEPTH` before it recurses into them."""
+
+    _depth = 0
+    peek_event: Callable[[], Any]  # the parser's, beside this class in the loader
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        if self._depth >= MAX_DEPTH + 1:
+            raise _too_deep(int(self.peek_event().start_mark.line) + 1)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _PySafeLoader(_DepthGuard, yaml.SafeLoader):
     pass
 
 
@@ -72,12 +133,12 @@ def _loader_class() -> type[Any]:
     except ImportError:  # pragma: no cover - PyYAML built without libyaml
         return _PySafeLoader
 
-    class _FastSafeLoader(Composer, CParser, SafeConstructor, Resolver):
+    class _FastSafeLoader(_DepthGuard, CParser, SafeConstructor, Resolver):
         """libyaml's event parser (no recursion) + PyYAML's Python composer and safe constructor."""
 
         def __init__(self, stream: str) -> None:
             CParser.__init__(self, stream)
-            Composer.__init__(self)
+            _DepthGuard.__init__(self)
             SafeConstructor.__init__(self)
             Resolver.__init__(self)
 
@@ -86,16 +147,6 @@ def _loader_class() -> type[Any]:
 
 LineLoader = _loader_class()
 """Safe loading only: the standard YAML tags (SafeConstructor); values are built by `_Builder`."""
-
-
-class _Stop(Exception):
-    def __init__(
-        self, message: str, line: int, code: ErrorCode = ErrorCode.E_CONFIG_PARSE_ERROR
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.line = line
-        self.code = code
 
 
 def _line(node: Node) -> int:
@@ -113,13 +164,12 @@ class _Builder:
         if self.budget < 0:
             raise _Stop(
                 f"document expands to more than {MAX_NODES_PER_DOCUMENT} nodes "
-                "(anchors/aliases multiply it); write the values out or simplify",
+                "(anchors/aliases multiply it)",
                 _line(node),
+                suggestion=FIX_SIZE,
             )
         if depth > MAX_DEPTH:
-            raise _Stop(
-                f"nested deeper than {MAX_DEPTH} levels (or a self-referencing anchor)", _line(node)
-            )
+            raise _too_deep(_line(node))
         if isinstance(node, ScalarNode):
             return self.loader.construct_object(node)
         if isinstance(node, SequenceNode):
@@ -130,7 +180,9 @@ class _Builder:
 
     def _sequence(self, node: SequenceNode, path: FieldPath, depth: int) -> list[Any]:
         if node.tag != _SEQ_TAG:
-            raise _Stop(f"unsupported tag {node.tag!r} on a sequence", _line(node))
+            raise _Stop(
+                f"unsupported tag {node.tag!r} on a sequence", _line(node), suggestion=FIX_TAG
+            )
         out: list[Any] = []
         for i, item in enumerate(node.value):
             self.lines.setdefault((*path, i), _line(item))
@@ -139,7 +191,9 @@ class _Builder:
 
     def _mapping(self, node: MappingNode, path: FieldPath, depth: int) -> dict[Any, Any]:
         if node.tag != _MAP_TAG:
-            raise _Stop(f"unsupported tag {node.tag!r} on a mapping", _line(node))
+            raise _Stop(
+                f"unsupported tag {node.tag!r} on a mapping", _line(node), suggestion=FIX_TAG
+            )
         merged: dict[Any, Any] = {}
         explicit: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -148,7 +202,11 @@ class _Builder:
                 continue
             key = self._key(key_node)
             if key in explicit:
-                raise _Stop(f"duplicate key {key!r} in the same mapping", _line(key_node))
+                raise _Stop(
+                    f"duplicate key {key!r} in the same mapping",
+                    _line(key_node),
+                    suggestion=FIX_DUPLICATE,
+                )
             child = (*path, key if isinstance(key, str | int) else str(key))
             self.lines[child] = _line(key_node)
             explicit[key] = self.build(value_node, child, depth + 1)
@@ -158,11 +216,11 @@ class _Builder:
 
     def _key(self, key_node: Node) -> str | int | float | bool | None:
         if not isinstance(key_node, ScalarNode):
-            raise _Stop("mapping keys must be plain scalars", _line(key_node))
+            raise _Stop("mapping keys must be plain scalars", _line(key_node), suggestion=FIX_KEY)
         self.budget -= 1
         key = self.loader.construct_object(key_node)
         if not isinstance(key, str | int | float | bool) and key is not None:
-            raise _Stop(f"unsupported mapping key {key!r}", _line(key_node))
+            raise _Stop(f"unsupported mapping key {key!r}", _line(key_node), suggestion=FIX_KEY)
         return key
 
     def _merge_source(self, node: Node, path: FieldPath, depth: int) -> dict[Any, Any]:
@@ -171,7 +229,11 @@ class _Builder:
         # Earlier sources win over later ones in a `<<: [*a, *b]` list (YAML merge spec).
         for source in reversed(sources):
             if not isinstance(source, MappingNode):
-                raise _Stop("`<<` merge needs a mapping or a list of mappings", _line(source))
+                raise _Stop(
+                    "`<<` merge needs a mapping or a list of mappings",
+                    _line(source),
+                    suggestion=FIX_MERGE,
+                )
             value = self.build(source, path, depth + 1)
             out.update(value)
         return out
@@ -221,6 +283,7 @@ def parse_documents(text: str, display: str, *, limit: int | None = None) -> lis
                     f"file has more than {MAX_DOCUMENTS} YAML documents",
                     int(loader.peek_event().start_mark.line) + 1,
                     ErrorCode.E_CONFIG_TOO_MANY_DOCUMENTS,
+                    "split the resources over the recognised split files",
                 )
             node = loader.get_node()
             if node is not None and not (isinstance(node, ScalarNode) and node.value == ""):
@@ -229,23 +292,64 @@ def parse_documents(text: str, display: str, *, limit: int | None = None) -> lis
                 docs.append(YamlDocument(index, _line(node), data, builder.lines))
             index += 1
     except _Stop as stop:
-        raise YamlFileError(
-            Diagnostic(stop.code, stop.message, format_location(display, stop.line))
-        ) from None
+        raise YamlFileError(_stop_diagnostic(stop, display)) from None
     except yaml.YAMLError as exc:
-        raise YamlFileError(_yaml_diagnostic(exc, display)) from None
-    except RecursionError:
-        raise YamlFileError(
-            Diagnostic(
-                ErrorCode.E_CONFIG_PARSE_ERROR,
-                f"YAML nested too deeply (limit {MAX_DEPTH} levels)",
-                display,
-            )
-        ) from None
+        raise YamlFileError(_yaml_error(exc, text, display)) from None
     finally:
         if loader is not None:
             loader.dispose()
     return docs
+
+
+def _stop_diagnostic(stop: _Stop, display: str) -> Diagnostic:
+    return Diagnostic(stop.code, stop.message, format_location(display, stop.line), stop.suggestion)
+
+
+def _yaml_error(exc: yaml.YAMLError, text: str, display: str) -> Diagnostic:
+    """PyYAML's error as ours; libyaml's own nesting limit as our depth diagnostic."""
+    if isinstance(exc, ReaderError):
+        return _reader_diagnostic(exc, text, display)
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None and _flow_nesting_exceeds_limit(text, int(mark.line)):
+        return _stop_diagnostic(_too_deep(int(mark.line) + 1), display)
+    return _yaml_diagnostic(exc, display)
+
+
+def _reader_diagnostic(exc: ReaderError, text: str, display: str) -> Diagnostic:
+    """A character YAML does not allow, at its line: the reader stops at its first one."""
+    char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+    at = text.find(char)
+    line = text.count("\n", 0, at) + 1 if at >= 0 else None
+    return Diagnostic(
+        ErrorCode.E_CONFIG_PARSE_ERROR,
+        f"invalid YAML: character U+{ord(char):04X} is not allowed",
+        format_location(display, line),
+        FIX_CHARACTER,
+    )
+
+
+def _flow_nesting_exceeds_limit(text: str, last_line: int) -> bool:
+    """Whether `[`/`{` nest deeper than `MAX_DEPTH` by the end of 0-based line `last_line`.
+
+    PyYAML's pure-Python scanner has no nesting limit, so it reads past the point where libyaml
+    gave up. A file with fewer openers than the limit is answered without scanning.
+    """
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    depth = 0
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if token.start_mark.line > last_line:
+                return False
+            if isinstance(token, FlowSequenceStartToken | FlowMappingStartToken):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return True
+            elif isinstance(token, FlowSequenceEndToken | FlowMappingEndToken):
+                depth -= 1
+    except yaml.YAMLError:
+        return False
+    return False
 
 
 def _yaml_diagnostic(exc: yaml.YAMLError, display: str) -> Diagnostic:
@@ -254,11 +358,7 @@ def _yaml_diagnostic(exc: yaml.YAMLError, display: str) -> Diagnostic:
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     context = getattr(exc, "context", None)
     message = f"invalid YAML: {problem}" + (f" ({context})" if context else "")
-    suggestion = (
-        "only the standard YAML tags are accepted; remove the tag"
-        if isinstance(exc, yaml.constructor.ConstructorError)
-        else "fix the YAML syntax at that line (indentation, quotes, ':' after keys)"
-    )
+    suggestion = FIX_TAG if isinstance(exc, yaml.constructor.ConstructorError) else FIX_SYNTAX
     return Diagnostic(
         ErrorCode.E_CONFIG_PARSE_ERROR, message, format_location(display, line), suggestion
     )

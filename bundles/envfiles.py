@@ -1,23 +1,27 @@
 """`.env` files: `KEY=VALUE` lines read next to the bundle and from `--env-file`.
 
-The format is the common subset of dotenv: blank lines and `#` comments are skipped, an
-optional `export ` prefix is accepted, values may be single-quoted (taken literally),
-double-quoted (with `\\n`, `\\t`, `\\"` and `\\\\` escapes) or bare (a ` #` starts a comment).
-No variable interpolation: what is written is what is used.
+Parsed by python-dotenv's parser (`dotenv.parser.parse_stream`): blank lines and `#` comments
+are skipped, an optional `export ` prefix is accepted, values may be single-quoted (taken
+literally), double-quoted (with `\\n`, `\\t`, `\\"` and `\\\\` escapes; may span lines) or
+bare (a ` #` starts a comment). No variable interpolation: what is written is what is used. Our
+rules on top: a key is an environment variable name, every line needs its `=`, and a line that
+does not parse is a coded error at its line (python-dotenv itself only warns and skips it).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from dotenv.parser import Original, parse_stream
+
 from bundles.diagnostics import Collector, format_location
 from protocol.errors import ErrorCode
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "$": "$"}
 MAX_ENV_FILE_BYTES = 1024 * 1024
 
 DEFAULT_ENV_FILES = (".env", ".env.local")
@@ -31,55 +35,28 @@ class EnvSyntaxError(ValueError):
         self.message = message
 
 
-def _double_quoted(raw: str, line: int) -> tuple[str, str]:
-    """Body of a double-quoted value starting at raw[0], and the text after the quote."""
-    out: list[str] = []
-    i = 1
-    while i < len(raw):
-        ch = raw[i]
-        if ch == "\\" and i + 1 < len(raw):
-            out.append(_ESCAPES.get(raw[i + 1], "\\" + raw[i + 1]))
-            i += 2
-            continue
-        if ch == '"':
-            return "".join(out), raw[i + 1 :]
-        out.append(ch)
-        i += 1
-    raise EnvSyntaxError(line, 'unterminated " quote')
-
-
-def _value(raw: str, line: int) -> str:
-    raw = raw.strip()
-    if raw.startswith('"'):
-        value, rest = _double_quoted(raw, line)
-    elif raw.startswith("'"):
-        end = raw.find("'", 1)
-        if end < 0:
-            raise EnvSyntaxError(line, "unterminated ' quote")
-        value, rest = raw[1:end], raw[end + 1 :]
-    else:
-        comment = re.search(r"\s#", raw)
-        return (raw[: comment.start()] if comment else raw).strip()
-    rest = rest.strip()
-    if rest and not rest.startswith("#"):
-        raise EnvSyntaxError(line, "unexpected text after the closing quote")
-    return value
+def _start(original: Original) -> tuple[int, str]:
+    """The 1-based line where a binding's own text starts (python-dotenv counts the blank
+    lines before it as its own), and that text."""
+    text = original.string.lstrip()
+    skipped = original.string[: len(original.string) - len(text)]
+    return original.line + skipped.count("\n"), text.splitlines()[0] if text else ""
 
 
 def parse_env(text: str) -> dict[str, str]:
     """Parse dotenv text; raises `EnvSyntaxError` (with the 1-based line) on a bad line."""
     env: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        if stripped.startswith("export "):
-            stripped = stripped[len("export ") :].lstrip()
-        key, sep, rest = stripped.partition("=")
-        key = key.strip()
-        if not sep or not _KEY.match(key):
-            raise EnvSyntaxError(number, f"expected KEY=VALUE, got {stripped[:40]!r}")
-        env[key] = _value(rest, number)
+    for binding in parse_stream(io.StringIO(text)):
+        if not binding.error and binding.key is None:
+            continue  # a blank line or a comment
+        line, shown = _start(binding.original)
+        if binding.error:
+            raise EnvSyntaxError(
+                line, f"cannot parse {shown[:40]!r} (an unclosed quote, or text after one?)"
+            )
+        if binding.value is None or binding.key is None or not _KEY.match(binding.key):
+            raise EnvSyntaxError(line, f"expected KEY=VALUE, got {shown[:40]!r}")
+        env[binding.key] = binding.value
     return env
 
 

@@ -8,7 +8,6 @@ its error back as data. Handlers run as tasks so a waiting `send` never blocks `
 from __future__ import annotations
 
 import asyncio
-import shutil
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from orchestrator.peers import PeerWatch, peer_pid
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
+from orchestrator.trees import is_aside, remove_tree
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
     CallsList,
@@ -126,7 +126,11 @@ def _instances(ctx: ControlContext) -> list[JsonObject]:
     }
     found = []
     for key_dir in sorted(root.iterdir()) if root.is_dir() else []:
+        if is_aside(key_dir.name):
+            continue  # being deleted
         for agent_dir in sorted(p for p in key_dir.iterdir() if p.is_dir()):
+            if is_aside(agent_dir.name):
+                continue
             entry = live.get((key_dir.name, agent_dir.name))
             found.append(
                 {
@@ -151,7 +155,7 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str
     await asyncio.gather(*(sup.stop(e, ShutdownReason.RESTART) for e in chosen))
     key_dir = ctx.layout.swarm_instances_dir(ctx.info.swarm) / path_segment(req.instance_key)
     target = key_dir / path_segment(req.agent) if req.agent else key_dir
-    shutil.rmtree(target, ignore_errors=True)
+    await remove_tree(target)
     return [str(e.address) for e in chosen]
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable, Coroutine
@@ -35,6 +34,7 @@ from orchestrator.spawner import ChildHandle, ChildSpec, ExitStatus, Spawner, Sp
 from orchestrator.states import DOWN, ProcessStatus
 from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry, ProcessTable
+from orchestrator.trees import remove_tree
 from protocol.control import ExitInfo
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
@@ -394,12 +394,15 @@ class Supervisor:
             if pick(e) and (e.live or e.status is S.CRASH_LOOP_BACKOFF or e.retry_at is not None)
         ]
         await asyncio.gather(*(self.stop(e, reason) for e in chosen))
+        if fresh:  # renamed aside at once, deleted off the loop (orchestrator/trees.py)
+            swarm = self.launch.swarm
+            roots = [
+                self.layout.instance_paths(swarm, e.address.instance_key, e.address.name).root
+                for e in chosen
+            ]
+            await asyncio.gather(*(remove_tree(root) for root in roots))
         restarted = []
         for entry in chosen:
-            if fresh:
-                key, name = entry.address.instance_key, entry.address.name
-                root = self.layout.instance_paths(self.launch.swarm, key, name).root
-                shutil.rmtree(root, ignore_errors=True)
             timer = self._timers.pop(entry.address, None)
             if timer is not None:
                 timer.cancel()

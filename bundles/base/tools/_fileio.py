@@ -8,6 +8,7 @@ replacing a file that appeared in the meantime.
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import os
 import tempfile
@@ -105,7 +106,10 @@ def _os_failure(ctx: ToolContext, error: OSError) -> ToolFailed:
     # OS messages name host paths: show the workspace as <workspace> instead.
     reason = error.strerror or str(error)
     reason = reason.replace(os.path.realpath(ctx.workdir), "<workspace>")
-    return ToolFailed(f"file operation failed: {reason}", code=ErrorCode.E_TOOL)
+    name = errno.errorcode.get(error.errno, "") if error.errno is not None else ""
+    return ToolFailed(
+        f"file operation failed ({name or type(error).__name__}): {reason}", code=ErrorCode.E_TOOL
+    )
 
 
 def guard_os_errors(handler: Callable[[ToolContext, JsonObject], Any]) -> ToolHandler:

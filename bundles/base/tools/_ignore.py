@@ -1,96 +1,102 @@
 """Walk a directory the way ripgrep does: honour .gitignore/.ignore, skip hidden entries and
 never follow symlinks. Used by file-system's `find` and by `search` when ripgrep is absent.
 
-Patterns follow gitignore(5): `#` comments, `!` negation, a trailing `/` for directories only, a
-`/` elsewhere anchors the pattern at its file's directory, `*`, `?`, `[...]`, `**` and `{a,b}`.
-The last matching pattern wins, deeper files override shallower ones, and a file under an
-ignored directory stays ignored (the directory is pruned).
+Patterns are gitignore(5), matched by `pathspec`'s GitIgnoreSpec (`#` comments, `!` negation,
+a trailing `/` for directories only, a `/` elsewhere anchors the pattern at its file's
+directory, `*`, `?`, `[...]`, `**`). On top of that, `{a,b}` alternatives are expanded as
+ripgrep's globs do. The last matching pattern wins, deeper ignore files override shallower
+ones, and a file under an ignored directory stays ignored (the directory is pruned). A line
+that is no valid pattern (a lone `!`, a trailing `\\`) is skipped in an ignore file and refused
+as a glob argument.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pathspec import GitIgnoreSpec
+
 IGNORE_FILES = (".gitignore", ".ignore")
+MAX_ALTERNATIVES = 64
+"""`{a,b}` groups expand to at most this many patterns per line (`{a,b}{c,d}` is four)."""
 
 
-def _translate_class(glob: str, i: int) -> tuple[str, int]:
-    """Translate the `[...]` starting at `glob[i]`; returns (regex, index after it)."""
-    end = glob.find("]", i + 2 if glob[i + 1 : i + 2] in ("!", "^") else i + 1)
-    if end == -1:
-        return re.escape("["), i + 1
-    body = glob[i + 1 : end]
-    if body.startswith("!"):
-        body = "^" + body[1:]
-    return "[" + body.replace("\\", "\\\\") + "]", end + 1
+class InvalidPattern(ValueError):
+    """A glob that is no gitignore pattern, or whose `{...}` groups expand too far."""
 
 
-def _translate_star(glob: str, i: int) -> tuple[str, int]:
-    if glob.startswith("**", i):
-        before_ok = i == 0 or glob[i - 1] == "/"
-        if before_ok and glob.startswith("**/", i):
-            return "(?:.*/)?", i + 3
-        if before_ok and i + 2 == len(glob):
-            return ".*", i + 2
-    return "[^/]*", i + 1
-
-
-def glob_to_regex(glob: str) -> str:
-    """Translate a gitignore-style glob (without `!` and trailing `/`) to a regex body."""
-    out: list[str] = []
+def expand_braces(glob: str) -> list[str]:
+    """`src/*.{py,pyi}` -> [`src/*.py`, `src/*.pyi`]; groups do not nest, `\\{` is literal."""
+    out = [""]
     i = 0
     while i < len(glob):
-        char = glob[i]
-        if char == "*":
-            piece, i = _translate_star(glob, i)
-        elif char == "?":
-            piece, i = "[^/]", i + 1
-        elif char == "[" and i + 1 < len(glob):
-            piece, i = _translate_class(glob, i)
-        elif char == "{" and "}" in glob[i:]:
-            end = glob.index("}", i)
-            options = glob[i + 1 : end].split(",")
-            piece, i = "(?:" + "|".join(glob_to_regex(o) for o in options) + ")", end + 1
-        elif char == "\\" and i + 1 < len(glob):
-            piece, i = re.escape(glob[i + 1]), i + 2
-        else:
-            piece, i = re.escape(char), i + 1
-        out.append(piece)
-    return "".join(out)
+        start = _brace_at(glob, i)
+        if start < 0:
+            return [prefix + glob[i:] for prefix in out]
+        end = glob.find("}", start)
+        options = glob[start + 1 : end].split(",")
+        out = [prefix + glob[i:start] + option for prefix in out for option in options]
+        if len(out) > MAX_ALTERNATIVES:
+            raise InvalidPattern(f"{glob!r} expands to more than {MAX_ALTERNATIVES} patterns")
+        i = end + 1
+    return out
+
+
+def _brace_at(glob: str, i: int) -> int:
+    """The index of the next unescaped `{` that has a closing `}`, or -1."""
+    while (start := glob.find("{", i)) >= 0:
+        if (start == 0 or glob[start - 1] != "\\") and "}" in glob[start:]:
+            return start
+        i = start + 1
+    return -1
+
+
+def _spec(lines: Iterable[str], *, strict: bool) -> GitIgnoreSpec | None:
+    """One GitIgnoreSpec of `lines`; None when no line is a pattern."""
+    patterns: list[str] = []
+    for line in lines:
+        for pattern in expand_braces(line):
+            try:
+                GitIgnoreSpec.from_lines([pattern])
+            except ValueError as error:
+                if strict:
+                    raise InvalidPattern(f"{line!r} is not a gitignore-style pattern") from error
+                continue
+            patterns.append(pattern)
+    spec = GitIgnoreSpec.from_lines(patterns)
+    return spec if spec.patterns and any(p.include is not None for p in spec.patterns) else None
+
+
+def _subject(rel: str, is_dir: bool) -> str:
+    return rel + "/" if is_dir else rel  # how pathspec tells a directory (for `build/`)
 
 
 @dataclass(frozen=True, slots=True)
 class Pattern:
-    regex: re.Pattern[str]
-    negate: bool
-    dir_only: bool
+    """One glob of a tool call (`find`'s pattern, `search`'s glob); `!glob` excludes."""
 
-    def matches(self, rel: str, is_dir: bool) -> bool:
-        return (is_dir or not self.dir_only) and self.regex.fullmatch(rel) is not None
+    spec: GitIgnoreSpec
+    negate: bool
+
+    def matches(self, rel: str, is_dir: bool = False) -> bool:
+        return bool(self.spec.check_file(_subject(rel, is_dir)).include)
+
+    def wanted(self, rel: str) -> bool:
+        """Does a file pass this glob? (`!glob` keeps what it does not match.)"""
+        return self.matches(rel) != self.negate
 
 
 def compile_pattern(line: str) -> Pattern | None:
-    """One gitignore line, or None for blanks and comments."""
-    text = line.rstrip("\n").rstrip("\r")
-    while text.endswith(" ") and not text.endswith("\\ "):
-        text = text[:-1]
+    """One glob, or None for blanks and comments; raises InvalidPattern for a broken one."""
+    text = line.strip()
     if not text or text.startswith("#"):
         return None
     negate = text.startswith("!")
-    if negate or text.startswith(("\\!", "\\#")):
-        text = text[1:]
-    dir_only = text.endswith("/")
-    text = text.rstrip("/")
-    if not text:
-        return None
-    anchored = "/" in text
-    body = glob_to_regex(text.lstrip("/"))
-    prefix = "" if anchored else "(?:.*/)?"
-    return Pattern(re.compile(prefix + body, re.DOTALL), negate, dir_only)
+    spec = _spec([text[1:] if negate else text], strict=True)
+    return Pattern(spec, negate) if spec is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +104,7 @@ class RuleSet:
     """The patterns of the ignore files of one directory (`base`: its path from the top)."""
 
     base: str
-    patterns: tuple[Pattern, ...]
+    spec: GitIgnoreSpec
 
     def verdict(self, rel_from_top: str, is_dir: bool) -> bool | None:
         """True: ignored, False: re-included by `!`, None: no pattern here matches."""
@@ -106,21 +112,17 @@ class RuleSet:
             if not rel_from_top.startswith(self.base + "/"):
                 return None
             rel_from_top = rel_from_top[len(self.base) + 1 :]
-        result: bool | None = None
-        for pattern in self.patterns:
-            if pattern.matches(rel_from_top, is_dir):
-                result = not pattern.negate
-        return result
+        return self.spec.check_file(_subject(rel_from_top, is_dir)).include
 
 
 def load_rules(directory: Path, base: str) -> RuleSet | None:
-    patterns: list[Pattern] = []
+    lines: list[str] = []
     for name in IGNORE_FILES:
         path = directory / name
         if path.is_file() and not path.is_symlink():
-            text = path.read_text(encoding="utf-8", errors="replace")
-            patterns.extend(p for line in text.splitlines() if (p := compile_pattern(line)))
-    return RuleSet(base, tuple(patterns)) if patterns else None
+            lines.extend(path.read_text(encoding="utf-8", errors="replace").splitlines())
+    spec = _spec(lines, strict=False) if lines else None
+    return RuleSet(base, spec) if spec is not None else None
 
 
 def _ignored(rules: list[RuleSet], rel: str, is_dir: bool) -> bool:

@@ -133,20 +133,28 @@ async def search_ripgrep(
     return SearchResult(matches[:max_results], len(matches) > max_results, "ripgrep")
 
 
+_GLOB_HELP = "Use gitignore-style globs: *, ?, [abc], ** and {a,b}; `!glob` excludes."
+
+
 def _file_glob(glob: str | None) -> _ignore.Pattern | None:
     if not glob:
         return None
-    pattern = _ignore.compile_pattern(glob)
+    try:
+        pattern = _ignore.compile_pattern(glob)
+    except _ignore.InvalidPattern as error:
+        raise ToolFailed(
+            f"invalid glob: {error}", code=ErrorCode.E_TOOL_INVALID_ARGS, suggestion=_GLOB_HELP
+        ) from None
     if pattern is None:
-        raise ToolFailed(f"glob {glob!r} is empty", code=ErrorCode.E_TOOL_INVALID_ARGS)
+        raise ToolFailed(
+            f"glob {glob!r} is empty", code=ErrorCode.E_TOOL_INVALID_ARGS, suggestion=_GLOB_HELP
+        )
     return pattern
 
 
 def wanted(pattern: _ignore.Pattern | None, rel: str) -> bool:
     """Does a file pass the user's glob? (`!glob` excludes what it matches.)"""
-    if pattern is None:
-        return True
-    return (pattern.regex.fullmatch(rel) is not None) != pattern.negate
+    return pattern is None or pattern.wanted(rel)
 
 
 def _grep_file(path: Path, rel: str, regex: re.Pattern[str], limit: int) -> list[Match]:

@@ -339,6 +339,12 @@ def move(ctx: ToolContext, input: JsonObject) -> JsonObject:
             code=ErrorCode.E_TOOL_PATH_EXISTS,
             suggestion="Pick another name, or pass overwrite: true to replace a file.",
         )
+    if source.is_dir() and not source.is_symlink() and destination.is_relative_to(source):
+        raise ToolFailed(
+            f"cannot move the directory {input['source']!r} into itself ({input['destination']!r})",
+            code=ErrorCode.E_TOOL,
+            suggestion="Pick a destination outside the directory being moved.",
+        )
     destination.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(source, destination)  # rename(2), or copy + delete across file systems
     return {"source": ws.display(source), "destination": ws.display(destination)}

@@ -201,10 +201,24 @@ async def _guarded(ctx: ToolContext, method: str, input: JsonObject) -> JsonObje
             suggestion="Retry later or pass a larger timeoutMs.",
         ) from None
     except httpx.HTTPError as error:
-        raise ToolFailed(
-            f"{method} {input['url']} failed: {type(error).__name__}: {error}",
+        raise _failure(f"{method} {input['url']}", error) from None
+
+
+def _failure(request: str, error: httpx.HTTPError) -> ToolFailed:
+    """E_TOOL_HTTP; a refused TLS certificate is named as such, with what to change."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, ssl.SSLCertVerificationError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None:
+        return ToolFailed(
+            f"{request} failed: the server's TLS certificate was not accepted ({cause})",
             code=ErrorCode.E_TOOL_HTTP,
-        ) from None
+            suggestion="The certificate must name the URL's host and chain to a trusted CA; "
+            "for an internal CA, set the Tool config caFile to its PEM file.",
+        )
+    return ToolFailed(
+        f"{request} failed: {type(error).__name__}: {error}", code=ErrorCode.E_TOOL_HTTP
+    )
 
 
 async def get(ctx: ToolContext, input: JsonObject) -> JsonObject:

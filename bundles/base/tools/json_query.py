@@ -1,98 +1,79 @@
 """`json-query`: read values out of JSON without writing code.
 
-Exports `query` (a small path language), `pick` (keep some keys), `count` and `flatten`.
+Exports `query` (a JSONPath query, RFC 9535), `pick` (keep some keys), `count` and `flatten`.
 `data` is any JSON value; a string is parsed as JSON text first (so a tool's raw output can be
 passed as is).
 
-Path language: an optional leading `$`, then segments: `.name` or `name` first, `["any key"]`,
-`[0]` / `[-1]` (index), `[1:3]` (slice), `.*` / `[*]` (every element or value). Once a path has a
-wildcard or slice, the result is a list of every match; otherwise it is the single value found.
+Paths are RFC 9535 JSONPath, evaluated by `python-jsonpath` in its strict (standard) mode:
+`$.a.b`, `$.items[-1]`, `$.items[1:3]`, `$.items[*].name`, `$["key with spaces"]`, `$..name`
+(descendants), `$.items[?@.price < 10]` (filters). The leading `$` may be left out: `a.b[0]`,
+`.*` and `["k"]` mean `$.a.b[0]`, `$.*` and `$["k"]`, as before JSONPath. A singular query (only
+names and indexes) returns the one value found, or null; any other returns the list of matches.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
+
+from jsonpath import JSONPath, JSONPathEnvironment, JSONPathError
 
 from bundles.sdk import JsonObject, JsonValue, ToolContext, ToolFailed
 from protocol.errors import ErrorCode
 
-_NAME = re.compile(r"[A-Za-z_$][\w$-]*")
-_INDEX = re.compile(r"\[\s*(-?\d+)\s*\]")
-_SLICE = re.compile(r"\[\s*(-?\d+)?\s*:\s*(-?\d+)?\s*\]")
-_QUOTED = re.compile(r"""\[\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')\s*\]""")
-_WILDCARD = re.compile(r"\.\*|\[\s*\*\s*\]")
+MAX_PATH_CHARS = 1000
+"""Longer paths are refused before parsing: a parser's recursion grows with the path."""
+_JSONPATH = JSONPathEnvironment(strict=True)
+_SYNTAX_HELP = (
+    'Use JSONPath (RFC 9535): $.name, $["key with spaces"], $[0], $[-1], $[1:3], $[*], $..name, '
+    "$[?@.price < 10]; the leading $ may be left out."
+)
 
-Segment = tuple[str, Any]  # ("key", str) | ("index", int) | ("slice", slice) | ("all", None)
+
+def to_jsonpath(path: str) -> str:
+    """The JSONPath of a path in the older short form (`a.b[0]`, `.*`, `["k"]`); `$` or "" is
+    the whole value. A path that starts with `$` is returned as it is."""
+    text = path.strip()
+    if text.startswith("$"):
+        return text
+    if not text or text.startswith((".", "[")):
+        return "$" + text
+    return "$." + text
 
 
-def _bad_path(path: str, at: int) -> ToolFailed:
+def _first_line(error: Exception) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+def _bad_path(path: str, why: str) -> ToolFailed:
     return ToolFailed(
-        f"cannot parse path {path!r} at position {at}",
+        f"cannot use path {path!r}: {why}",
         code=ErrorCode.E_TOOL_QUERY_INVALID,
-        suggestion='Use segments like .name, ["key with spaces"], [0], [-1], [1:3], [*] or .*',
+        suggestion=_SYNTAX_HELP,
     )
 
 
-def _quoted_key(token: str) -> str:
-    if token.startswith("'"):
-        token = '"' + token[1:-1].replace('\\"', '"').replace('"', '\\"') + '"'
-    return str(json.loads(token))
-
-
-def _segment_at(path: str, i: int, *, first: bool) -> tuple[Segment, int]:
-    """The segment starting at `path[i]` and the index after it."""
-    if m := _WILDCARD.match(path, i):
-        return ("all", None), m.end()
-    if m := _INDEX.match(path, i):
-        return ("index", int(m.group(1))), m.end()
-    if m := _SLICE.match(path, i):
-        bounds = [int(b) if b is not None else None for b in m.groups()]
-        return ("slice", slice(*bounds)), m.end()
-    if m := _QUOTED.match(path, i):
-        return ("key", _quoted_key(m.group(1))), m.end()
-    dotted = path.startswith(".", i)
-    if (dotted or first) and (m := _NAME.match(path, i + 1 if dotted else i)):
-        return ("key", m.group(0)), m.end()
-    raise _bad_path(path, i)
-
-
-def parse_path(path: str) -> list[Segment]:
-    """`$.a.b[0]`, `a.b[0]`, `.a["x y"][*]`, ... into segments; `$` or "" is the whole value."""
-    text = path.strip().removeprefix("$")
-    segments: list[Segment] = []
-    i = 0
-    while i < len(text):
-        segment, i = _segment_at(text, i, first=not segments)
-        segments.append(segment)
-    return segments
-
-
-def _step(value: Any, segment: Segment) -> list[Any]:
-    """What one segment selects from one value (nothing when it does not apply)."""
-    kind, arg = segment
-    if kind == "all":
-        if isinstance(value, dict):
-            return list(value.values())
-        return list(value) if isinstance(value, list) else []
-    if kind == "slice":
-        return list(value[arg]) if isinstance(value, list) else []
-    fits = isinstance(value, dict) if kind == "key" else isinstance(value, list)
-    if fits and (arg in value if kind == "key" else -len(value) <= arg < len(value)):
-        return [value[arg]]
-    return []
+def compile_path(path: str) -> JSONPath:
+    if len(path) > MAX_PATH_CHARS:
+        raise _bad_path(path[:40] + "...", f"longer than {MAX_PATH_CHARS} characters")
+    try:
+        compiled = _JSONPATH.compile(to_jsonpath(path))
+    except (JSONPathError, RecursionError) as error:  # RecursionError: nesting in the path
+        raise _bad_path(path, _first_line(error)) from None
+    assert isinstance(compiled, JSONPath)  # strict mode has no compound (| &) paths
+    return compiled
 
 
 def evaluate(data: Any, path: str) -> tuple[Any, bool]:
-    """(result, found): a list for paths with `*` or slices, else the one value or None."""
-    segments = parse_path(path)
-    current = [data]
-    for segment in segments:
-        current = [item for value in current for item in _step(value, segment)]
-    if any(kind in ("all", "slice") for kind, _ in segments):
-        return current, bool(current)
-    return (current[0], True) if current else (None, False)
+    """(result, found): the one value (or None) for a singular query, else the list of matches."""
+    compiled = compile_path(path)
+    try:
+        values = compiled.findall(data)
+    except (JSONPathError, RecursionError) as error:  # e.g. `..` over data nested too deeply
+        raise _bad_path(path, _first_line(error)) from None
+    if compiled.singular_query():
+        return (values[0], True) if values else (None, False)
+    return values, bool(values)
 
 
 def _data(input: JsonObject) -> Any:

@@ -101,9 +101,16 @@ async def test_invalid_args_are_fed_back_with_paths_and_keys() -> None:
         result = await turn(rt, "x")
         error = tool_results(rt)[0]["error"]
         assert error["code"] == "E_TOOL_INVALID_ARGS"
-        assert "at $.a: 'two' is not of type 'integer'" in error["message"]
-        assert "'b' is a required property" in error["message"]
-        assert "required keys: a, b; allowed keys: a, b" in error["message"]
+        lines = error["message"].splitlines()  # one per problem, after jsonschema's own words
+        assert lines[0] == "invalid arguments for calc__add:"
+        assert {line.split(": ")[0] for line in lines[1:-2]} == {
+            "- at $ (the arguments object)",  # 'b' is missing, 'c' is not allowed
+            "- at $.a",  # 'two' is not an integer
+        }
+        assert lines[-2:] == [
+            "required keys: a, b; allowed keys: a, b",
+            "no other keys are allowed",
+        ]
         assert "E_TOOL_INVALID_ARGS" in result.text  # the model saw it and answered
         assert result.outcome is TurnOutcome.COMPLETED
     finally:

@@ -68,6 +68,12 @@ DATA = {
         ("users[5].name", None, False),
         ("users[*].missing", [], False),
         ("meta.total.deeper", None, False),
+        # JSONPath (RFC 9535) beyond the short form
+        ("$..n", [1], True),
+        ("$.users[?@.name == 'bob'].email", ["b@x"], True),
+        ("$.users[?length(@.tags) > 1].name", ["ann"], True),
+        ("$.users[::-1].name", ["bob", "ann"], True),
+        ("$['meta']['total']", 2, True),
     ],
 )
 async def test_query_paths(ctx: FakeContext, path: str, result: Any, found: bool) -> None:
@@ -81,9 +87,36 @@ async def test_query_accepts_json_text_and_reports_bad_input(ctx: FakeContext) -
     assert (await fails(ctx, "json-query__query", {"data": "{nope", "path": "a"})).code == (
         "E_TOOL_QUERY_INVALID"
     )
-    for bad in ("a..b", "a[", "a[x]", "[1"):
+    for bad in ("a.", "a[", "a[x]", "[1", "$$", "$[?@.a ==]", "$.a" * 600):
         error = await fails(ctx, "json-query__query", {"data": DATA, "path": bad})
         assert error.code == "E_TOOL_QUERY_INVALID"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["$" + "[?(" * 300 + "@" + ")]" * 300, "$[?" + "!" * 990 + "@]", "$[?" + "(" * 498 + "@]"],
+    ids=["too-long", "negations", "parentheses"],
+)
+async def test_hostile_paths_are_coded_errors(ctx: FakeContext, path: str) -> None:
+    error = await fails(ctx, "json-query__query", {"data": DATA, "path": path})
+    assert error.code == "E_TOOL_QUERY_INVALID"
+
+
+async def test_long_paths_within_the_limit_answer(ctx: FakeContext) -> None:
+    for path in ("$" + "[0]" * 333, "$[?" + "(" * 300 + "@" + ")" * 300 + "]"):
+        out = await run(ctx, "json-query__query", {"data": {"a": [[1]]}, "path": path})
+        assert out["found"] is (path.startswith("$[?"))
+
+
+async def test_descendants_of_deeply_nested_data_are_a_coded_error(ctx: FakeContext) -> None:
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(500):
+        inner.append([])
+        inner = inner[0]
+    error = await fails(ctx, "json-query__query", {"data": deep, "path": "$..*"})
+    assert error.code == "E_TOOL_QUERY_INVALID"
+    assert error.suggestion is not None
 
 
 async def test_pick_count_flatten(ctx: FakeContext) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 from dataclasses import replace
@@ -349,15 +350,24 @@ async def test_move_renames_and_refuses_to_clobber(ctx: FakeContext, workdir: Pa
     assert missing.code == "E_TOOL_PATH_NOT_FOUND"
 
 
-async def test_os_errors_become_coded_failures_without_host_paths(
-    ctx: FakeContext, workdir: Path
-) -> None:
+async def test_moving_a_directory_into_itself_is_refused(ctx: FakeContext, workdir: Path) -> None:
     (workdir / "d").mkdir()
     error = await failure(ctx, "move", {"source": "d", "destination": "d/inside"})
     assert error.code == "E_TOOL"
-    assert "into itself" in error.message
+    assert error.suggestion == "Pick a destination outside the directory being moved."
     assert str(workdir) not in error.message
-    assert (workdir / "d").is_dir()
+    assert sorted(names(workdir)) == ["d"]
+
+
+async def test_os_errors_become_coded_failures_without_host_paths(
+    ctx: FakeContext, workdir: Path
+) -> None:
+    (workdir / "f").write_text("a file, not a directory")
+    error = await failure(ctx, "write", {"path": "f/x.txt", "content": "x"})
+    assert error.code == "E_TOOL"
+    assert error.message.startswith(f"file operation failed ({errno.errorcode[errno.EEXIST]}): ")
+    assert str(workdir) not in error.message
+    assert (workdir / "f").read_text() == "a file, not a directory"
 
 
 async def test_a_new_file_gets_the_umask_mode_without_the_umask_being_set(

@@ -170,3 +170,32 @@ def test_gitignore_comments_and_blanks_are_not_patterns() -> None:
     assert ignore.compile_pattern("# comment") is None
     assert ignore.compile_pattern("   ") is None
     assert ignore.compile_pattern("!keep").negate is True
+
+
+def test_an_invalid_line_in_an_ignore_file_is_skipped_and_the_rest_applies(workdir: Path) -> None:
+    (workdir / ".gitignore").write_text("!\n*.log\nbroken\\\n")
+    for name in ("a.log", "b.txt", "broken\\"):
+        (workdir / name).write_text("x")
+    assert [rel for _path, rel in ignore.walk_files(workdir, workdir)] == ["b.txt", "broken\\"]
+
+
+@pytest.mark.parametrize(
+    "glob",
+    ["*.py\\", "!", "{a,b}{c,d}{e,f}{g,h}{i,j}{k,l}{m,n}"],
+    ids=["trailing-backslash", "lone-bang", "brace-bomb"],
+)
+async def test_a_glob_that_is_no_pattern_is_invalid_args(
+    ctx: FakeContext, tree: Path, glob: str
+) -> None:
+    for export, args in (("find", {"pattern": glob}), ("search", {"query": "x", "glob": glob})):
+        with pytest.raises(ToolFailed) as info:
+            await run(engine_ctx(ctx, "python"), export, args)
+        assert info.value.code == "E_TOOL_INVALID_ARGS"
+        assert info.value.suggestion is not None and "{a,b}" in info.value.suggestion
+
+
+def test_brace_alternatives_expand_and_an_escaped_brace_is_literal() -> None:
+    assert ignore.expand_braces("src/*.{py,pyi}") == ["src/*.py", "src/*.pyi"]
+    assert ignore.expand_braces("{a,b}/{c,d}") == ["a/c", "a/d", "b/c", "b/d"]
+    assert ignore.expand_braces("\\{a,b}") == ["\\{a,b}"]
+    assert ignore.expand_braces("{open") == ["{open"]

@@ -47,10 +47,27 @@ def test_parse_env_syntax() -> None:
     }
 
 
-@pytest.mark.parametrize("line", ["JUSTAKEY", "1BAD=x", 'A="open', "A='open", 'A="x" junk'])
+def test_parse_env_multiline_values_and_no_interpolation() -> None:
+    text = 'A="one\ntwo"\nB=${A}\nC="$A"\n'
+    assert parse_env(text) == {"A": "one\ntwo", "B": "${A}", "C": "$A"}
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["JUSTAKEY", "export A", "1BAD=x", "A B=c", "=x", 'A="open', "A='open", 'A="x" junk'],
+)
 def test_parse_env_rejects(line: str) -> None:
     with pytest.raises(EnvSyntaxError) as info:
         parse_env("OK=1\n" + line)
+    assert info.value.line == 2
+    with pytest.raises(EnvSyntaxError) as info:
+        parse_env("OK=1\n\n# note\n\n" + line + "\nLATER=1\n")
+    assert info.value.line == 5
+
+
+def test_a_large_env_file_with_an_unclosed_quote_is_one_coded_error() -> None:
+    with pytest.raises(EnvSyntaxError) as info:
+        parse_env('OK=1\nA="' + 'x \\" ' * 100_000)
     assert info.value.line == 2
 
 
