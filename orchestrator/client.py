@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import zmq
 
 from orchestrator import runpointer
-from orchestrator.rundir import read_active
+from orchestrator.rundir import read_active, read_token
 from protocol.codec import decode_control_reply, encode
 from protocol.control import ControlReply, ControlRequest, OrchestratorInfo
 from protocol.endpoints import StateLayout
@@ -98,8 +99,9 @@ def call(info: OrchestratorInfo, req: ControlRequest, timeout: float = 10.0) -> 
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
-        sock.connect(info.endpoints["control"])
-        sock.send(encode(req))
+        endpoint = info.endpoints["control"]
+        sock.connect(endpoint)
+        sock.send(encode(msgspec.structs.replace(req, token=read_token(endpoint))))
         if not sock.poll(int(timeout * 1000)):
             raise ClientError(
                 ErrorCode.E_CONTROL_TIMEOUT,

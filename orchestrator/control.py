@@ -8,6 +8,8 @@ its error back as data. Handlers run as tasks so a waiting `send` never blocks `
 from __future__ import annotations
 
 import asyncio
+import hmac
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ import zmq
 import zmq.asyncio
 
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
-from orchestrator.peers import PeerWatch, peer_pid
+from orchestrator.peers import PeerWatch, descends_from, peer_pid
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
@@ -211,12 +213,20 @@ async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
 
 
 class ControlServer:
-    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, control: ControlContext) -> None:
+    """Serves whoever holds the control token, unless it runs under this daemon: an agent, a
+    tool it started or anything those started may never drive the daemon (approve another
+    instance's pending call, stop the daemon), token or not, since same-user processes could
+    read the token file."""
+
+    def __init__(
+        self, ctx: zmq.asyncio.Context, endpoint: str, control: ControlContext, token: str
+    ) -> None:
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, CONTROL_MAX_FRAME_BYTES)
         self.sock.bind(endpoint)
         self.control = control
+        self._token = token
         self._tasks: set[asyncio.Task[None]] = set()
         self._served: set[int] = set()
         self.peers = PeerWatch(self.sock, "control", CONTROL_MAX_FRAME_BYTES, self._forget)
@@ -244,17 +254,24 @@ class ControlServer:
             if pid is not None:
                 self._served.add(pid)
             envelope = [f.bytes for f in frames[:-1]]
-            task = asyncio.ensure_future(self._serve(envelope, frames[-1].bytes))
+            task = asyncio.ensure_future(self._serve(envelope, frames[-1].bytes, pid))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, envelope: list[bytes], data: bytes) -> None:
+    async def _serve(self, envelope: list[bytes], data: bytes, pid: int | None) -> None:
         try:
             req = decode_control_request(data)
         except ProtocolError as exc:
             self._drop(exc.message)
             error = ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=exc.message)
             await self._reply(envelope, ControlReply(request_id="", ok=False, error=error))
+            return
+        refused = self._forbidden(req, pid)
+        if refused is not None:
+            log.warning("control_forbidden", pid=pid, type=type(req).__name__,
+                        reason=refused.message)  # fmt: skip
+            await self._reply(envelope, ControlReply(request_id=req.request_id, ok=False,
+                                                     error=refused))  # fmt: skip
             return
         try:
             result = await handle(req, self.control)
@@ -277,6 +294,22 @@ class ControlServer:
             else:
                 reply = ControlReply(request_id=req.request_id, ok=True, result=to_builtins(result))
         await self._reply(envelope, reply)
+
+    def _forbidden(self, req: ControlRequest, pid: int | None) -> ErrorInfo | None:
+        if pid is not None and descends_from(pid, os.getpid()):
+            return ErrorInfo(
+                code=ErrorCode.E_CONTROL_FORBIDDEN,
+                message=f"pid {pid} runs under this daemon (an agent or one of its tools)",
+                suggestion="agents act through the agents tool; the control socket is the "
+                "operator's",
+            )
+        if not hmac.compare_digest(req.token.encode(), self._token.encode()):
+            return ErrorInfo(
+                code=ErrorCode.E_CONTROL_FORBIDDEN,
+                message="the request carries no valid control token",
+                suggestion="run goondan as the daemon's user (it reads <run dir>/control.token)",
+            )
+        return None
 
     def _drop(self, reason: str) -> None:
         """Log the first ten drops, then every thousandth: garbage must not flood the log."""

@@ -250,7 +250,9 @@ class Daemon:
             reload=parts.reloader.answer,
             deferred=parts.deferred,
         )
-        control = ControlServer(zctx, self.endpoints[1], control_ctx)
+        control = ControlServer(
+            zctx, self.endpoints[1], control_ctx, rundir.write_token(self.paths)
+        )
         rundir.secure_socket(self.paths.control_sock)
         rundir.write_active(self.paths, info)
         runpointer.write(self.opts.layout, swarm.name)

@@ -17,6 +17,7 @@ import os
 import socket
 import struct
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 import zmq
@@ -26,6 +27,7 @@ from zmq.utils.monitor import parse_monitor_message
 log = structlog.get_logger("goondan.peers")
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _LOG_FIRST = 10
+_MAX_DEPTH = 128
 
 
 def peer_pid(frame: zmq.Frame) -> int | None:
@@ -37,6 +39,22 @@ def peer_pid(frame: zmq.Frame) -> int | None:
         return None
     head, _, pid = str(address).rpartition(":")
     return int(pid) if head and pid.isdigit() else None
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether `pid` is `ancestor` or one of its descendants (the parent chain in /proc)."""
+    for _ in range(_MAX_DEPTH):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False  # gone: whoever it was, it cannot be answered
+        # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+        pid = int(stat.rpartition(")")[2].split()[1])
+    return False
 
 
 def _credentials(fd: int) -> tuple[int, int] | None:

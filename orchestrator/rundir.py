@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 from pathlib import Path
 from typing import TextIO
 
@@ -59,6 +60,22 @@ def acquire(paths: RunPaths, swarm: str) -> TextIO:
     return handle
 
 
+def write_token(paths: RunPaths) -> str:
+    """A fresh control capability for this daemon's life, readable by its user only."""
+    token = secrets.token_hex(32)
+    write_atomic(paths.control_token, token.encode())
+    return token
+
+
+def read_token(control_endpoint: str) -> str:
+    """The token beside the control socket of `ipc://<run dir>/control.sock` ("" if none)."""
+    path = Path(control_endpoint.removeprefix("ipc://")).with_name("control.token")
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
 def write_active(paths: RunPaths, info: OrchestratorInfo) -> None:
     write_atomic(paths.active_json, msgspec.json.encode(info))
 
@@ -76,7 +93,8 @@ def secure_socket(path: Path) -> None:
 
 def release(paths: RunPaths, lock: TextIO) -> None:
     """Remove what we created; the lock goes with the file descriptor."""
-    for path in (paths.active_json, paths.agents_sock, paths.control_sock, paths.pid_file):
+    made = (paths.active_json, paths.agents_sock, paths.control_sock, paths.control_token)
+    for path in (*made, paths.pid_file):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     lock.close()

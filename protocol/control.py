@@ -19,6 +19,8 @@ class _Request(
     msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True, rename="camel"
 ):
     request_id: str
+    token: str = ""
+    """The daemon's control capability (`<run dir>/control.token`): E_CONTROL_FORBIDDEN without."""
 
 
 class Ping(_Request, frozen=True, tag="ping"):

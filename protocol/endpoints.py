@@ -100,6 +100,11 @@ class RunPaths:
         return self.run_dir / "active.json"
 
     @property
+    def control_token(self) -> Path:
+        """The capability a control request must carry (0600, never given to agents)."""
+        return self.run_dir / "control.token"
+
+    @property
     def agents_endpoint(self) -> str:
         return ipc_endpoint(self.agents_sock, self.state_root)
 

@@ -24,14 +24,16 @@ class Control:
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(endpoint)
+        self.endpoint = endpoint
         self.n = 0
 
     async def call(self, req: Any) -> float:
         """The round trip in µs; one request in flight at a time."""
         from protocol.codec import decode_control_reply, encode
+        from tests.integration.harness import with_token
 
         start = time.perf_counter()
-        await self.sock.send(encode(req))
+        await self.sock.send(encode(with_token(req, self.endpoint)))
         reply = decode_control_reply(await self.sock.recv())
         elapsed = (time.perf_counter() - start) * 1e6
         if reply.request_id != req.request_id or not reply.ok:

@@ -33,6 +33,7 @@ from orchestrator.rundir import read_active
 from protocol.codec import decode_control_reply, encode
 from protocol.control import ControlReply, ControlRequest, SendText, StatusQuery, StatusResult
 from protocol.endpoints import StateLayout
+from tests.integration.harness import with_token
 
 REQUEST_TIMEOUT_MS = 15_000
 GRACE = 5.0
@@ -109,7 +110,7 @@ class Control:
         sock.setsockopt(zmq.LINGER, 0)
         try:
             sock.connect(self.endpoint)
-            await sock.send(encode(req))
+            await sock.send(encode(with_token(req, self.endpoint)))
             async with asyncio.timeout(limit):
                 return decode_control_reply(await sock.recv())
         finally:

@@ -22,7 +22,7 @@ import psutil
 import zmq
 import zmq.asyncio
 
-from orchestrator.rundir import read_active
+from orchestrator.rundir import read_active, read_token
 from protocol.codec import decode_control_reply, encode
 from protocol.control import ControlReply, ControlRequest, SendText, StatusQuery, StatusResult
 from protocol.endpoints import StateLayout
@@ -33,6 +33,11 @@ SWARM = FIXTURES / "swarm"
 PYTHON = sys.executable
 
 LogLine = dict[str, Any]
+
+
+def with_token(req: ControlRequest, endpoint: str) -> ControlRequest:
+    """The request as the CLI sends it: with the daemon's control token."""
+    return msgspec.structs.replace(req, token=read_token(endpoint))
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -127,7 +132,10 @@ class Daemon:
                     raise AssertionError(f"daemon log ended before {event} {fields}")
                 await self._changed.wait()
 
-    async def request(self, req: ControlRequest, limit: float = 20.0) -> ControlReply:
+    async def request(
+        self, req: ControlRequest, limit: float = 20.0, token: str | None = None
+    ) -> ControlReply:
+        """One control request, with the daemon's token unless `token` gives another."""
         layout = StateLayout.from_env()
         info = read_active(layout.run_paths(self.swarm).active_json)
         assert info is not None, "active.json is missing"
@@ -135,7 +143,10 @@ class Daemon:
         sock.setsockopt(zmq.LINGER, 0)
         try:
             sock.connect(info.endpoints["control"])
-            await sock.send(encode(req))
+            signed = with_token(req, info.endpoints["control"])
+            if token is not None:
+                signed = msgspec.structs.replace(req, token=token)
+            await sock.send(encode(signed))
             async with asyncio.timeout(limit):
                 return decode_control_reply(await sock.recv())
         finally:
@@ -161,7 +172,7 @@ class Daemon:
             ids = [f"r{i}" for i in range(len(texts))]
             for request_id, text in zip(ids, texts, strict=True):
                 req = SendText(request_id=request_id, text=text, agent=agent, timeout_ms=60_000)
-                await sock.send(encode(req))
+                await sock.send(encode(with_token(req, info.endpoints["control"])))
             replies = {}
             while len(replies) < len(texts):
                 reply = decode_control_reply(await sock.recv())

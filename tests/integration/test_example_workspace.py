@@ -10,12 +10,16 @@ import hashlib
 import hmac
 import json
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from protocol.control import StatusQuery
+from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, Daemon, run_cli
 
@@ -115,3 +119,28 @@ async def test_a_web_page_cannot_run_commands_through_the_example(
         assert marker.exists()  # the signed request ran, once
         agents = [p for p in (await daemon.status()).processes if p.kind == "agent"]
         assert [(p.name, p.instance_key) for p in agents] == [("operator", "victim")]
+
+
+async def test_a_tool_cannot_drive_the_daemon(start_daemon: StartDaemon) -> None:
+    """A tool ran `goondan calls resolve` to approve another instance's pending call, and could
+    run `goondan stop`: whatever runs under the daemon is refused, token file or not."""
+    port = free_port()
+    root = StateLayout.from_env().root
+    cli = f"GOONDAN_STATE_ROOT={root} {sys.executable} -m orchestrator"
+    async with asyncio.timeout(60):
+        daemon = await start_example(start_daemon, port)
+        for command in ("stop --swarm workspace", "calls list --swarm workspace"):
+            ran = await ask_daemon(daemon, f"run PYTHONPATH={REPO} {cli} {command}")
+            assert ran["output"]["exitCode"] == 1, ran
+            assert "E_CONTROL_FORBIDDEN" in ran["output"]["stderr"]
+        assert (await daemon.status()).orchestrator.pid == daemon.pid  # still running
+        forged = await daemon.request(StatusQuery(request_id="x"), token="0" * 64)
+        assert not forged.ok and forged.error is not None
+        assert forged.error.code == ErrorCode.E_CONTROL_FORBIDDEN
+
+
+async def ask_daemon(daemon: Daemon, text: str) -> Any:
+    reply = await daemon.send(text, key="tool")
+    assert reply.ok, reply.error
+    assert isinstance(reply.result, dict)
+    return json.loads(reply.result["input"])
