@@ -177,6 +177,13 @@ class DeferredIndex:
         except msgspec.ValidationError as exc:
             log.warning("deferred_submit_invalid", sender=entry.id_text, error=str(exc))
             return
+        sender = entry.address
+        if (call.agent, call.instance_key) != (sender.name, sender.instance_key):
+            # a process may only submit its own calls: another instance's would put a request
+            # of that instance in front of a client, and its answer into that instance's turn
+            log.warning("deferred_submit_foreign", sender=entry.id_text, call_id=call.id,
+                        agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
+            return
         paths = self.layout.instance_paths(self.swarm, call.instance_key, call.agent)
         path = paths.pending_calls_dir / (path_segment(call.id) + PENDING_SUFFIX)
         self.calls[call.id] = Found(call, path)

@@ -231,3 +231,18 @@ def test_resume_answered_starts_the_instances_that_can_run_here(tmp_path: Path) 
         path.with_name(call.id + ANSWER_SUFFIX).write_bytes(b"{}")
     assert idx.resume_answered() == [A]
     assert targets.ensured == [A]
+
+
+def test_a_process_cannot_submit_another_instances_call(tmp_path: Path) -> None:
+    """`deferred_submit` took any call: a process could put a request of another instance in
+    front of that instance's client."""
+    broker = FakeBroker()
+    idx = faked(tmp_path, broker)
+    args = {"call": msgspec.to_builtins(pending("c1", event=from_connector()))}  # agent a, key k
+    for other in (agent_address("a", "other"), agent_address("b", "k")):
+        idx.on_call(ProcessEntry(address=other), CallPayload(call_id="x",
+                    op=CallOp.DEFERRED_SUBMIT, args=args))  # fmt: skip
+    assert broker.interim == [] and "c1" not in idx.calls
+    idx.on_call(ProcessEntry(address=A), CallPayload(call_id="x", op=CallOp.DEFERRED_SUBMIT,
+                                                     args=args))  # fmt: skip
+    assert "c1" in idx.calls
