@@ -204,6 +204,9 @@ class SpawnPolicy(_Spec):
 
 class SwarmPolicy(_Spec):
     max_steps_per_turn: int = 32
+    max_live_instances: int | None = msgspec.field(default=None)
+    """Live agent processes at most; the least recently used idle one makes room. Default:
+    the machine's memory / 16 MiB (at least 16)."""
     spawn: SpawnPolicy = msgspec.field(default_factory=SpawnPolicy)
     shutdown: ShutdownPolicy = msgspec.field(default_factory=ShutdownPolicy)
     restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)
@@ -306,6 +309,9 @@ class IngressRule(_Spec):
 
 class Ingress(_Spec):
     rules: list[IngressRule] = msgspec.field(default_factory=list)
+    new_instances_per_minute: float | None = None
+    """At most this many events a minute (bursts up to the same number) may start an instance
+    that does not exist yet; more get E_AGENT_CAPACITY. None: no limit."""
 
 
 class ConnectionSpec(_Spec):

@@ -14,6 +14,7 @@ Connection's ingress rules (orchestrator.ingress) to an agent instance, spawned 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import msgspec
@@ -29,16 +30,44 @@ from protocol.ids import ORCHESTRATOR, Address, agent_address, check_instance_ke
 from protocol.messages import Event
 
 log = structlog.get_logger("goondan.connections")
+
+
+class TokenBucket:
+    """`rate` tokens a minute, at most `rate` saved up."""
+
+    def __init__(self, rate: float, now: float) -> None:
+        self.rate = rate
+        self._tokens = rate
+        self._at = now
+
+    def take(self, now: float) -> bool:
+        self._tokens = min(self.rate, self._tokens + (now - self._at) * self.rate / 60)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
 
 class Connections:
     def __init__(
-        self, broker: Broker, swarm: CurrentSwarm, ensure: Callable[[Address], None]
+        self,
+        broker: Broker,
+        swarm: CurrentSwarm,
+        ensure: Callable[[Address], None],
+        known: Callable[[Address], bool] = lambda _a: True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.broker = broker
         self.swarm = swarm
         self.ensure = ensure
+        self.known = known
+        """Whether an instance exists already (a live process or state on disk)."""
+        self.clock = clock
+        self._buckets: dict[str, TokenBucket] = {}
 
     def start_all(self) -> None:
         """Connectors are always up: start every one (the reconciler keeps them up)."""
@@ -72,6 +101,14 @@ class Connections:
             self._reject(entry, event, ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message)
             return
         target = agent_address(found.agent, key)
+        if not self._may_create(connection.name, connection.ingress, target):
+            self._reject(
+                entry, event, ErrorCode.E_AGENT_CAPACITY,
+                f"Connection {connection.name!r} started its limit of new instances this minute "
+                f"(spec.ingress.newInstancesPerMinute: {connection.ingress.new_per_minute:g})",
+                "send again later; existing instances are not limited",
+            )  # fmt: skip
+            return
         log.info(
             "ingress_routed",
             connection=connection.name,
@@ -90,6 +127,15 @@ class Connections:
             event, source=SOURCE, text="", metadata={"accepted": True, "eventId": event.id}
         )
         self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=accepted))
+
+    def _may_create(self, name: str, rules: ingress.Ingress, target: Address) -> bool:
+        rate = rules.new_per_minute
+        if rate is None or self.known(target):
+            return True
+        bucket = self._buckets.get(name)
+        if bucket is None or bucket.rate != rate:
+            bucket = self._buckets[name] = TokenBucket(rate, self.clock())
+        return bucket.take(self.clock())
 
     def _reject(
         self,

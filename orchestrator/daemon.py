@@ -44,6 +44,7 @@ from orchestrator.swarm import CurrentSwarm, SwarmView
 from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.control import OrchestratorInfo
 from protocol.endpoints import StateLayout
+from protocol.ids import Address
 
 CHILD_MODULE = "agent_process"
 CHILD_ENTRY = "agent_process.child"
@@ -176,7 +177,7 @@ class Daemon:
         supervisor = Supervisor(table=table, router=router, spawner=spawner,
                                 settings=self.settings, launch=self._launch(),
                                 layout=opts.layout, swarm=swarm)  # fmt: skip
-        connections = Connections(router, swarm, supervisor.ensure)
+        connections = Connections(router, swarm, supervisor.ensure, known=self._known(table))
         deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
         reloader = self._reloader(supervisor, swarm, connections.start_all)
         router.attach(
@@ -201,6 +202,18 @@ class Daemon:
             heartbeat_interval=self.settings.heartbeat_interval,
             heartbeat_timeout=self.settings.heartbeat_timeout,
         )
+
+    def _known(self, table: ProcessTable) -> Callable[[Address], bool]:
+        """Whether an instance exists: a process in the table, or its state on disk."""
+        swarm, layout = self.opts.swarm.name, self.opts.layout
+
+        def known(target: Address) -> bool:
+            entry = table.get(target)
+            if entry is not None and entry.ever_started:
+                return True
+            return layout.instance_paths(swarm, target.instance_key, target.name).root.exists()
+
+        return known
 
     def _agents_service(self, table: ProcessTable, supervisor: Supervisor) -> AgentsService:
         swarm, layout = self.opts.swarm, self.opts.layout

@@ -47,6 +47,7 @@ class Ingress:
     entry_agent: str
     default_key: str
     rules: tuple[CompiledRule, ...] = ()
+    new_per_minute: float | None = None
 
 
 def _compile(bundle: Bundle, rule: IngressRule, swarm: Resource[SwarmSpec]) -> CompiledRule:
@@ -70,6 +71,7 @@ def compile_connection(bundle: Bundle, connection: Resource[ConnectionSpec]) -> 
         entry_agent=entry_agent(bundle, swarm).name,
         default_key=swarm.spec.instance_key or swarm.name,
         rules=tuple(_compile(bundle, r, swarm) for r in connection.spec.ingress.rules),
+        new_per_minute=connection.spec.ingress.new_instances_per_minute,
     )
 
 

@@ -9,6 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from bundles.kinds import SwarmPolicy
+from orchestrator.capacity import default_limit
 from orchestrator.policy import RestartSettings
 from protocol.ids import ProcessId
 
@@ -34,6 +35,8 @@ class Settings:
     heartbeat_timeout: float = 20.0
     """Each side gives up on the other after this long without a frame."""
     spawn_mode: SpawnMode = SpawnMode.FORKSERVER
+    max_live_instances: int = 1000
+    """Live agent processes at most (orchestrator/capacity.py)."""
     spawn_roots: tuple[Path, ...] = ()
     """`policy.spawn.allowedRoots`: workdirs `agents__spawn` may give beyond the caller's."""
 
@@ -51,6 +54,7 @@ class Settings:
             heartbeat_timeout=float(env.get(ENV_HEARTBEAT_TIMEOUT, str(max(10.0, 10 * interval)))),
             spawn_mode=SpawnMode(env.get(ENV_SPAWN_MODE, SpawnMode.FORKSERVER)),
             spawn_roots=tuple(Path(r).expanduser() for r in policy.spawn.allowed_roots),
+            max_live_instances=policy.max_live_instances or default_limit(),
         )
 
 

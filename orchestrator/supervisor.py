@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from orchestrator import reasons
+from orchestrator import capacity, reasons
 from orchestrator.calls import answer_call
 from orchestrator.policy import (
     ExitKind,
@@ -96,6 +96,7 @@ class Supervisor:
         self._timers: dict[Address, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._restart_listeners: list[RestartListener] = []
+        self.capacity = capacity.Capacity(settings.max_live_instances, table, router.mailboxes.get)
 
     def add_restart_listener(self, listener: RestartListener) -> None:
         self._restart_listeners.append(listener)
@@ -129,7 +130,34 @@ class Supervisor:
         if entry.retry_at is not None and self.clock() < entry.retry_at:
             self.router.fail_queued(target, reasons.start_failed(entry))
             return
+        if target.kind is ProcessKind.AGENT and not self._admit(entry):
+            return
         self._spawn(entry)
+
+    def _admit(self, entry: ProcessEntry) -> bool:
+        """Whether `entry` may start now (orchestrator/capacity.py decides)."""
+        match capacity.decide(self.capacity, entry.address):
+            case capacity.Admitted():
+                return True
+            case capacity.Evict(victim=victim):
+                log.info("instance_evicted", process=victim.id_text, for_=str(entry.address))
+                self._task(self.stop(victim, ShutdownReason.IDLE))
+            case capacity.Busy(error=error):
+                self.router.fail_queued(entry.address, error, requests_only=True)
+        return False
+
+    def _admit_waiting(self) -> None:
+        """A slot may have freed (an exit, an instance gone idle): start who waits first."""
+        for address in list(self.capacity.waiting):
+            entry = self.table.get(address)
+            if entry is None or entry.status is not S.TERMINATED:
+                self.capacity.waiting.pop(address, None)
+                continue
+            if not self.capacity.room() and self.capacity.victim() is None:
+                return
+            self.ensure(address)
+            if address in self.capacity.waiting:
+                return  # still no room: the rest keep their turn
 
     # -- spawning ----------------------------------------------------------------------
 
@@ -188,8 +216,10 @@ class Supervisor:
         if entry.status is S.DRAINING:
             # draining -> terminated: we asked it to stop
             self.table.transition(entry, S.TERMINATED, expect=S.DRAINING)
-            if not self.closing and self.router.mailbox(entry.address).queue:
-                self.ensure(entry.address)
+            if not self.closing:
+                self._admit_waiting()
+                if self.router.mailbox(entry.address).queue:
+                    self.ensure(entry.address)
             return
         # spawning | idle | processing -> crashed
         self.table.transition(entry, S.CRASHED, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
@@ -301,6 +331,8 @@ class Supervisor:
             self.table.transition(entry, S.PROCESSING, expect=S.IDLE)  # idle -> processing
         elif payload.state is ChildState.IDLE and entry.status is S.PROCESSING:
             self.table.transition(entry, S.IDLE, expect=S.PROCESSING)  # processing -> idle
+            if self.capacity.waiting:
+                self._admit_waiting()  # it can be stopped for one that waits
         if payload.last_turn is TurnOutcome.COMPLETED:
             entry.crashes = 0
 

@@ -10,6 +10,7 @@ import os
 import stat
 from pathlib import Path
 
+import httpx
 import pytest
 import zmq
 import zmq.asyncio
@@ -18,7 +19,8 @@ from orchestrator.rundir import read_active
 from protocol.endpoints import StateLayout
 from protocol.ids import MAX_INSTANCE_KEY_BYTES
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import run_cli
+from tests.integration.harness import REPO, run_cli
+from tests.integration.test_example_workspace import free_port
 from tests.integration.test_supervision import output
 
 
@@ -112,3 +114,41 @@ async def test_a_huge_control_frame_is_refused_without_being_read(
         assert _peak_rss_kib(daemon.pid) - before < 32 << 10  # KiB: nothing near 256 MiB
         assert (await daemon.status()).orchestrator.pid == daemon.pid  # still serving
         assert len(daemon.find("peer_dropped")) == 1  # the status calls were not reported
+
+
+CAPPED = REPO / "tests" / "fixtures" / "capacity"
+LIVE = ("spawning", "idle", "processing", "draining")
+
+
+async def test_new_instance_keys_from_outside_cannot_exhaust_the_machine(
+    start_daemon: StartDaemon,
+) -> None:
+    """Each webhook request with a new instanceKey started a new agent process: 30 requests,
+    30 processes. Now live agents stay within maxLiveInstances (idle ones make room, state
+    kept) and the Connection starts at most newInstancesPerMinute new instances."""
+    port = free_port()
+    async with asyncio.timeout(120):
+        daemon = await start_daemon(CAPPED, swarm="capped", env={"HOOK_PORT": str(port)})
+        await daemon.wait_for("transition", process="connector:hook:webhook:1", target="idle")
+        url = f"http://127.0.0.1:{port}/events"
+        answers = []
+        async with httpx.AsyncClient(timeout=30) as client:
+            for i in range(10):
+                body = {"text": f"hello {i}", "instanceKey": f"user{i}"}
+                answers.append(await client.post(url, json=body))
+                processes = (await daemon.status()).processes
+                live = [p for p in processes if p.kind == "agent" and p.status in LIVE]
+                assert len(live) <= 2, live
+            again = await client.post(url, json={"text": "again", "instanceKey": "user0"})
+        served = [a for a in answers if a.status_code == 200]
+        limited = [a for a in answers if a.status_code == 429]
+        assert [a.json()["reply"] for a in served] == [f"hello {i}" for i in range(4)]
+        assert len(limited) == 6
+        assert {a.json()["error"]["code"] for a in limited} == {"E_AGENT_CAPACITY"}
+        assert daemon.find("instance_evicted")  # idle instances made room
+        assert again.status_code == 200 and again.json()["reply"] == "again"  # state kept
+        history = StateLayout.from_env().instance_paths("capped", "user0", "front").base_jsonl
+        assert [json.loads(x)["content"] for x in history.read_text().splitlines()][-2:] == [
+            "again",
+            "again",
+        ]

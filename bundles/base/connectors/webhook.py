@@ -44,10 +44,13 @@ STATUS_TEXT = {
     200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
     404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
     411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type",
-    421: "Misdirected Request", 422: "Unprocessable Entity", 500: "Internal Server Error",
+    421: "Misdirected Request", 422: "Unprocessable Entity", 429: "Too Many Requests",
+    500: "Internal Server Error",
     502: "Bad Gateway", 504: "Gateway Timeout",
 }  # fmt: skip
 EVENT_PATHS = ("/", "/events")
+_STATUS_OF = {"E_CONNECTOR_NO_ROUTE": 422, "E_AGENT_CAPACITY": 429}
+"""HTTP status of a coded error the daemon answered with (anything else: 502)."""
 RPC_PATH = "/rpc"
 RPC_EVENT = "deferred.answer"
 
@@ -267,7 +270,7 @@ class WebhookServer:
             return _error(504, "E_AGENT_TIMEOUT", f"no reply within {self.settings.timeout} s")
         assert reply is not None  # emit(reply=True) always answers
         if reply.error_code is not None:
-            status = 422 if reply.error_code == "E_CONNECTOR_NO_ROUTE" else 502
+            status = _STATUS_OF.get(reply.error_code, 502)
             status, payload = _error(status, reply.error_code, reply.error_message or "")
             payload.update(reply=reply.text, eventId=reply.event_id)
             return status, payload
