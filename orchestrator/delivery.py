@@ -68,14 +68,17 @@ class Mailbox:
         self.queue.extendleft(reversed(chosen))
         return chosen
 
-    def on_death(self) -> AgentEvent | None:
+    def on_death(self, *, drained: bool = False) -> AgentEvent | None:
         """The process is gone: return the event it was running; requeue the rest.
 
         Without a `processing` report (a process that dies at once may never flush it), the
         oldest event it received is taken as the one it was running: the child works FIFO,
-        and redelivering an event that kills its process would kill every replacement.
+        and redelivering an event that kills its process would kill every replacement. A
+        `drained` process (asked to stop) finishes its turn before it exits, so without a
+        report it was running nothing: its events are all requeued.
         """
-        current = self.started if self.started is not None else next(iter(self.inflight), None)
+        guess = None if drained else next(iter(self.inflight), None)
+        current = self.started if self.started is not None else guess
         crashed = self.inflight.pop(current, None) if current is not None else None
         self.started = None
         self.requeue()

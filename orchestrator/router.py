@@ -32,7 +32,7 @@ from orchestrator.broker import Lifecycle
 from orchestrator.connections import Connections
 from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
-from orchestrator.states import READY
+from orchestrator.states import READY, ProcessStatus
 from orchestrator.table import ProcessEntry, ProcessTable
 from orchestrator.wire import RouterSocket
 from protocol.codec import decode_message, encode
@@ -41,6 +41,7 @@ from protocol.events import AgentEvent, Source, SourceKind, response_to
 from protocol.ids import (
     ORCHESTRATOR,
     Address,
+    ProcessId,
     ProcessKind,
     parse_address,
     parse_process_id,
@@ -58,6 +59,7 @@ from protocol.messages import (
     Ready,
     Shutdown,
     ShutdownAck,
+    ShutdownAckPayload,
     StartError,
     Status,
     StatusPayload,
@@ -150,21 +152,36 @@ class Router:
             self._malformed(ident, exc.message)
             return
         entry = self.table.get(pid.address)
-        if entry is None or entry.generation != pid.generation or not entry.live:
-            self.stats.stale += 1
-            if _should_log(self.stats.stale):
-                log.info("frame_stale", sender=str(pid), dropped=self.stats.stale)
+        if entry is None or entry.generation != pid.generation:
+            self._stale(pid)
             return
         try:
             msg = decode_message(data)
         except ProtocolError as exc:
             self._malformed(ident, exc.message)
             return
+        if not entry.live:
+            if isinstance(msg, ShutdownAck):  # its exit was seen first: keep what it hands back
+                self._late_ack(entry, msg.payload)
+            else:
+                self._stale(pid)
+            return
         entry.last_seen = time.monotonic()
         try:
             self._dispatch(entry, msg)
         except Exception:  # a bug in one handler must not take the broker down
             log.exception("frame_handler_failed", sender=str(pid), type=type(msg).__name__)
+
+    def _stale(self, pid: ProcessId) -> None:
+        self.stats.stale += 1
+        if _should_log(self.stats.stale):
+            log.info("frame_stale", sender=str(pid), dropped=self.stats.stale)
+
+    def _late_ack(self, entry: ProcessEntry, payload: ShutdownAckPayload) -> None:
+        """A drained process's `shutdown_ack`, read after its exit (the pidfd can win the race
+        with the last frames): its events were requeued at its exit already
+        (`Mailbox.on_death(drained=True)`); the ack is still its own log line."""
+        self.services.lifecycle.on_shutdown_ack(entry, payload)
 
     def _malformed(self, ident: bytes, reason: str) -> None:
         self.stats.malformed += 1
@@ -367,7 +384,7 @@ class Router:
         box = self.mailboxes.get(entry.address)
         if box is None:
             return
-        crashed = box.on_death()
+        crashed = box.on_death(drained=entry.status is ProcessStatus.DRAINING)
         if crashed is None:
             return
         deferred = self.services.deferred

@@ -42,6 +42,7 @@ class FakeLifecycle(FakeTargets):
     """`broker.Lifecycle`: frames about a child's life are ignored, `status` ones queued."""
 
     statuses: asyncio.Queue[StatusPayload] = field(default_factory=asyncio.Queue)
+    acks: asyncio.Queue[ShutdownAckPayload] = field(default_factory=asyncio.Queue)
 
     def on_hello(self, entry: ProcessEntry, payload: HelloPayload) -> None:
         return None
@@ -56,7 +57,7 @@ class FakeLifecycle(FakeTargets):
         self.statuses.put_nowait(payload)
 
     def on_shutdown_ack(self, entry: ProcessEntry, payload: ShutdownAckPayload) -> None:
-        return None
+        self.acks.put_nowait(payload)
 
     def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None:
         return None

@@ -11,8 +11,12 @@ import zmq.asyncio
 
 from orchestrator.delivery import OpenRequest
 from orchestrator.router import Router, Services
+from orchestrator.states import ProcessStatus
 from orchestrator.table import ProcessTable
+from protocol.codec import encode
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, response_to
+from protocol.ids import ORCHESTRATOR
+from protocol.messages import ShutdownAck, ShutdownAckPayload
 from tests.unit.orchestrator.conftest import Routed
 from tests.unit.orchestrator.fakes import FakeLifecycle
 
@@ -62,3 +66,32 @@ def test_an_interim_response_to_a_process_keeps_its_request_open(routed: Routed)
     assert routed.router.book.get("corr") is opened
     routed.router.respond(response_to(event, source=SOURCE, text="final"))
     assert routed.router.book.get("corr") is None
+
+
+async def test_a_drained_process_whose_exit_is_seen_first_crashes_nothing(
+    routed: Routed,
+) -> None:
+    """Under load the pidfd of a drained child can fire before its last frames are read: its
+    exit blamed the oldest event it held (an E_AGENT_CRASHED to a caller whose event had not
+    started) and its `shutdown_ack` was dropped as stale."""
+    kept = request("control")
+    waiter: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+    opened = OpenRequest(correlation_id="corr", requester="control",
+                         server=routed.entry.address, event_id=kept.id, waiter=waiter)  # fmt: skip
+    routed.router.open_request(opened)
+    box = routed.router.mailbox(routed.entry.address)
+    box.queue.append(kept)
+    assert box.take() == [kept]  # delivered, never started
+    routed.entry.status = ProcessStatus.DRAINING
+    routed.router.on_process_dead(routed.entry, "exited")
+    assert list(box.queue) == [kept]  # for the next process
+    assert not waiter.done()  # nobody was answered with a crash
+    routed.entry.status = ProcessStatus.TERMINATED
+    peer = routed.peer()
+    ack = ShutdownAck(from_=routed.entry.id_text, to=ORCHESTRATOR,
+                      payload=ShutdownAckPayload(undelivered_events=[kept.id]))  # fmt: skip
+    await peer.send(encode(ack))
+    async with asyncio.timeout(5):
+        assert (await routed.lifecycle.acks.get()).undelivered_events == [kept.id]
+    assert list(box.queue) == [kept]
+    peer.close()
