@@ -169,6 +169,7 @@ class HostContext:
         text: str = "",
         *,
         reply: bool = True,
+        idempotency_key: str | None = None,
     ) -> Reply | None:
         props = dict(properties or {})
         if self.closed:
@@ -183,6 +184,7 @@ class HostContext:
             source=self._source(),
             reply_to=reply_to if reply else None,
             metadata=props,
+            idempotency_key=idempotency_key,
         )
         if not reply:
             await self.send(Event(from_=str(self.process_id), to=ORCHESTRATOR, payload=frame))

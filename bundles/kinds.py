@@ -8,7 +8,7 @@ this module only says what shape each document has.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -202,12 +202,19 @@ class SpawnPolicy(_Spec):
     spawning instance's own workdir (which is always allowed)."""
 
 
+class IngressPolicy(_Spec):
+    journal: Literal["sqlite", "off"] = "sqlite"
+    """`sqlite`: every accepted event is on disk before its sender hears it was accepted, and
+    is delivered again after a crash. `off`: accepted events live in memory only."""
+
+
 class SwarmPolicy(_Spec):
     max_steps_per_turn: int = 32
     max_live_instances: int | None = msgspec.field(default=None)
     """Live agent processes at most; the least recently used idle one makes room. Default:
     the machine's memory / 16 MiB (at least 16)."""
     spawn: SpawnPolicy = msgspec.field(default_factory=SpawnPolicy)
+    ingress: IngressPolicy = msgspec.field(default_factory=IngressPolicy)
     shutdown: ShutdownPolicy = msgspec.field(default_factory=ShutdownPolicy)
     restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)
     lifecycle: LifecyclePolicy = msgspec.field(default_factory=LifecyclePolicy)

@@ -381,10 +381,13 @@ class ConnectorContext(Protocol):
         text: str = "",
         *,
         reply: bool = True,
+        idempotency_key: str | None = None,
     ) -> ConnectorReply | None:
         """Send an event through the Connection's ingress rules. With `reply`, wait for the
         agent's answer (or the rule's acceptance, or a coded error); else return None at
-        once. Bound the wait with `asyncio.timeout(...)` around the call."""
+        once. Bound the wait with `asyncio.timeout(...)` around the call. An
+        `idempotency_key` (the sender's own id of this input: a delivery id, an update id)
+        makes a repeat within 24 h the first event: same event id, same reply."""
         ...
 
 

@@ -14,6 +14,7 @@ Connection's ingress rules (orchestrator.ingress) to an agent instance, spawned 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -21,7 +22,9 @@ import msgspec
 import structlog
 
 from orchestrator import ingress
+from orchestrator.accept import Acceptor
 from orchestrator.broker import Broker
+from orchestrator.journal import Appended, JournalError
 from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
@@ -60,8 +63,11 @@ class Connections:
         ensure: Callable[[Address], None],
         known: Callable[[Address], bool] = lambda _a: True,
         clock: Callable[[], float] = time.monotonic,
+        acceptor: Acceptor | None = None,
     ) -> None:
         self.broker = broker
+        self.acceptor = acceptor
+        self._tasks: set[asyncio.Task[None]] = set()
         self.swarm = swarm
         self.ensure = ensure
         self.known = known
@@ -118,15 +124,64 @@ class Connections:
             rule=found.rule,
             reply=found.reply,
         )
-        if found.reply or event.reply_to is None:
-            self.broker.submit(msgspec.structs.replace(event, instance_key=key), target)
-            return
-        routed = msgspec.structs.replace(event, instance_key=key, reply_to=None)
-        self.broker.submit(routed, target)
-        accepted = response_to(
-            event, source=SOURCE, text="", metadata={"accepted": True, "eventId": event.id}
+        task = asyncio.ensure_future(self._accept(entry, event, key, target, found.reply))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def settled(self) -> None:
+        """Until every event taken so far is accepted (or refused) and answered."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks)
+
+    async def _accept(
+        self, entry: ProcessEntry, event: AgentEvent, key: str, target: Address, reply: bool
+    ) -> None:
+        """Journal, then deliver; the connector hears "accepted" (a rule without `reply`) only
+        once the event is durable. A repeat of an idempotency key is answered as the first
+        event was: its id, and its reply when the rule asks for one."""
+        keep_reply = reply or event.reply_to is None
+        routed = msgspec.structs.replace(
+            event, instance_key=key, reply_to=event.reply_to if keep_reply else None
         )
-        self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=accepted))
+        try:
+            key_of = event.idempotency_key
+            dedupe = f"{entry.address.name}:{key_of}" if key_of else None  # per Connection
+            appended = await self.accept(routed, target, dedupe)
+        except JournalError as exc:
+            self._reject(entry, event, ErrorCode(exc.code), exc.message, exc.suggestion)
+            return
+        if event.reply_to is None:
+            return
+        first = appended.entry.event.id if appended is not None and appended.duplicate else None
+        if first is not None and reply:
+            self._answer(entry, event, await self._reply_of(first))
+        elif not reply:
+            meta = {"accepted": True, "eventId": first or event.id}
+            self._answer(entry, event, response_to(event, source=SOURCE, text="", metadata=meta))
+
+    async def _reply_of(self, event_id: str) -> AgentEvent | None:
+        found = await self.acceptor.attach(event_id) if self.acceptor is not None else None
+        if found is None:
+            return None
+        entry, future = found
+        return entry.reply if future is None else await future
+
+    def _answer(self, entry: ProcessEntry, request: AgentEvent, answer: AgentEvent | None) -> None:
+        if answer is None:
+            return
+        if answer.in_reply_to != getattr(request.reply_to, "correlation_id", None):
+            # the first event's reply, for a repeat: re-addressed to this request
+            answer = response_to(request, source=SOURCE, text=answer.input, error=answer.error,
+                                 metadata={"eventId": answer.metadata.get("eventId")})  # fmt: skip
+        self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=answer))
+
+    async def accept(
+        self, event: AgentEvent, target: Address, dedupe_key: str | None
+    ) -> Appended | None:
+        if self.acceptor is None:
+            self.broker.submit(event, target)
+            return None
+        return await self.acceptor.accept(event, target, dedupe_key=dedupe_key)
 
     def _may_create(self, name: str, rules: ingress.Ingress, target: Address) -> bool:
         rate = rules.new_per_minute

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
@@ -19,6 +18,8 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from orchestrator import sending
+from orchestrator.accept import Acceptor
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.peers import PeerWatch, descends_from, peer_pid
 from orchestrator.router import Router
@@ -27,6 +28,7 @@ from orchestrator.swarm import CurrentSwarm
 from orchestrator.trees import is_aside, remove_tree
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
+    Attach,
     CallsList,
     CallsResolve,
     ControlReply,
@@ -44,8 +46,8 @@ from protocol.control import (
 )
 from protocol.endpoints import StateLayout, path_segment
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
-from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
-from protocol.ids import ProcessKind, agent_address, check_instance_key
+from protocol.events import AgentEvent
+from protocol.ids import ProcessKind
 from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
@@ -53,7 +55,6 @@ log = structlog.get_logger("goondan.control")
 CONTROL_MAX_FRAME_BYTES = 4 << 20
 """A control request is small; a bigger frame is refused before it is read (`send` text and
 `calls resolve` results included)."""
-CLI_SOURCE = Source(kind=SourceKind.CLI, name="goondan")
 
 
 ReloadFn = Callable[[str], Awaitable[tuple[JsonObject, ErrorInfo | None]]]
@@ -75,44 +76,12 @@ class ControlContext:
     swarm: CurrentSwarm
     """The entry agent and default instance key of `send` (a reload swaps them)."""
     request_stop: Callable[[], None]
+    acceptor: Acceptor | None = None
+    """Where a `send` is accepted (journaled); None in tests that build no journal."""
     reload: ReloadFn | None = None
     """Re-read the bundle, restart what changed (`orchestrator.reload.Reloader.answer`)."""
     deferred: DeferredIndex | None = None
     """The pending deferred calls of `goondan calls list|resolve`."""
-
-
-async def send_and_wait(ctx: ControlContext, req: SendText) -> AgentEvent | str:
-    """Submit one input; with `wait`, return the response event, else the event id."""
-    view = ctx.swarm.view
-    agent = req.agent or view.entry_agent
-    try:
-        key = check_instance_key(req.instance_key or view.default_instance_key)
-    except ProtocolError as exc:
-        raise ControlFailed(ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message) from None
-    target = agent_address(agent, key)
-    correlation_id = uuid.uuid4().hex
-    reply_to = ReplyTo(target="control", correlation_id=correlation_id) if req.wait else None
-    event = new_event(
-        type=req.event_type,
-        input=req.text,
-        instance_key=key,
-        source=CLI_SOURCE,
-        reply_to=reply_to,
-        metadata=req.metadata,
-    )
-    if not req.wait:
-        ctx.router.submit(event, target)
-        return event.id
-    waiter: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
-    ctx.router.submit(event, target, waiter)
-    try:
-        async with asyncio.timeout(req.timeout_ms / 1000):
-            return await waiter
-    except TimeoutError:
-        ctx.router.book.close(correlation_id)
-        raise ControlFailed(
-            ErrorCode.E_AGENT_TIMEOUT, f"{target} did not answer within {req.timeout_ms} ms"
-        ) from None
 
 
 def _status(ctx: ControlContext) -> StatusResult:
@@ -186,13 +155,20 @@ async def _reload_or_later(req: Reload | CallsList | CallsResolve, ctx: ControlC
     return result
 
 
+async def _send(ctx: ControlContext, req: SendText | Attach) -> sending.Answer:
+    try:
+        return await sending.answer(ctx, req)
+    except sending.SendFailed as exc:
+        raise ControlFailed(exc.code, exc.message) from None
+
+
 async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
     """The result of one request (raise ControlFailed for a coded error)."""
     match req:
         case Ping():
             return ctx.info
-        case SendText():
-            return await send_and_wait(ctx, req)
+        case SendText() | Attach():
+            return await _send(ctx, req)
         case StatusQuery():
             return _status(ctx)
         case Restart(agent=agent, fresh=fresh):

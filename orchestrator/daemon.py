@@ -27,11 +27,13 @@ import zmq.asyncio
 from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
 from orchestrator import forkserver, logs, reload, rundir, runpointer, systemd
+from orchestrator.accept import Acceptor
 from orchestrator.agents_calls import AgentsService
 from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.forkserver import ForkServerProcess, start_fork_server
+from orchestrator.journal.sqlite import SqliteJournal
 from orchestrator.reconciler import Reconciler
 from orchestrator.reload import BundleSource, Reloader
 from orchestrator.router import Router, Services
@@ -76,6 +78,7 @@ class Parts:
     connections: Connections
     deferred: DeferredIndex
     reloader: Reloader
+    acceptor: Acceptor
 
 
 def _version() -> str:
@@ -166,7 +169,9 @@ class Daemon:
             endpoints={"agents": self.endpoints[0], "control": self.endpoints[1]},
         )
 
-    def _build(self, zctx: zmq.asyncio.Context, spawner: Spawner) -> Parts:
+    def _build(
+        self, zctx: zmq.asyncio.Context, spawner: Spawner, journal: SqliteJournal | None
+    ) -> Parts:
         """The object graph: the router first (the services take it as their broker), then
         the supervisor and the services, then the one wiring step that hands them over."""
         opts = self.opts
@@ -177,7 +182,9 @@ class Daemon:
         supervisor = Supervisor(table=table, router=router, spawner=spawner,
                                 settings=self.settings, launch=self._launch(),
                                 layout=opts.layout, swarm=swarm)  # fmt: skip
-        connections = Connections(router, swarm, supervisor.ensure, known=self._known(table))
+        acceptor = Acceptor(journal, router.submit)
+        connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
+                                  acceptor=acceptor)  # fmt: skip
         deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
         reloader = self._reloader(supervisor, swarm, connections.start_all)
         router.attach(
@@ -187,10 +194,11 @@ class Daemon:
                 connections=connections,
                 deferred=deferred,
                 restart=SelfRestart(reloader, router).on_call,
+                acceptor=acceptor,
             )
         )
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
-        return Parts(router, supervisor, swarm, connections, deferred, reloader)
+        return Parts(router, supervisor, swarm, connections, deferred, reloader, acceptor)
 
     def _launch(self) -> ChildLaunch:
         return ChildLaunch(
@@ -245,9 +253,12 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.events.put_nowait, signal.Signals(sig).name)
+        journal = None
+        if self.settings.journal:  # raises JournalError: nothing is accepted on a bad journal
+            journal = await SqliteJournal.open(self.opts.layout.journal_file(self.opts.swarm.name))
         spawner = self._spawner()
         zctx = zmq.asyncio.Context()
-        parts = self._build(zctx, spawner)
+        parts = self._build(zctx, spawner, journal)
         router, supervisor = parts.router, parts.supervisor
         parts.connections.start_all()  # connectors are always up (ARCHITECTURE.md §5)
         parts.deferred.resume_answered()  # answered calls an earlier daemon died before resuming
@@ -262,6 +273,7 @@ class Daemon:
             request_stop=self.request_stop,
             reload=parts.reloader.answer,
             deferred=parts.deferred,
+            acceptor=parts.acceptor,
         )
         control = ControlServer(
             zctx, self.endpoints[1], control_ctx, rundir.write_token(self.paths)
@@ -283,6 +295,7 @@ class Daemon:
         members = sorted(supervisor.swarm.view.members)
         log.info("started", swarm=swarm.name, pid=info.pid, spawner=spawner.mode,
                  agents=members, control=self.endpoints[1])  # fmt: skip
+        await parts.acceptor.recover()  # what an earlier daemon accepted and did not finish
         why = await self.events.get()
         await self._shutdown(supervisor, why)
         for task in tasks:
@@ -292,6 +305,7 @@ class Daemon:
         router.close()
         zctx.term()
         await spawner.close()
+        await parts.acceptor.close()
         log.info("stopped", exit_code=self.exit_code)
         return self.exit_code
 

@@ -39,7 +39,7 @@ from protocol.durable import write_atomic
 from protocol.endpoints import StateLayout, path_segment
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, Source, SourceKind, response_to
-from protocol.ids import ORCHESTRATOR, Address, agent_address
+from protocol.ids import CONTROL, ORCHESTRATOR, Address, agent_address
 from protocol.jsonrpc import (
     ANSWER_SUFFIX,
     PENDING_SUFFIX,
@@ -309,7 +309,7 @@ class DeferredIndex:
         event = msgspec.convert(call.event, AgentEvent)
         if event.reply_to is None:
             return None
-        control = wait or event.reply_to.target == "control"
+        control = wait or event.reply_to.target == CONTROL
         waiter = asyncio.get_running_loop().create_future() if control else None
         server = agent_address(call.agent, call.instance_key)
         self.broker.open_request(OpenRequest.of(event, event.reply_to, server, waiter))

@@ -27,11 +27,13 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from orchestrator.accept import Acceptor
 from orchestrator.agents_calls import AGENT_OPS, AgentsService
 from orchestrator.broker import Lifecycle
 from orchestrator.connections import Connections
 from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
+from orchestrator.journal import Appended, JournalError
 from orchestrator.states import READY, ProcessStatus
 from orchestrator.table import ProcessEntry, ProcessTable
 from orchestrator.wire import RouterSocket
@@ -39,6 +41,7 @@ from protocol.codec import decode_message, encode
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
 from protocol.ids import (
+    CONTROL,
     ORCHESTRATOR,
     Address,
     ProcessId,
@@ -85,6 +88,9 @@ class Services:
     """Pending deferred tool calls (ARCHITECTURE.md §10)."""
     restart: Callable[[ProcessEntry, CallPayload], None] | None = None
     """The `restart` call of the self-restart tool."""
+    acceptor: Acceptor | None = None
+    """The ingress journal's front: events from processes are accepted through it, and it
+    hears when a turn starts and finishes."""
 
 
 @dataclass(slots=True)
@@ -109,6 +115,7 @@ class Router:
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
         self.stats = Stats()
+        self._accepting: set[asyncio.Task[Appended | None]] = set()
         # routing ids and addresses repeat: parse each once (only what parses is cached)
         self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_process_id)
         self.address = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_address)
@@ -234,10 +241,15 @@ class Router:
         if payload.event_id is None:
             return
         box = self.mailbox(entry.address)
+        acceptor = self.services.acceptor
         if payload.state == "processing":
             box.mark_started(payload.event_id)
+            if acceptor is not None:
+                acceptor.started(payload.event_id)
         else:
             box.mark_done(payload.event_id)
+            if acceptor is not None:
+                acceptor.finished(payload.event_id)
 
     def _on_child_event(self, entry: ProcessEntry, to: str, event: AgentEvent) -> None:
         if event.in_reply_to is not None:
@@ -261,7 +273,28 @@ class Router:
         if problem is not None:
             self._reject(event, problem.code, problem.message, problem.suggestion)
             return
-        self.submit(event, target)
+        self.accept(event, target)
+
+    def accept(self, event: AgentEvent, target: Address) -> None:
+        """A process's event for `target`: through the journal when there is one (its sender
+        gets a coded error if it cannot be written), then submitted in acceptance order."""
+        acceptor = self.services.acceptor
+        if acceptor is None or acceptor.journal is None:
+            self.submit(event, target)
+            return
+        task = asyncio.ensure_future(acceptor.accept(event, target))
+        task.add_done_callback(lambda done: self._accepted(event, done))
+        self._accepting.add(task)
+
+    def _accepted(self, event: AgentEvent, task: asyncio.Task[Appended | None]) -> None:
+        self._accepting.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, JournalError):
+            self._reject(event, error.code, error.message, error.suggestion)
+        elif error is not None:
+            log.error("accept_failed", event_id=event.id, error=repr(error))
 
     # -- sending ----------------------------------------------------------------------
 
@@ -343,9 +376,13 @@ class Router:
         if request is None:
             log.info("response_unclaimed", correlation_id=response.in_reply_to)
             return
+        if self.services.acceptor is not None:
+            self.services.acceptor.finished(request.event_id, response)
         if request.waiter is not None:
             if not request.waiter.done():
                 request.waiter.set_result(response)
+            return
+        if request.requester == CONTROL:  # redelivered after a restart: its client is gone
             return
         try:
             requester = self.address(request.requester)

@@ -35,6 +35,8 @@ class Settings:
     heartbeat_timeout: float = 20.0
     """Each side gives up on the other after this long without a frame."""
     spawn_mode: SpawnMode = SpawnMode.FORKSERVER
+    journal: bool = True
+    """`policy.ingress.journal`: accepted events are journaled (orchestrator/accept.py)."""
     max_live_instances: int = 1000
     """Live agent processes at most (orchestrator/capacity.py)."""
     spawn_roots: tuple[Path, ...] = ()
@@ -55,6 +57,7 @@ class Settings:
             spawn_mode=SpawnMode(env.get(ENV_SPAWN_MODE, SpawnMode.FORKSERVER)),
             spawn_roots=tuple(Path(r).expanduser() for r in policy.spawn.allowed_roots),
             max_live_instances=policy.max_live_instances or default_limit(),
+            journal=policy.ingress.journal != "off",
         )
 
 

@@ -37,6 +37,15 @@ class SendText(_Request, frozen=True, tag="send"):
     wait: bool = True
     timeout_ms: int = 120_000
     metadata: JsonObject = msgspec.field(default_factory=dict)
+    idempotency_key: str | None = None
+    """A retry with the same key within 24 h is the first send: same event id, same reply."""
+
+
+class Attach(_Request, frozen=True, tag="attach"):
+    """`goondan send --attach ID`: the reply of an event sent before (waits while it runs)."""
+
+    event_id: str
+    timeout_ms: int = 120_000
 
 
 class StatusQuery(_Request, frozen=True, tag="status"):
@@ -84,6 +93,7 @@ class CallsResolve(_Request, frozen=True, tag="calls_resolve"):
 ControlRequest = (
     Ping
     | SendText
+    | Attach
     | StatusQuery
     | Restart
     | Reload

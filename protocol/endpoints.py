@@ -192,6 +192,10 @@ class StateLayout:
         """What a Connection's connector keeps across restarts (e.g. telegram's offset)."""
         return self.root / "connectors" / path_segment(swarm) / path_segment(connection)
 
+    def journal_file(self, swarm: str) -> Path:
+        """The swarm's ingress journal: every accepted event until its turn is done."""
+        return self.root / "journal" / path_segment(swarm) / "ingress.sqlite3"
+
     def logs_dir(self, swarm: str) -> Path:
         base = self.logs_root if self.logs_root is not None else self.root / "logs"
         return base / path_segment(swarm)

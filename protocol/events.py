@@ -77,6 +77,9 @@ class AgentEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     trace: TraceContext
     error: ErrorInfo | None = None
     created_at: float = 0.0
+    idempotency_key: str | None = None
+    """The sender's own key for this input (an `Idempotency-Key` header, a chat update id): a
+    repeat within the journal's window is the first event, not a second one."""
 
     @property
     def in_reply_to(self) -> str | None:
@@ -98,6 +101,7 @@ def new_event(
     reply_to: ReplyTo | None = None,
     metadata: JsonObject | None = None,
     auth: JsonObject | None = None,
+    idempotency_key: str | None = None,
 ) -> AgentEvent:
     """Build an event with a fresh id, a timestamp and (unless given) a new root trace."""
     return AgentEvent(
@@ -111,6 +115,7 @@ def new_event(
         auth=auth,
         trace=trace or TraceContext.root(),
         created_at=time.time(),
+        idempotency_key=idempotency_key,
     )
 
 

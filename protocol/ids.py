@@ -109,6 +109,10 @@ def parse_process_id(text: str | bytes) -> ProcessId:
     return ProcessId(kind=kind, name=name, instance_key=key, generation=generation)
 
 
+CONTROL = "control"
+"""The `replyTo.target` of an event a control client (`goondan send`) waits for."""
+
+
 def parse_address(text: str) -> Address:
     """Parse `<kind>:<name>:<instanceKey>`; raise ProtocolError on anything else."""
     kind, name, key, _ = _split(text, with_generation=False)

@@ -16,11 +16,13 @@ from bundles.diagnostics import BundleError
 from bundles.loader import load_bundle
 from orchestrator import daemon
 from orchestrator.client import Printer, layout_of
-from orchestrator.control import ControlContext, ControlFailed, send_and_wait
+from orchestrator.control import ControlContext
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from orchestrator.rundir import AlreadyRunning
+from orchestrator.sending import SendFailed, send_and_wait
 from protocol.control import SendText
-from protocol.errors import ProtocolError
+from protocol.errors import ErrorInfo, ProtocolError
+from protocol.events import AgentEvent
 
 
 def one_shot(text: str, printer: Printer) -> daemon.OnStarted:
@@ -30,10 +32,10 @@ def one_shot(text: str, printer: Printer) -> daemon.OnStarted:
             reply = await send_and_wait(
                 ctx, SendText(request_id="run-input", text=text, timeout_ms=timeout_ms)
             )
-        except ControlFailed as exc:
-            printer.error(exc.error)
+        except SendFailed as exc:
+            printer.error(ErrorInfo(code=exc.code, message=exc.message))
             return EXIT_RUNTIME
-        if isinstance(reply, str):
+        if not isinstance(reply, AgentEvent):
             return EXIT_OK
         if reply.error is not None:
             printer.error(reply.error)

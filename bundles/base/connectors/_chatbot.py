@@ -160,6 +160,7 @@ async def agent_reply(
     wait_seconds: float,
     *,
     kind: str,
+    idempotency_key: str | None = None,
     **where: Any,
 ) -> str | None:
     """Hand one chat message to the agent and wait for its text.
@@ -169,7 +170,8 @@ async def agent_reply(
     """
     try:
         async with asyncio.timeout(wait_seconds):
-            reply = await ctx.emit(event, props, props["text"], reply=True)
+            reply = await ctx.emit(event, props, props["text"], reply=True,
+                                   idempotency_key=idempotency_key)  # fmt: skip
     except TimeoutError:
         ctx.logger.error(f"{kind}_reply_timeout", **where)
         return None

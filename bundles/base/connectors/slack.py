@@ -156,7 +156,13 @@ class Slack:
 
     async def converse(self, props: dict[str, Any]) -> None:
         text = await chatbot.agent_reply(
-            self.ctx, self.event, props, self.reply_timeout, kind="slack", channel=props["channel"]
+            self.ctx,
+            self.event,
+            props,
+            self.reply_timeout,
+            kind="slack",
+            channel=props["channel"],
+            idempotency_key=f"event:{props['eventId']}" if props.get("eventId") else None,
         )
         if text is not None:
             await self.post(props, text)

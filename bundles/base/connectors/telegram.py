@@ -119,6 +119,7 @@ class Telegram:
             text = await chatbot.agent_reply(
                 self.ctx, self.event, props, self.reply_timeout,
                 kind="telegram", chat_id=props["chatId"],
+                idempotency_key=f"update:{props['updateId']}",  # redelivered updates are one
             )  # fmt: skip
             if text is not None:
                 await self.answer(props, text)

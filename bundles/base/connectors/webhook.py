@@ -238,7 +238,8 @@ class WebhookServer:
         except HttpError as exc:
             self.ctx.logger.info("webhook_refused", status=exc.status, code=exc.code)
             return _error(exc.status, exc.code, exc.message)
-        return await self._emit(event, properties, text)
+        key = request.headers.get("idempotency-key") if request.path != RPC_PATH else None
+        return await self._emit(event, properties, text, key[:200] if key else None)
 
     def _check(self, request: Request) -> None:
         """Browser protections, then (with a secret) a fresh signature never used before."""
@@ -261,11 +262,12 @@ class WebhookServer:
             raise HttpError(408, "E_WEBHOOK_TIMEOUT", "the request was not sent in time") from None
 
     async def _emit(
-        self, event: str, properties: dict[str, Any], text: str
+        self, event: str, properties: dict[str, Any], text: str, idempotency_key: str | None
     ) -> tuple[int, dict[str, Any]]:
         try:
             async with asyncio.timeout(self.settings.timeout):
-                reply = await self.ctx.emit(event, properties, text, reply=True)
+                reply = await self.ctx.emit(event, properties, text, reply=True,
+                                            idempotency_key=idempotency_key)  # fmt: skip
         except TimeoutError:
             return _error(504, "E_AGENT_TIMEOUT", f"no reply within {self.settings.timeout} s")
         assert reply is not None  # emit(reply=True) always answers

@@ -176,7 +176,7 @@ class RecordingContext:
 
     async def emit(
         self, event: str, properties: Mapping[str, Any] | None = None, text: str = "",
-        *, reply: bool = True,
+        *, reply: bool = True, idempotency_key: str | None = None,
     ) -> EchoReply | None:  # fmt: skip
         self.emitted.append((event, dict(properties or {}), text))
         if event == "unrouted":

@@ -223,7 +223,13 @@ async def test_a_409_poll_is_logged_backed_off_and_polling_recovers(
 
     class EmitCtx(Ctx):
         async def emit(
-            self, event: str, properties: Mapping[str, Any], text: str, *, reply: bool
+            self,
+            event: str,
+            properties: Mapping[str, Any],
+            text: str,
+            *,
+            reply: bool,
+            idempotency_key: str | None = None,
         ) -> FakeReply:
             await emitted.put((event, properties, text))
             return FakeReply(text=f"re: {text}")

@@ -3,6 +3,7 @@ them, and the routing of a connector's events (against a fake broker)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import MappingProxyType
 
@@ -95,10 +96,12 @@ def connector_event(type: str, reply: bool = True, **metadata: object) -> AgentE
                      metadata=dict(metadata))  # fmt: skip
 
 
-def routed(event: AgentEvent, current: CurrentSwarm | None = None) -> FakeBroker:
+async def routed(event: AgentEvent, current: CurrentSwarm | None = None) -> FakeBroker:
     broker = FakeBroker()
     connections = Connections(broker, current or CurrentSwarm(HOOK_VIEW), FakeTargets().ensure)
     connections.on_event(ProcessEntry(address=HOOK, status=S.IDLE, generation=1), event)
+    async with asyncio.timeout(5):
+        await connections.settled()
     return broker
 
 
@@ -108,9 +111,9 @@ def answers(broker: FakeBroker) -> list[AgentEvent]:
     return events
 
 
-def test_an_event_with_a_reply_rule_keeps_its_reply_to_and_gets_no_answer_yet() -> None:
+async def test_an_event_with_a_reply_rule_keeps_its_reply_to_and_gets_no_answer_yet() -> None:
     event = connector_event("ticket", user="ann")
-    broker = routed(event)
+    broker = await routed(event)
     [(submitted, target)] = broker.submitted
     assert target == agent_address("front", "user:ann")
     assert (submitted.id, submitted.instance_key, submitted.reply_to) == (
@@ -121,9 +124,9 @@ def test_an_event_with_a_reply_rule_keeps_its_reply_to_and_gets_no_answer_yet() 
     assert broker.sent == []  # the agent's reply is routed back by correlation id
 
 
-def test_an_event_without_a_reply_rule_is_accepted_at_once() -> None:
+async def test_an_event_without_a_reply_rule_is_accepted_at_once() -> None:
     event = connector_event("notify")
-    broker = routed(event)
+    broker = await routed(event)
     [(submitted, target)] = broker.submitted
     assert (target, submitted.reply_to) == (agent_address("ops", "notices"), None)
     [accepted] = answers(broker)
@@ -138,26 +141,26 @@ def test_an_event_without_a_reply_rule_is_accepted_at_once() -> None:
         (connector_event("ticket", user="bad\nkey"), ErrorCode.E_AGENT_INVALID_INSTANCE_KEY),
     ],
 )
-def test_an_event_no_rule_can_route_is_answered_with_a_coded_error(
+async def test_an_event_no_rule_can_route_is_answered_with_a_coded_error(
     event: AgentEvent, code: ErrorCode
 ) -> None:
-    broker = routed(event)
+    broker = await routed(event)
     assert broker.submitted == []
     [answer] = answers(broker)
     assert answer.error is not None and answer.error.code == code
 
 
-def test_a_rejected_event_without_reply_to_is_only_logged() -> None:
-    broker = routed(connector_event("unknown", reply=False))
+async def test_a_rejected_event_without_reply_to_is_only_logged() -> None:
+    broker = await routed(connector_event("unknown", reply=False))
     assert (broker.submitted, broker.sent) == ([], [])
 
 
-def test_routing_and_start_all_read_the_current_view() -> None:
+async def test_routing_and_start_all_read_the_current_view() -> None:
     """A reload swaps the view: a Connection it removed no longer routes, a new one starts."""
     current = CurrentSwarm(HOOK_VIEW)
     other = Address(kind=ProcessKind.CONNECTOR, name="other", instance_key="webhook")
     current.swap(view(Connection("other", "webhook", other, Ingress("hooks", "front", "hooks"))))
-    broker = routed(connector_event("ticket", user="ann"), current)
+    broker = await routed(connector_event("ticket", user="ann"), current)
     [answer] = answers(broker)
     assert answer.error is not None and answer.error.code == ErrorCode.E_CONNECTOR_NO_ROUTE
     targets = FakeTargets()

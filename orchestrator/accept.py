@@ -1,0 +1,153 @@
+"""Accepting an event: into the journal first, then to the router, in the order accepted.
+
+Every event the daemon accepts from outside or from an agent (a `goondan send`, a connector's
+event, an `agents__send` or `agents__request`) goes through `Acceptor.accept`: the journal
+append is awaited (durable, group-committed with whatever else is being accepted), and only
+then is the event submitted for delivery and the sender told it was accepted. Submission keeps
+acceptance order even when appends finish out of order. The router reports when a process
+starts an event's turn (`started`) and when the turn is over (`finished`, with the reply when
+there is one); after a crash `recover` submits again everything not finished, oldest first.
+With no journal (`Swarm.spec.policy.ingress.journal: off`) events are submitted at once and
+nothing survives the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from orchestrator.journal import Appended, EntryState, Journal, JournalEntry, JournalError
+from protocol.errors import ProtocolError
+from protocol.events import AgentEvent
+from protocol.ids import Address, parse_address
+
+log = structlog.get_logger("goondan.accept")
+Submit = Callable[[AgentEvent, Address, "asyncio.Future[AgentEvent] | None"], None]
+
+
+@dataclass(slots=True)
+class _Accepting:
+    append: asyncio.Task[Appended]
+    event: AgentEvent
+    target: Address
+    waiter: asyncio.Future[AgentEvent] | None
+
+
+class Acceptor:
+    def __init__(self, journal: Journal | None, submit: Submit) -> None:
+        self.journal = journal
+        self._submit = submit
+        self._order: deque[_Accepting] = deque()
+        self._open: set[str] = set()
+        """Journaled events whose turn has not finished (only these are claimed/completed)."""
+        self._attached: dict[str, list[asyncio.Future[AgentEvent]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def accept(
+        self,
+        event: AgentEvent,
+        target: Address,
+        *,
+        waiter: asyncio.Future[AgentEvent] | None = None,
+        dedupe_key: str | None = None,
+    ) -> Appended | None:
+        """Durable, then submitted. None without a journal; `duplicate` when `dedupe_key` was
+        seen within its window (then nothing is submitted). Raises JournalError."""
+        if self.journal is None:
+            self._submit(event, target, waiter)
+            return None
+        item = _Accepting(
+            asyncio.ensure_future(self.journal.append(event, str(target), dedupe_key)),
+            event, target, waiter,
+        )  # fmt: skip
+        self._order.append(item)
+        try:
+            appended = await asyncio.shield(item.append)
+        finally:
+            self._flush()
+        return appended
+
+    def _flush(self) -> None:
+        """Submit, in acceptance order, every event whose append is done."""
+        while self._order and self._order[0].append.done():
+            item = self._order.popleft()
+            if item.append.cancelled() or item.append.exception() is not None:
+                continue  # its sender is told it was not accepted
+            appended = item.append.result()
+            if appended.duplicate:
+                continue
+            self._open.add(item.event.id)
+            self._submit(item.event, item.target, item.waiter)
+
+    # -- what the router reports --------------------------------------------------------
+
+    def started(self, event_id: str) -> None:
+        if self.journal is not None and event_id in self._open:
+            self._background(self.journal.claim(event_id))
+
+    def finished(self, event_id: str, reply: AgentEvent | None = None) -> None:
+        for future in self._attached.pop(event_id, []):
+            if not future.done() and reply is not None:
+                future.set_result(reply)
+        if self.journal is not None and event_id in self._open:
+            self._open.discard(event_id)
+            self._background(self.journal.complete(event_id, reply))
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and isinstance(task.exception(), JournalError):
+            # not fatal: an unrecorded claim or completion only means a redelivery after a
+            # crash, which the conversation's event records turn into an acknowledgement
+            log.error("journal_update_failed", error=str(task.exception()))
+
+    # -- after a crash, and for clients that re-attach ------------------------------------
+
+    async def recover(self) -> int:
+        """Submit again every event an earlier daemon accepted and did not finish."""
+        if self.journal is None:
+            return 0
+        entries = await self.journal.pending()
+        for entry in entries:
+            try:
+                target = parse_address(entry.target)
+            except ProtocolError:
+                log.error("journal_bad_target", event_id=entry.event.id, target=entry.target)
+                continue
+            claimed = entry.state is EntryState.CLAIMED  # its turn was cut: it resumes
+            log.info("event_redelivered", event_id=entry.event.id, target=entry.target,
+                     attempts=entry.attempts, claimed=claimed)  # fmt: skip
+            self._open.add(entry.event.id)
+            self._submit(entry.event, target, None)
+        return len(entries)
+
+    async def attach(
+        self, event_id: str
+    ) -> tuple[JournalEntry, asyncio.Future[AgentEvent] | None] | None:
+        """(the journal's entry, a future of its reply while its turn runs) for a client that
+        re-attaches to an event it sent; None when the journal does not know the event."""
+        entry = await self.journal.lookup(event_id) if self.journal is not None else None
+        if entry is None:
+            return None
+        if entry.state is EntryState.COMPLETED:
+            return entry, None
+        future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+        self._attached.setdefault(event_id, []).append(future)
+        return entry, future
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, JournalError):
+                await task
+        if self.journal is not None:
+            await self.journal.close()

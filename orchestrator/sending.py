@@ -1,0 +1,131 @@
+"""`goondan send` on the daemon's side: accept the input (journaled first), wait for its reply;
+and `goondan send --attach ID`: the reply of an input sent before, waiting while it runs.
+
+An input with an `idempotency_key` seen within 24 h is the first one: the same event id and,
+when it finished, the same reply. A wait that times out leaves the event accepted; the message
+says how to attach to it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+import structlog
+
+from orchestrator.journal import Appended, JournalError
+from protocol.control import Attach, SendText
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
+from protocol.ids import CONTROL, Address, agent_address, check_instance_key
+from protocol.jsontypes import JsonObject
+
+if TYPE_CHECKING:  # control imports this module to dispatch to it
+    from orchestrator.control import ControlContext
+
+log = structlog.get_logger("goondan.control")
+CLI_SOURCE = Source(kind=SourceKind.CLI, name="goondan")
+Answer = AgentEvent | str | JsonObject
+
+
+class SendFailed(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+async def answer(ctx: ControlContext, req: SendText | Attach) -> Answer:
+    if isinstance(req, Attach):
+        return await attach(ctx, req)
+    return await send_and_wait(ctx, req)
+
+
+async def send_and_wait(ctx: ControlContext, req: SendText) -> Answer:
+    """Accept one input (journaled before anything is said); with `wait`, return the response
+    event, else the event id. A repeated `idempotency_key` is the first send."""
+    target, event = _event_of(ctx, req)
+    waiter: asyncio.Future[AgentEvent] | None = None
+    if req.wait:
+        waiter = asyncio.get_running_loop().create_future()
+    dedupe = f"{CONTROL}:{req.idempotency_key}" if req.idempotency_key else None
+    appended = await _accept(ctx, event, target, waiter, dedupe)
+    if appended is not None and appended.duplicate:
+        first = appended.entry.event.id
+        log.info("send_duplicate", event_id=first, idempotency_key=req.idempotency_key)
+        if not req.wait:
+            return first
+        return await attach(ctx, Attach(request_id=req.request_id, event_id=first,
+                                        timeout_ms=req.timeout_ms))  # fmt: skip
+    if waiter is None:
+        return event.id
+    try:
+        async with asyncio.timeout(req.timeout_ms / 1000):
+            return await waiter
+    except TimeoutError:
+        assert event.reply_to is not None
+        ctx.router.book.close(event.reply_to.correlation_id)
+        raise SendFailed(
+            ErrorCode.E_AGENT_TIMEOUT,
+            f"{target} did not answer within {req.timeout_ms} ms; the event stays accepted: "
+            f"`goondan send --attach {event.id}` waits for its reply",
+        ) from None
+
+
+async def _accept(
+    ctx: ControlContext,
+    event: AgentEvent,
+    target: Address,
+    waiter: asyncio.Future[AgentEvent] | None,
+    dedupe_key: str | None,
+) -> Appended | None:
+    if ctx.acceptor is None:
+        ctx.router.submit(event, target, waiter)
+        return None
+    try:
+        return await ctx.acceptor.accept(event, target, waiter=waiter, dedupe_key=dedupe_key)
+    except JournalError as exc:
+        raise SendFailed(ErrorCode(exc.code), f"{exc.message} ({exc.suggestion})") from None
+
+
+async def attach(ctx: ControlContext, req: Attach) -> AgentEvent | JsonObject:
+    """The reply of an accepted event, waiting while its turn runs."""
+    found = await ctx.acceptor.attach(req.event_id) if ctx.acceptor is not None else None
+    if found is None:
+        raise SendFailed(
+            ErrorCode.E_EVENT_NOT_FOUND,
+            f"no event {req.event_id} in the journal: never accepted here, or finished more "
+            "than 10 minutes ago (its reply is in the conversation: goondan instance show)",
+        )
+    entry, future = found
+    if future is None:
+        return entry.reply if entry.reply is not None else {"eventId": req.event_id,
+                                                             "finished": True}  # fmt: skip
+    try:
+        async with asyncio.timeout(req.timeout_ms / 1000):
+            return await future
+    except TimeoutError:
+        raise SendFailed(ErrorCode.E_AGENT_TIMEOUT, f"event {req.event_id} is still running "
+                            f"after {req.timeout_ms} ms; attach again later") from None  # fmt: skip
+
+
+def _event_of(ctx: ControlContext, req: SendText) -> tuple[Address, AgentEvent]:
+    view = ctx.swarm.view
+    agent = req.agent or view.entry_agent
+    try:
+        key = check_instance_key(req.instance_key or view.default_instance_key)
+    except ProtocolError as exc:
+        raise SendFailed(ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message) from None
+    target = agent_address(agent, key)
+    correlation_id = uuid.uuid4().hex
+    reply_to = ReplyTo(target=CONTROL, correlation_id=correlation_id) if req.wait else None
+    event = new_event(
+        type=req.event_type,
+        input=req.text,
+        instance_key=key,
+        source=CLI_SOURCE,
+        reply_to=reply_to,
+        metadata=req.metadata,
+    )
+    return target, event
