@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -89,8 +90,29 @@ def tracked(
         monkeypatch.setattr(_contain(), "delegated_cgroup", lambda: parent)
     yield replace(ctx, config={**ctx.config, "processTracking": mode})
     if parent is not None:
-        assert list(parent.glob("goondan-call-*")) == [], "a per-call cgroup was left behind"
-        parent.rmdir()
+        left = _remove_cgroups(parent)
+        assert left == [], "a per-call cgroup was left behind"
+
+
+def _remove_cgroups(parent: Path) -> list[str]:
+    """Remove the test's cgroup directory; returns the per-call ones that were still there
+    (their processes killed and waited for first: a failed test leaves nothing behind)."""
+    left = sorted(path.name for path in parent.glob("goondan-call-*"))
+    for name in left:
+        cgroup = parent / name
+        (cgroup / "cgroup.kill").write_text("1")
+        for pid in map(int, (cgroup / "cgroup.procs").read_text().split()):
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            try:
+                select.select([fd], [], [], 10)  # readable once it has exited
+            finally:
+                os.close(fd)
+        cgroup.rmdir()
+    parent.rmdir()
+    return left
 
 
 async def test_the_command_runs_inside_its_holder(tracked: FakeContext) -> None:
@@ -205,25 +227,9 @@ async def test_cancelling_a_call_kills_its_detached_processes(
     with pytest.raises(asyncio.CancelledError):
         async with asyncio.timeout(20):
             await task
-    # The sweep of a cancelled call finishes in the background; wait on each pid's exit.
-    for pid in pids(workdir).values():
-        async with asyncio.timeout(20):
-            await _exited(pid)
-
-
-async def _exited(pid: int) -> None:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    loop.add_reader(fd, done.set_result, None)
-    try:
-        await done
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
+    # The cancelled call swept before its CancelledError reached us.
+    survivors = {name: pid for name, pid in pids(workdir).items() if alive(pid)}
+    assert survivors == {}, f"outlived the cancelled call: {survivors}"
 
 
 async def test_processes_tracking_is_checked(ctx: FakeContext) -> None:
