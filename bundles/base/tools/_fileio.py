@@ -1,4 +1,10 @@
-"""Bounded reads and atomic writes for file-system (paths are already resolved and checked).
+"""Bounded reads and atomic writes for file-system, on file descriptors from `_workspace`.
+
+Nothing here takes a path: files are read through an fd and written relative to the fd of their
+directory, so no name is resolved twice. A regular file with more than one hard link is refused
+for reading, appending and editing (`E_TOOL_HARD_LINK`): its other name may lie outside the
+workspace, and the same inode would be read or changed there. Replacing it is fine: a write
+puts a new file in place of the link and leaves the other name alone.
 
 Writes go to a temporary file in the same directory and are renamed over the target, so a crash
 or a full disk never leaves half a file; `exclusive` writes use link(2), which fails instead of
@@ -11,15 +17,22 @@ import contextlib
 import errno
 import inspect
 import os
-import tempfile
+import secrets
+import stat
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bundles.sdk import JsonObject, JsonValue, ToolContext, ToolFailed, ToolHandler
+from bundles.sdk import JsonObject, JsonValue, ToolContext, ToolFailed, ToolHandler, load_sibling
 from protocol.errors import ErrorCode
 
+if TYPE_CHECKING:
+    from bundles.base.tools import _beneath, _workspace
+else:
+    _beneath = load_sibling(__file__, "_beneath")
+    _workspace = load_sibling(__file__, "_workspace")
+
 BINARY_SNIFF_BYTES = 8192
+READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY  # a FIFO must not block the open
 
 
 def too_large(what: str, size: int, limit: int) -> ToolFailed:
@@ -30,27 +43,33 @@ def too_large(what: str, size: int, limit: int) -> ToolFailed:
     )
 
 
-def not_found(shown: str) -> ToolFailed:
-    return ToolFailed(
-        f"{shown!r} does not exist",
-        code=ErrorCode.E_TOOL_PATH_NOT_FOUND,
-        suggestion="Check the path with file-system__list or file-system__find.",
-    )
+def wrong_type(shown: str) -> ToolFailed:
+    return ToolFailed(f"{shown!r} is not a regular file", code=ErrorCode.E_TOOL_PATH_WRONG_TYPE)
 
 
-def read_text(path: Path, shown: str, *, limit: int) -> str:
-    """The file's text (UTF-8, undecodable bytes replaced); refuses directories, binaries and
-    files over `limit` bytes."""
-    if not path.exists():
-        raise not_found(shown)
-    if not path.is_file():
-        raise ToolFailed(f"{shown!r} is not a regular file", code=ErrorCode.E_TOOL_PATH_WRONG_TYPE)
-    size = path.stat().st_size
-    if size > limit:
-        raise too_large(shown, size, limit)
-    with open(path, "rb") as handle:
+def refuse_hard_links(st: os.stat_result, shown: str) -> None:
+    if st.st_nlink > 1:
+        raise ToolFailed(
+            f"{shown!r} has {st.st_nlink} hard links; file-system does not read or change a "
+            "file that has other names, since one of them may lie outside the workspace",
+            code=ErrorCode.E_TOOL_HARD_LINK,
+            suggestion="Replace it with a file of its own (file-system__write creates a new "
+            "file in its place), or copy it with bash if you know where its other names are.",
+        )
+
+
+def read_fd(fd: int, shown: str, *, limit: int) -> str:
+    """The text of the open file `fd` (UTF-8, undecodable bytes replaced); refuses anything
+    but a regular file with one link, binaries and files over `limit` bytes."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise wrong_type(shown)
+    refuse_hard_links(st, shown)
+    if st.st_size > limit:
+        raise too_large(shown, st.st_size, limit)
+    with os.fdopen(os.dup(fd), "rb") as handle:
         data = handle.read(limit + 1)
-    if len(data) > limit:  # grew since stat
+    if len(data) > limit:  # grew since fstat
         raise too_large(shown, len(data), limit)
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:
         raise ToolFailed(
@@ -59,6 +78,26 @@ def read_text(path: Path, shown: str, *, limit: int) -> str:
             suggestion="Inspect it with bash__exec (e.g. `file`, `xxd | head`).",
         )
     return data.decode("utf-8", errors="replace")
+
+
+def read_entry(found: _beneath.Found, shown: str, *, limit: int) -> str:
+    """`read_fd` of the entry `found` (never through a symlink put there since)."""
+    try:
+        fd = os.open(found.name, READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=found.dir_fd)
+    except FileNotFoundError:
+        raise _workspace.not_found(shown) from None
+    try:
+        return read_fd(fd, shown, limit=limit)
+    finally:
+        os.close(fd)
+
+
+def lstat_entry(found: _beneath.Found) -> os.stat_result | None:
+    """The entry itself (a symlink is not followed), or None when nothing is there."""
+    try:
+        return os.stat(found.name, dir_fd=found.dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
 
 
 def _new_file_mode() -> int:
@@ -75,30 +114,47 @@ def _new_file_mode() -> int:
     return 0o600  # no way to know: the private choice
 
 
-def atomic_write(path: Path, text: str, *, exclusive: bool = False) -> None:
-    """Replace (or, with `exclusive`, create) `path` with `text` in one rename."""
-    mode = path.stat().st_mode & 0o7777 if path.is_file() else _new_file_mode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def atomic_write(found: _beneath.Found, text: str, *, exclusive: bool = False) -> None:
+    """Replace (or, with `exclusive`, create) the entry `found` with `text` in one rename; a
+    file keeps its mode, a new one gets the umask's."""
+    current = lstat_entry(found)
+    is_file = current is not None and stat.S_ISREG(current.st_mode)
+    mode = current.st_mode & 0o7777 if current is not None and is_file else _new_file_mode()
+    atomic_write_bytes(found, text.encode("utf-8"), mode=mode, exclusive=exclusive)
+
+
+def atomic_write_bytes(
+    found: _beneath.Found, data: bytes, *, mode: int, exclusive: bool = False
+) -> None:
+    tmp = f".{found.name}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600, dir_fd=found.dir_fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
+            os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        if exclusive:
-            os.link(tmp, path)  # FileExistsError if someone created it meanwhile
+        folder = found.dir_fd
+        if exclusive:  # FileExistsError if someone created it meanwhile
+            os.link(tmp, found.name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
         else:
-            os.replace(tmp, path)
+            os.rename(tmp, found.name, src_dir_fd=folder, dst_dir_fd=folder)
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=found.dir_fd)
 
 
-def append_text(path: Path, text: str) -> None:
-    """Append without following a symlink swapped in after the path was checked."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(path, flags, _new_file_mode())
+def append_text(found: _beneath.Found, text: str, shown: str) -> None:
+    """Append to the entry `found`, creating it; never through a symlink, never to a file with
+    other hard links, never to anything but a regular file."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(found.name, flags, _new_file_mode(), dir_fd=found.dir_fd)
     with os.fdopen(fd, "a", encoding="utf-8", newline="") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise wrong_type(shown)
+        refuse_hard_links(st, shown)
         handle.write(text)
 
 

@@ -1,10 +1,11 @@
-"""Run one child command for `bash`: its own session, capped output, a deadline, no leftovers.
+"""Run one child command for `bash`: capped output, a deadline, and no process left behind.
 
-The child starts in a new session (so it leads a new process group); on timeout the whole group
-gets SIGTERM, then SIGKILL after a grace period. When the command ends on its own, whatever it
-left running in its group is killed too: background jobs never outlive the tool call. Output is
-collected by a protocol that keeps at most `max_bytes` per stream and discards the rest while
-still draining the pipe (a child blocked on a full pipe would never exit).
+Every process the command starts, also one that detaches into a session of its own, is held by
+`_contain` (a per-call cgroup, or a subreaper between the agent and the command) and killed when
+the call ends: on timeout they all get SIGTERM, then SIGKILL after a grace period; when the
+command ends on its own, whatever it left running is killed at once; a cancelled call kills them
+too. Output is collected by a protocol that keeps at most `max_bytes` per stream and discards
+the rest while still draining the pipe (a child blocked on a full pipe would never exit).
 
 Why a protocol and not `Process.wait()`: on Python 3.11 `wait()` returns only once every pipe is
 closed, so a background grandchild holding stdout would turn `echo hi; sleep 99 &` into a
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -23,11 +25,19 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from bundles.sdk import load_sibling
+
+if TYPE_CHECKING:
+    from bundles.base.tools import _contain
+else:
+    _contain = load_sibling(__file__, "_contain")
 
 _SENSITIVE_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _MIN_SECRET_LEN = 4  # shorter values would match half the environment by accident
-_DRAIN_SECONDS = 2.0  # after the group is gone, how long pipes may take to report EOF
+_DRAIN_SECONDS = 2.0  # after the processes are gone, how long pipes may take to report EOF
+_SWEEP_SECONDS = 5.0  # how long killing and reaping the call's processes may take
 _MINIMAL_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL", "TZ")
 
 
@@ -111,25 +121,48 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def _kill_spawned(spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, Any]]) -> None:
+async def _exits_within(output: _CappedOutput, seconds: float) -> bool:
+    try:
+        async with asyncio.timeout(seconds):
+            await asyncio.shield(output.exited)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _kill_spawned(
+    held: _contain.CallProcesses,
+    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, Any]],
+) -> None:
     """Done-callback for a spawn whose caller was cancelled: nothing of it may survive."""
     if spawn.cancelled() or spawn.exception() is not None:
         return
-    transport, _ = spawn.result()
-    _signal_group(transport.get_pid(), signal.SIGKILL)
-    transport.close()
+    transport, output = spawn.result()
+    held.kill_now(transport.get_pid())
+    # Closing a running transport would SIGKILL the leader before it swept: close on its exit.
+    output.exited.add_done_callback(lambda _: transport.close())
 
 
-async def _stop_group(pgid: int, output: _CappedOutput, grace_s: float) -> None:
-    """SIGTERM the group, give the leader `grace_s` to exit, then SIGKILL the group."""
-    _signal_group(pgid, signal.SIGTERM)
-    try:
-        async with asyncio.timeout(grace_s):
-            await asyncio.shield(output.exited)
-    except TimeoutError:
-        pass  # escalation below is the answer to a child ignoring SIGTERM
-    _signal_group(pgid, signal.SIGKILL)
-    await output.exited
+async def _stop(
+    held: _contain.CallProcesses, pid: int, output: _CappedOutput, grace_s: float
+) -> None:
+    """SIGTERM the call's processes, give the leader `grace_s` to exit, then SIGKILL them."""
+    held.terminate(pid)
+    if await _exits_within(output, grace_s + held.margin_s):
+        return
+    held.kill_now(pid)
+    if not await _exits_within(output, _SWEEP_SECONDS):
+        _signal_group(pid, signal.SIGKILL)  # the holder itself is stuck: the leader goes anyway
+        await output.exited
+
+
+async def _release(held: _contain.CallProcesses, pid: int, output: _CappedOutput) -> None:
+    """On the way out (also when cancelled): the leader and everything it held are gone."""
+    if not output.exited.done():
+        held.kill_now(pid)
+        if not await _exits_within(output, _SWEEP_SECONDS):
+            _signal_group(pid, signal.SIGKILL)
+    await held.finish(_SWEEP_SECONDS)
 
 
 def _exit_fields(returncode: int | None) -> tuple[int | None, str | None]:
@@ -149,14 +182,18 @@ async def run_capped(
     timeout_s: float,
     max_bytes: int,
     kill_grace_s: float = 1.0,
+    tracking: str = "auto",
 ) -> RunResult:
-    """Run `argv` to completion or deadline; never leaves a process of its group behind."""
+    """Run `argv` to completion or deadline; no process it started outlives this call.
+
+    `tracking` is the Tool's `processTracking` setting (`_contain.open_call`)."""
     loop = asyncio.get_running_loop()
     started = time.monotonic()
+    held = _contain.open_call(tracking, kill_grace_s)
     spawn = asyncio.ensure_future(
         loop.subprocess_exec(
             lambda: _CappedOutput(max_bytes),
-            *argv,
+            *held.argv(argv),
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -170,26 +207,26 @@ async def run_capped(
         # kill only the leader and then wait for pipes that a grandchild keeps open.
         transport, output = await asyncio.shield(spawn)
     except asyncio.CancelledError:
-        spawn.add_done_callback(_kill_spawned)
+        spawn.add_done_callback(functools.partial(_kill_spawned, held))
         raise
-    pgid = transport.get_pid()
+    except BaseException:
+        await held.finish(_SWEEP_SECONDS)
+        raise
+    pid = transport.get_pid()
     timed_out = False
     try:
-        try:
-            async with asyncio.timeout(timeout_s):
-                await asyncio.shield(output.exited)
-        except TimeoutError:
+        if not await _exits_within(output, timeout_s):
             timed_out = True
-            await _stop_group(pgid, output, kill_grace_s)
-        _signal_group(pgid, signal.SIGKILL)  # leftovers of a command that ended on its own
+            await _stop(held, pid, output, kill_grace_s)
+        await held.finish(_SWEEP_SECONDS)  # leftovers of a command that ended on its own
         try:
             async with asyncio.timeout(_DRAIN_SECONDS):
                 await asyncio.shield(output.pipes_closed)
         except TimeoutError:
-            pass  # a process that left the group still holds a pipe: stop reading it
+            pass  # a process we could not kill still holds a pipe: stop reading it
     finally:
-        # Also on cancellation (the turn was stopped): the group must not outlive us.
-        _signal_group(pgid, signal.SIGKILL)
+        # Also on cancellation (the turn was stopped): nothing of the call may outlive us.
+        await _release(held, pid, output)
         transport.close()
     exit_code, sig = _exit_fields(transport.get_returncode())
     return RunResult(

@@ -4,6 +4,13 @@ Both engines agree on what they search: .gitignore/.ignore are honoured (also ou
 repository), hidden files, binary files, files over the size limit and symlinks are skipped.
 Both return `{path, line, text}` matches relative to the search directory, at most
 `max_results`, and stop as soon as they have enough.
+
+Neither reads a file outside the search directory, even while its tree is being changed under
+it: the directory comes as an fd (ripgrep runs in it through /proc/self/fd and follows no
+symlinks); the Python engine reads each file by an fd opened beneath it with no symlink on the
+way (`_beneath.open_no_symlinks`); every ripgrep match is confirmed the same way (the file,
+reached without symlinks, has that line), since ripgrep opens files by path. Files with more
+than one hard link are skipped: their other name may lie outside (see `_fileio`).
 """
 
 from __future__ import annotations
@@ -11,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,8 +32,9 @@ from bundles.sdk import ToolFailed, load_sibling
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from bundles.base.tools import _ignore
+    from bundles.base.tools import _beneath, _ignore
 else:
+    _beneath = load_sibling(__file__, "_beneath")
     _ignore = load_sibling(__file__, "_ignore")
 
 MAX_LINE_CHARS = 500
@@ -92,7 +102,7 @@ async def _rg_collect(proc: asyncio.subprocess.Process, max_results: int) -> lis
 
 async def search_ripgrep(
     rg: str,
-    start: Path,
+    start: int,
     query: str,
     glob: str | None,
     max_results: int,
@@ -100,12 +110,14 @@ async def search_ripgrep(
     limit: int,
     timeout_s: float,
 ) -> SearchResult:
-    argv = [rg, "--json", "--no-config", "--no-require-git", "--sort=path"]
+    """ripgrep in the directory `start` (an fd); matches it cannot confirm are dropped."""
+    argv = [rg, "--json", "--no-config", "--no-follow", "--no-require-git", "--sort=path"]
     argv += [f"--max-filesize={limit}", *(["--glob", glob] if glob else [])]
     argv += ["--regexp", query, "--", "."]
     proc = await asyncio.create_subprocess_exec(
         *argv,
-        cwd=start,
+        cwd=f"/proc/self/fd/{start}",  # the child's own copy of the fd: no path to swap
+        pass_fds=(start,),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -129,8 +141,46 @@ async def search_ripgrep(
         stderr = (await errors).decode("utf-8", errors="replace")
     if returncode == 2 and not matches and "regex" in stderr:
         raise _invalid_regex(query, stderr.strip().splitlines()[-1] if stderr.strip() else "")
+    truncated = len(matches) > max_results
+    matches = await asyncio.to_thread(_confirmed, start, matches[: max_results + 1], limit)
     matches.sort(key=lambda m: (m.path, m.line))
-    return SearchResult(matches[:max_results], len(matches) > max_results, "ripgrep")
+    return SearchResult(matches[:max_results], truncated, "ripgrep")
+
+
+def _read_beneath(start: int, rel: str, limit: int) -> bytes | None:
+    """The bytes of `rel` if it is a regular file with one link, under `limit` bytes, reached
+    beneath `start` through no symlink; None otherwise (skipped, as ripgrep skips)."""
+    try:
+        fd = _beneath.open_no_symlinks(start, rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except (OSError, _beneath.Escape):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or st.st_size > limit:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else None
+
+
+def _confirmed(start: int, matches: list[Match], limit: int) -> list[Match]:
+    """The matches whose file, read beneath `start`, has that text on that line."""
+    lines: dict[str, list[bytes] | None] = {}
+    kept: list[Match] = []
+    for match in matches:
+        if match.path not in lines:
+            data = _read_beneath(start, match.path, limit)
+            lines[match.path] = None if data is None else data.split(b"\n")
+        found = lines[match.path]
+        if found is None or not 0 < match.line <= len(found):
+            continue
+        if _clip(found[match.line - 1].decode("utf-8", errors="replace")) == match.text:
+            kept.append(match)
+    return kept
 
 
 _GLOB_HELP = "Use gitignore-style globs: *, ?, [abc], ** and {a,b}; `!glob` excludes."
@@ -157,14 +207,9 @@ def wanted(pattern: _ignore.Pattern | None, rel: str) -> bool:
     return pattern is None or pattern.wanted(rel)
 
 
-def _grep_file(path: Path, rel: str, regex: re.Pattern[str], limit: int) -> list[Match]:
-    try:
-        if path.stat().st_size > limit:
-            return []
-        data = path.read_bytes()
-    except OSError:
-        return []  # unreadable files are skipped, as ripgrep does
-    if b"\x00" in data[:8192]:
+def _grep_file(start: int, rel: str, regex: re.Pattern[str], limit: int) -> list[Match]:
+    data = _read_beneath(start, rel, limit)
+    if data is None or b"\x00" in data[:8192]:
         return []
     text = data.decode("utf-8", errors="replace")
     return [
@@ -176,7 +221,7 @@ def _grep_file(path: Path, rel: str, regex: re.Pattern[str], limit: int) -> list
 
 def search_python(
     top: Path,
-    start: Path,
+    start: tuple[Path, int],
     query: str,
     glob: str | None,
     max_results: int,
@@ -184,6 +229,7 @@ def search_python(
     limit: int,
     timeout_s: float,
 ) -> SearchResult:
+    """The walk goes by `start`'s path (for the ignore rules); each file is read by its fd."""
     try:
         regex = re.compile(query)
     except re.error as error:
@@ -191,22 +237,36 @@ def search_python(
     pattern = _file_glob(glob)
     deadline = time.monotonic() + timeout_s
     matches: list[Match] = []
-    for path, rel in _ignore.walk_files(top, start):
+    for _path, rel in _ignore.walk_files(top, start[0]):
         if time.monotonic() > deadline:
             raise _timeout(timeout_s)
         if wanted(pattern, rel):
-            matches.extend(_grep_file(path, rel, regex, limit))
+            matches.extend(_grep_file(start[1], rel, regex, limit))
             if len(matches) > max_results:
                 break
     return SearchResult(matches[:max_results], len(matches) > max_results, "python")
 
 
-def find_files(top: Path, start: Path, glob: str, max_results: int) -> tuple[list[str], bool]:
-    """Files under `start` whose relative path (or name, for a glob without `/`) matches."""
+def _is_file_beneath(start: int, rel: str) -> bool:
+    try:
+        fd = _beneath.open_no_symlinks(start, rel, os.O_PATH)
+    except (OSError, _beneath.Escape):
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+
+
+def find_files(
+    top: Path, start: tuple[Path, int], glob: str, max_results: int
+) -> tuple[list[str], bool]:
+    """Files under `start` whose relative path (or name, for a glob without `/`) matches;
+    each one confirmed to be a file beneath `start`'s fd, reached through no symlink."""
     pattern = _file_glob(glob)
     found: list[str] = []
-    for _path, rel in _ignore.walk_files(top, start):
-        if wanted(pattern, rel):
+    for _path, rel in _ignore.walk_files(top, start[0]):
+        if wanted(pattern, rel) and _is_file_beneath(start[1], rel):
             found.append(rel)
             if len(found) > max_results:
                 break

@@ -1,14 +1,17 @@
 """`bash`: run shell commands and scripts inside the instance workspace.
 
-Exports `exec` and `script`. Safe by default: the working directory must lie inside the
-workspace, the child gets a scrubbed environment (no credential-like variables and no resolved
-secrets), output is capped per stream, the whole process group dies on timeout, and nothing the
-command started in the background outlives the call.
+Exports `exec` and `script`. The working directory must lie inside the workspace, the child
+gets a scrubbed environment (no credential-like variables and no resolved secrets), output is
+capped per stream, and no process the command started outlives the call, also one that detached
+into its own session (`_contain`): on timeout they all get SIGTERM, then SIGKILL. This is not a
+file-system sandbox: a command reads and writes whatever the agent's uid may.
 
 Settings (`Tool.spec.config`): `shell` (default /bin/bash, else /bin/sh), `maxOutputBytes`
 (per stream, default 100000), `maxTimeoutMs` (default 600000), `killGraceMs` (SIGTERM to SIGKILL,
 default 1000), `allowEnv` (variable names passed through even if they look secret),
-`inheritEnv` (default true; false keeps only PATH, HOME, LANG and a few more), `roots`.
+`inheritEnv` (default true; false keeps only PATH, HOME, LANG and a few more), `roots`,
+`processTracking` (`auto`, `cgroup` or `subreaper`: how the call's processes are held; default
+auto = a per-call cgroup where the agent's cgroup is delegated to it, else a subreaper).
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ async def _run(ctx: ToolContext, argv: list[str], cwd: Path, input: JsonObject) 
         timeout_s=timeout_ms / 1000,
         max_bytes=_int_setting(config, "maxOutputBytes", 100_000),
         kill_grace_s=_int_setting(config, "killGraceMs", 1000) / 1000,
+        tracking=str(config.get("processTracking", "auto")),
     )
     ctx.logger.info(
         "bash.finished",

@@ -3,7 +3,10 @@
 Exports read, write, list, mkdir, search, find, edit, create, delete and move (the usual coding
 tools). Every path goes through `_workspace`: `..`, absolute paths and symlinks leading outside
 the workspace (or the Tool's `roots`) are refused with `E_TOOL_PATH_ESCAPE`; delete and move act
-on a symlink itself, never on what it points to.
+on a symlink itself, never on what it points to. Paths are resolved once, beneath a root's file
+descriptor, and the operation works on the fds it got (`_beneath`), so swapping a directory for
+a symlink meanwhile cannot redirect it outside; files with several hard links are not read,
+appended to or edited (`E_TOOL_HARD_LINK`, see `_fileio`).
 
 Settings (`Tool.spec.config`): `roots` (default: the workdir), `maxFileBytes` (largest file read
 or written, default 10000000), `maxListEntries` (default 1000), `searchEngine` (`auto`,
@@ -14,19 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+import stat
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from bundles.sdk import JsonObject, ToolContext, ToolFailed, load_sibling
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from bundles.base.tools import _edits, _fileio, _search, _workspace
+    from bundles.base.tools import _edits, _fileio, _fstree, _search, _workspace
 else:
     _edits = load_sibling(__file__, "_edits")
     _fileio = load_sibling(__file__, "_fileio")
+    _fstree = load_sibling(__file__, "_fstree")
     _search = load_sibling(__file__, "_search")
     _workspace = load_sibling(__file__, "_workspace")
 
@@ -42,15 +45,6 @@ def _setting(config: Mapping[str, Any], key: str, default: int) -> int:
 
 def _ws(ctx: ToolContext) -> _workspace.Workspace:
     return _workspace.Workspace.from_context(ctx.workdir, ctx.config)
-
-
-def _directory(ws: _workspace.Workspace, raw: str) -> Path:
-    path = ws.resolve(raw)
-    if not path.exists():
-        raise _fileio.not_found(raw)
-    if not path.is_dir():
-        raise ToolFailed(f"{raw!r} is not a directory", code=ErrorCode.E_TOOL_PATH_WRONG_TYPE)
-    return path
 
 
 # -- read and write --------------------------------------------------------------------------
@@ -76,11 +70,13 @@ def _numbered(lines: list[str], first: int, max_bytes: int) -> tuple[str, int, b
 
 def read(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Numbered lines `start`..`end` (1-based, inclusive) of a text file, up to `maxBytes`."""
-    ws = _ws(ctx)
     raw = str(input["path"])
-    text = _fileio.read_text(
-        ws.resolve(raw), raw, limit=_setting(ctx.config, "maxFileBytes", 10**7)
-    )
+    with _ws(ctx) as ws:
+        fd = ws.open_file(raw, _fileio.READ_FLAGS)
+        try:
+            text = _fileio.read_fd(fd, raw, limit=_setting(ctx.config, "maxFileBytes", 10**7))
+        finally:
+            os.close(fd)
     lines = text.splitlines()
     start = int(input.get("start", 1))
     end = min(int(input.get("end", len(lines))), len(lines))
@@ -107,26 +103,29 @@ def read(ctx: ToolContext, input: JsonObject) -> JsonObject:
 
 def write(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Create or replace a file (atomically), or append to it; parent directories are made."""
-    ws = _ws(ctx)
     raw = str(input["path"])
     content = str(input["content"])
     limit = _setting(ctx.config, "maxFileBytes", 10**7)
     size = len(content.encode("utf-8"))
     if size > limit:
         raise _fileio.too_large("content", size, limit)
-    path = ws.resolve(raw)
-    if path.exists() and not path.is_file():
-        raise ToolFailed(f"{raw!r} is not a regular file", code=ErrorCode.E_TOOL_PATH_WRONG_TYPE)
-    created = not path.exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if input.get("append"):
-        _fileio.append_text(path, content)
-    else:
-        _fileio.atomic_write(path, content)
+    with _ws(ctx) as ws:
+        found = ws.entry(raw, follow_last=True, make_dirs=True)
+        try:
+            current = _fileio.lstat_entry(found)
+            if current is not None and not stat.S_ISREG(current.st_mode):
+                raise _fileio.wrong_type(raw)
+            if input.get("append"):
+                _fileio.append_text(found, content, raw)
+            else:
+                _fileio.atomic_write(found, content)
+        finally:
+            os.close(found.dir_fd)
+        shown = ws.display(ws.absolute(raw))
     return {
-        "path": ws.display(path),
+        "path": shown,
         "bytesWritten": size,
-        "created": created,
+        "created": current is None,
         "appended": bool(input.get("append")),
     }
 
@@ -134,69 +133,52 @@ def write(ctx: ToolContext, input: JsonObject) -> JsonObject:
 # -- directories -----------------------------------------------------------------------------
 
 
-def _entry(ws: _workspace.Workspace, path: Path) -> JsonObject:
-    if path.is_symlink():
-        return {"path": ws.display(path), "type": "symlink"}
-    if path.is_dir():
-        return {"path": ws.display(path), "type": "dir"}
-    kind = "file" if path.is_file() else "other"
-    return {"path": ws.display(path), "type": kind, "size": path.lstat().st_size}
-
-
-def _children(target: Path, recursive: bool) -> Iterator[Path]:
-    """Sorted, depth first; symlinked directories and .git are listed but not entered."""
-    for child in sorted(target.iterdir()):
-        yield child
-        if recursive and child.is_dir() and not child.is_symlink() and child.name != ".git":
-            yield from _children(child, recursive)
-
-
 def list_(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Entries of a directory (sorted), optionally recursive; symlinks are not followed."""
-    ws = _ws(ctx)
-    target = _directory(ws, str(input.get("path") or "."))
-    want_dirs = input.get("includeDirs", True)
-    want_files = input.get("includeFiles", True)
+    raw = str(input.get("path") or ".")
     cap = _setting(ctx.config, "maxListEntries", 1000)
-    entries: list[JsonObject] = []
-    truncated = False
-    for child in _children(target, bool(input.get("recursive", False))):
-        is_dir = child.is_dir() and not child.is_symlink()
-        if (is_dir and not want_dirs) or (not is_dir and not want_files):
-            continue
-        if len(entries) == cap:
-            truncated = True
-            break
-        entries.append(_entry(ws, child))
-    return {"path": ws.display(target), "entries": entries, "truncated": truncated}
+    with _ws(ctx) as ws:
+        shown = ws.absolute(raw)
+        fd = ws.open_dir(raw)
+        try:
+            entries, truncated = _fstree.list_entries(
+                fd,
+                recursive=bool(input.get("recursive", False)),
+                dirs=bool(input.get("includeDirs", True)),
+                files=bool(input.get("includeFiles", True)),
+                cap=cap,
+            )
+        finally:
+            os.close(fd)
+        listed: list[JsonObject] = []
+        for entry in entries:
+            item: JsonObject = {"path": ws.display(f"{shown}/{entry.rel}"), "type": entry.kind}
+            if entry.size is not None:
+                item["size"] = entry.size
+            listed.append(item)
+        return {"path": ws.display(shown), "entries": listed, "truncated": truncated}
 
 
 def mkdir(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Create a directory; `recursive` also creates parents and accepts an existing one."""
-    ws = _ws(ctx)
     raw = str(input["path"])
-    path = ws.resolve(raw)
     recursive = bool(input.get("recursive", False))
-    existed = path.is_dir()
-    try:
-        path.mkdir(parents=recursive, exist_ok=recursive)
-    except FileExistsError:
-        raise ToolFailed(
-            f"{raw!r} already exists",
-            code=ErrorCode.E_TOOL_PATH_EXISTS,
-            suggestion="Pass recursive: true to accept an existing directory.",
-        ) from None
-    except FileNotFoundError:
-        raise ToolFailed(
-            f"the parent of {raw!r} does not exist",
-            code=ErrorCode.E_TOOL_PATH_NOT_FOUND,
-            suggestion="Pass recursive: true to create missing parents.",
-        ) from None
-    if not path.is_dir():
-        raise ToolFailed(
-            f"{raw!r} exists and is not a directory", code=ErrorCode.E_TOOL_PATH_EXISTS
-        )
-    return {"path": ws.display(path), "created": not existed}
+    with _ws(ctx) as ws:
+        try:
+            found = ws.entry(raw, follow_last=True, make_dirs=recursive)
+        except ToolFailed as error:
+            if error.code != ErrorCode.E_TOOL_PATH_NOT_FOUND:
+                raise
+            raise ToolFailed(
+                f"the parent of {raw!r} does not exist",
+                code=ErrorCode.E_TOOL_PATH_NOT_FOUND,
+                suggestion="Pass recursive: true to create missing parents.",
+            ) from None
+        try:
+            created = _fstree.make_dir(found, raw, exist_ok=recursive)
+        finally:
+            os.close(found.dir_fd)
+        return {"path": ws.display(ws.absolute(raw)), "created": created}
 
 
 # -- search and find -------------------------------------------------------------------------
@@ -215,31 +197,38 @@ def _engine(config: Mapping[str, Any]) -> str | None:
 
 async def search(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Regex search of file contents (gitignore-aware) under `path`, at most `maxResults`."""
-    ws = _ws(ctx)
-    start = _directory(ws, str(input.get("path") or "."))
+    raw = str(input.get("path") or ".")
     query, glob = str(input["query"]), input.get("glob")
     max_results = int(input.get("maxResults", 100))
     limit = _setting(ctx.config, "maxFileBytes", 10**7)
     timeout_s = _setting(ctx.config, "searchTimeoutMs", 30_000) / 1000
     rg = _engine(ctx.config)
-    if rg is not None:
-        found = await _search.search_ripgrep(
-            rg, start, query, glob, max_results, limit=limit, timeout_s=timeout_s
-        )
-    else:
-        found = await asyncio.to_thread(  # a long walk must not stall the agent's event loop
-            _search.search_python,
-            ws.root_of(start),
-            start,
-            query,
-            glob,
-            max_results,
-            limit=limit,
-            timeout_s=timeout_s,
-        )
-    matches = [
-        {"path": ws.display(start / m.path), "line": m.line, "text": m.text} for m in found.matches
-    ]
+    with _ws(ctx) as ws:
+        shown = ws.absolute(raw)
+        start = ws.open_dir(raw)
+        try:
+            if rg is not None:
+                found = await _search.search_ripgrep(
+                    rg, start, query, glob, max_results, limit=limit, timeout_s=timeout_s
+                )
+            else:
+                real = ws.resolve(raw)  # the walk's path, for ignore rules; reads go by fd
+                found = await asyncio.to_thread(  # a long walk must not stall the event loop
+                    _search.search_python,
+                    ws.root_of(real),
+                    (real, start),
+                    query,
+                    glob,
+                    max_results,
+                    limit=limit,
+                    timeout_s=timeout_s,
+                )
+        finally:
+            os.close(start)
+        matches = [
+            {"path": ws.display(f"{shown}/{m.path}"), "line": m.line, "text": m.text}
+            for m in found.matches
+        ]
     return {
         "matches": matches,
         "count": len(matches),
@@ -250,13 +239,22 @@ async def search(ctx: ToolContext, input: JsonObject) -> JsonObject:
 
 def find(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Files whose name (or relative path, for a pattern with `/`) matches a glob."""
-    ws = _ws(ctx)
-    start = _directory(ws, str(input.get("path") or "."))
-    files, truncated = _search.find_files(
-        ws.root_of(start), start, str(input["pattern"]), int(input.get("maxResults", 1000))
-    )
-    shown = [ws.display(start / rel) for rel in files]
-    return {"files": shown, "count": len(shown), "truncated": truncated}
+    raw = str(input.get("path") or ".")
+    with _ws(ctx) as ws:
+        shown = ws.absolute(raw)
+        start = ws.open_dir(raw)
+        try:
+            real = ws.resolve(raw)  # the walk's path, for ignore rules; each file is checked
+            files, truncated = _search.find_files(
+                ws.root_of(real),
+                (real, start),
+                str(input["pattern"]),
+                int(input.get("maxResults", 1000)),
+            )
+        finally:
+            os.close(start)
+        listed = [ws.display(f"{shown}/{rel}") for rel in files]
+    return {"files": listed, "count": len(listed), "truncated": truncated}
 
 
 # -- edit, create, delete, move --------------------------------------------------------------
@@ -264,90 +262,76 @@ def find(ctx: ToolContext, input: JsonObject) -> JsonObject:
 
 def edit(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Replace the one occurrence of `old_text` with `new_text` (0 or 2+ matches: an error)."""
-    ws = _ws(ctx)
     raw = str(input["path"])
-    path = ws.resolve(raw)
-    text = _fileio.read_text(path, raw, limit=_setting(ctx.config, "maxFileBytes", 10**7))
-    new_text, line = _edits.replace_once(
-        text, str(input["old_text"]), str(input["new_text"]), where=repr(raw)
-    )
-    _fileio.atomic_write(path, new_text)
-    return {"path": ws.display(path), "replacements": 1, "line": line}
+    with _ws(ctx) as ws:
+        found = ws.entry(raw, follow_last=True)
+        try:
+            limit = _setting(ctx.config, "maxFileBytes", 10**7)
+            text = _fileio.read_entry(found, raw, limit=limit)
+            new_text, line = _edits.replace_once(
+                text, str(input["old_text"]), str(input["new_text"]), where=repr(raw)
+            )
+            _fileio.atomic_write(found, new_text)
+        finally:
+            os.close(found.dir_fd)
+        return {"path": ws.display(ws.absolute(raw)), "replacements": 1, "line": line}
 
 
 def create(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Build a new file from ordered edits and write it in one atomic step."""
-    ws = _ws(ctx)
     raw = str(input["path"])
-    path = ws.resolve(raw)
     overwrite = bool(input.get("overwrite", False))
     text = _edits.build(list(input["edits"]))
+    size = len(text.encode("utf-8"))
     limit = _setting(ctx.config, "maxFileBytes", 10**7)
-    if len(text.encode("utf-8")) > limit:
-        raise _fileio.too_large("the built file", len(text.encode("utf-8")), limit)
+    if size > limit:
+        raise _fileio.too_large("the built file", size, limit)
     exists = ToolFailed(
         f"{raw!r} already exists",
         code=ErrorCode.E_TOOL_PATH_EXISTS,
         suggestion="Pass overwrite: true to replace it, or use file-system__edit.",
     )
-    if path.exists() and (not overwrite or not path.is_file()):
-        raise exists
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        _fileio.atomic_write(path, text, exclusive=not overwrite)
-    except FileExistsError:
-        raise exists from None
-    return {"path": ws.display(path), "bytesWritten": len(text.encode("utf-8")), "created": True}
+    with _ws(ctx) as ws:
+        found = ws.entry(raw, follow_last=True, make_dirs=True)
+        try:
+            current = _fileio.lstat_entry(found)
+            if current is not None and (not overwrite or not stat.S_ISREG(current.st_mode)):
+                raise exists
+            try:
+                _fileio.atomic_write(found, text, exclusive=not overwrite)
+            except FileExistsError:
+                raise exists from None
+        finally:
+            os.close(found.dir_fd)
+        return {"path": ws.display(ws.absolute(raw)), "bytesWritten": size, "created": True}
 
 
 def delete(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Delete a file or symlink; a directory needs `recursive` unless it is empty."""
-    ws = _ws(ctx)
     raw = str(input["path"])
-    path = ws.resolve_entry(raw)
-    if path.is_symlink() or path.is_file():
-        kind = "symlink" if path.is_symlink() else "file"
-        path.unlink()
-    elif path.is_dir():
-        kind = "directory"
-        if input.get("recursive"):
-            shutil.rmtree(path)
-        elif any(path.iterdir()):
-            raise ToolFailed(
-                f"directory {raw!r} is not empty",
-                code=ErrorCode.E_TOOL_INVALID_ARGS,
-                suggestion="Pass recursive: true to delete it with its contents.",
-            )
-        else:
-            path.rmdir()
-    else:
-        raise _fileio.not_found(raw)
-    return {"path": ws.display(path), "deleted": kind}
+    with _ws(ctx) as ws:
+        found = ws.entry(raw, follow_last=False)
+        try:
+            kind = _fstree.remove(found, raw, recursive=bool(input.get("recursive")))
+        finally:
+            os.close(found.dir_fd)
+        return {"path": ws.display(ws.absolute(raw)), "deleted": kind}
 
 
 def move(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Move or rename a file, directory or symlink to the exact path `destination`."""
-    ws = _ws(ctx)
-    source = ws.resolve_entry(str(input["source"]))
-    destination = ws.resolve_entry(str(input["destination"]))
-    if not os.path.lexists(source):
-        raise _fileio.not_found(str(input["source"]))
-    replaceable = input.get("overwrite") and source.is_file() and destination.is_file()
-    if os.path.lexists(destination) and not replaceable:
-        raise ToolFailed(
-            f"{input['destination']!r} already exists",
-            code=ErrorCode.E_TOOL_PATH_EXISTS,
-            suggestion="Pick another name, or pass overwrite: true to replace a file.",
-        )
-    if source.is_dir() and not source.is_symlink() and destination.is_relative_to(source):
-        raise ToolFailed(
-            f"cannot move the directory {input['source']!r} into itself ({input['destination']!r})",
-            code=ErrorCode.E_TOOL,
-            suggestion="Pick a destination outside the directory being moved.",
-        )
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(source, destination)  # rename(2), or copy + delete across file systems
-    return {"source": ws.display(source), "destination": ws.display(destination)}
+    source_raw, destination_raw = str(input["source"]), str(input["destination"])
+    with _ws(ctx) as ws:
+        source = ws.entry(source_raw, follow_last=False)
+        try:
+            overwrite = bool(input.get("overwrite"))
+            _fstree.move(ws, source, source_raw, destination_raw, overwrite=overwrite)
+        finally:
+            os.close(source.dir_fd)
+        return {
+            "source": ws.display(ws.absolute(source_raw)),
+            "destination": ws.display(ws.absolute(destination_raw)),
+        }
 
 
 handlers = {

@@ -6,6 +6,13 @@ itself while the Host header and TLS SNI/certificate check keep the original nam
 variables from the environment are ignored. Bodies are read as a stream and cut at `maxBytes`
 (after decompression, so a gzip bomb stops early).
 
+A redirect to another origin (scheme, host or port) carries only the headers of
+`SAFE_CROSS_ORIGIN_HEADERS`: any other header the caller set (Authorization, Cookie, X-Api-Key,
+...) may be a credential meant for the first origin, and a name cannot tell us which are.
+A 307/308 to another origin that would re-send a request body is refused
+(`E_TOOL_HTTP`): the body was written for the first origin too. Redirects within one origin
+keep every header and the body.
+
 Settings (`Tool.spec.config`): `allowHosts` (host names, IPs or CIDRs that skip the address
 checks), `maxRedirects` (default 5), `maxTimeoutMs` (default 120000), `maxBytesLimit` (largest
 `maxBytes` a call may ask for, default 5000000), `userAgent`, `caFile` (a PEM bundle to trust
@@ -35,7 +42,18 @@ else:
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_MAX_BYTES = 500_000
 _REDIRECTS = {301, 302, 303, 307, 308}
-_CREDENTIAL_HEADERS = {"authorization", "cookie", "proxy-authorization"}
+SAFE_CROSS_ORIGIN_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "cache-control",
+        "content-language",
+        "pragma",
+        "user-agent",
+    }
+)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _TEXT_TYPES = ("text/", "json", "xml", "javascript", "x-www-form-urlencoded", "yaml")
 
 
@@ -97,6 +115,10 @@ async def _send(
     return await client.send(request, stream=True)
 
 
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme)
+
+
 def _next_hop(
     response: httpx.Response, url: httpx.URL, method: str, headers: dict[str, str], body: Any
 ) -> tuple[httpx.URL, str, dict[str, str], Any]:
@@ -105,8 +127,15 @@ def _next_hop(
     if response.status_code == 303 or (response.status_code in (301, 302) and method == "POST"):
         method, body = "GET", None
         headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
-    if (target.scheme, target.host, target.port) != (url.scheme, url.host, url.port):
-        headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+    if _origin(target) != _origin(url):
+        if body:
+            raise ToolFailed(
+                f"{response.status_code} redirect from {url} to another origin ({target}) would "
+                "re-send the request body there",
+                code=ErrorCode.E_TOOL_HTTP,
+                suggestion="If you trust that origin, send the request to it directly.",
+            )
+        headers = {k: v for k, v in headers.items() if k.lower() in SAFE_CROSS_ORIGIN_HEADERS}
     return target, method, headers, body
 
 

@@ -364,10 +364,13 @@ async def test_os_errors_become_coded_failures_without_host_paths(
 ) -> None:
     (workdir / "f").write_text("a file, not a directory")
     error = await failure(ctx, "write", {"path": "f/x.txt", "content": "x"})
-    assert error.code == "E_TOOL"
-    assert error.message.startswith(f"file operation failed ({errno.errorcode[errno.EEXIST]}): ")
+    assert error.code == "E_TOOL_PATH_NOT_FOUND"  # a file where a directory should be
     assert str(workdir) not in error.message
     assert (workdir / "f").read_text() == "a file, not a directory"
+    long = await failure(ctx, "write", {"path": "n" * 300, "content": "x"})
+    assert long.code == "E_TOOL"
+    assert long.message.startswith(f"file operation failed ({errno.errorcode[errno.ENAMETOOLONG]})")
+    assert str(workdir) not in long.message
 
 
 async def test_a_new_file_gets_the_umask_mode_without_the_umask_being_set(

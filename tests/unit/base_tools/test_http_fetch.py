@@ -87,8 +87,7 @@ class Server:
         return f"http://{host}:{self.port}{path}"
 
 
-@pytest.fixture
-def server() -> Iterator[Server]:
+def _serve() -> Iterator[Server]:
     seen = Seen()
     handler = type("BoundHandler", (Handler,), {"seen": seen})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -102,6 +101,17 @@ def server() -> Iterator[Server]:
         httpd.shutdown()
         httpd.server_close()
         thread.join(5)
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    yield from _serve()
+
+
+@pytest.fixture
+def other() -> Iterator[Server]:
+    """A second server: another port is another origin."""
+    yield from _serve()
 
 
 @pytest.fixture
@@ -256,3 +266,60 @@ async def test_credentials_are_not_forwarded_across_origins(
     assert "Authorization" not in json.loads(out["body"])["headers"]
     first_headers = server.seen.requests[0][2]
     assert first_headers["Authorization"] == "Bearer x"
+
+
+CUSTOM_CREDENTIALS = {
+    "X-Api-Key": "key-for-the-first-origin",
+    "Authorization": "Bearer first",
+    "Cookie": "session=first",
+    "X-Custom-Token": "t0",
+}
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_a_redirect_to_another_origin_carries_only_safe_headers(
+    local: FakeContext, server: Server, other: Server, status: int
+) -> None:
+    ctx = replace(local, config={**local.config, "userAgent": "goondan-test"})
+    start = server.url(f"/redirect?status={status}&to={other.url('/echo')}")
+    headers = {**CUSTOM_CREDENTIALS, "Accept": "application/json", "Accept-Language": "ko"}
+    out = await fetch(ctx, "get", {"url": start, "headers": headers})
+    assert out["status"] == 200
+    first = server.seen.requests[0][2]
+    assert first["X-Api-Key"] == "key-for-the-first-origin"  # the origin it was meant for
+    [(_, _, got, _)] = other.seen.requests
+    lowered = {k.lower(): v for k, v in got.items()}
+    for name in CUSTOM_CREDENTIALS:
+        assert name.lower() not in lowered, f"{name} leaked to another origin"
+    assert lowered["accept"] == "application/json"
+    assert lowered["accept-language"] == "ko"
+    assert lowered["user-agent"] == "goondan-test"
+
+
+async def test_a_redirect_within_the_origin_keeps_custom_headers(
+    local: FakeContext, server: Server
+) -> None:
+    out = await fetch(
+        local, "get", {"url": server.url("/redirect?to=/echo"), "headers": CUSTOM_CREDENTIALS}
+    )
+    echoed = json.loads(out["body"])["headers"]
+    assert echoed["X-Api-Key"] == "key-for-the-first-origin"
+    assert echoed["Authorization"] == "Bearer first"
+
+
+@pytest.mark.parametrize("status", [307, 308])
+async def test_a_body_is_not_re_sent_to_another_origin(
+    local: FakeContext, server: Server, other: Server, status: int
+) -> None:
+    target = other.url("/echo")
+    error = await refused(
+        local,
+        "post",
+        {"url": server.url(f"/redirect?status={status}&to={target}"), "body": {"secret": "s"}},
+    )
+    assert error.code == "E_TOOL_HTTP"
+    assert other.seen.requests == []
+    same = await fetch(
+        local, "post", {"url": server.url(f"/redirect?status={status}&to=/echo"), "body": "b"}
+    )
+    assert json.loads(same["body"])["body"] == "b"  # within one origin the body goes along
