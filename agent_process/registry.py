@@ -59,6 +59,8 @@ class ToolEntry:
     visible: bool = True
     """In the default catalog of every step; hidden tools can be added by step middleware."""
     validator: ArgsValidator | None = None
+    idempotent: bool = False
+    """A call cut by a crash may run again when its turn resumes (ToolExport.idempotent)."""
 
 
 class ToolRegistryError(Exception):

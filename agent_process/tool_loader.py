@@ -120,6 +120,7 @@ def _from_toolset(toolset: Toolset, spec: ToolSpec, origin: ToolOrigin) -> list[
             timeout_ms=(export.timeout_ms if export else None) or tool.timeout_ms,
             error_message_limit=spec.error_message_limit,
             config=spec.config,
+            idempotent=export.idempotent if export else False,
         )
         entries.append(entry)
     return entries
@@ -142,6 +143,7 @@ def _entry(
         timeout_ms=export.timeout_ms,
         error_message_limit=spec.error_message_limit,
         config=spec.config,
+        idempotent=export.idempotent,
     )
 
 

@@ -67,6 +67,11 @@ class ToolCallRunner:
         self._secret_values = secret_values
         self.deferred_hook = deferred_hook
 
+    def idempotent(self, name: str) -> bool:
+        """Whether a call of `name` cut by a crash may simply run again."""
+        entry = self._registry.get(name)
+        return entry is not None and entry.idempotent
+
     async def run(self, step: StepContext, call: ToolCall, message: Message) -> ToolResult:
         ctx = ToolCallMwContext(step=step, call=call, message=message, span=step.span.child())
         started = time.perf_counter()

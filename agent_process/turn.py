@@ -12,6 +12,14 @@ a coded error.
 (ARCHITECTURE.md §10): the conversation already holds the assistant message with the tool
 calls, so it appends their results (`Resumed.answer`) and continues the step loop after the
 step it stopped in.
+
+Each event's turn is recorded in the conversation: its user message carries the event id from
+the start and the turn's outcome once it ends (written before the turn-end fold). The daemon
+delivers an accepted event again after a crash until it hears the turn ended, so `run` first
+looks for that record: an event whose turn ended is answered from the conversation without a
+second turn; one whose turn was cut (the process died mid-turn) is resumed from its last
+recorded step, a tool call cut mid-way running again if its export is `idempotent`, else
+answered with E_AGENT_CRASHED.
 """
 
 from __future__ import annotations
@@ -23,12 +31,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import msgspec
 import structlog
 
 from agent_process.catalog import CatalogBuilder, names_of
 from agent_process.contexts import StepContext, StepResult, TurnContext, TurnResult
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox
-from agent_process.messages import Role, ToolCall, dangling_calls, new_message
+from agent_process.messages import Message, Role, ToolCall, dangling_calls, new_message
 from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.results import ToolResult, error_result
@@ -42,6 +51,26 @@ from protocol.jsontypes import JsonObject
 from protocol.messages import TurnOutcome
 
 _log = structlog.get_logger("goondan.turn")
+TURN_OUTCOME = "turnOutcome"
+"""On an event's user message: its turn ended, with this outcome (see the module docstring)."""
+TURN_ERROR = "turnError"
+
+
+def _record_of(messages: list[Message], event_id: str) -> Message | None:
+    """The user message that recorded `event_id`'s turn (newest first: redeliveries are of
+    recent events)."""
+    for message in reversed(messages):
+        if message.role is Role.USER and message.metadata.get("eventId") == event_id:
+            return message
+    return None
+
+
+def _cut_result(call: ToolCall) -> ToolResult:
+    return error_result(
+        ErrorCode.E_AGENT_CRASHED,
+        f"the agent process stopped before {call.name} returned; its effect is unknown",
+        suggestion="check whether the action happened before repeating it",
+    )
 
 
 @dataclass(slots=True)
@@ -81,10 +110,14 @@ class TurnEngine:
 
     async def run(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
         d = self._d
+        record = _record_of(d.store.messages, event.id) if resumed is None else None
+        if record is not None and TURN_OUTCOME in record.metadata:
+            return self._done_before(event, record)
         span = event.trace.child()
+        turn_id = resumed.turn_id if resumed else record.turn_id if record else None
         ctx = TurnContext(
             event=event,
-            turn_id=resumed.turn_id if resumed else "t_" + uuid.uuid4().hex,
+            turn_id=turn_id or "t_" + uuid.uuid4().hex,
             agent_name=d.agent_name,
             instance_key=d.instance_key,
             conversation=d.store,
@@ -96,7 +129,14 @@ class TurnEngine:
         self._emit("turn.started", ctx, span, data={"eventType": event.type})
         if resumed is not None:
             ctx.steps = resumed.step
-        result = self._persist(ctx, await self._guarded(ctx, resumed))
+        core = self._turn_core
+        if resumed is not None:
+            core = partial(self._resume_core, resumed=resumed)
+        elif record is not None:
+            core = partial(self._continue_core, record=record)
+        result = await self._guarded(ctx, core)
+        self._mark_ended(ctx, result)
+        result = self._persist(ctx, result)
         kind = "turn.completed" if result.outcome is TurnOutcome.COMPLETED else "turn.failed"
         self._emit(
             kind,
@@ -129,8 +169,9 @@ class TurnEngine:
             )
         return result
 
-    async def _guarded(self, ctx: TurnContext, resumed: Resumed | None) -> TurnResult:
-        core = self._turn_core if resumed is None else partial(self._resume_core, resumed=resumed)
+    async def _guarded(
+        self, ctx: TurnContext, core: Callable[[TurnContext], Awaitable[TurnResult]]
+    ) -> TurnResult:
         try:
             return await self._d.pipelines.run(PipelineKind.TURN, ctx, core)
         except MiddlewareError as exc:
@@ -176,6 +217,61 @@ class TurnEngine:
             )
         return await self._steps(ctx, 1)
 
+    def _done_before(self, event: AgentEvent, record: Message) -> TurnResult:
+        """The event's turn ended in an earlier process: its answer, from the conversation."""
+        outcome = TurnOutcome(str(record.metadata[TURN_OUTCOME]))
+        error = record.metadata.get(TURN_ERROR)
+        answers = [m for m in self._d.store.messages
+                   if m.turn_id == record.turn_id and m.role is Role.ASSISTANT]  # fmt: skip
+        _log.info("turn_already_done", event_id=event.id, turn_id=record.turn_id,
+                  outcome=outcome.value)  # fmt: skip
+        return TurnResult(
+            turn_id=record.turn_id or "",
+            event_id=event.id,
+            outcome=outcome,
+            text=answers[-1].content if answers else "",
+            error=msgspec.convert(error, ErrorInfo) if isinstance(error, dict) else None,
+            steps=len(answers),
+        )
+
+    async def _continue_core(self, ctx: TurnContext, record: Message) -> TurnResult:
+        """A turn cut by a crash: on from its last recorded step."""
+        d = self._d
+        mine = [m for m in d.store.messages if m.turn_id == ctx.turn_id]
+        ctx.steps = sum(1 for m in mine if m.role is Role.ASSISTANT)
+        _log.info("turn_resumed", event_id=ctx.event.id, turn_id=ctx.turn_id, step=ctx.steps)
+        self._emit("turn.resumed", ctx, ctx.span, step=ctx.steps)
+        for call in dangling_calls(d.store.messages):
+            if d.tool_calls.idempotent(call.name):
+                result = await self._run_again(ctx, call)
+            else:
+                result = _cut_result(call)
+            self._append_result(ctx.turn_id, call, result)
+        return await self._steps(ctx, ctx.steps + 1)
+
+    async def _run_again(self, ctx: TurnContext, call: ToolCall) -> ToolResult:
+        d = self._d
+        step = StepContext(turn=ctx, index=ctx.steps, catalog=d.catalog, span=ctx.span.child())
+        step.catalog_names = names_of(step.tool_catalog)
+        asked = next(m for m in reversed(d.store.messages) if m.role is Role.ASSISTANT)
+        _log.info("tool_call_rerun", tool=call.name, call_id=call.id, turn_id=ctx.turn_id)
+        return await d.tool_calls.run(step, call, asked)
+
+    def _mark_ended(self, ctx: TurnContext, result: TurnResult) -> None:
+        """Record on the event's user message that its turn ended (and how), before the fold:
+        a redelivery then answers from the conversation instead of running it again."""
+        record = _record_of(self._d.store.messages, ctx.event.id)
+        if record is None:  # a wake turn, or one that never got to write its input
+            return
+        marks: JsonObject = {TURN_OUTCOME: result.outcome.value}
+        if result.error is not None:
+            marks[TURN_ERROR] = msgspec.to_builtins(result.error)
+        metadata = {**record.metadata, **marks}
+        try:
+            self._d.store.replace(record.id, record.content, metadata=metadata)
+        except OSError as exc:  # the fold after it fails the same way and says so
+            _log.error("turn_record_failed", turn_id=ctx.turn_id, error=str(exc))
+
     async def _resume_core(self, ctx: TurnContext, resumed: Resumed) -> TurnResult:
         for call in dangling_calls(self._d.store.messages):
             self._append_result(ctx.turn_id, call, await resumed.answer(call))
@@ -198,23 +294,8 @@ class TurnEngine:
         return self._result(ctx, TurnOutcome.MAX_STEPS, text, error)
 
     def _answer_interrupted_calls(self, ctx: TurnContext) -> None:
-        store = self._d.store
-        for call in dangling_calls(store.messages):
-            result = error_result(
-                ErrorCode.E_AGENT_CRASHED,
-                f"the agent process stopped before {call.name} returned; its effect is unknown",
-                suggestion="check whether the action happened before repeating it",
-            )
-            store.append_message(
-                new_message(
-                    Role.TOOL,
-                    result.to_model_text(),
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    turn_id=ctx.turn_id,
-                    metadata={"status": result.status.value},
-                )
-            )
+        for call in dangling_calls(self._d.store.messages):
+            self._append_result(ctx.turn_id, call, _cut_result(call))
 
     async def _run_step(self, turn: TurnContext, index: int) -> StepResult:
         d = self._d

@@ -247,6 +247,9 @@ class ToolExport(_Spec):
     timeout_ms: int | None = None
     result_schema: dict[str, Any] | None = None
     deferred: DeferredSpec | None = None
+    idempotent: bool = False
+    """Running it twice has the effect of running it once: a call cut by a crash is run again
+    when its turn resumes. False (the default): the cut call gets E_AGENT_CRASHED instead."""
 
 
 class McpServer(_Spec):

@@ -10,19 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
+from orchestrator.accept import Acceptor
 from orchestrator.journal import Appended, JournalError
+from orchestrator.router import Router
+from orchestrator.swarm import CurrentSwarm
 from protocol.control import Attach, SendText
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import CONTROL, Address, agent_address, check_instance_key
 from protocol.jsontypes import JsonObject
 
-if TYPE_CHECKING:  # control imports this module to dispatch to it
-    from orchestrator.control import ControlContext
+
+class SendContext(Protocol):
+    """What sending needs of the control server's context."""
+
+    @property
+    def router(self) -> Router: ...
+    @property
+    def swarm(self) -> CurrentSwarm: ...
+    @property
+    def acceptor(self) -> Acceptor | None: ...
+
 
 log = structlog.get_logger("goondan.control")
 CLI_SOURCE = Source(kind=SourceKind.CLI, name="goondan")
@@ -36,13 +48,13 @@ class SendFailed(Exception):
         self.message = message
 
 
-async def answer(ctx: ControlContext, req: SendText | Attach) -> Answer:
+async def answer(ctx: SendContext, req: SendText | Attach) -> Answer:
     if isinstance(req, Attach):
         return await attach(ctx, req)
     return await send_and_wait(ctx, req)
 
 
-async def send_and_wait(ctx: ControlContext, req: SendText) -> Answer:
+async def send_and_wait(ctx: SendContext, req: SendText) -> Answer:
     """Accept one input (journaled before anything is said); with `wait`, return the response
     event, else the event id. A repeated `idempotency_key` is the first send."""
     target, event = _event_of(ctx, req)
@@ -74,7 +86,7 @@ async def send_and_wait(ctx: ControlContext, req: SendText) -> Answer:
 
 
 async def _accept(
-    ctx: ControlContext,
+    ctx: SendContext,
     event: AgentEvent,
     target: Address,
     waiter: asyncio.Future[AgentEvent] | None,
@@ -89,7 +101,7 @@ async def _accept(
         raise SendFailed(ErrorCode(exc.code), f"{exc.message} ({exc.suggestion})") from None
 
 
-async def attach(ctx: ControlContext, req: Attach) -> AgentEvent | JsonObject:
+async def attach(ctx: SendContext, req: Attach) -> AgentEvent | JsonObject:
     """The reply of an accepted event, waiting while its turn runs."""
     found = await ctx.acceptor.attach(req.event_id) if ctx.acceptor is not None else None
     if found is None:
@@ -110,7 +122,7 @@ async def attach(ctx: ControlContext, req: Attach) -> AgentEvent | JsonObject:
                             f"after {req.timeout_ms} ms; attach again later") from None  # fmt: skip
 
 
-def _event_of(ctx: ControlContext, req: SendText) -> tuple[Address, AgentEvent]:
+def _event_of(ctx: SendContext, req: SendText) -> tuple[Address, AgentEvent]:
     view = ctx.swarm.view
     agent = req.agent or view.entry_agent
     try:
@@ -119,7 +131,8 @@ def _event_of(ctx: ControlContext, req: SendText) -> tuple[Address, AgentEvent]:
         raise SendFailed(ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message) from None
     target = agent_address(agent, key)
     correlation_id = uuid.uuid4().hex
-    reply_to = ReplyTo(target=CONTROL, correlation_id=correlation_id) if req.wait else None
+    # also without `wait`: the reply is then kept in the journal for `--attach`
+    reply_to = ReplyTo(target=CONTROL, correlation_id=correlation_id)
     event = new_event(
         type=req.event_type,
         input=req.text,

@@ -212,7 +212,9 @@ async def test_a_turn_whose_log_cannot_be_folded_fails_and_loses_nothing() -> No
         assert result.outcome is TurnOutcome.FAILED
         assert result.error is not None and result.error.code == "E_AGENT_TURN_FAILED"
         assert "could not be saved" in result.error.message
-        assert len(rt.paths.events_jsonl.read_bytes().splitlines()) == 2  # still on disk
+        assert (
+            len(rt.paths.events_jsonl.read_bytes().splitlines()) == 3
+        )  # still on disk (with the turn-end record)
         blocker.rmdir()
         assert (await turn(rt, "second")).outcome is TurnOutcome.COMPLETED
         assert len(rt.paths.base_jsonl.read_bytes().splitlines()) == 4
