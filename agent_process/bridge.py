@@ -205,7 +205,8 @@ class Bridge:
         event, to = self._event(
             target, input, instance_key, waits=False, type=event_type, metadata=metadata
         )
-        await self._send(Event(from_=self._me, to=to, payload=event))
+        # a call, not a bare frame: "accepted" means the daemon has journaled it
+        await self._call(CallOp.SEND, {"to": to, "event": to_builtins(event)})
         return {
             "target": target,
             "instanceKey": event.instance_key,

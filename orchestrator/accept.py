@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from orchestrator.journal import Appended, EntryState, Journal, JournalEntry, JournalError
-from protocol.errors import ProtocolError
+from protocol.errors import ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
 from protocol.ids import Address, parse_address
 
@@ -72,6 +72,26 @@ class Acceptor:
         finally:
             self._flush()
         return appended
+
+    def take(
+        self, event: AgentEvent, target: Address, answered: Callable[[ErrorInfo | None], None]
+    ) -> None:
+        """`accept` for an event a process sent (no awaiting in the frame handler):
+        `answered(None)` once it is durable and submitted, `answered(error)` if it is not."""
+        if self.journal is None:
+            self._submit(event, target, None)
+            answered(None)
+            return
+
+        async def taking() -> None:
+            try:
+                await self.accept(event, target)
+            except JournalError as exc:
+                answered(ErrorInfo(code=exc.code, message=exc.message, suggestion=exc.suggestion))
+            else:
+                answered(None)
+
+        self._background(taking())
 
     def _flush(self) -> None:
         """Submit, in acceptance order, every event whose append is done."""

@@ -28,6 +28,7 @@ from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
 from orchestrator import forkserver, logs, reload, rundir, runpointer, systemd
 from orchestrator.accept import Acceptor
+from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AgentsService
 from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
@@ -187,10 +188,12 @@ class Daemon:
                                   acceptor=acceptor)  # fmt: skip
         deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
         reloader = self._reloader(supervisor, swarm, connections.start_all)
+        agents = self._agents_service(table, supervisor)
         router.attach(
             Services(
                 lifecycle=supervisor,
-                agents=self._agents_service(table, supervisor),
+                agents=agents,
+                sends=SendCalls(agents, router.accept, router.reply),
                 connections=connections,
                 deferred=deferred,
                 restart=SelfRestart(reloader, router).on_call,

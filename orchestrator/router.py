@@ -28,12 +28,12 @@ import zmq
 import zmq.asyncio
 
 from orchestrator.accept import Acceptor
+from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AGENT_OPS, AgentsService
 from orchestrator.broker import Lifecycle
 from orchestrator.connections import Connections
 from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
-from orchestrator.journal import Appended, JournalError
 from orchestrator.states import READY, ProcessStatus
 from orchestrator.table import ProcessEntry, ProcessTable
 from orchestrator.wire import RouterSocket
@@ -88,6 +88,8 @@ class Services:
     """Pending deferred tool calls (ARCHITECTURE.md §10)."""
     restart: Callable[[ProcessEntry, CallPayload], None] | None = None
     """The `restart` call of the self-restart tool."""
+    sends: SendCalls | None = None
+    """`agents__send` calls: accepted (journaled) before the sender hears so."""
     acceptor: Acceptor | None = None
     """The ingress journal's front: events from processes are accepted through it, and it
     hears when a turn starts and finishes."""
@@ -115,7 +117,6 @@ class Router:
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
         self.stats = Stats()
-        self._accepting: set[asyncio.Task[Appended | None]] = set()
         # routing ids and addresses repeat: parse each once (only what parses is cached)
         self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_process_id)
         self.address = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_address)
@@ -228,7 +229,9 @@ class Router:
                 assert_never(msg)
 
     def _on_call(self, entry: ProcessEntry, payload: CallPayload, services: Services) -> None:
-        if payload.op is CallOp.RESTART and services.restart is not None:
+        if payload.op is CallOp.SEND and services.sends is not None:
+            services.sends.on_call(entry, payload)
+        elif payload.op is CallOp.RESTART and services.restart is not None:
             services.restart(entry, payload)
         elif payload.op in DEFERRED_OPS and services.deferred is not None:
             services.deferred.on_call(entry, payload)
@@ -275,26 +278,25 @@ class Router:
             return
         self.accept(event, target)
 
-    def accept(self, event: AgentEvent, target: Address) -> None:
-        """A process's event for `target`: through the journal when there is one (its sender
-        gets a coded error if it cannot be written), then submitted in acceptance order."""
+    def accept(
+        self,
+        event: AgentEvent,
+        target: Address,
+        answered: Callable[[ErrorInfo | None], None] | None = None,
+    ) -> None:
+        """A process's event for `target`: through the journal when there is one, then
+        submitted in acceptance order; `answered` hears whether it was accepted (by default a
+        refusal answers the event's `replyTo` with the coded error)."""
         acceptor = self.services.acceptor
-        if acceptor is None or acceptor.journal is None:
+        if acceptor is None:
             self.submit(event, target)
             return
-        task = asyncio.ensure_future(acceptor.accept(event, target))
-        task.add_done_callback(lambda done: self._accepted(event, done))
-        self._accepting.add(task)
 
-    def _accepted(self, event: AgentEvent, task: asyncio.Task[Appended | None]) -> None:
-        self._accepting.discard(task)
-        if task.cancelled():
-            return
-        error = task.exception()
-        if isinstance(error, JournalError):
-            self._reject(event, error.code, error.message, error.suggestion)
-        elif error is not None:
-            log.error("accept_failed", event_id=event.id, error=repr(error))
+        def refused(error: ErrorInfo | None) -> None:
+            if error is not None:
+                self._reject(event, error.code, error.message, error.suggestion)
+
+        acceptor.take(event, target, answered or refused)
 
     # -- sending ----------------------------------------------------------------------
 

@@ -108,6 +108,8 @@ class CallOp(StrEnum):
     RESTART = "restart"
     DEFERRED_SUBMIT = "deferred_submit"
     DEFERRED_RESOLVE = "deferred_resolve"
+    SEND = "send"
+    """`agents__send`: args {to, event}; answered once the daemon accepted (journaled) it."""
 
 
 class CallPayload(_Payload, frozen=True):
