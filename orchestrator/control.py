@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
@@ -84,8 +85,14 @@ class ControlContext:
     """The pending deferred calls of `goondan calls list|resolve`."""
 
 
-def _status(ctx: ControlContext) -> StatusResult:
-    return StatusResult(orchestrator=ctx.info, processes=[e.info() for e in ctx.supervisor.table])
+async def _status(ctx: ControlContext) -> StatusResult:
+    pending: Counter[str] = Counter()
+    acceptor = ctx.acceptor
+    if acceptor is not None and acceptor.journal is not None:
+        pending.update(entry.target for entry in await acceptor.journal.pending())
+    now = ctx.supervisor.clock()
+    rows = [e.info(now, pending[str(e.address)]) for e in ctx.supervisor.table]
+    return StatusResult(orchestrator=ctx.info, processes=rows)
 
 
 def _instances(ctx: ControlContext) -> list[JsonObject]:
@@ -170,7 +177,7 @@ async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
         case SendText() | Attach():
             return await _send(ctx, req)
         case StatusQuery():
-            return _status(ctx)
+            return await _status(ctx)
         case Restart(agent=agent, fresh=fresh):
             if agent is not None and agent not in ctx.swarm.view.members:
                 raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {agent!r}")

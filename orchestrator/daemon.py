@@ -163,7 +163,7 @@ class Daemon:
         return OrchestratorInfo(
             pid=os.getpid(),
             swarm=self.opts.swarm.name,
-            bundle=str(self.opts.bundle.path),
+            bundle=str(self.opts.bundle.path.resolve()),
             started_at=datetime.now(UTC).isoformat(timespec="seconds"),
             version=_version(),
             state_root=str(self.opts.layout.root),

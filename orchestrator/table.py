@@ -75,17 +75,28 @@ class ProcessEntry:
     def live(self) -> bool:
         return self.status in LIVE
 
-    def info(self) -> ProcessInfo:
+    def info(self, now: float | None = None, pending: int = 0) -> ProcessInfo:
+        """The row of `goondan status`. An instance held down after a start error shows
+        `startFailed` (its state is terminated, but it is not stopped for good), and both it
+        and `crashLoopBackOff` say when the next start is due."""
+        status = str(self.status)
+        if self.status is ProcessStatus.TERMINATED and self.retry_at is not None:
+            status = "startFailed"
+        retry = None
+        if self.retry_at is not None and now is not None:
+            retry = round(max(0.0, self.retry_at - now), 1)
         return ProcessInfo(
             id=str(self.process_id),
             kind=str(self.address.kind),
             name=self.address.name,
             instance_key=self.address.instance_key,
             pid=self.pid if self.live else None,
-            status=str(self.status),
+            status=status,
             restarts=self.restarts,
             generation=self.generation,
             last_exit=self.last_exit,
+            retry_in_seconds=retry,
+            pending=pending,
         )
 
 

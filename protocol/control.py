@@ -155,6 +155,14 @@ class ProcessInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     restarts: int
     generation: int
     last_exit: ExitInfo | None = None
+    retry_in_seconds: float | None = None
+    """For `crashLoopBackOff` and `startFailed`: when the next start is due."""
+    pending: int = 0
+    """Accepted events the journal holds for this instance (not yet finished)."""
+
+
+FAILING = frozenset({"crashed", "crashLoopBackOff", "startFailed"})
+"""Statuses that make `goondan status` exit non-zero."""
 
 
 class StatusResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,7 +1,9 @@
 """`goondan status [--json]`: the orchestrator and its process table (ARCHITECTURE.md §9).
 
 `--json` prints `{"orchestrator": {...}, "processes": [{"id", "kind", "name", "instanceKey",
-"pid", "status", "restarts", "generation", "lastExit"}, ...]}`.
+"pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending"}, ...]}`.
+Exit 0 when every process is well, 1 when one is crashed, in crashLoopBackOff or startFailed
+(so a health check can run it), or when no daemon answers.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 
 from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
-from protocol.control import StatusQuery
+from protocol.control import FAILING, StatusQuery
 from protocol.jsontypes import JsonObject
 
 
@@ -25,15 +27,24 @@ def _exit_text(last: JsonObject | None) -> str:
     return str(last.get("reason", "-"))
 
 
+def _status_text(p: JsonObject) -> str:
+    retry = p.get("retryInSeconds")
+    return p["status"] if retry is None else f"{p['status']} (retry in {retry:g}s)"
+
+
 def render(result: JsonObject) -> str:
     orch = result["orchestrator"]
     lines = [f"orchestrator pid {orch['pid']}  swarm {orch['swarm']}  since {orch['startedAt']}"]
-    header = ("ID", "PID", "STATUS", "RESTARTS", "GEN", "LAST EXIT")
+    header = ("KIND", "NAME", "INSTANCE", "PID", "STATUS", "PENDING", "RESTARTS", "GEN",
+              "LAST EXIT")  # fmt: skip
     rows = [header] + [
         (
-            p["id"],
+            p["kind"],
+            p["name"],
+            p["instanceKey"],
             str(p["pid"] or "-"),
-            p["status"],
+            _status_text(p),
+            str(p.get("pending", 0)),
             str(p["restarts"]),
             str(p["generation"]),
             _exit_text(p.get("lastExit")),
@@ -62,7 +73,8 @@ class _Status:
             printer.reply_error(reply)
             return EXIT_RUNTIME
         print(json.dumps(reply.result, indent=2) if args.json else render(reply.result))
-        return EXIT_OK
+        failing = [p for p in reply.result["processes"] if p["status"] in FAILING]
+        return EXIT_RUNTIME if failing else EXIT_OK
 
 
 COMMAND = _Status()

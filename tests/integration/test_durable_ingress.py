@@ -41,6 +41,8 @@ async def test_six_accepted_sends_survive_an_orchestrator_sigkill(
             assert accepted.ok, accepted.error
             ids.append(accepted.result)
         await daemon.wait_for("transition", target="processing")
+        alpha = await daemon.process("alpha")
+        assert alpha.pending >= 1  # the journal's open events, shown per instance
         daemon.signal(signal.SIGKILL)
         await daemon.wait()
         again = await start_daemon()

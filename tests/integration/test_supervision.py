@@ -9,6 +9,7 @@ import pytest
 
 from protocol.errors import ErrorCode
 from tests.integration.conftest import StartDaemon
+from tests.integration.harness import run_cli
 
 COLD = {"GOONDAN_SPAWN_MODE": "cold"}
 MODES = [pytest.param({}, id="forkserver"), pytest.param(COLD, id="cold")]
@@ -112,8 +113,16 @@ async def test_a_start_error_is_answered_and_not_respawned_in_a_loop(
         assert reply.error is not None and reply.error.code == ErrorCode.E_AGENT_START_FAILED
         assert "broken on purpose" in reply.error.message
         broken = await daemon.process("broken")
-        assert (broken.status, broken.generation) == ("terminated", 1)
+        # not "terminated": it is held down and starts again later, and status says when
+        assert (broken.status, broken.generation) == ("startFailed", 1)
+        assert broken.retry_in_seconds is not None and broken.retry_in_seconds > 0
         assert broken.last_exit is not None and broken.last_exit.reason == "start_error"
+        code, out, _ = await run_cli("status", "--swarm", daemon.swarm)
+        assert code == 1  # a failing process fails the health check
+        header = out.splitlines()[1].split()
+        assert header[:5] == ["KIND", "NAME", "INSTANCE", "PID", "STATUS"]
+        row = next(line for line in out.splitlines() if " broken " in line)
+        assert row.split()[:3] == ["agent", "broken", "probe"] and "startFailed (retry in" in row
         [crash] = daemon.find("crashed", process="agent:broken:probe:1")
         assert crash["kind"] == "start_error" and crash["decision"].startswith("HoldDown")
         # the rest of the swarm is unaffected
