@@ -174,6 +174,9 @@ def _serve(
 
 
 def _call_hook(req: HookRequest) -> None:
+    # what the previous freeze kept out of the collector (e.g. the bundle a reload replaces)
+    # can be collected again; without this each reload's garbage in cycles stayed for good
+    gc.unfreeze()
     try:
         hook: Callable[[], object] = getattr(importlib.import_module(req.module), req.function)
         hook()
