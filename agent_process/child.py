@@ -24,10 +24,9 @@ from typing import Protocol
 import structlog
 import uvloop
 
-from agent_process import child_options, deferred, logs, warm
+from agent_process import deferred, logs, warm
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
-from agent_process.child_options import ChildOptions, parse_options
 from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox, spawn_workdir
 from agent_process.link import EXIT_START_ERROR, Link, connect, die_with_parent, libc
@@ -36,13 +35,13 @@ from agent_process.turn import Resumed
 from bundles import redact
 from bundles.diagnostics import BundleError
 from bundles.kinds import Kind
-from bundles.loader import load_bundle
 from bundles.model import Bundle
 from protocol.endpoints import StateLayout
-from protocol.errors import ErrorCode, ErrorInfo
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
 from protocol.ids import ORCHESTRATOR, ProcessKind
 from protocol.jsonrpc import PendingCall
+from protocol.launch import ChildLaunch, LaunchSettings, decode_launch
 from protocol.messages import (
     Call,
     CallOp,
@@ -93,18 +92,19 @@ class TurnRunner(Protocol):
     async def close(self) -> None: ...
 
 
-RunnerFactory = Callable[[ChildOptions, Bridge], Awaitable[TurnRunner]]
+RunnerFactory = Callable[[ChildLaunch, Bridge], Awaitable[TurnRunner]]
+USAGE = """usage: python -m agent_process LAUNCH
+LAUNCH is the JSON the daemon's spawner writes (protocol/launch.py ChildLaunch): agent children
+are started by `goondan run`, not by hand."""
 
 
-def preload(bundle: Bundle | None = None, env_files: tuple[Path, ...] = (),
-            state_root: Path | None = None) -> None:  # fmt: skip
+def preload(bundle: Bundle | None = None, launch: LaunchSettings | None = None) -> None:
     """What the fork server does once, so forked children share it copy-on-write.
 
     Everything `runtime_factory` needs is imported at the top of this module; the model
     SDKs are imported lazily by the runtime, so take them here too. The daemon's loaded
     bundle is remembered so children skip re-loading it while its files are unchanged.
     """
-    child_options.parser()
     libc()
     logs.configure("json")  # the usual format; a child asking for another redoes it
     providers = {m.spec.provider for m in bundle.of_kind(Kind.MODEL)} if bundle else set(MODELS)
@@ -112,9 +112,9 @@ def preload(bundle: Bundle | None = None, env_files: tuple[Path, ...] = (),
         # only the SDKs the bundle uses: a smaller fork server forks faster
         with contextlib.suppress(ImportError, KeyError):
             importlib.import_module(MODELS[provider])
-    if bundle is not None and state_root is not None:
-        preloaded.remember(bundle, env_files, state_root)
-        warm.child_start(bundle, env_files, state_root)
+    if bundle is not None and launch is not None:
+        preloaded.remember(bundle, launch)
+        warm.child_start(bundle, launch)
 
 
 def refresh() -> None:
@@ -122,15 +122,13 @@ def refresh() -> None:
     warm its agents' start steps like `preload` did for the first one."""
     held = preloaded.refresh()
     if held is not None:
-        warm.child_start(held.bundle, held.env_files, held.state_root)
+        warm.child_start(held.bundle, held.launch)
 
 
-async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
+async def runtime_factory(launch: ChildLaunch, bridge: Bridge) -> TurnRunner:
     """The real engine: load the bundle, then `AgentRuntime.create` (raises StartFailure)."""
-    bundle = preloaded.take(opts.bundle, opts.env_files, opts.state_root)
     try:
-        if bundle is None:
-            bundle = load_bundle(opts.bundle, env_files=opts.env_files, state_root=opts.state_root)
+        bundle = preloaded.child_bundle(launch.settings)
     except BundleError as exc:
         first = exc.diagnostics[0] if exc.diagnostics else None
         raise StartFailure(
@@ -141,19 +139,19 @@ async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
             )
         ) from exc
     redact.install(bundle.secret_values)  # from here on, logs and stdout/stderr mask them
-    pid = opts.process_id
-    layout = StateLayout.from_env(opts.state_root)
+    pid, swarm = launch.process, launch.settings.swarm
+    layout = StateLayout.from_env(Path(launch.settings.state_root))
     runtime = await AgentRuntime.create(
         bundle=bundle,
         agent=pid.name,
         instance_key=pid.instance_key,
-        swarm=opts.swarm,
+        swarm=swarm,
         layout=layout,
         agents=bridge,
         # `agents.spawn{cwd}` made this instance's workdir cwd
-        workdir=spawn_workdir(layout.instance_paths(opts.swarm, pid.instance_key, pid.name).root),
+        workdir=spawn_workdir(layout.instance_paths(swarm, pid.instance_key, pid.name).root),
     )
-    runtime.deferred_policy = policy_from_bundle(bundle, opts.swarm)
+    runtime.deferred_policy = policy_from_bundle(bundle, swarm)
     return runtime
 
 
@@ -194,21 +192,20 @@ def turn_error(report: TurnReport) -> ErrorInfo | None:
 
 
 class Child:
-    def __init__(self, opts: ChildOptions, link: Link) -> None:
-        self.opts = opts
+    def __init__(self, launch: ChildLaunch, link: Link) -> None:
+        self.launch = launch
         self.link = link
         self.send = link.send
         self.me = link.me
+        pid = launch.process
         self.source = Source(
-            kind=SourceKind(opts.process_id.kind),
-            name=opts.process_id.name,
-            instance_key=opts.process_id.instance_key,
+            kind=SourceKind(pid.kind), name=pid.name, instance_key=pid.instance_key
         )
         self.queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()  # None: the drain
         self.bridge = Bridge(self.send)
-        self.bridge.bind(self.me, str(opts.process_id.address), self.source)
-        paths = StateLayout.from_env(opts.state_root).instance_paths(
-            opts.swarm, opts.process_id.instance_key, opts.process_id.name
+        self.bridge.bind(self.me, str(pid.address), self.source)
+        paths = StateLayout.from_env(Path(launch.settings.state_root)).instance_paths(
+            launch.settings.swarm, pid.instance_key, pid.name
         )
         self.inbox = Inbox(paths.inbox_dir)
         self.bridge.inbox = self.inbox
@@ -226,7 +223,7 @@ class Child:
         this instance left behind."""
 
         async def load() -> list[str]:
-            self.runner = runner = await factory(self.opts, self.bridge)
+            self.runner = runner = await factory(self.launch, self.bridge)
             if isinstance(runner, AgentRuntime):  # test runners defer no calls
                 deferred.install(runner, self.deferred)
             return list(runner.tool_names)
@@ -351,9 +348,9 @@ class Child:
                 log.warning("frame_unexpected", type=type(msg).__name__)
 
 
-async def amain(opts: ChildOptions, factory: RunnerFactory) -> int:
-    with connect(opts) as link:
-        child = Child(opts, link)
+async def amain(launch: ChildLaunch, factory: RunnerFactory) -> int:
+    with connect(launch) as link:
+        child = Child(launch, link)
         try:
             if not await child.start(factory):
                 return EXIT_START_ERROR
@@ -364,20 +361,37 @@ async def amain(opts: ChildOptions, factory: RunnerFactory) -> int:
                 await child.runner.close()
 
 
+def parse_launch(argv: Sequence[str]) -> ChildLaunch | int:
+    """The one argument, decoded; else the exit code (0 after --help, 2 after a message)."""
+    if list(argv) in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE + "\n")
+        return 0
+    if len(argv) != 1:
+        sys.stderr.write(USAGE + "\n")
+        return 2
+    try:
+        return decode_launch(argv[0])
+    except ProtocolError as exc:
+        sys.stderr.write(f"python -m agent_process: {exc.message}\n")
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_options(sys.argv[1:] if argv is None else argv)
-    die_with_parent(opts.parent_pid)
+    launch = parse_launch(sys.argv[1:] if argv is None else argv)
+    if isinstance(launch, int):
+        return launch
+    die_with_parent(launch.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
-    logs.configure(opts.log_format)
+    logs.configure(launch.settings.log_format)
     # print() in tools, warnings and tracebacks land in the log file too: mask them as well
     sys.stdout = redact.RedactingStream(sys.stdout)
     sys.stderr = redact.RedactingStream(sys.stderr)
-    pid = opts.process_id
+    pid = launch.process
     structlog.contextvars.bind_contextvars(
         process=str(pid), agent=pid.name, instanceKey=pid.instance_key, pid=os.getpid()
     )
     if pid.kind is ProcessKind.CONNECTOR:
         from agent_process import connectors  # the connector host imports this module
 
-        return uvloop.run(connectors.amain(opts))
-    return uvloop.run(amain(opts, select_factory()))
+        return uvloop.run(connectors.amain(launch))
+    return uvloop.run(amain(launch, select_factory()))

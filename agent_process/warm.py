@@ -23,7 +23,6 @@ import structlog
 
 from agent_process import otel, preload, resolve, warm_heap, warm_turn
 from agent_process.bridge import Bridge
-from agent_process.child_options import ChildOptions, parse_options
 from agent_process.context import agent_logger
 from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
 from agent_process.inbox import Inbox, spawn_workdir
@@ -36,7 +35,9 @@ from bundles.kinds import Kind
 from bundles.model import Bundle
 from protocol.endpoints import InstancePaths, StateLayout
 from protocol.events import Source, SourceKind
+from protocol.ids import ProcessId, ProcessKind
 from protocol.jsonrpc import PendingCall
+from protocol.launch import ChildLaunch, LaunchSettings, decode_launch, encode_launch
 from protocol.messages import Message
 
 RUNS = 64
@@ -50,36 +51,22 @@ WARM_KEY = "warm"
 """The instance key of the runs; they leave nothing behind under it."""
 
 
-def child_start(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> None:
+def child_start(bundle: Bundle, launch: LaunchSettings) -> None:
     agents = [res.name for res in bundle.of_kind(Kind.AGENT)]
-    swarms = [res.name for res in bundle.of_kind(Kind.SWARM)]
     if not agents:
         return
-    swarm = swarms[0] if swarms else bundle.root.name
     for i in range(RUNS):
-        argv = _argv(agents[i % len(agents)], swarm, bundle, env_files, state_root)
-        _start_steps(bundle, argv, with_model=i < MODEL_RUNS, with_turn=i < TURN_RUNS)
+        name = agents[i % len(agents)]
+        pid = ProcessId(kind=ProcessKind.AGENT, name=name, instance_key=WARM_KEY, generation=1)
+        text = encode_launch(ChildLaunch(process=pid, settings=launch))  # what the spawner sends
+        _start_steps(bundle, text, with_model=i < MODEL_RUNS, with_turn=i < TURN_RUNS)
     warm_heap.fill()  # last: what the runs freed is taken too
 
 
-def _argv(
-    agent: str, swarm: str, bundle: Bundle, env_files: tuple[Path, ...], state_root: Path
-) -> list[str]:
-    """What the orchestrator's spawner passes (orchestrator/settings.py ChildLaunch)."""
-    argv = [
-        "--id", f"agent:{agent}:{WARM_KEY}:1", "--endpoint", "ipc:///nonexistent/agents.sock",
-        "--swarm", swarm, "--bundle", str(bundle.path), "--state-root", str(state_root),
-        "--heartbeat-interval", "2.0", "--heartbeat-timeout", "20.0", "--log-format", "json",
-    ]  # fmt: skip
-    for path in env_files:
-        argv += ["--env-file", str(path)]
-    return [*argv, "--ppid", str(os.getpid())]
-
-
-def _start_steps(bundle: Bundle, argv: list[str], *, with_model: bool, with_turn: bool) -> None:
+def _start_steps(bundle: Bundle, text: str, *, with_model: bool, with_turn: bool) -> None:
     """The pure part of `child.main` -> `Child.__init__` -> `runtime_factory` -> `assemble`."""
-    opts = parse_options(argv)
-    pid = opts.process_id
+    opts = decode_launch(text)
+    pid = opts.process
     # the keys child.main binds: their ContextVars are created once, here (in a copy of the
     # context, so this process's own log context is untouched)
     contextvars.copy_context().run(
@@ -88,35 +75,36 @@ def _start_steps(bundle: Bundle, argv: list[str], *, with_model: bool, with_turn
     )  # fmt: skip
     redact.Redactor(bundle.secret_values)
     otel.export_requested()
-    paths = StateLayout.from_env(opts.state_root).instance_paths(
-        opts.swarm, pid.instance_key, pid.name
+    settings = opts.settings
+    paths = StateLayout.from_env(Path(settings.state_root)).instance_paths(
+        settings.swarm, pid.instance_key, pid.name
     )
     _ = (paths.root, paths.inbox_dir, paths.pending_calls_dir, paths.messages_dir)
     _ = (paths.extensions_dir, paths.runtime_events_jsonl, paths.workdir)
     bridge, source = _objects(opts, paths)
     if with_turn:
         warm_turn.turn(str(pid), source, paths.inbox_dir, bridge)
-    held = preload.take(opts.bundle, opts.env_files, opts.state_root) or bundle
+    held = preload.take(settings.bundle, settings.env_files, settings.state_root) or bundle
     agent_logger(pid.name, pid.instance_key)
-    policy_from_bundle(held, opts.swarm)
+    policy_from_bundle(held, settings.swarm)
     try:
         agent = resolve.agent(held, pid.name)
         resolve.tools(held, agent)
         resolve.extensions(held, agent)
         model = resolve.model(held, agent)
-        api_key = resolve.api_key(held, model, opts.state_root)
+        api_key = resolve.api_key(held, model, Path(settings.state_root))
         if with_model:
             create_model(model, api_key=api_key)
         resolve.system_prompt(held, agent)
-        resolve.swarm_policy(held, opts.swarm)
+        resolve.swarm_policy(held, settings.swarm)
     except (resolve.ConfigProblem, ModelError):
         return  # the child reports it (start_error) when it starts
 
 
-def _objects(opts: ChildOptions, paths: InstancePaths) -> tuple[Bridge, Source]:
+def _objects(opts: ChildLaunch, paths: InstancePaths) -> tuple[Bridge, Source]:
     """The objects `Child.__init__` and `assemble` build, by constructors that neither read
     nor write files (the inbox check and spawn.json only look)."""
-    pid = opts.process_id
+    pid = opts.process
     source = Source(kind=SourceKind(pid.kind), name=pid.name, instance_key=pid.instance_key)
     bridge = Bridge(_no_send)
     bridge.bind(str(pid), str(pid.address), source)

@@ -38,7 +38,7 @@ from orchestrator.reconciler import Reconciler
 from orchestrator.reload import BundleSource, Reloader
 from orchestrator.router import Router, Services
 from orchestrator.self_restart import SelfRestart
-from orchestrator.settings import ChildLaunch, Settings, SpawnMode
+from orchestrator.settings import Settings, SpawnMode
 from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
 from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
@@ -47,6 +47,7 @@ from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.control import OrchestratorInfo
 from protocol.endpoints import StateLayout
 from protocol.ids import Address
+from protocol.launch import LaunchSettings
 
 CHILD_MODULE = "agent_process"
 CHILD_ENTRY = "agent_process.child"
@@ -88,6 +89,19 @@ def _version() -> str:
         return "0+unknown"
 
 
+def launch_settings(opts: DaemonOptions, settings: Settings, endpoint: str) -> LaunchSettings:
+    """What every child of this run is started with (the fork server's warm-up too)."""
+    return LaunchSettings(
+        endpoint=endpoint,
+        swarm=opts.swarm.name,
+        bundle=str(opts.bundle.path),
+        state_root=str(opts.layout.root),
+        env_files=tuple(map(str, opts.env_files)),
+        heartbeat_interval=settings.heartbeat_interval,
+        heartbeat_timeout=settings.heartbeat_timeout,
+    )
+
+
 def _raise_fd_limit() -> None:
     """Each child costs a pidfd and a socket: take the hard limit of open files."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -112,11 +126,7 @@ def run(opts: DaemonOptions) -> int:
     )
     server = None
     if settings.spawn_mode is SpawnMode.FORKSERVER:
-        context = {
-            "bundle": opts.bundle,
-            "env_files": opts.env_files,
-            "state_root": opts.layout.root,
-        }
+        context = {"bundle": opts.bundle, "launch": launch_settings(opts, settings, endpoints[0])}
         server = start_fork_server(CHILD_ENTRY, close_fds=(lock.fileno(),), context=context)
     import uvloop
 
@@ -180,7 +190,8 @@ class Daemon:
         router = Router(zctx, self.endpoints[0], table)
         rundir.secure_socket(self.paths.agents_sock)
         supervisor = Supervisor(table=table, router=router, spawner=spawner,
-                                settings=self.settings, launch=self._launch(),
+                                settings=self.settings,
+                                launch=launch_settings(opts, self.settings, self.endpoints[0]),
                                 layout=opts.layout, swarm=swarm)  # fmt: skip
         acceptor = Acceptor(journal, router.submit)
         connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
@@ -199,17 +210,6 @@ class Daemon:
         )
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
         return Parts(router, supervisor, swarm, connections, deferred, reloader, acceptor)
-
-    def _launch(self) -> ChildLaunch:
-        return ChildLaunch(
-            endpoint=self.endpoints[0],
-            swarm=self.opts.swarm.name,
-            bundle=self.opts.bundle.path,
-            state_root=self.opts.layout.root,
-            env_files=self.opts.env_files,
-            heartbeat_interval=self.settings.heartbeat_interval,
-            heartbeat_timeout=self.settings.heartbeat_timeout,
-        )
 
     def _known(self, table: ProcessTable) -> Callable[[Address], bool]:
         """Whether an instance exists: a process in the table, or its state on disk."""

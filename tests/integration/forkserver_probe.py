@@ -48,10 +48,11 @@ def _after_queued_requests(server: forkserver.ForkServerProcess, log_path: str) 
 
 def reloads(count: int, bundle_dir: Path, state_root: Path) -> list[float]:
     from bundles.loader import load_bundle
+    from protocol.endpoints import StateLayout
+    from tests.bench.bench_spawn import start_server
 
     bundle = load_bundle(bundle_dir, state_root=state_root)
-    context = {"bundle": bundle, "env_files": (), "state_root": state_root}
-    server = forkserver.start_fork_server(CHILD_ENTRY, context=context)
+    server = start_server(bundle, StateLayout(root=state_root))
     main = bundle.path if bundle.path.is_file() else bundle_dir / "goondan.yaml"
     try:
         with tempfile.TemporaryDirectory(prefix="gp") as tmp:

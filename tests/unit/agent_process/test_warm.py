@@ -18,6 +18,7 @@ from agent_process.bridge import Bridge
 from bundles.loader import load_bundle
 from protocol.events import Source, SourceKind
 from protocol.messages import Message, TurnOutcome
+from tests.unit.agent_process.helpers import launch_for
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "reload" / "two"
 pytestmark = pytest.mark.usefixtures("restore_preloaded")
@@ -53,9 +54,9 @@ def test_warming_runs_the_start_steps_and_leaves_nothing_behind(tmp_path: Path) 
     shutil.copytree(FIXTURE, root)
     state = tmp_path / "state"
     bundle = load_bundle(root, state_root=state)
-    preload.remember(bundle, (), state)
+    preload.remember(bundle, launch_for(bundle, state))
     before = _tree(tmp_path)
-    warm.child_start(bundle, (), state)
+    warm.child_start(bundle, launch_for(bundle, state))
     assert _tree(tmp_path) == before  # no instance dir, log or pending call was written
     assert preload.take(root, (), state) is bundle  # the held bundle is still current
 
@@ -74,7 +75,9 @@ def test_an_agent_that_cannot_start_is_left_to_the_child(
     monkeypatch.delenv("WARM_TEST_KEY")  # gone by the time a child would resolve it
     with pytest.raises(resolve.ConfigProblem):
         resolve.api_key(bundle, bundle.model("scripted"), state)
-    warm.child_start(bundle, (), state)  # no exception: the child reports it as start_error
+    warm.child_start(
+        bundle, launch_for(bundle, state)
+    )  # no exception: the child reports it as start_error
 
 
 async def _no_send(msg: Message) -> None:

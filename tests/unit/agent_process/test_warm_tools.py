@@ -16,6 +16,7 @@ from agent_process.tool_loader import load_tool_resource
 from bundles.kinds import BASE_PACKAGE, Kind
 from bundles.loader import load_bundle
 from bundles.model import Bundle
+from tests.unit.agent_process.helpers import launch_for
 
 WORKSPACE = Path(__file__).resolve().parents[3] / "bundles" / "examples" / "workspace"
 USER_TOOL = """
@@ -68,7 +69,7 @@ def _tree(root: Path) -> list[str]:
 
 def test_children_take_the_entries_the_fork_server_built(tmp_path: Path) -> None:
     bundle, state = _bundle(tmp_path)
-    preload.remember(bundle, (), state)
+    preload.remember(bundle, launch_for(bundle, state))
     taken = _operator_tools(bundle)
     assert all(e.validator is not None for group in taken for e in group)  # compiled once
     assert _operator_tools(bundle)[0][0] is taken[0][0]  # the same objects each time
@@ -83,7 +84,7 @@ def test_children_take_the_entries_the_fork_server_built(tmp_path: Path) -> None
 def test_warming_imports_no_user_tool_and_leaves_nothing_behind(tmp_path: Path) -> None:
     bundle, state = _bundle(tmp_path)
     before, threads = _tree(tmp_path), threading.active_count()
-    preload.remember(bundle, (), state)
+    preload.remember(bundle, launch_for(bundle, state))
     mine = module_name((tmp_path / "bundle" / "mine.py").resolve())
     assert mine not in sys.modules  # its import-time code runs in the agent's own process
     assert [r.name for r, _, _ in prebuilt_tools._held.values()] == [
@@ -94,7 +95,7 @@ def test_warming_imports_no_user_tool_and_leaves_nothing_behind(tmp_path: Path) 
 
 def test_another_bundle_object_builds_its_own(tmp_path: Path) -> None:
     bundle, state = _bundle(tmp_path)
-    preload.remember(bundle, (), state)
+    preload.remember(bundle, launch_for(bundle, state))
     again = load_bundle(bundle.path, state_root=state)  # e.g. reloaded after an edit
     bash = again.tool("bash")
     assert prebuilt_tools.take(bash) is None
