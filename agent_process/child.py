@@ -12,7 +12,6 @@ answers a `replyTo` with a coded error: the caller never waits in silence.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import os
 import signal
@@ -24,24 +23,23 @@ from typing import Protocol
 import structlog
 import uvloop
 
-from agent_process import deferred, logs, warm
+from agent_process import deferred, logs
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox, spawn_workdir
-from agent_process.link import EXIT_START_ERROR, Link, connect, die_with_parent, libc
+from agent_process.link import EXIT_START_ERROR, Link, connect, die_with_parent
 from agent_process.runtime import AgentRuntime, StartFailure
 from agent_process.turn import Resumed
 from bundles import redact
 from bundles.diagnostics import BundleError
-from bundles.kinds import Kind
 from bundles.model import Bundle
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
 from protocol.ids import ORCHESTRATOR, ProcessKind
 from protocol.jsonrpc import PendingCall
-from protocol.launch import ChildLaunch, LaunchSettings, decode_launch
+from protocol.launch import ChildLaunch, decode_launch
 from protocol.messages import (
     Call,
     CallOp,
@@ -61,12 +59,6 @@ from protocol.messages import (
 )
 
 ENV_TURN_RUNNER = "GOONDAN_TURN_RUNNER"
-MODELS = {
-    "scripted": "agent_process.models.scripted",
-    "openai": "agent_process.models.openai_chat",
-    "anthropic": "agent_process.models.anthropic_messages",
-}
-"""Model adapter module per provider, imported ahead by the fork server."""
 log = structlog.get_logger("goondan.child")
 
 
@@ -93,36 +85,11 @@ class TurnRunner(Protocol):
 
 
 RunnerFactory = Callable[[ChildLaunch, Bridge], Awaitable[TurnRunner]]
+Park = Callable[[Awaitable[TurnReport], asyncio.Event, asyncio.Event], Awaitable[TurnReport | None]]
+"""How a turn races the drain (`deferred.unless_parked`)."""
 USAGE = """usage: python -m agent_process LAUNCH
 LAUNCH is the JSON the daemon's spawner writes (protocol/launch.py ChildLaunch): agent children
 are started by `goondan run`, not by hand."""
-
-
-def preload(bundle: Bundle | None = None, launch: LaunchSettings | None = None) -> None:
-    """What the fork server does once, so forked children share it copy-on-write.
-
-    Everything `runtime_factory` needs is imported at the top of this module; the model
-    SDKs are imported lazily by the runtime, so take them here too. The daemon's loaded
-    bundle is remembered so children skip re-loading it while its files are unchanged.
-    """
-    libc()
-    logs.configure("json")  # the usual format; a child asking for another redoes it
-    providers = {m.spec.provider for m in bundle.of_kind(Kind.MODEL)} if bundle else set(MODELS)
-    for provider in sorted(providers):
-        # only the SDKs the bundle uses: a smaller fork server forks faster
-        with contextlib.suppress(ImportError, KeyError):
-            importlib.import_module(MODELS[provider])
-    if bundle is not None and launch is not None:
-        preloaded.remember(bundle, launch)
-        warm.child_start(bundle, launch)
-
-
-def refresh() -> None:
-    """The fork server's hook after the daemon reloaded the bundle: hold the new bundle and
-    warm its agents' start steps like `preload` did for the first one."""
-    held = preloaded.refresh()
-    if held is not None:
-        warm.child_start(held.bundle, held.launch)
 
 
 async def runtime_factory(launch: ChildLaunch, bridge: Bridge) -> TurnRunner:
@@ -139,6 +106,14 @@ async def runtime_factory(launch: ChildLaunch, bridge: Bridge) -> TurnRunner:
             )
         ) from exc
     redact.install(bundle.secret_values)  # from here on, logs and stdout/stderr mask them
+    return await create_runtime(launch, bridge, bundle)
+
+
+async def create_runtime(
+    launch: ChildLaunch, bridge: Bridge, bundle: Bundle, sink: int | None = None
+) -> AgentRuntime:
+    """This child's `AgentRuntime` of `bundle`; with `sink` it writes nothing to disk (see
+    `AgentRuntime.create`: the fork server's rehearsal)."""
     pid, swarm = launch.process, launch.settings.swarm
     layout = StateLayout.from_env(Path(launch.settings.state_root))
     runtime = await AgentRuntime.create(
@@ -150,6 +125,7 @@ async def runtime_factory(launch: ChildLaunch, bridge: Bridge) -> TurnRunner:
         agents=bridge,
         # `agents.spawn{cwd}` made this instance's workdir cwd
         workdir=spawn_workdir(layout.instance_paths(swarm, pid.instance_key, pid.name).root),
+        sink=sink,
     )
     runtime.deferred_policy = policy_from_bundle(bundle, swarm)
     return runtime
@@ -192,9 +168,12 @@ def turn_error(report: TurnReport) -> ErrorInfo | None:
 
 
 class Child:
-    def __init__(self, launch: ChildLaunch, link: Link) -> None:
+    def __init__(
+        self, launch: ChildLaunch, link: Link, park: Park = deferred.unless_parked
+    ) -> None:
         self.launch = launch
         self.link = link
+        self.park = park
         self.send = link.send
         self.me = link.me
         pid = launch.process
@@ -254,7 +233,7 @@ class Child:
         )
 
     async def serve(self) -> None:
-        await self.link.serve(self._drain(), self._dispatch)
+        await self.link.serve(self._drain(), self.dispatch)
 
     async def _drain(self) -> None:
         """Turns until a drain is asked; the events never started go back with the ack."""
@@ -275,14 +254,14 @@ class Child:
             event = await self.queue.get()
             if event is None:  # the drain's wake-up (_wake_for_drain)
                 return
-            await self._run_one(event)
+            await self.run_one(event)
 
     def _wake_for_drain(self) -> None:
         """A busy loop sees the drain after its turn; an idle one is parked on the queue."""
         if not self.busy:
             self.queue.put_nowait(None)
 
-    async def _run_one(self, event: AgentEvent) -> None:
+    async def run_one(self, event: AgentEvent) -> None:
         assert self.runner is not None
         if event.type == WAKE_EVENT_TYPE and not self.inbox.has_replies():
             return  # the replies were taken by a turn that ran in between
@@ -314,7 +293,7 @@ class Child:
         """The turn's report, or None when a drain stopped it while it waited for a client."""
         assert self.runner is not None
         turn = self.runner.run_turn(event, self.deferred.resumed_for(event))
-        report = await deferred.unless_parked(turn, self.draining, self.deferred.parked)
+        report = await self.park(turn, self.draining, self.deferred.parked)
         if report is None:
             log.info("turn_parked", event_id=event.id)
         return report
@@ -327,7 +306,7 @@ class Child:
         )
         await self.send(Status(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
-    def _dispatch(self, msg: Message) -> None:
+    def dispatch(self, msg: Message) -> None:
         match msg:
             case Event(payload=event):
                 if event.in_reply_to is not None:

@@ -192,7 +192,7 @@ def connect(launch: ChildLaunch) -> Iterator[Link]:
 @functools.cache
 def libc() -> ctypes.CDLL:
     """Built once, with the functions a child calls already looked up: in the fork server
-    (child.preload) this leaves a forked child nothing to create (a CDLL attribute lookup
+    (forkprep.preload) this leaves a forked child nothing to create (a CDLL attribute lookup
     builds a function pointer object and caches it on the CDLL)."""
     lib = ctypes.CDLL(None, use_errno=True)
     _ = (lib.prctl, lib.mallopt)  # cached on `lib` by CDLL.__getattr__

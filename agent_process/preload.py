@@ -4,21 +4,17 @@ Loading and validating a bundle costs tens of milliseconds (YAML, refs, the base
 a forked child would pay that on every spawn. The fork server is a fork of the daemon, which
 loaded the bundle before forking it, so it hands that object to `remember()`; a child takes
 it only if no file it came from has changed since (restart after an edit re-reads).
-After a reload the daemon asks the fork server to `refresh()` it.
+After a reload the daemon asks the fork server to `refresh()` it. What the fork server builds
+for the bundle beyond holding it is `agent_process.forkprep`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_process import models, schema, warm_tools
-from agent_process.loading import EntryLoadError, is_path_entry, load_entry
-from bundles import codecache
-from bundles.kinds import BASE_PACKAGE, Kind, ToolSpec
 from bundles.loader import bundle_files, load_bundle
 from bundles.model import Bundle
 from protocol.launch import LaunchSettings
@@ -51,32 +47,6 @@ def fingerprint(files: tuple[str, ...]) -> Fingerprint:
             continue
         out.append((path, st.st_mtime_ns, st.st_size))
     return tuple(out)
-
-
-def _entry_files(bundle: Bundle) -> set[Path]:
-    """Entry files of tools, extensions and connectors, with the helpers beside them."""
-    out: set[Path] = set()
-    for kind in (Kind.TOOL, Kind.EXTENSION, Kind.CONNECTOR):
-        for res in bundle.of_kind(kind):
-            entry = getattr(res.spec, "entry", None)
-            if not isinstance(entry, str) or not is_path_entry(entry):
-                continue
-            path = (Path(res.root) / entry).resolve()
-            if path.is_file():
-                out.update(path.parent.glob("*.py"))
-    return out
-
-
-def _import_base_tools(bundle: Bundle) -> None:
-    """The built-in package's tool modules (ours: plain definitions, no threads or sockets at
-    import, so fork-safe) are imported here once; children find them in `sys.modules` (same
-    name per file, see `load_entry`) and share them copy-on-write. User tools are only
-    compiled (`codecache`): their import-time code runs in the agent's own process."""
-    for res in bundle.of_kind(Kind.TOOL):
-        entry = getattr(res.spec, "entry", None)
-        if res.package == BASE_PACKAGE and isinstance(entry, str) and is_path_entry(entry):
-            with contextlib.suppress(EntryLoadError):  # the child reports it when it loads
-                load_entry(entry, Path(res.root))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,17 +96,6 @@ _held: list[Preloaded] = []
 
 
 def remember(bundle: Bundle, launch: LaunchSettings) -> None:
-    # each export's metaschema check (~1-5 ms) is done once here, not in every forked child
-    schema.warm(
-        export.parameters
-        for res in bundle.of_kind(Kind.TOOL)
-        if isinstance(res.spec, ToolSpec)
-        for export in res.spec.exports
-    )
-    codecache.warm(_entry_files(bundle))  # compiled once here, not in every forked child
-    _import_base_tools(bundle)
-    warm_tools.tool_loading(bundle)  # after the import: it loads only modules held already
-    models.warm(bundle.of_kind(Kind.MODEL))  # TLS trust store, compiled script patterns
     _held[:] = [Preloaded.of(bundle, launch)]
 
 

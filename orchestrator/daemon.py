@@ -32,7 +32,7 @@ from orchestrator.agents_calls import AgentsService
 from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
-from orchestrator.forkserver import ForkServerProcess, start_fork_server
+from orchestrator.forkserver import ENTRY, ForkServerProcess, start_fork_server
 from orchestrator.journal.sqlite import SqliteJournal
 from orchestrator.reconciler import Reconciler
 from orchestrator.reload import BundleSource, Reloader
@@ -50,7 +50,6 @@ from protocol.ids import Address
 from protocol.launch import LaunchSettings
 
 CHILD_MODULE = "agent_process"
-CHILD_ENTRY = "agent_process.child"
 log = structlog.get_logger("goondan.daemon")
 OnStarted = Callable[[ControlContext], Awaitable[int]]
 """Run once everything is up (e.g. `run --input`); its return value is the exit code."""
@@ -127,7 +126,7 @@ def run(opts: DaemonOptions) -> int:
     server = None
     if settings.spawn_mode is SpawnMode.FORKSERVER:
         context = {"bundle": opts.bundle, "launch": launch_settings(opts, settings, endpoints[0])}
-        server = start_fork_server(CHILD_ENTRY, close_fds=(lock.fileno(),), context=context)
+        server = start_fork_server(ENTRY, close_fds=(lock.fileno(),), context=context)
     import uvloop
 
     try:
@@ -244,7 +243,7 @@ class Daemon:
         if server is not None:
 
             def on_swap() -> None:  # the fork server holds the new bundle for new children
-                forkserver.call_hook(server, CHILD_ENTRY, "refresh")
+                forkserver.call_hook(server, ENTRY, "refresh")
 
         return Reloader(source, opts.bundle, supervisor, swarm, notifier=self.notifier,
                         on_swap=on_swap, after_restart=start_connectors)  # fmt: skip

@@ -65,11 +65,10 @@ def launch_settings(layout: Any, bundle: Any) -> Any:
 def start_server(bundle: Any, layout: Any) -> Any:
     """The fork server as the daemon starts it: call before this process has a zmq Context,
     a thread or a loop."""
-    from orchestrator.daemon import CHILD_ENTRY
-    from orchestrator.forkserver import start_fork_server
+    from orchestrator.forkserver import ENTRY, start_fork_server
 
     context = {"bundle": bundle, "launch": launch_settings(layout, bundle)}
-    return start_fork_server(CHILD_ENTRY, context=context)
+    return start_fork_server(ENTRY, context=context)
 
 
 class Harness:

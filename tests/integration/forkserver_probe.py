@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 
 from orchestrator import forkserver
-from orchestrator.daemon import CHILD_ENTRY
 
 MIB = 1024 * 1024
 
@@ -61,7 +60,7 @@ def reloads(count: int, bundle_dir: Path, state_root: Path) -> list[float]:
             out = [rss_mib(server.pid)]
             for i in range(count):
                 main.write_text(main.read_text() + f"\n# edit {i}\n")  # a reload's new bundle
-                forkserver.call_hook(server, CHILD_ENTRY, "refresh")
+                forkserver.call_hook(server, forkserver.ENTRY, "refresh")
                 _after_queued_requests(server, log_path)
                 out.append(rss_mib(server.pid))
     finally:

@@ -30,6 +30,7 @@ async def _probe(*args: str) -> dict[str, list[float]]:
     )  # fmt: skip
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()[-3000:]
+    assert not err, err.decode()[-3000:]  # the fork server's preparation says nothing
     result: dict[str, list[float]] = json.loads(out.decode().splitlines()[-1])
     return result
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_process import child, preload
+from agent_process import forkprep, preload
 from bundles.diagnostics import BundleError
 from bundles.loader import load_bundle
 from tests.unit.agent_process.helpers import launch_for
@@ -56,8 +56,8 @@ def test_take_matches_the_inputs_however_they_are_spelled(tmp_path: Path) -> Non
     assert preload.take(tmp_path, (), state) is None
 
 
-def test_the_fork_server_hook_holds_and_warms_the_reloaded_bundle(tmp_path: Path) -> None:
-    """`child.refresh` is what the daemon asks the fork server to run after a reload."""
+def test_the_fork_server_hook_holds_and_prepares_the_reloaded_bundle(tmp_path: Path) -> None:
+    """`forkprep.refresh` is what the daemon asks the fork server to run after a reload."""
     root = tmp_path / "bundle"
     shutil.copytree(FIXTURE, root)
     state = tmp_path / "state"
@@ -65,7 +65,7 @@ def test_the_fork_server_hook_holds_and_warms_the_reloaded_bundle(tmp_path: Path
     preload.remember(bundle, launch_for(bundle, state))
     yaml = root / "goondan.yaml"
     yaml.write_text(yaml.read_text().replace("model: test", "model: edited"))
-    child.refresh()
+    forkprep.refresh()
     fresh = preload.take(root, (), state)
     assert fresh is not None and fresh.model("scripted").spec.model == "edited"
-    assert not (state / "instances").exists()  # warming the new bundle wrote nothing
+    assert not state.exists()  # preparing the new bundle wrote nothing
