@@ -43,7 +43,9 @@ MEASURED: dict[Step, frozenset[Version] | None] = {
     Step.TURN: frozenset({(3, 11), (3, 12), (3, 13)}),
     Step.HEAP: frozenset({(3, 11), (3, 12), (3, 13)}),
 }
-"""The CPython versions each step was measured to pay on (None: any version)."""
+"""The CPython versions each step was measured to pay on (None: any version). Each step, left
+out alone, made the agents bigger on 3.11, 3.12 and 3.13 alike (the figures are in the commit
+that set this table); `turn` pays only once an agent served an event."""
 
 
 def steps(
