@@ -168,6 +168,9 @@ def turn_error(report: TurnReport) -> ErrorInfo | None:
 
 
 class Child:
+    """One agent process around its runner. `park` is how a turn races the drain; the fork
+    server's rehearsal, which has no event loop, passes one that only awaits the turn."""
+
     def __init__(
         self, launch: ChildLaunch, link: Link, park: Park = deferred.unless_parked
     ) -> None:

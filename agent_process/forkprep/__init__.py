@@ -68,6 +68,6 @@ def prepare(bundle: Bundle, launch: LaunchSettings) -> None:
         shared.build(bundle)
     if steps & {gate.Step.START, gate.Step.TURN}:
         turns = gate.Step.TURN in steps
-        rehearsal.rehearse(bundle, standin.bundle(bundle), launch, turns=turns)
+        rehearsal.rehearse(standin.bundle(bundle), launch, turns=turns)
     if gate.Step.HEAP in steps:
         heap.fill()  # last: what the steps before freed is taken too

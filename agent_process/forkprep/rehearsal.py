@@ -20,6 +20,7 @@ suspends. Each run has a copy of the context, so the log context it binds does n
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import os
@@ -30,7 +31,7 @@ from typing import Any, TypeVar
 import msgspec
 import structlog
 
-from agent_process.child import Child, TurnReport, create_runtime, parse_launch
+from agent_process.child import Child, RunnerFactory, TurnReport, create_runtime, parse_launch
 from agent_process.link import Link
 from bundles.kinds import Kind
 from bundles.model import Bundle
@@ -74,9 +75,9 @@ class NullSocket:
         raise RuntimeError("a rehearsal never serves its link")
 
 
-def rehearse(bundle: Bundle, stand_in: Bundle, launch: LaunchSettings, *, turns: bool) -> Rehearsed:
-    """RUNS starts of the stand-ins of `bundle`'s agents (and TURNS turns, if `turns`)."""
-    agents = [res.name for res in bundle.of_kind(Kind.AGENT, user_only=True)]
+def rehearse(stand_in: Bundle, launch: LaunchSettings, *, turns: bool) -> Rehearsed:
+    """RUNS starts of the stand-in agents (`standin.bundle`), TURNS turns if `turns`."""
+    agents = [res.name for res in stand_in.of_kind(Kind.AGENT, user_only=True)]
     if not agents:
         return Rehearsed(0, 0)
     settings = msgspec.structs.replace(
@@ -85,7 +86,7 @@ def rehearse(bundle: Bundle, stand_in: Bundle, launch: LaunchSettings, *, turns:
     sink = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     starts = replies = 0
     try:
-        factory = functools.partial(create_runtime, bundle=stand_in, sink=sink)
+        factory: RunnerFactory = functools.partial(create_runtime, bundle=stand_in, sink=sink)
         for i in range(RUNS):
             pid = ProcessId(
                 kind=ProcessKind.AGENT, name=agents[i % len(agents)],
@@ -100,7 +101,7 @@ def rehearse(bundle: Bundle, stand_in: Bundle, launch: LaunchSettings, *, turns:
     return Rehearsed(starts, replies)
 
 
-def _run(text: str, factory: Any, with_turn: bool) -> list[str]:
+def _run(text: str, factory: RunnerFactory, with_turn: bool) -> list[str]:
     """One child, as `child.main` and `amain` run it; the frames it sent."""
     launch = parse_launch([text])
     assert isinstance(launch, ChildLaunch)
@@ -124,7 +125,9 @@ def _run(text: str, factory: Any, with_turn: bool) -> list[str]:
     return sock.sent
 
 
-async def _unraced(turn: Awaitable[TurnReport], draining: Any, parked: Any) -> TurnReport | None:
+async def _unraced(
+    turn: Awaitable[TurnReport], draining: asyncio.Event, parked: asyncio.Event
+) -> TurnReport | None:
     """The turn alone: racing it against the drain takes an event loop."""
     return await turn
 

@@ -68,7 +68,7 @@ def test_preparing_rehearses_every_start_and_turn_and_leaves_nothing_behind(
     launch = launch_for(bundle, state)
     forkprep.preload(bundle, launch)
     before = _tree(tmp_path)
-    done = rehearsal.rehearse(bundle, standin.bundle(bundle), launch, turns=True)
+    done = rehearsal.rehearse(standin.bundle(bundle), launch, turns=True)
     assert (done.starts, done.turns) == (rehearsal.RUNS, rehearsal.TURNS)
     assert _tree(tmp_path) == before  # no instance dir, log, message or pending call
     assert preload.take(root, (), state) is bundle  # the held bundle is still current
@@ -107,7 +107,7 @@ def test_an_agent_that_cannot_start_is_left_to_the_child(
         resolve.api_key(bundle, bundle.model("scripted"), state)
     with pytest.raises(resolve.ConfigProblem):
         resolve.system_prompt(bundle, bundle.agent("alpha"))
-    done = rehearsal.rehearse(bundle, standin.bundle(bundle), launch_for(bundle, state), turns=True)
+    done = rehearsal.rehearse(standin.bundle(bundle), launch_for(bundle, state), turns=True)
     assert (done.starts, done.turns) == (rehearsal.RUNS, rehearsal.TURNS)
 
 
