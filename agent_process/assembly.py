@@ -45,6 +45,10 @@ class StartRequest:
     layout: StateLayout
     agents: AgentsRuntime | None
     workdir: Path | None
+    sink: int | None = None
+    """An open fd the conversation and the runtime events go to instead of the instance's
+    files: nothing is created on disk and the conversation lives in memory only (the fork
+    server's rehearsal, with /dev/null)."""
 
     @property
     def paths(self) -> InstancePaths:
@@ -98,10 +102,12 @@ async def _assemble(
     mcp: McpBridge,
 ) -> Parts:
     paths = req.paths
-    for directory in (paths.messages_dir, paths.extensions_dir):
+    for directory in (paths.messages_dir, paths.extensions_dir) if req.sink is None else ():
         private_dir(directory)
     logger = agent_logger(req.agent, req.instance_key)
-    bus = EventBus(paths.runtime_events_jsonl, agent=req.agent, instance_key=req.instance_key)
+    bus = EventBus(
+        paths.runtime_events_jsonl, agent=req.agent, instance_key=req.instance_key, sink=req.sink
+    )
     bus.open()  # before the extensions: their register() may already emit events
     pipelines = Pipelines()
     try:
@@ -114,7 +120,7 @@ async def _assemble(
     except BaseException:
         bus.close()
         raise
-    store = ConversationStore(paths.messages_dir)
+    store = ConversationStore(paths.messages_dir, sink=req.sink)
     store.open()
     tool_calls = _tool_calls(req, registry, pipelines, bus, logger)
     engine = TurnEngine(
@@ -167,7 +173,8 @@ def _tool_calls(
     req: StartRequest, registry: ToolRegistry, pipelines: Pipelines, bus: EventBus, logger: Any
 ) -> ToolCallRunner:
     workdir = req.workdir if req.workdir is not None else req.paths.workdir
-    private_dir(workdir)
+    if req.sink is None:
+        private_dir(workdir)
     return ToolCallRunner(
         registry=registry,
         pipelines=pipelines,

@@ -12,7 +12,6 @@ answers a `replyTo` with a coded error: the caller never waits in silence.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import os
 import signal
@@ -24,25 +23,23 @@ from typing import Protocol
 import structlog
 import uvloop
 
-from agent_process import child_options, deferred, logs, warm
+from agent_process import deferred, logs
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
-from agent_process.child_options import ChildOptions, parse_options
 from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox, spawn_workdir
-from agent_process.link import EXIT_START_ERROR, Link, connect, die_with_parent, libc
+from agent_process.link import EXIT_START_ERROR, Link, connect, die_with_parent
 from agent_process.runtime import AgentRuntime, StartFailure
 from agent_process.turn import Resumed
 from bundles import redact
 from bundles.diagnostics import BundleError
-from bundles.kinds import Kind
-from bundles.loader import load_bundle
 from bundles.model import Bundle
 from protocol.endpoints import StateLayout
-from protocol.errors import ErrorCode, ErrorInfo
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
 from protocol.ids import ORCHESTRATOR, ProcessKind
 from protocol.jsonrpc import PendingCall
+from protocol.launch import ChildLaunch, decode_launch
 from protocol.messages import (
     Call,
     CallOp,
@@ -62,12 +59,6 @@ from protocol.messages import (
 )
 
 ENV_TURN_RUNNER = "GOONDAN_TURN_RUNNER"
-MODELS = {
-    "scripted": "agent_process.models.scripted",
-    "openai": "agent_process.models.openai_chat",
-    "anthropic": "agent_process.models.anthropic_messages",
-}
-"""Model adapter module per provider, imported ahead by the fork server."""
 log = structlog.get_logger("goondan.child")
 
 
@@ -93,44 +84,18 @@ class TurnRunner(Protocol):
     async def close(self) -> None: ...
 
 
-RunnerFactory = Callable[[ChildOptions, Bridge], Awaitable[TurnRunner]]
+RunnerFactory = Callable[[ChildLaunch, Bridge], Awaitable[TurnRunner]]
+Park = Callable[[Awaitable[TurnReport], asyncio.Event, asyncio.Event], Awaitable[TurnReport | None]]
+"""How a turn races the drain (`deferred.unless_parked`)."""
+USAGE = """usage: python -m agent_process LAUNCH
+LAUNCH is the JSON the daemon's spawner writes (protocol/launch.py ChildLaunch): agent children
+are started by `goondan run`, not by hand."""
 
 
-def preload(bundle: Bundle | None = None, env_files: tuple[Path, ...] = (),
-            state_root: Path | None = None) -> None:  # fmt: skip
-    """What the fork server does once, so forked children share it copy-on-write.
-
-    Everything `runtime_factory` needs is imported at the top of this module; the model
-    SDKs are imported lazily by the runtime, so take them here too. The daemon's loaded
-    bundle is remembered so children skip re-loading it while its files are unchanged.
-    """
-    child_options.parser()
-    libc()
-    logs.configure("json")  # the usual format; a child asking for another redoes it
-    providers = {m.spec.provider for m in bundle.of_kind(Kind.MODEL)} if bundle else set(MODELS)
-    for provider in sorted(providers):
-        # only the SDKs the bundle uses: a smaller fork server forks faster
-        with contextlib.suppress(ImportError, KeyError):
-            importlib.import_module(MODELS[provider])
-    if bundle is not None and state_root is not None:
-        preloaded.remember(bundle, env_files, state_root)
-        warm.child_start(bundle, env_files, state_root)
-
-
-def refresh() -> None:
-    """The fork server's hook after the daemon reloaded the bundle: hold the new bundle and
-    warm its agents' start steps like `preload` did for the first one."""
-    held = preloaded.refresh()
-    if held is not None:
-        warm.child_start(held.bundle, held.env_files, held.state_root)
-
-
-async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
+async def runtime_factory(launch: ChildLaunch, bridge: Bridge) -> TurnRunner:
     """The real engine: load the bundle, then `AgentRuntime.create` (raises StartFailure)."""
-    bundle = preloaded.take(opts.bundle, opts.env_files, opts.state_root)
     try:
-        if bundle is None:
-            bundle = load_bundle(opts.bundle, env_files=opts.env_files, state_root=opts.state_root)
+        bundle = preloaded.child_bundle(launch.settings)
     except BundleError as exc:
         first = exc.diagnostics[0] if exc.diagnostics else None
         raise StartFailure(
@@ -141,19 +106,28 @@ async def runtime_factory(opts: ChildOptions, bridge: Bridge) -> TurnRunner:
             )
         ) from exc
     redact.install(bundle.secret_values)  # from here on, logs and stdout/stderr mask them
-    pid = opts.process_id
-    layout = StateLayout.from_env(opts.state_root)
+    return await create_runtime(launch, bridge, bundle)
+
+
+async def create_runtime(
+    launch: ChildLaunch, bridge: Bridge, bundle: Bundle, sink: int | None = None
+) -> AgentRuntime:
+    """This child's `AgentRuntime` of `bundle`; with `sink` it writes nothing to disk (see
+    `AgentRuntime.create`: the fork server's rehearsal)."""
+    pid, swarm = launch.process, launch.settings.swarm
+    layout = StateLayout.from_env(Path(launch.settings.state_root))
     runtime = await AgentRuntime.create(
         bundle=bundle,
         agent=pid.name,
         instance_key=pid.instance_key,
-        swarm=opts.swarm,
+        swarm=swarm,
         layout=layout,
         agents=bridge,
         # `agents.spawn{cwd}` made this instance's workdir cwd
-        workdir=spawn_workdir(layout.instance_paths(opts.swarm, pid.instance_key, pid.name).root),
+        workdir=spawn_workdir(layout.instance_paths(swarm, pid.instance_key, pid.name).root),
+        sink=sink,
     )
-    runtime.deferred_policy = policy_from_bundle(bundle, opts.swarm)
+    runtime.deferred_policy = policy_from_bundle(bundle, swarm)
     return runtime
 
 
@@ -194,21 +168,26 @@ def turn_error(report: TurnReport) -> ErrorInfo | None:
 
 
 class Child:
-    def __init__(self, opts: ChildOptions, link: Link) -> None:
-        self.opts = opts
+    """One agent process around its runner. `park` is how a turn races the drain; the fork
+    server's rehearsal, which has no event loop, passes one that only awaits the turn."""
+
+    def __init__(
+        self, launch: ChildLaunch, link: Link, park: Park = deferred.unless_parked
+    ) -> None:
+        self.launch = launch
         self.link = link
+        self.park = park
         self.send = link.send
         self.me = link.me
+        pid = launch.process
         self.source = Source(
-            kind=SourceKind(opts.process_id.kind),
-            name=opts.process_id.name,
-            instance_key=opts.process_id.instance_key,
+            kind=SourceKind(pid.kind), name=pid.name, instance_key=pid.instance_key
         )
         self.queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()  # None: the drain
         self.bridge = Bridge(self.send)
-        self.bridge.bind(self.me, str(opts.process_id.address), self.source)
-        paths = StateLayout.from_env(opts.state_root).instance_paths(
-            opts.swarm, opts.process_id.instance_key, opts.process_id.name
+        self.bridge.bind(self.me, str(pid.address), self.source)
+        paths = StateLayout.from_env(Path(launch.settings.state_root)).instance_paths(
+            launch.settings.swarm, pid.instance_key, pid.name
         )
         self.inbox = Inbox(paths.inbox_dir)
         self.bridge.inbox = self.inbox
@@ -226,7 +205,7 @@ class Child:
         this instance left behind."""
 
         async def load() -> list[str]:
-            self.runner = runner = await factory(self.opts, self.bridge)
+            self.runner = runner = await factory(self.launch, self.bridge)
             if isinstance(runner, AgentRuntime):  # test runners defer no calls
                 deferred.install(runner, self.deferred)
             return list(runner.tool_names)
@@ -257,7 +236,7 @@ class Child:
         )
 
     async def serve(self) -> None:
-        await self.link.serve(self._drain(), self._dispatch)
+        await self.link.serve(self._drain(), self.dispatch)
 
     async def _drain(self) -> None:
         """Turns until a drain is asked; the events never started go back with the ack."""
@@ -278,14 +257,14 @@ class Child:
             event = await self.queue.get()
             if event is None:  # the drain's wake-up (_wake_for_drain)
                 return
-            await self._run_one(event)
+            await self.run_one(event)
 
     def _wake_for_drain(self) -> None:
         """A busy loop sees the drain after its turn; an idle one is parked on the queue."""
         if not self.busy:
             self.queue.put_nowait(None)
 
-    async def _run_one(self, event: AgentEvent) -> None:
+    async def run_one(self, event: AgentEvent) -> None:
         assert self.runner is not None
         if event.type == WAKE_EVENT_TYPE and not self.inbox.has_replies():
             return  # the replies were taken by a turn that ran in between
@@ -317,7 +296,7 @@ class Child:
         """The turn's report, or None when a drain stopped it while it waited for a client."""
         assert self.runner is not None
         turn = self.runner.run_turn(event, self.deferred.resumed_for(event))
-        report = await deferred.unless_parked(turn, self.draining, self.deferred.parked)
+        report = await self.park(turn, self.draining, self.deferred.parked)
         if report is None:
             log.info("turn_parked", event_id=event.id)
         return report
@@ -330,7 +309,7 @@ class Child:
         )
         await self.send(Status(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
-    def _dispatch(self, msg: Message) -> None:
+    def dispatch(self, msg: Message) -> None:
         match msg:
             case Event(payload=event):
                 if event.in_reply_to is not None:
@@ -351,9 +330,9 @@ class Child:
                 log.warning("frame_unexpected", type=type(msg).__name__)
 
 
-async def amain(opts: ChildOptions, factory: RunnerFactory) -> int:
-    with connect(opts) as link:
-        child = Child(opts, link)
+async def amain(launch: ChildLaunch, factory: RunnerFactory) -> int:
+    with connect(launch) as link:
+        child = Child(launch, link)
         try:
             if not await child.start(factory):
                 return EXIT_START_ERROR
@@ -364,20 +343,37 @@ async def amain(opts: ChildOptions, factory: RunnerFactory) -> int:
                 await child.runner.close()
 
 
+def parse_launch(argv: Sequence[str]) -> ChildLaunch | int:
+    """The one argument, decoded; else the exit code (0 after --help, 2 after a message)."""
+    if list(argv) in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE + "\n")
+        return 0
+    if len(argv) != 1:
+        sys.stderr.write(USAGE + "\n")
+        return 2
+    try:
+        return decode_launch(argv[0])
+    except ProtocolError as exc:
+        sys.stderr.write(f"python -m agent_process: {exc.message}\n")
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_options(sys.argv[1:] if argv is None else argv)
-    die_with_parent(opts.parent_pid)
+    launch = parse_launch(sys.argv[1:] if argv is None else argv)
+    if isinstance(launch, int):
+        return launch
+    die_with_parent(launch.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
-    logs.configure(opts.log_format)
+    logs.configure(launch.settings.log_format)
     # print() in tools, warnings and tracebacks land in the log file too: mask them as well
     sys.stdout = redact.RedactingStream(sys.stdout)
     sys.stderr = redact.RedactingStream(sys.stderr)
-    pid = opts.process_id
+    pid = launch.process
     structlog.contextvars.bind_contextvars(
         process=str(pid), agent=pid.name, instanceKey=pid.instance_key, pid=os.getpid()
     )
     if pid.kind is ProcessKind.CONNECTOR:
         from agent_process import connectors  # the connector host imports this module
 
-        return uvloop.run(connectors.amain(opts))
-    return uvloop.run(amain(opts, select_factory()))
+        return uvloop.run(connectors.amain(launch))
+    return uvloop.run(amain(launch, select_factory()))

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from pathlib import Path
 
 import structlog
 
 from agent_process import preload as preloaded
-from agent_process.child_options import ChildOptions
 from agent_process.connector_context import (
     ConnectorStartFailed,
     HostContext,
@@ -28,10 +28,10 @@ from agent_process.connector_context import (
 from agent_process.link import EXIT_START_ERROR, Link, connect
 from bundles import redact
 from bundles.diagnostics import BundleError
-from bundles.loader import load_bundle
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.ids import ORCHESTRATOR
+from protocol.launch import ChildLaunch
 from protocol.messages import (
     ChildState,
     Event,
@@ -47,15 +47,16 @@ EXIT_CONNECTOR_STOPPED = 1
 log = structlog.get_logger("goondan.connector_host")
 
 
-def _run_identity(opts: ChildOptions) -> tuple[int | None, str]:
+def _run_identity(launch: ChildLaunch) -> tuple[int | None, str]:
     """The daemon's pid and a run id that stays the same across respawns of this connector
     (pid + start time of the daemon's pid file) but differs between runs."""
-    pid_file = StateLayout.from_env(opts.state_root).run_paths(opts.swarm).pid_file
+    settings = launch.settings
+    pid_file = StateLayout.from_env(Path(settings.state_root)).run_paths(settings.swarm).pid_file
     try:
         pid = int(pid_file.read_text().split()[0])
         return pid, f"{pid}-{int(pid_file.stat().st_mtime):x}"
     except (OSError, ValueError, IndexError):
-        return opts.parent_pid, uuid.uuid4().hex[:12]
+        return launch.parent_pid, uuid.uuid4().hex[:12]
 
 
 def _start_failure(exc: Exception) -> ErrorInfo:
@@ -69,8 +70,8 @@ def _start_failure(exc: Exception) -> ErrorInfo:
 
 
 class ConnectorHost:
-    def __init__(self, opts: ChildOptions, link: Link) -> None:
-        self.opts = opts
+    def __init__(self, launch: ChildLaunch, link: Link) -> None:
+        self.launch = launch
         self.link = link
         self.send = link.send
         self.me = link.me
@@ -80,29 +81,25 @@ class ConnectorHost:
         self._reported = 0
 
     def _load(self) -> LoadedConnector:
-        opts = self.opts
-        bundle = preloaded.take(opts.bundle, opts.env_files, opts.state_root)
-        if bundle is None:
-            try:
-                bundle = load_bundle(
-                    opts.bundle, env_files=opts.env_files, state_root=opts.state_root
+        settings = self.launch.settings
+        try:
+            bundle = preloaded.child_bundle(settings)
+        except BundleError as exc:
+            raise ConnectorStartFailed(
+                ErrorInfo(
+                    code=ErrorCode.E_CONNECTOR_START_FAILED,
+                    message=str(exc),
+                    suggestion="fix the bundle (goondan validate)",
                 )
-            except BundleError as exc:
-                raise ConnectorStartFailed(
-                    ErrorInfo(
-                        code=ErrorCode.E_CONNECTOR_START_FAILED,
-                        message=str(exc),
-                        suggestion="fix the bundle (goondan validate)",
-                    )
-                ) from exc
+            ) from exc
         redact.install(bundle.secret_values)  # e.g. a signing secret never reaches the log
-        return load_connector(bundle, opts.process_id.name, opts.state_root)
+        return load_connector(bundle, self.launch.process.name, Path(settings.state_root))
 
     async def _start_connector(self) -> list[str]:
         """Load the connector and `await start(ctx)`; a connector has no tools to report."""
-        pid = self.opts.process_id
+        pid = self.launch.process
         self.loaded = loaded = self._load()
-        daemon_pid, run_id = _run_identity(self.opts)
+        daemon_pid, run_id = _run_identity(self.launch)
         self.ctx = HostContext(
             process_id=pid,
             send=self.send,
@@ -111,9 +108,9 @@ class ConnectorHost:
             connector=loaded.connector.name,
             orchestrator_pid=daemon_pid,
             run_id=run_id,
-            state_dir=StateLayout.from_env(self.opts.state_root).connector_state_dir(
-                self.opts.swarm, pid.name
-            ),
+            state_dir=StateLayout.from_env(
+                Path(self.launch.settings.state_root)
+            ).connector_state_dir(self.launch.settings.swarm, pid.name),
         )
         if loaded.start is not None:
             await loaded.start(self.ctx)
@@ -180,9 +177,9 @@ class ConnectorHost:
         await self.send(Status(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
 
-async def amain(opts: ChildOptions) -> int:
-    with connect(opts) as link:
-        host = ConnectorHost(opts, link)
+async def amain(launch: ChildLaunch) -> int:
+    with connect(launch) as link:
+        host = ConnectorHost(launch, link)
         if not await host.start():
             return EXIT_START_ERROR
         return await host.serve()

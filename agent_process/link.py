@@ -22,16 +22,16 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import structlog
 import zmq
 
-from agent_process.child_options import ChildOptions
 from agent_process.dealer import Dealer
 from protocol.codec import decode_message, encode
 from protocol.errors import ErrorInfo, ProtocolError
 from protocol.ids import ORCHESTRATOR
+from protocol.launch import ChildLaunch
 from protocol.messages import (
     Heartbeat,
     HeartbeatPayload,
@@ -60,13 +60,20 @@ OnBeat = Callable[[], Awaitable[None]]
 log = structlog.get_logger("goondan.link")
 
 
+class FrameSocket(Protocol):
+    """Single frames to and from the orchestrator: the `Dealer`, or a stand-in."""
+
+    async def send(self, data: bytes) -> None: ...
+    async def recv(self) -> bytes: ...
+
+
 class Link:
     """The child's end: send and receive frames, handshake, heartbeats, the drain signal."""
 
-    def __init__(self, opts: ChildOptions, sock: Dealer) -> None:
-        self.opts = opts
+    def __init__(self, launch: ChildLaunch, sock: FrameSocket) -> None:
+        self.launch = launch
         self.sock = sock
-        self.me = str(opts.process_id)
+        self.me = str(launch.process)
         self.draining = asyncio.Event()
         """Set by a `shutdown` frame or SIGTERM (`drain`): stop taking work, finish, ack."""
         self.on_drain: Callable[[], None] = lambda: None
@@ -81,7 +88,7 @@ class Link:
     ) -> bool:
         """hello, then `load()` (the tool names) -> ready; if it raises -> start_error with
         `failure(exc)`, False (the caller exits EXIT_START_ERROR)."""
-        pid = self.opts.process_id
+        pid = self.launch.process
         hello = HelloPayload(
             pid=os.getpid(),
             kind=str(pid.kind),
@@ -149,30 +156,31 @@ class Link:
     async def _heartbeat_loop(self, on_beat: OnBeat | None) -> None:
         seq = 0
         while True:
-            await asyncio.sleep(self.opts.heartbeat_interval)
+            await asyncio.sleep(self.launch.settings.heartbeat_interval)
             seq += 1
             beat = HeartbeatPayload(seq=seq, sent_at=time.time())
             await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=beat))
             if on_beat is not None:
                 await on_beat()
-            if time.monotonic() - self.last_heard > self.opts.heartbeat_timeout:
-                log.error("orchestrator_lost", silent_for=self.opts.heartbeat_timeout)
+            timeout = self.launch.settings.heartbeat_timeout
+            if time.monotonic() - self.last_heard > timeout:
+                log.error("orchestrator_lost", silent_for=timeout)
                 sys.stdout.flush()
                 os._exit(EXIT_ORPHANED)
 
 
 @contextlib.contextmanager
-def connect(opts: ChildOptions) -> Iterator[Link]:
+def connect(launch: ChildLaunch) -> Iterator[Link]:
     """The link over a fresh zmq context, closed (lingering for the last frames) on exit.
     Call it inside the running loop: SIGTERM is routed to `link.drain`."""
     loop = asyncio.get_running_loop()
     zctx = zmq.Context()
     sock = zctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, opts.process_id.encode())
+    sock.setsockopt(zmq.IDENTITY, launch.process.encode())
     sock.setsockopt(zmq.LINGER, LINGER_MS)
-    sock.connect(opts.endpoint)
+    sock.connect(launch.settings.endpoint)
     dealer = Dealer(sock, loop)
-    link = Link(opts, dealer)
+    link = Link(launch, dealer)
     loop.add_signal_handler(signal.SIGTERM, link.drain)
     try:
         yield link
@@ -184,7 +192,7 @@ def connect(opts: ChildOptions) -> Iterator[Link]:
 @functools.cache
 def libc() -> ctypes.CDLL:
     """Built once, with the functions a child calls already looked up: in the fork server
-    (child.preload) this leaves a forked child nothing to create (a CDLL attribute lookup
+    (forkprep.preload) this leaves a forked child nothing to create (a CDLL attribute lookup
     builds a function pointer object and caches it on the CDLL)."""
     lib = ctypes.CDLL(None, use_errno=True)
     _ = (lib.prctl, lib.mallopt)  # cached on `lib` by CDLL.__getattr__

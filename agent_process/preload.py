@@ -4,24 +4,24 @@ Loading and validating a bundle costs tens of milliseconds (YAML, refs, the base
 a forked child would pay that on every spawn. The fork server is a fork of the daemon, which
 loaded the bundle before forking it, so it hands that object to `remember()`; a child takes
 it only if no file it came from has changed since (restart after an edit re-reads).
-After a reload the daemon asks the fork server to `refresh()` it.
+After a reload the daemon asks the fork server to `refresh()` it. What the fork server builds
+for the bundle beyond holding it is `agent_process.forkprep`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_process import models, schema, warm_tools
-from agent_process.loading import EntryLoadError, is_path_entry, load_entry
-from bundles import codecache
-from bundles.kinds import BASE_PACKAGE, Kind, ToolSpec
 from bundles.loader import bundle_files, load_bundle
 from bundles.model import Bundle
+from protocol.launch import LaunchSettings
 
 Fingerprint = tuple[tuple[str, int, int], ...]
+Input = str | Path
+"""A bundle, env file or state root path: a child has the launch's strings."""
 
 
 def _files(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> set[Path]:
@@ -49,32 +49,6 @@ def fingerprint(files: tuple[str, ...]) -> Fingerprint:
     return tuple(out)
 
 
-def _entry_files(bundle: Bundle) -> set[Path]:
-    """Entry files of tools, extensions and connectors, with the helpers beside them."""
-    out: set[Path] = set()
-    for kind in (Kind.TOOL, Kind.EXTENSION, Kind.CONNECTOR):
-        for res in bundle.of_kind(kind):
-            entry = getattr(res.spec, "entry", None)
-            if not isinstance(entry, str) or not is_path_entry(entry):
-                continue
-            path = (Path(res.root) / entry).resolve()
-            if path.is_file():
-                out.update(path.parent.glob("*.py"))
-    return out
-
-
-def _import_base_tools(bundle: Bundle) -> None:
-    """The built-in package's tool modules (ours: plain definitions, no threads or sockets at
-    import, so fork-safe) are imported here once; children find them in `sys.modules` (same
-    name per file, see `load_entry`) and share them copy-on-write. User tools are only
-    compiled (`codecache`): their import-time code runs in the agent's own process."""
-    for res in bundle.of_kind(Kind.TOOL):
-        entry = getattr(res.spec, "entry", None)
-        if res.package == BASE_PACKAGE and isinstance(entry, str) and is_path_entry(entry):
-            with contextlib.suppress(EntryLoadError):  # the child reports it when it loads
-                load_entry(entry, Path(res.root))
-
-
 @dataclass(frozen=True, slots=True)
 class Preloaded:
     """Everything a child compares is computed here, in the fork server, as strings: a child
@@ -82,59 +56,47 @@ class Preloaded:
     and copy their pages, which is most of what an idle agent's memory is made of."""
 
     bundle: Bundle
-    env_files: tuple[Path, ...]
-    state_root: Path
+    launch: LaunchSettings
+    """What the daemon starts its children with: their env files and state root are these
+    very strings."""
     files: tuple[str, ...]
     """Sorted: the order of `stamp`."""
     stamp: Fingerprint
     bundle_paths: tuple[str, ...]
     """The bundle file and directory as given; a child's equal string needs no resolve()."""
-    env_strs: tuple[str, ...]
-    state_str: str
 
     @classmethod
-    def of(cls, bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> Preloaded:
+    def of(cls, bundle: Bundle, launch: LaunchSettings) -> Preloaded:
+        env_files, state_root = tuple(map(Path, launch.env_files)), Path(launch.state_root)
         files = tuple(sorted(map(str, _files(bundle, env_files, state_root))))
-        return cls(
-            bundle, env_files, state_root, files, fingerprint(files),
-            (str(bundle.path), str(bundle.root)), tuple(map(str, env_files)), str(state_root),
-        )  # fmt: skip
+        bundle_paths = (str(bundle.path), str(bundle.root))
+        return cls(bundle, launch, files, fingerprint(files), bundle_paths)
 
-    def matches(self, path: Path, env_files: tuple[Path, ...], state_root: Path) -> bool:
+    def matches(self, path: Input, env_files: Sequence[Input], state_root: Input) -> bool:
+        state = self.launch.state_root
         same_inputs = (
-            tuple(map(str, env_files)) == self.env_strs
+            tuple(map(str, env_files)) == self.launch.env_files
             and self._same_bundle(path)
-            and (str(state_root) == self.state_str or _same_file(state_root, self.state_root))
+            and (str(state_root) == state or _same_file(state_root, state))
         )
         return same_inputs and fingerprint(self.files) == self.stamp
 
-    def _same_bundle(self, path: Path) -> bool:
+    def _same_bundle(self, path: Input) -> bool:
         if str(path) in self.bundle_paths:  # what the orchestrator passes: no resolve needed
             return True
-        return path.resolve() in (self.bundle.path.resolve(), self.bundle.root.resolve())
+        return Path(path).resolve() in (self.bundle.path.resolve(), self.bundle.root.resolve())
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    return a.resolve() == b.resolve()
+def _same_file(a: Input, b: Input) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
 
 
 _held: list[Preloaded] = []
 """Set once in the fork server (before it forks anyone); read by its children."""
 
 
-def remember(bundle: Bundle, env_files: tuple[Path, ...], state_root: Path) -> None:
-    # each export's metaschema check (~1-5 ms) is done once here, not in every forked child
-    schema.warm(
-        export.parameters
-        for res in bundle.of_kind(Kind.TOOL)
-        if isinstance(res.spec, ToolSpec)
-        for export in res.spec.exports
-    )
-    codecache.warm(_entry_files(bundle))  # compiled once here, not in every forked child
-    _import_base_tools(bundle)
-    warm_tools.tool_loading(bundle)  # after the import: it loads only modules held already
-    models.warm(bundle.of_kind(Kind.MODEL))  # TLS trust store, compiled script patterns
-    _held[:] = [Preloaded.of(bundle, env_files, state_root)]
+def remember(bundle: Bundle, launch: LaunchSettings) -> None:
+    _held[:] = [Preloaded.of(bundle, launch)]
 
 
 def refresh() -> Preloaded | None:
@@ -142,18 +104,31 @@ def refresh() -> Preloaded | None:
     server runs this when the daemon reloaded the bundle); an invalid bundle is dropped, so
     children load (and report) it themselves. Returns the newly held bundle, if any."""
     for held in list(_held):
-        if held.matches(held.bundle.path, held.env_files, held.state_root):
+        launch = held.launch
+        if held.matches(held.bundle.path, launch.env_files, launch.state_root):
             continue
         _held.clear()
-        bundle = load_bundle(held.bundle.path, env_files=held.env_files, state_root=held.state_root)
-        remember(bundle, held.env_files, held.state_root)
+        bundle = _load(held.bundle.path, launch)
+        remember(bundle, launch)
         return _held[0]
     return None
 
 
-def take(path: Path, env_files: tuple[Path, ...], state_root: Path) -> Bundle | None:
+def take(path: Input, env_files: Sequence[Input], state_root: Input) -> Bundle | None:
     """The remembered bundle if it was loaded from these inputs and is still current."""
     for held in _held:
         if held.matches(path, env_files, state_root):
             return held.bundle
     return None
+
+
+def child_bundle(settings: LaunchSettings) -> Bundle:
+    """A child's bundle: the remembered one while it is current, else loaded from its files
+    (raises BundleError)."""
+    held = take(settings.bundle, settings.env_files, settings.state_root)
+    return held if held is not None else _load(Path(settings.bundle), settings)
+
+
+def _load(path: Path, launch: LaunchSettings) -> Bundle:
+    env_files = tuple(map(Path, launch.env_files))
+    return load_bundle(path, env_files=env_files, state_root=Path(launch.state_root))

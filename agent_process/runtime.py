@@ -49,7 +49,7 @@ class AgentRuntime:
     `bus`, `extensions`, `paths`, `mcp`) are there for tests and diagnostics.
     """
 
-    def __init__(self, parts: Parts) -> None:
+    def __init__(self, parts: Parts, *, export_spans: bool = True) -> None:
         self._engine = parts.engine
         self._tool_calls = parts.tool_calls
         self.model = parts.model
@@ -59,7 +59,8 @@ class AgentRuntime:
         self.extensions = parts.extensions
         self.paths = parts.paths
         self.mcp = parts.mcp
-        self._otel = otel.install(parts.bus)  # None unless OTEL_* ask for OTLP export
+        # None unless OTEL_* ask for OTLP export (and never for a runtime on a sink)
+        self._otel = otel.install(parts.bus) if export_spans else None
         self._lock = asyncio.Lock()
         self._closed = False
         self.deferred_policy = DeferredPolicy()
@@ -76,11 +77,13 @@ class AgentRuntime:
         layout: StateLayout,
         agents: AgentsRuntime | None = None,
         workdir: Path | None = None,
+        sink: int | None = None,
     ) -> AgentRuntime:
-        """Load model, tools and extensions and replay the conversation; raise StartFailure."""
-        request = StartRequest(bundle, agent, instance_key, swarm, layout, agents, workdir)
+        """Load model, tools and extensions and replay the conversation; raise StartFailure.
+        With `sink` nothing reaches the disk or an exporter (`StartRequest.sink`)."""
+        request = StartRequest(bundle, agent, instance_key, swarm, layout, agents, workdir, sink)
         try:
-            return cls(await assemble(request))
+            return cls(await assemble(request), export_spans=sink is None)
         except (resolve.ConfigProblem, ModelError) as exc:
             raise StartFailure(exc.info) from exc
         except (ToolRegistryError, ExtensionFailure) as exc:

@@ -56,8 +56,12 @@ _message_decoder = msgspec.json.Decoder(Message)
 class ConversationStore:
     """Base + events, with every edit appended to `events.jsonl` as it happens."""
 
-    def __init__(self, messages_dir: Path) -> None:
+    def __init__(self, messages_dir: Path, *, sink: int | None = None) -> None:
         self._dir = messages_dir
+        self._sink = sink
+        """An open fd that takes every event instead of `events.jsonl`, the caller's to close:
+        the conversation then lives in memory only (nothing is read from or folded into the
+        directory). The fork server's rehearsal passes /dev/null."""
         self._base_path = messages_dir / "base.jsonl"
         self._events_path = messages_dir / "events.jsonl"
         self._messages: list[Message] = []
@@ -72,6 +76,9 @@ class ConversationStore:
     # -- lifecycle ----------------------------------------------------------------------
 
     def open(self) -> None:
+        if self._sink is not None:
+            self._fd, self._appended = self._sink, []
+            return
         private_dir(self._dir)
         self._messages, clean = self._read_base()
         replayed = 0
@@ -89,7 +96,8 @@ class ConversationStore:
         if self._fd is None:
             return
         self.fold()
-        os.close(self._fd)
+        if self._fd != self._sink:
+            os.close(self._fd)
         self._fd = None
 
     # -- reading ------------------------------------------------------------------------
@@ -144,6 +152,9 @@ class ConversationStore:
     def fold(self) -> None:
         """Make base = current messages durable (append or atomic rewrite), clear the events."""
         if self._pending_events == 0:
+            return
+        if self._sink is not None:  # in memory only: nothing to make durable
+            self._pending_events = 0
             return
         try:
             self._write_base()

@@ -59,10 +59,15 @@ class RuntimeEvent(msgspec.Struct, kw_only=True, omit_defaults=True, rename="cam
 class EventBus:
     """Buffers runtime events for the jsonl file and hands them to subscribers."""
 
-    def __init__(self, path: Path | None, *, agent: str, instance_key: str) -> None:
+    def __init__(
+        self, path: Path | None, *, agent: str, instance_key: str, sink: int | None = None
+    ) -> None:
         self.agent = agent
         self.instance_key = instance_key
         self._path = path
+        self._sink = sink
+        """An open fd written instead of `path` (the caller's to close); the fork server's
+        rehearsal passes /dev/null."""
         self._fd: int | None = None
         self._buffer: list[bytes] = []
         self._subscribers: list[tuple[str, Subscriber, str]] = []
@@ -70,15 +75,17 @@ class EventBus:
         self.current_trace_id: str | None = None
 
     def open(self) -> None:
-        if self._path is not None:
+        if self._sink is not None:
+            self._fd = self._sink
+        elif self._path is not None:
             private_dir(self._path.parent)
             self._fd = open_private(self._path, os.O_WRONLY | os.O_APPEND)
 
     def close(self) -> None:
         self.flush()
-        if self._fd is not None:
+        if self._fd is not None and self._fd != self._sink:
             os.close(self._fd)
-            self._fd = None
+        self._fd = None
 
     # -- producing ----------------------------------------------------------------------
 

@@ -33,13 +33,13 @@ from orchestrator.agents_calls import AgentsService
 from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
-from orchestrator.forkserver import ForkServerProcess, start_fork_server
+from orchestrator.forkserver import ENTRY, ForkServerProcess, start_fork_server
 from orchestrator.journal.sqlite import SqliteJournal
 from orchestrator.reconciler import Reconciler
 from orchestrator.reload import BundleSource, Reloader
 from orchestrator.router import Router, Services
 from orchestrator.self_restart import SelfRestart
-from orchestrator.settings import ChildLaunch, Settings, SpawnMode
+from orchestrator.settings import Settings, SpawnMode
 from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
 from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
@@ -48,9 +48,9 @@ from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.control import OrchestratorInfo
 from protocol.endpoints import StateLayout
 from protocol.ids import Address
+from protocol.launch import LaunchSettings
 
 CHILD_MODULE = "agent_process"
-CHILD_ENTRY = "agent_process.child"
 log = structlog.get_logger("goondan.daemon")
 OnStarted = Callable[[ControlContext], Awaitable[int]]
 """Run once everything is up (e.g. `run --input`); its return value is the exit code."""
@@ -89,6 +89,19 @@ def _version() -> str:
         return "0+unknown"
 
 
+def launch_settings(opts: DaemonOptions, settings: Settings, endpoint: str) -> LaunchSettings:
+    """What every child of this run is started with (the fork server's warm-up too)."""
+    return LaunchSettings(
+        endpoint=endpoint,
+        swarm=opts.swarm.name,
+        bundle=str(opts.bundle.path),
+        state_root=str(opts.layout.root),
+        env_files=tuple(map(str, opts.env_files)),
+        heartbeat_interval=settings.heartbeat_interval,
+        heartbeat_timeout=settings.heartbeat_timeout,
+    )
+
+
 def _raise_fd_limit() -> None:
     """Each child costs a pidfd and a socket: take the hard limit of open files."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -113,12 +126,8 @@ def run(opts: DaemonOptions) -> int:
     )
     server = None
     if settings.spawn_mode is SpawnMode.FORKSERVER:
-        context = {
-            "bundle": opts.bundle,
-            "env_files": opts.env_files,
-            "state_root": opts.layout.root,
-        }
-        server = start_fork_server(CHILD_ENTRY, close_fds=(lock.fileno(),), context=context)
+        context = {"bundle": opts.bundle, "launch": launch_settings(opts, settings, endpoints[0])}
+        server = start_fork_server(ENTRY, close_fds=(lock.fileno(),), context=context)
     import uvloop
 
     try:
@@ -181,7 +190,8 @@ class Daemon:
         router = Router(zctx, self.endpoints[0], table)
         rundir.secure_socket(self.paths.agents_sock)
         supervisor = Supervisor(table=table, router=router, spawner=spawner,
-                                settings=self.settings, launch=self._launch(),
+                                settings=self.settings,
+                                launch=launch_settings(opts, self.settings, self.endpoints[0]),
                                 layout=opts.layout, swarm=swarm)  # fmt: skip
         acceptor = Acceptor(journal, router.submit)
         connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
@@ -202,17 +212,6 @@ class Daemon:
         )
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
         return Parts(router, supervisor, swarm, connections, deferred, reloader, acceptor)
-
-    def _launch(self) -> ChildLaunch:
-        return ChildLaunch(
-            endpoint=self.endpoints[0],
-            swarm=self.opts.swarm.name,
-            bundle=self.opts.bundle.path,
-            state_root=self.opts.layout.root,
-            env_files=self.opts.env_files,
-            heartbeat_interval=self.settings.heartbeat_interval,
-            heartbeat_timeout=self.settings.heartbeat_timeout,
-        )
 
     def _known(self, table: ProcessTable) -> Callable[[Address], bool]:
         """Whether an instance exists: a process in the table, or its state on disk."""
@@ -247,7 +246,7 @@ class Daemon:
         if server is not None:
 
             def on_swap() -> None:  # the fork server holds the new bundle for new children
-                forkserver.call_hook(server, CHILD_ENTRY, "refresh")
+                forkserver.call_hook(server, ENTRY, "refresh")
 
         return Reloader(source, opts.bundle, supervisor, swarm, notifier=self.notifier,
                         on_swap=on_swap, after_restart=start_connectors)  # fmt: skip

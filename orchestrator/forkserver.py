@@ -32,6 +32,10 @@ import msgspec
 
 PR_SET_PDEATHSIG = 1
 MAX_DATAGRAM = 1 << 16
+ENTRY = "agent_process.forkprep"
+"""The daemon's entry module (named, not imported: the orchestrator never imports agent_process
+code): `preload(**context)` before the first fork, `refresh()` after a bundle reload (a hook
+request), `main(argv)` in each forked child."""
 
 
 class SpawnRequest(msgspec.Struct, frozen=True, tag="spawn"):
@@ -43,7 +47,7 @@ class SpawnRequest(msgspec.Struct, frozen=True, tag="spawn"):
 
 class HookRequest(msgspec.Struct, frozen=True, tag="hook"):
     """Call `module.function()` in the server, between two spawns; no reply. The daemon sends
-    `agent_process.child.refresh` after a bundle reload, so children forked afterwards take
+    `refresh` of its entry module after a bundle reload, so children forked afterwards take
     the new bundle preloaded instead of each loading it again (~65 ms per spawn)."""
 
     module: str
@@ -174,6 +178,9 @@ def _serve(
 
 
 def _call_hook(req: HookRequest) -> None:
+    # what the previous freeze kept out of the collector (e.g. the bundle a reload replaces)
+    # can be collected again; without this each reload's garbage in cycles stayed for good
+    gc.unfreeze()
     try:
         hook: Callable[[], object] = getattr(importlib.import_module(req.module), req.function)
         hook()

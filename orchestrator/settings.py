@@ -11,7 +11,6 @@ from pathlib import Path
 from bundles.kinds import SwarmPolicy
 from orchestrator.capacity import default_limit
 from orchestrator.policy import RestartSettings
-from protocol.ids import ProcessId
 
 ENV_SPAWN_MODE = "GOONDAN_SPAWN_MODE"
 ENV_HEARTBEAT_INTERVAL = "GOONDAN_HEARTBEAT_INTERVAL"
@@ -59,34 +58,3 @@ class Settings:
             max_live_instances=policy.max_live_instances or default_limit(),
             journal=policy.ingress.journal != "off",
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ChildLaunch:
-    """Everything a child needs to find its bundle and us: its command line."""
-
-    endpoint: str
-    swarm: str
-    bundle: Path
-    state_root: Path
-    env_files: tuple[Path, ...] = ()
-    log_format: str = "json"
-    heartbeat_interval: float = 2.0
-    heartbeat_timeout: float = 20.0
-
-    def argv(self, process_id: ProcessId, parent_pid: int | None) -> list[str]:
-        argv = [
-            "--id", str(process_id),
-            "--endpoint", self.endpoint,
-            "--swarm", self.swarm,
-            "--bundle", str(self.bundle),
-            "--state-root", str(self.state_root),
-            "--heartbeat-interval", str(self.heartbeat_interval),
-            "--heartbeat-timeout", str(self.heartbeat_timeout),
-            "--log-format", self.log_format,
-        ]  # fmt: skip
-        for env_file in self.env_files:
-            argv += ["--env-file", str(env_file)]
-        if parent_pid is not None:
-            argv += ["--ppid", str(parent_pid)]
-        return argv

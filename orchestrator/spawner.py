@@ -37,6 +37,7 @@ from orchestrator.forkserver import (
     encode,
     reply_decoder,
 )
+from protocol.launch import ChildLaunch, encode_launch
 from protocol.private import open_private, private_dir
 
 log = structlog.get_logger("goondan.spawner")
@@ -48,8 +49,8 @@ class SpawnError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ChildSpec:
-    argv: list[str]
-    """Arguments of `python -m agent_process`."""
+    launch: ChildLaunch
+    """Who the child is and where it finds us and its bundle: its one argument, encoded."""
     log_path: Path
     """stdout and stderr of the child go here (appended)."""
     env: dict[str, str] = field(default_factory=dict)
@@ -152,12 +153,14 @@ class ColdSpawner:
         self.python = python
 
     async def spawn(self, spec: ChildSpec) -> ChildHandle:
+        # we are its parent: it exits at once if we died before its parent-death signal
+        launch = msgspec.structs.replace(spec.launch, parent_pid=os.getpid())
         log_fd = _open_log(spec.log_path)
         try:
             # posix_spawn is vfork+exec: it returns once the child has exec'd (~1 ms)
             pid = os.posix_spawn(  # noqa: ASYNC221
                 self.python,
-                [self.python, "-m", self.module, *spec.argv],
+                [self.python, "-m", self.module, encode_launch(launch)],
                 {**os.environ, **spec.env},
                 file_actions=[
                     (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -214,7 +217,8 @@ class ForkServerSpawner:
         req_id = self._next_id
         fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._pending[req_id] = fut
-        req = SpawnRequest(req_id=req_id, argv=spec.argv, log_path=str(spec.log_path), env=spec.env)
+        argv = [encode_launch(spec.launch)]
+        req = SpawnRequest(req_id=req_id, argv=argv, log_path=str(spec.log_path), env=spec.env)
         try:
             self.server.sock.send(encode(req))
         except OSError as exc:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import time
 from collections.abc import Callable, Coroutine
@@ -29,7 +28,7 @@ from orchestrator.policy import (
     decide,
 )
 from orchestrator.router import Router
-from orchestrator.settings import ChildLaunch, Settings
+from orchestrator.settings import Settings
 from orchestrator.spawner import ChildHandle, ChildSpec, ExitStatus, Spawner, SpawnError
 from orchestrator.states import DOWN, ProcessStatus
 from orchestrator.swarm import CurrentSwarm
@@ -39,6 +38,7 @@ from protocol.control import ExitInfo
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.ids import ORCHESTRATOR, Address, ProcessKind
+from protocol.launch import ChildLaunch, LaunchSettings
 from protocol.messages import (
     PROTOCOL_VERSION,
     CallPayload,
@@ -77,7 +77,7 @@ class Supervisor:
         router: Router,
         spawner: Spawner,
         settings: Settings,
-        launch: ChildLaunch,
+        launch: LaunchSettings,
         layout: StateLayout,
         swarm: CurrentSwarm,
         clock: Callable[[], float] = time.monotonic,
@@ -182,9 +182,8 @@ class Supervisor:
 
     async def _launch(self, entry: ProcessEntry, generation: int) -> None:
         pid = entry.address.with_generation(generation)
-        cold = self.spawner.mode == "cold"
         spec = ChildSpec(
-            argv=self.launch.argv(pid, os.getpid() if cold else None),
+            launch=ChildLaunch(process=pid, settings=self.launch),
             log_path=self.layout.process_log(self.launch.swarm, pid.name, pid.instance_key),
         )
         try:

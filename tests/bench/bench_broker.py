@@ -274,9 +274,8 @@ def _hop_role() -> None:
     import uvloop
 
     from bundles.loader import load_bundle
-    from orchestrator.forkserver import start_fork_server
     from protocol.endpoints import StateLayout
-    from tests.bench.bench_spawn import Harness
+    from tests.bench.bench_spawn import Harness, start_server
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     llm = subprocess.Popen(
@@ -290,8 +289,7 @@ def _hop_role() -> None:
             bundle_file.write_text(HOP_BUNDLE.replace("PORT", str(port)))
             layout = StateLayout(root=Path(tmp) / "state")
             bundle = load_bundle(bundle_file, state_root=layout.root)
-            context = {"bundle": bundle, "env_files": (), "state_root": layout.root}
-            server = start_fork_server("agent_process.child", context=context)
+            server = start_server(bundle, layout)
 
             async def run_all() -> dict[str, list[float]]:
                 harness = Harness("forkserver", server, layout, bundle, agents=("hop",))

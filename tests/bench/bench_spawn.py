@@ -51,6 +51,26 @@ def _mem_available() -> int:
     return 0
 
 
+def launch_settings(layout: Any, bundle: Any) -> Any:
+    """What the daemon's children of `bundle` are started with, as the daemon builds it."""
+    from protocol.launch import LaunchSettings
+
+    swarm = bundle.swarm().name
+    return LaunchSettings(
+        endpoint=layout.run_paths(swarm).agents_endpoint, swarm=swarm, bundle=str(bundle.path),
+        state_root=str(layout.root), heartbeat_interval=1.0, heartbeat_timeout=60.0,
+    )  # fmt: skip
+
+
+def start_server(bundle: Any, layout: Any) -> Any:
+    """The fork server as the daemon starts it: call before this process has a zmq Context,
+    a thread or a loop."""
+    from orchestrator.forkserver import ENTRY, start_fork_server
+
+    context = {"bundle": bundle, "launch": launch_settings(layout, bundle)}
+    return start_fork_server(ENTRY, context=context)
+
+
 class Harness:
     """The daemon's supervisor, router and spawner, with a future per awaited `ready`."""
 
@@ -65,7 +85,7 @@ class Harness:
         import zmq.asyncio
 
         from orchestrator.router import Router, Services
-        from orchestrator.settings import ChildLaunch, Settings
+        from orchestrator.settings import Settings
         from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
         from orchestrator.states import ProcessStatus
         from orchestrator.supervisor import Supervisor
@@ -92,15 +112,11 @@ class Harness:
             spawner.attach()
         self.spawner = spawner
         settings = Settings(grace_period=5.0, heartbeat_interval=1.0, heartbeat_timeout=60.0)
-        launch = ChildLaunch(
-            endpoint=paths.agents_endpoint, swarm=swarm.name, bundle=bundle.path,
-            state_root=layout.root, heartbeat_interval=1.0, heartbeat_timeout=60.0,
-        )  # fmt: skip
         view = SwarmView(name=swarm.name, entry_agent=agents[0],
                          default_instance_key=swarm.name, members=agents)  # fmt: skip
         self.supervisor = Supervisor(
             table=self.table, router=self.router, spawner=spawner, settings=settings,
-            launch=launch, layout=layout, swarm=CurrentSwarm(view),
+            launch=launch_settings(layout, bundle), layout=layout, swarm=CurrentSwarm(view),
         )  # fmt: skip
         self.router.attach(Services(lifecycle=self.supervisor))
         self.tasks = [asyncio.ensure_future(self.router.run())]
@@ -134,7 +150,7 @@ class Harness:
         await self.spawner.close()
 
 
-def _uss_mib(pids: list[int]) -> list[float]:
+def uss_mib(pids: list[int]) -> list[float]:
     import psutil
 
     return [psutil.Process(pid).memory_full_info().uss / MIB for pid in pids]
@@ -151,7 +167,7 @@ async def _measure(mode: str, server: Any, layout: Any, bundle: Any, hold: int) 
             for i in range(SPAWNS[mode]):
                 out["spawn_ms"].append(await h.spawn(f"s{i}"))
             live = [e for e in h.table.live() if e.address.instance_key != "warm-up"]
-            out["uss_mib"] = _uss_mib([e.pid for e in live if e.pid])
+            out["uss_mib"] = uss_mib([e.pid for e in live if e.pid])
             for entry in live[:CRASHES]:
                 out["crash_ms"].append(await h.crash(entry))
             if mode == "forkserver" and hold:
@@ -165,7 +181,7 @@ async def _uss_only(h: Harness) -> dict[str, Any]:
     for i in range(SPAWNS["cold"]):
         await h.spawn(f"s{i}")
     live = [e for e in h.table.live() if e.address.instance_key != "warm-up"]
-    return {"uss_mib": _uss_mib([e.pid for e in live if e.pid])}
+    return {"uss_mib": uss_mib([e.pid for e in live if e.pid])}
 
 
 async def _hold(h: Harness, count: int) -> dict[str, Any]:
@@ -196,7 +212,6 @@ def measure(mode: str, hold: int) -> None:
     import uvloop
 
     from bundles.loader import load_bundle
-    from orchestrator.forkserver import start_fork_server
     from protocol.endpoints import StateLayout
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
@@ -206,8 +221,7 @@ def measure(mode: str, hold: int) -> None:
         bundle = load_bundle(path, state_root=layout.root)
         server = None
         if mode.startswith("forkserver"):
-            context = {"bundle": bundle, "env_files": (), "state_root": layout.root}
-            server = start_fork_server("agent_process.child", context=context)
+            server = start_server(bundle, layout)
         result = uvloop.run(_measure(mode, server, layout, bundle, hold))
     print(json.dumps(result), flush=True)
 
@@ -283,7 +297,7 @@ def main() -> list[Row]:
         _row("spawn -> ready, cold (real agent)", slow["spawn_ms"], "ms", c),
         _row("crash -> replacement ready, fork server", fork["crash_ms"], "ms", z, "≤ 15 ms"),
         _row("crash -> replacement ready, cold", slow["crash_ms"], "ms", c),
-        _row("USS per idle agent, fork server", fork["uss_mib"], "MiB", None, "≤ 6 MiB"),
+        _row("USS per idle agent, fork server", fork["uss_mib"], "MiB", None, "≤ 5.5 MiB"),
         _row("USS per idle agent, cold", slow["uss_mib"], "MiB", None),
         _row("USS per idle agent, fork server, openai provider", sdk["uss_mib"], "MiB", None),
     ]

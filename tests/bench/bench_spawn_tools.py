@@ -41,16 +41,14 @@ def measure(agent: str) -> None:
     import uvloop
 
     from bundles.loader import load_bundle
-    from orchestrator.forkserver import start_fork_server
     from protocol.endpoints import StateLayout
-    from tests.bench.bench_spawn import Harness
+    from tests.bench.bench_spawn import Harness, start_server
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     with tempfile.TemporaryDirectory(prefix="gt", dir="/tmp") as tmp:
         layout = StateLayout(root=Path(tmp))
         bundle = load_bundle(AGENTS[agent], state_root=layout.root)
-        context = {"bundle": bundle, "env_files": (), "state_root": layout.root}
-        server = start_fork_server("agent_process.child", context=context)
+        server = start_server(bundle, layout)
 
         async def run() -> list[float]:
             h = Harness("forkserver", server, layout, bundle, agents=(agent,))

@@ -1,8 +1,9 @@
 """The benchmark report: every figure with its baseline, ratio, goal and a pass/fail verdict.
 
 `python -m tests.bench` hands the rows of every bench_* module here; the table goes to stdout
-and to bench-report.md (gitignored). Goals are the strings the benchmarks already print, read
-by a small grammar (clauses joined by ", "):
+and to bench-report.md (gitignored), under the Python that ran it (figures differ between
+versions: the fork server's preparation is measured per version). Goals are the strings the
+benchmarks already print, read by a small grammar (clauses joined by ", "):
 
 - `≤ 10 ms p50`, `≤ 15 ms`, `≤ 6 MiB`: the median (or the named percentile) at most this;
 - `p99 ≤ 1000 µs`: the p99 at most this;
@@ -19,7 +20,9 @@ importable; else it is skipped with a line saying how to install it.
 
 from __future__ import annotations
 
+import platform
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +114,11 @@ def table(lines: Sequence[Line]) -> str:
     return "\n".join(out)
 
 
+def interpreter() -> str:
+    """E.g. `CPython 3.11.7 (/usr/bin/python3.11)`."""
+    return f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})"
+
+
 def write(results: dict[str, list[Row]], failed: Sequence[str] = ()) -> int:
     """Print and write the report; return how many goals failed (or could not be read)."""
     lines = [Line(b, r, verdict(r)) for b, rows in results.items() for r in rows]
@@ -119,7 +127,7 @@ def write(results: dict[str, list[Row]], failed: Sequence[str] = ()) -> int:
     head = f"{len(goals) - len(bad)}/{len(goals)} goals met"
     if failed:
         head += f"; benchmarks that failed to run: {', '.join(failed)}"
-    text = f"# goondan benchmark report\n\n{head}\n\n{table(lines)}\n"
+    text = f"# goondan benchmark report\n\n{interpreter()}\n\n{head}\n\n{table(lines)}\n"
     print("\n" + text, flush=True)
     REPORT.write_text(text)
     print(f"report written to {REPORT}; {plot.write(PLOT)}", flush=True)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import platform
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.bench.baselines import Row, stalls
@@ -44,3 +48,17 @@ def test_table_counts_stalls_when_the_row_has_them() -> None:
 
     row = Row("hop", 1900, 2500, "µs", 1400, "≤ 2000 µs p50", stalls=stalls([1.0] * 299 + [11.0]))
     assert "| b | hop | 1,900.0 | 2,500.0 | 1 | µs |" in table([Line("b", row, verdict(row))])
+
+
+def test_the_report_says_which_python_ran_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.bench import report
+
+    monkeypatch.chdir(tmp_path)  # REPORT is relative: bench-report.md lands here
+    monkeypatch.setattr(report.plot, "write", lambda path: "no plot")
+    report.write({"b": [Row("spawn", 6, 9, "ms", 4, "≤ 10 ms p50")]})
+    top = (tmp_path / report.REPORT).read_text().splitlines()[:3]
+    version = ".".join(map(str, sys.version_info[:3]))
+    assert top[2] == f"{platform.python_implementation()} {version} ({sys.executable})"
+    assert top[2] in capsys.readouterr().out

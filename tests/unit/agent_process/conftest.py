@@ -6,12 +6,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_process import preload
+from agent_process import prebuilt_tools, preload
+from agent_process.forkprep import heap
 
 
 @pytest.fixture
 def restore_preloaded() -> Iterator[None]:
-    """Whatever a test makes the fork-server preload hold is dropped after it."""
-    saved = list(preload._held)
+    """What a test makes the fork-server preparation hold (the bundle, the built-in tools'
+    entries, the heap filling) is dropped after it."""
+    saved, built = list(preload._held), dict(prebuilt_tools._held)
     yield
     preload._held[:] = saved
+    prebuilt_tools._held.clear()
+    prebuilt_tools._held.update(built)
+    heap._held.clear()

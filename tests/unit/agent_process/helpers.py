@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from agent_process.messages import Role
 from agent_process.models.scripted import ScriptedModel
 from agent_process.runtime import AgentRuntime, TurnResult
-from bundles.model import Resource
+from bundles.model import Bundle, Resource
 from protocol.endpoints import StateLayout
 from protocol.events import AgentEvent, Source, SourceKind, new_event
+from protocol.launch import LaunchSettings
 from tests.unit.agent_process import builders
 
 TIMEOUT = 20
@@ -52,3 +54,14 @@ def tool_results(runtime: AgentRuntime) -> list[dict[str, Any]]:
 def scripted(runtime: AgentRuntime) -> ScriptedModel:
     assert isinstance(runtime.model, ScriptedModel)
     return runtime.model
+
+
+def launch_for(
+    bundle: Bundle, state_root: Path, env_files: tuple[Path, ...] = (), swarm: str = "s"
+) -> LaunchSettings:
+    """The launch settings a daemon of `bundle` would start its children with (the fork
+    server holds its bundle for these)."""
+    return LaunchSettings(
+        endpoint="ipc:///nonexistent/agents.sock", swarm=swarm, bundle=str(bundle.path),
+        state_root=str(state_root), env_files=tuple(map(str, env_files)),
+    )  # fmt: skip

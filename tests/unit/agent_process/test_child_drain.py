@@ -12,12 +12,12 @@ import zmq
 import zmq.asyncio
 
 from agent_process.child import Child
-from agent_process.child_options import ChildOptions
 from agent_process.contexts import TurnResult
 from agent_process.link import connect
 from agent_process.turn import Resumed
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 from protocol.ids import parse_process_id
+from protocol.launch import ChildLaunch, LaunchSettings
 from protocol.messages import TurnOutcome
 
 TIMEOUT = 10
@@ -36,11 +36,12 @@ async def endpoint(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[st
         ctx.term()
 
 
-def _opts(endpoint: str, tmp_path: Path) -> ChildOptions:
-    return ChildOptions(
-        process_id=parse_process_id("agent:a:k:1"), endpoint=endpoint, swarm="s",
-        bundle=tmp_path / "goondan.yaml", state_root=tmp_path, heartbeat_interval=60.0,
+def _opts(endpoint: str, tmp_path: Path) -> ChildLaunch:
+    settings = LaunchSettings(
+        endpoint=endpoint, swarm="s", bundle=str(tmp_path / "goondan.yaml"),
+        state_root=str(tmp_path), heartbeat_interval=60.0,
     )  # fmt: skip
+    return ChildLaunch(process=parse_process_id("agent:a:k:1"), settings=settings)
 
 
 def _event(text: str) -> AgentEvent:

@@ -19,12 +19,12 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from agent_process.child_options import ChildOptions
 from agent_process.link import EXIT_ORPHANED, Link, connect
 from protocol.codec import decode_message, encode
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import Source, SourceKind, new_event
 from protocol.ids import ORCHESTRATOR, parse_process_id
+from protocol.launch import ChildLaunch, LaunchSettings
 from protocol.messages import (
     Event,
     Heartbeat,
@@ -43,16 +43,16 @@ PROCESS_ID = "agent:a:k:3"
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _options(endpoint: str, state_root: Path, **overrides: float) -> ChildOptions:
-    return ChildOptions(
-        process_id=parse_process_id(PROCESS_ID),
+def _options(endpoint: str, state_root: Path, **overrides: float) -> ChildLaunch:
+    settings = LaunchSettings(
         endpoint=endpoint,
         swarm="s",
-        bundle=state_root / "goondan.yaml",
-        state_root=state_root,
+        bundle=str(state_root / "goondan.yaml"),
+        state_root=str(state_root),
         heartbeat_interval=overrides.get("interval", 60.0),
         heartbeat_timeout=overrides.get("timeout", 600.0),
     )
+    return ChildLaunch(process=parse_process_id(PROCESS_ID), settings=settings)
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ async def router(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[zmq.
         ctx.term()
 
 
-def _opts_for(router: zmq.asyncio.Socket, tmp_path: Path, **overrides: float) -> ChildOptions:
+def _opts_for(router: zmq.asyncio.Socket, tmp_path: Path, **overrides: float) -> ChildLaunch:
     endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
     return _options(endpoint, tmp_path, **overrides)
 
@@ -220,15 +220,15 @@ async def test_the_drain_hook_runs_once_whatever_asks_for_the_drain(
 
 ORPHAN_SCRIPT = """
 import asyncio, sys
-from pathlib import Path
-from agent_process.child_options import ChildOptions
 from agent_process.link import connect
 from protocol.ids import parse_process_id
+from protocol.launch import ChildLaunch, LaunchSettings
 
 async def main() -> None:
-    opts = ChildOptions(process_id=parse_process_id("agent:a:k:1"), endpoint=sys.argv[1],
-                        swarm="s", bundle=Path("b"), state_root=Path(sys.argv[2]),
-                        heartbeat_interval=0.02, heartbeat_timeout=0.1)
+    settings = LaunchSettings(endpoint=sys.argv[1], swarm="s", bundle="b",
+                              state_root=sys.argv[2], heartbeat_interval=0.02,
+                              heartbeat_timeout=0.1)
+    opts = ChildLaunch(process=parse_process_id("agent:a:k:1"), settings=settings)
     with connect(opts) as link:
         await link.serve(asyncio.Event().wait(), lambda msg: None)
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_process import child, preload
+from agent_process import forkprep, preload
 from bundles.diagnostics import BundleError
 from bundles.loader import load_bundle
+from tests.unit.agent_process.helpers import launch_for
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "reload" / "two"
 pytestmark = pytest.mark.usefixtures("restore_preloaded")
@@ -19,7 +20,8 @@ def test_refresh_reloads_an_edited_bundle_and_drops_an_invalid_one(tmp_path: Pat
     root = tmp_path / "bundle"
     shutil.copytree(FIXTURE, root)
     state = tmp_path / "state"
-    preload.remember(load_bundle(root, state_root=state), (), state)
+    bundle = load_bundle(root, state_root=state)
+    preload.remember(bundle, launch_for(bundle, state))
     held = preload.take(root, (), state)
     assert held is not None and held.model("scripted").spec.model == "test"
     yaml = root / "goondan.yaml"
@@ -44,7 +46,7 @@ def test_take_matches_the_inputs_however_they_are_spelled(tmp_path: Path) -> Non
     shutil.copytree(FIXTURE, root)
     state = tmp_path / "state"
     bundle = load_bundle(root, state_root=state)
-    preload.remember(bundle, (), state)
+    preload.remember(bundle, launch_for(bundle, state))
     link = tmp_path / "link"
     link.symlink_to(root)
     assert preload.take(bundle.path, (), state) is bundle
@@ -54,15 +56,16 @@ def test_take_matches_the_inputs_however_they_are_spelled(tmp_path: Path) -> Non
     assert preload.take(tmp_path, (), state) is None
 
 
-def test_the_fork_server_hook_holds_and_warms_the_reloaded_bundle(tmp_path: Path) -> None:
-    """`child.refresh` is what the daemon asks the fork server to run after a reload."""
+def test_the_fork_server_hook_holds_and_prepares_the_reloaded_bundle(tmp_path: Path) -> None:
+    """`forkprep.refresh` is what the daemon asks the fork server to run after a reload."""
     root = tmp_path / "bundle"
     shutil.copytree(FIXTURE, root)
     state = tmp_path / "state"
-    preload.remember(load_bundle(root, state_root=state), (), state)
+    bundle = load_bundle(root, state_root=state)
+    preload.remember(bundle, launch_for(bundle, state))
     yaml = root / "goondan.yaml"
     yaml.write_text(yaml.read_text().replace("model: test", "model: edited"))
-    child.refresh()
+    forkprep.refresh()
     fresh = preload.take(root, (), state)
     assert fresh is not None and fresh.model("scripted").spec.model == "edited"
-    assert not (state / "instances").exists()  # warming the new bundle wrote nothing
+    assert not state.exists()  # preparing the new bundle wrote nothing

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import msgspec
@@ -100,3 +101,25 @@ def test_a_closed_store_refuses_edits(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(RuntimeError, match="not open"):
         store.append("user", "late")
+
+
+def test_a_store_on_a_sink_writes_every_event_there_and_nothing_to_its_directory(
+    tmp_path: Path,
+) -> None:
+    """The fork server's rehearsal: the conversation in memory, the records to a sink."""
+    directory, sink_path = tmp_path / "messages", tmp_path / "sink"
+    sink = os.open(sink_path, os.O_WRONLY | os.O_CREAT)
+    try:
+        store = ConversationStore(directory, sink=sink)
+        store.open()
+        first = store.append("user", "hi")
+        store.replace(first.id, "hi there")
+        store.fold()
+        assert [m.content for m in store.messages] == ["hi there"]
+        store.close()
+        os.fstat(sink)  # still open: the caller's to close
+    finally:
+        os.close(sink)
+    assert not directory.exists()
+    lines = sink_path.read_bytes().splitlines()
+    assert [msgspec.json.decode(line)["type"] for line in lines] == ["append", "replace"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,18 @@ async def test_subscribers_get_matching_events_and_their_failures_stay_contained
         "all": ["turn.started", "tool.called", "tool.completed", "toolbox.x"],
         "async": ["turn.started"],
     }
+
+
+def test_a_bus_on_a_sink_writes_there_and_leaves_the_sink_open(tmp_path: Path) -> None:
+    path, sink_path = tmp_path / "events" / "runtime-events.jsonl", tmp_path / "sink"
+    sink = os.open(sink_path, os.O_WRONLY | os.O_CREAT)
+    try:
+        bus = EventBus(path, agent="a", instance_key="k", sink=sink)
+        bus.open()
+        bus.emit(ev("turn.started"))
+        bus.close()
+        os.fstat(sink)  # still open: the caller's to close
+    finally:
+        os.close(sink)
+    assert not path.parent.exists()
+    assert [e["type"] for e in lines(sink_path)] == ["turn.started"]

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from orchestrator.settings import ChildLaunch, Settings
+from orchestrator.settings import Settings
 from orchestrator.spawner import ColdSpawner
 from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm, SwarmView
 from orchestrator.systemd import RestartNotices
 from protocol.endpoints import StateLayout
+from protocol.launch import LaunchSettings
 from tests.unit.orchestrator.conftest import Routed
 
 
@@ -41,8 +42,8 @@ class Notifier:
 
 
 def supervisor(routed: Routed, tmp_path: Path) -> Supervisor:
-    launch = ChildLaunch(endpoint=routed.endpoint, swarm="s", bundle=tmp_path / "goondan.yaml",
-                         state_root=tmp_path)  # fmt: skip
+    bundle, state = str(tmp_path / "goondan.yaml"), str(tmp_path)
+    launch = LaunchSettings(endpoint=routed.endpoint, swarm="s", bundle=bundle, state_root=state)
     view = SwarmView(name="s", entry_agent="a", default_instance_key="s", members=("a",))
     return Supervisor(table=routed.router.table, router=routed.router, spawner=ColdSpawner(),
                       settings=Settings(), launch=launch, layout=StateLayout(root=tmp_path),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agent_process import prebuilt_tools, preload, resolve, warm_tools
+from agent_process import prebuilt_tools, resolve
+from agent_process.forkprep import shared
 from agent_process.loading import module_name
 from agent_process.registry import ToolEntry, ToolRegistry
 from agent_process.tool_loader import load_tool_resource
@@ -32,13 +32,7 @@ spec:
 """
 
 
-@pytest.fixture(autouse=True)
-def _restore() -> Iterator[None]:
-    held, built = list(preload._held), dict(prebuilt_tools._held)
-    yield
-    preload._held[:] = held
-    prebuilt_tools._held.clear()
-    prebuilt_tools._held.update(built)
+pytestmark = pytest.mark.usefixtures("restore_preloaded")
 
 
 def _bundle(tmp_path: Path) -> tuple[Bundle, Path]:
@@ -67,8 +61,8 @@ def _tree(root: Path) -> list[str]:
 
 
 def test_children_take_the_entries_the_fork_server_built(tmp_path: Path) -> None:
-    bundle, state = _bundle(tmp_path)
-    preload.remember(bundle, (), state)
+    bundle, _ = _bundle(tmp_path)
+    shared.build(bundle)
     taken = _operator_tools(bundle)
     assert all(e.validator is not None for group in taken for e in group)  # compiled once
     assert _operator_tools(bundle)[0][0] is taken[0][0]  # the same objects each time
@@ -80,10 +74,10 @@ def test_children_take_the_entries_the_fork_server_built(tmp_path: Path) -> None
     assert registry.names == ToolRegistry.build(fresh).names
 
 
-def test_warming_imports_no_user_tool_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    bundle, state = _bundle(tmp_path)
+def test_building_imports_no_user_tool_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    bundle, _ = _bundle(tmp_path)
     before, threads = _tree(tmp_path), threading.active_count()
-    preload.remember(bundle, (), state)
+    shared.build(bundle)
     mine = module_name((tmp_path / "bundle" / "mine.py").resolve())
     assert mine not in sys.modules  # its import-time code runs in the agent's own process
     assert [r.name for r, _, _ in prebuilt_tools._held.values()] == [
@@ -94,7 +88,7 @@ def test_warming_imports_no_user_tool_and_leaves_nothing_behind(tmp_path: Path) 
 
 def test_another_bundle_object_builds_its_own(tmp_path: Path) -> None:
     bundle, state = _bundle(tmp_path)
-    preload.remember(bundle, (), state)
+    shared.build(bundle)
     again = load_bundle(bundle.path, state_root=state)  # e.g. reloaded after an edit
     bash = again.tool("bash")
     assert prebuilt_tools.take(bash) is None
@@ -103,7 +97,7 @@ def test_another_bundle_object_builds_its_own(tmp_path: Path) -> None:
 
 def test_a_missing_entry_file_is_loaded_and_reported_by_the_child(tmp_path: Path) -> None:
     bundle, _ = _bundle(tmp_path)
-    warm_tools.tool_loading(bundle)
+    shared.build(bundle)
     bash = bundle.tool("bash")
     entry_file = prebuilt_tools._held[id(bash)][1]
     prebuilt_tools.keep(bash, str(tmp_path / "gone.py"), [])
@@ -114,7 +108,7 @@ def test_a_missing_entry_file_is_loaded_and_reported_by_the_child(tmp_path: Path
 
 def test_a_taken_list_is_the_caller_s_own(tmp_path: Path) -> None:
     bundle, _ = _bundle(tmp_path)
-    warm_tools.tool_loading(bundle)
+    shared.build(bundle)
     first = prebuilt_tools.take(bundle.tool("bash"))
     assert first is not None
     first.clear()  # assemble extends it with MCP entries

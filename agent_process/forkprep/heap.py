@@ -37,12 +37,17 @@ FLOAT_SIZE = 32
 BYTES_HEADER = 33
 """sys.getsizeof(b"") on 3.11: a bytes object of n bytes asks for 33 + n."""
 
-_held: list[list[object]] = []
-"""The filling objects, kept for the fork server's life (children share them)."""
+_held: list[object] = []
+"""The filling objects of the last `fill()`, kept until the next one (children share them)."""
 
 
 def fill() -> int:
-    """Take the free blocks of every size class; returns how many objects that took."""
+    """Take the free blocks of every size class; returns how many objects that took.
+
+    A second call (after a reload) first lets the previous filling go: its blocks are free
+    again and taken anew with the holes the reload left, so the fork server does not grow
+    by a filling per reload."""
+    _held.clear()
     if os.environ.get("PYTHONMALLOC", "pymalloc") != "pymalloc":
         return 0  # another allocator (or pymalloc's debug hooks): nothing of this applies
     gc.collect()  # the garbage collected later would leave new holes
@@ -50,7 +55,7 @@ def fill() -> int:
     n = 0
     for size in SIZES:
         n = _fill_size(_maker(size), size, slots, n)
-    _held.append(slots[:n])
+    _held[:] = slots[:n]
     del slots
     return n
 
