@@ -87,9 +87,9 @@ class TurnRunner(Protocol):
 RunnerFactory = Callable[[ChildLaunch, Bridge], Awaitable[TurnRunner]]
 Park = Callable[[Awaitable[TurnReport], asyncio.Event, asyncio.Event], Awaitable[TurnReport | None]]
 """How a turn races the drain (`deferred.unless_parked`)."""
-USAGE = """usage: python -m agent_process LAUNCH
-LAUNCH is the JSON the daemon's spawner writes (protocol/launch.py ChildLaunch): agent children
-are started by `goondan run`, not by hand."""
+USAGE = """usage: python -m agent_process LAUNCH | -
+LAUNCH is the JSON the daemon's spawner writes (protocol/launch.py ChildLaunch), or `-` to read
+it from stdin: agent children are started by `goondan run`, not by hand."""
 
 
 async def runtime_factory(launch: ChildLaunch, bridge: Bridge) -> TurnRunner:
@@ -352,7 +352,8 @@ def parse_launch(argv: Sequence[str]) -> ChildLaunch | int:
         sys.stderr.write(USAGE + "\n")
         return 2
     try:
-        return decode_launch(argv[0])
+        # `-`: the launch comes on stdin (a cold start: argv is readable by any process)
+        return decode_launch(sys.stdin.read() if argv[0] == "-" else argv[0])
     except ProtocolError as exc:
         sys.stderr.write(f"python -m agent_process: {exc.message}\n")
         return 2

@@ -30,7 +30,7 @@ import zmq
 from agent_process.dealer import Dealer
 from protocol.codec import decode_message, encode
 from protocol.errors import ErrorInfo, ProtocolError
-from protocol.ids import ORCHESTRATOR
+from protocol.ids import ORCHESTRATOR, routing_id
 from protocol.launch import ChildLaunch
 from protocol.messages import (
     Heartbeat,
@@ -176,7 +176,7 @@ def connect(launch: ChildLaunch) -> Iterator[Link]:
     loop = asyncio.get_running_loop()
     zctx = zmq.Context()
     sock = zctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, launch.process.encode())
+    sock.setsockopt(zmq.IDENTITY, routing_id(launch.process, launch.nonce))
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.connect(launch.settings.endpoint)
     dealer = Dealer(sock, loop)

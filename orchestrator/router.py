@@ -47,7 +47,7 @@ from protocol.ids import (
     ProcessId,
     ProcessKind,
     parse_address,
-    parse_process_id,
+    parse_routing_id,
 )
 from protocol.messages import (
     Call,
@@ -118,7 +118,7 @@ class Router:
         self.book = RequestBook()
         self.stats = Stats()
         # routing ids and addresses repeat: parse each once (only what parses is cached)
-        self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_process_id)
+        self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_routing_id)
         self.address = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_address)
         """Parse an address (cached); raise ProtocolError."""
         self._services: Services | None = None
@@ -162,6 +162,10 @@ class Router:
         entry = self.table.get(pid.address)
         if entry is None or entry.generation != pid.generation:
             self._stale(pid)
+            return
+        if ident != entry.routing_id:  # the right name without this spawn's secret
+            self.stats.malformed += 1
+            log.warning("frame_impostor", sender=str(pid), dropped=self.stats.malformed)
             return
         try:
             msg = decode_message(data)

@@ -156,14 +156,19 @@ class ColdSpawner:
         # we are its parent: it exits at once if we died before its parent-death signal
         launch = msgspec.structs.replace(spec.launch, parent_pid=os.getpid())
         log_fd = _open_log(spec.log_path)
+        # the launch (with the spawn's secret) goes through a pipe on stdin, not argv, which
+        # any process of the user can read in /proc/<pid>/cmdline
+        launch_in, launch_out = os.pipe()
         try:
+            os.write(launch_out, encode_launch(launch).encode())
+            os.close(launch_out)
             # posix_spawn is vfork+exec: it returns once the child has exec'd (~1 ms)
             pid = os.posix_spawn(  # noqa: ASYNC221
                 self.python,
-                [self.python, "-m", self.module, encode_launch(launch)],
+                [self.python, "-m", self.module, "-"],
                 {**os.environ, **spec.env},
                 file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, launch_in, 0),
                     (os.POSIX_SPAWN_DUP2, log_fd, 1),
                     (os.POSIX_SPAWN_DUP2, log_fd, 2),
                 ],
@@ -174,6 +179,7 @@ class ColdSpawner:
             raise SpawnError(f"cannot start {self.python} -m {self.module}: {exc}") from exc
         finally:
             os.close(log_fd)
+            os.close(launch_in)
         return ChildHandle(pid, os.pidfd_open(pid), reap=True)
 
     async def close(self) -> None:

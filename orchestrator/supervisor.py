@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 import time
 from collections.abc import Callable, Coroutine
@@ -166,6 +167,7 @@ class Supervisor:
             entry.restarts += 1
         entry.ever_started = True
         entry.generation += 1
+        entry.nonce = secrets.token_hex(16)
         entry.pid = None
         entry.start_error = None
         entry.retry_at = None
@@ -183,7 +185,7 @@ class Supervisor:
     async def _launch(self, entry: ProcessEntry, generation: int) -> None:
         pid = entry.address.with_generation(generation)
         spec = ChildSpec(
-            launch=ChildLaunch(process=pid, settings=self.launch),
+            launch=ChildLaunch(process=pid, settings=self.launch, nonce=entry.nonce),
             log_path=self.layout.process_log(self.launch.swarm, pid.name, pid.instance_key),
         )
         try:
@@ -301,6 +303,17 @@ class Supervisor:
     # -- frames from children (router.Lifecycle) ---------------------------------------
 
     def on_hello(self, entry: ProcessEntry, payload: HelloPayload) -> None:
+        if entry.pid is not None and payload.pid != entry.pid:
+            # the spawn's secret in another process: never serve it
+            log.warning("hello_foreign_pid", process=entry.id_text, spawned=entry.pid,
+                        said=payload.pid)  # fmt: skip
+            entry.start_error = ErrorInfo(code=ErrorCode.E_PROTOCOL_VERSION,
+                                          message=f"hello from pid {payload.pid}, not the "
+                                          f"spawned {entry.pid}")  # fmt: skip
+            handle = self._handles.get(entry.address)
+            if handle is not None:
+                handle.kill()
+            return
         if payload.protocol_version != PROTOCOL_VERSION:
             entry.start_error = ErrorInfo(
                 code=ErrorCode.E_PROTOCOL_VERSION,

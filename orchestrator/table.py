@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from orchestrator.states import LIVE, ProcessStatus, is_allowed
 from protocol.control import ExitInfo, ProcessInfo
 from protocol.errors import ErrorInfo
-from protocol.ids import Address, ProcessId
+from protocol.ids import Address, ProcessId, routing_id
 
 Clock = Callable[[], float]
 TransitionListener = Callable[["ProcessEntry", ProcessStatus, ProcessStatus], None]
@@ -46,15 +46,17 @@ class ProcessEntry:
     """Monotonic time of the last frame from the current generation."""
     spawned_at: float = 0.0
     ever_started: bool = False
+    nonce: str = ""
+    """The current generation's spawn secret (part of its routing identity)."""
     _ids: tuple[int, ProcessId, str, bytes] | None = field(default=None, repr=False)
     """(generation, id, text, routing bytes), rebuilt when the generation changes."""
 
     def _current_ids(self) -> tuple[int, ProcessId, str, bytes]:
         ids = self._ids
-        if ids is None or ids[0] != self.generation:
+        if ids is None or ids[0] != self.generation or not ids[3].endswith(self.nonce.encode()):
             pid = self.address.with_generation(self.generation)
             text = str(pid)
-            ids = self._ids = (self.generation, pid, text, text.encode())
+            ids = self._ids = (self.generation, pid, text, routing_id(pid, self.nonce))
         return ids
 
     @property

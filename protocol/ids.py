@@ -77,6 +77,26 @@ class ProcessId(msgspec.Struct, frozen=True, kw_only=True):
         return str(self).encode()
 
 
+NONCE_SEPARATOR = "#"
+NONCE_HEX = 32
+
+
+def routing_id(process: ProcessId, nonce: str) -> bytes:
+    """The ZeroMQ routing identity of one spawned process: its id and the spawn's nonce (a
+    secret the child gets privately), so no other process can connect as it."""
+    return f"{process}{NONCE_SEPARATOR}{nonce}".encode() if nonce else process.encode()
+
+
+def parse_routing_id(ident: bytes) -> ProcessId:
+    """The process id of a routing identity (its nonce, if any, is left out: the router
+    compares the whole identity with the one it spawned); raise ProtocolError."""
+    text = ident.decode(errors="replace")
+    head, sep, tail = text.rpartition(NONCE_SEPARATOR)
+    if sep and len(tail) == NONCE_HEX and all(c in "0123456789abcdef" for c in tail):
+        text = head
+    return parse_process_id(text)
+
+
 def _split(text: str, with_generation: bool) -> tuple[ProcessKind, str, str, int]:
     head = text.split(":", 2)
     if len(head) != 3:

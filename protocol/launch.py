@@ -42,6 +42,10 @@ class ChildLaunch(msgspec.Struct, frozen=True, kw_only=True):
     parent_pid: int | None = None
     """Cold starts only: exit at once if our parent is not this pid (it died before the
     parent-death signal was armed). The fork server checks that for the children it forks."""
+    nonce: str = ""
+    """This spawn's secret, the end of the child's routing identity (`protocol.ids.routing_id`):
+    a process that does not know it cannot connect as this child. The launch travels only
+    through the fork server's socketpair or the cold child's stdin, never argv."""
 
 
 _encoder = msgspec.json.Encoder()

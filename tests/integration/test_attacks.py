@@ -16,8 +16,10 @@ import zmq
 import zmq.asyncio
 
 from orchestrator.rundir import read_active
+from protocol.codec import encode
 from protocol.endpoints import StateLayout
-from protocol.ids import MAX_INSTANCE_KEY_BYTES
+from protocol.ids import MAX_INSTANCE_KEY_BYTES, ORCHESTRATOR, ProcessKind
+from protocol.messages import Hello, HelloPayload
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, run_cli
 from tests.integration.test_example_workspace import free_port
@@ -152,3 +154,29 @@ async def test_new_instance_keys_from_outside_cannot_exhaust_the_machine(
             "again",
             "again",
         ]
+
+
+async def test_a_process_cannot_take_the_place_of_an_agent(start_daemon: StartDaemon) -> None:
+    """A DEALER that connected first with the next generation's routing id received the
+    user's event and locked the real child out. Identities now end with a secret of the spawn
+    (passed privately), so the impostor is dropped and the real child serves."""
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        info = read_active(StateLayout.from_env().run_paths(daemon.swarm).active_json)
+        assert info is not None
+        ctx = zmq.asyncio.Context()
+        impostor = ctx.socket(zmq.DEALER)
+        impostor.setsockopt(zmq.LINGER, 0)
+        impostor.setsockopt(zmq.IDENTITY, b"agent:beta:probe:1")
+        impostor.connect(info.endpoints["agents"])
+        hello = Hello(from_="agent:beta:probe:1", to=ORCHESTRATOR, payload=HelloPayload(
+            pid=os.getpid(), kind=ProcessKind.AGENT, name="beta", instance_key="probe",
+            generation=1))  # fmt: skip
+        await impostor.send(encode(hello))
+        reply = await daemon.send("pid", "beta")
+        assert reply.ok, reply.error
+        assert output(reply.result) != os.getpid()  # a real child served it
+        assert await impostor.poll(0) == 0  # and the impostor got nothing
+        assert daemon.find("frame_impostor") or daemon.find("frame_stale")
+        impostor.close()
+        ctx.term()
