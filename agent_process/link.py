@@ -24,15 +24,17 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Protocol, TypeVar
 
+import msgspec
 import structlog
 import zmq
 
 from agent_process.dealer import Dealer
 from protocol.codec import decode_message, encode
-from protocol.errors import ErrorInfo, ProtocolError
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.ids import ORCHESTRATOR, routing_id
 from protocol.launch import ChildLaunch
 from protocol.messages import (
+    Event,
     Heartbeat,
     HeartbeatPayload,
     Hello,
@@ -67,6 +69,20 @@ class FrameSocket(Protocol):
     async def recv(self) -> bytes: ...
 
 
+def too_large(msg: Message, size: int, limit: int) -> Message | None:
+    """What to send instead of a frame over the daemon's limit (None: nothing)."""
+    log.error("frame_too_large", type=type(msg).__name__, bytes=size, limit=limit)
+    if not isinstance(msg, Event) or msg.payload.in_reply_to is None:
+        return None
+    error = ErrorInfo(
+        code=ErrorCode.E_FRAME_TOO_LARGE,
+        message=f"the reply is {size} bytes, over the {limit}-byte frame limit",
+        suggestion="answer with less text, or raise Swarm.spec.policy.maxFrameBytes",
+    )
+    reply = msgspec.structs.replace(msg.payload, input="", error=error)
+    return msgspec.structs.replace(msg, payload=reply)
+
+
 class Link:
     """The child's end: send and receive frames, handshake, heartbeats, the drain signal."""
 
@@ -81,7 +97,16 @@ class Link:
         self.last_heard = time.monotonic()
 
     async def send(self, msg: Message) -> None:
-        await self.sock.send(encode(msg))
+        data = encode(msg)
+        limit = self.launch.settings.max_frame_bytes
+        if len(data) > limit:
+            # the daemon would close the connection on it: a reply becomes a coded error
+            # instead, anything else is dropped with a log line naming it
+            instead = too_large(msg, len(data), limit)
+            if instead is None:
+                return
+            data = encode(instead)
+        await self.sock.send(data)
 
     async def handshake(
         self, load: Callable[[], Awaitable[list[str]]], failure: Callable[[Exception], ErrorInfo]

@@ -210,6 +210,10 @@ class IngressPolicy(_Spec):
 
 class SwarmPolicy(_Spec):
     max_steps_per_turn: int = 32
+    max_frame_bytes: int = 16 << 20
+    """The largest frame between an agent and the daemon (a reply, a tool result in an event):
+    bigger ones are refused before they are read; an agent's own oversize reply becomes a
+    coded error (E_FRAME_TOO_LARGE)."""
     max_live_instances: int | None = msgspec.field(default=None)
     """Live agent processes at most; the least recently used idle one makes room. Default:
     the machine's memory / 16 MiB (at least 16)."""

@@ -99,6 +99,7 @@ def launch_settings(opts: DaemonOptions, settings: Settings, endpoint: str) -> L
         env_files=tuple(map(str, opts.env_files)),
         heartbeat_interval=settings.heartbeat_interval,
         heartbeat_timeout=settings.heartbeat_timeout,
+        max_frame_bytes=settings.max_frame_bytes,
     )
 
 
@@ -187,7 +188,7 @@ class Daemon:
         opts = self.opts
         table = ProcessTable(listener=_log_transition)
         swarm = CurrentSwarm(SwarmView.of(opts.bundle, opts.swarm))
-        router = Router(zctx, self.endpoints[0], table)
+        router = Router(zctx, self.endpoints[0], table, self.settings.max_frame_bytes)
         rundir.secure_socket(self.paths.agents_sock)
         supervisor = Supervisor(table=table, router=router, spawner=spawner,
                                 settings=self.settings,

@@ -34,9 +34,10 @@ from orchestrator.broker import Lifecycle
 from orchestrator.connections import Connections
 from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
+from orchestrator.peers import PeerWatch
 from orchestrator.states import READY, ProcessStatus
 from orchestrator.table import ProcessEntry, ProcessTable
-from orchestrator.wire import RouterSocket
+from orchestrator.wire import MAX_FRAME_BYTES, RouterSocket
 from protocol.codec import decode_message, encode
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
@@ -109,10 +110,17 @@ def _should_log(count: int) -> bool:
 
 
 class Router:
-    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, table: ProcessTable) -> None:
+    def __init__(
+        self,
+        ctx: zmq.asyncio.Context,
+        endpoint: str,
+        table: ProcessTable,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ) -> None:
         self.table = table
-        self.wire = RouterSocket(ctx, endpoint)
+        self.wire = RouterSocket(ctx, endpoint, max_frame_bytes)
         self.sock = self.wire.sock
+        self.peers = PeerWatch(self.sock, "agents", max_frame_bytes, self._spawned)
         self.endpoint = endpoint
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
@@ -144,9 +152,16 @@ class Router:
     # -- the loop ---------------------------------------------------------------------
 
     async def run(self) -> None:
-        await self.wire.serve(self._on_frames)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.peers.run())
+            await self.wire.serve(self._on_frames)
+
+    def _spawned(self, pid: int) -> bool:
+        """Whether `pid` is one of our children (a foreign peer dropped is worth a line)."""
+        return any(entry.pid == pid for entry in self.table)
 
     def close(self) -> None:
+        self.peers.close()
         self.wire.close()
 
     def _on_frames(self, frames: list[bytes]) -> None:

@@ -34,6 +34,8 @@ class Settings:
     heartbeat_timeout: float = 20.0
     """Each side gives up on the other after this long without a frame."""
     spawn_mode: SpawnMode = SpawnMode.FORKSERVER
+    max_frame_bytes: int = 16 << 20
+    """`policy.maxFrameBytes`: the agents socket refuses bigger frames."""
     journal: bool = True
     """`policy.ingress.journal`: accepted events are journaled (orchestrator/accept.py)."""
     max_live_instances: int = 1000
@@ -57,4 +59,5 @@ class Settings:
             spawn_roots=tuple(Path(r).expanduser() for r in policy.spawn.allowed_roots),
             max_live_instances=policy.max_live_instances or default_limit(),
             journal=policy.ingress.journal != "off",
+            max_frame_bytes=policy.max_frame_bytes,
         )

@@ -32,6 +32,8 @@ class LaunchSettings(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_timeout: float = 20.0
     """The child exits when the orchestrator has been silent this long (gone or wedged)."""
     log_format: LogFormat = "json"
+    max_frame_bytes: int = 16 << 20
+    """The daemon refuses bigger frames; the child checks its own before it sends."""
 
 
 class ChildLaunch(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,6 +18,7 @@ import zmq.asyncio
 from orchestrator.rundir import read_active
 from protocol.codec import encode
 from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode
 from protocol.ids import MAX_INSTANCE_KEY_BYTES, ORCHESTRATOR, ProcessKind
 from protocol.messages import Hello, HelloPayload
 from tests.integration.conftest import StartDaemon
@@ -180,3 +181,31 @@ async def test_a_process_cannot_take_the_place_of_an_agent(start_daemon: StartDa
         assert daemon.find("frame_impostor") or daemon.find("frame_stale")
         impostor.close()
         ctx.term()
+
+
+async def test_frames_over_the_agents_limit_are_refused_and_said(
+    start_daemon: StartDaemon,
+) -> None:
+    """No frame size limit on agents.sock: one huge frame grew the daemon by its size. A
+    foreign peer's huge frame is refused unread (logged); an agent's own oversize reply becomes
+    a coded error instead of a connection the daemon would close."""
+    async with asyncio.timeout(60):
+        daemon = await start_daemon(REPO / "tests" / "fixtures" / "frames", swarm="framed")
+        small = await daemon.send("short")
+        assert small.ok and small.result["input"] == "short"
+        big = await daemon.send("x" * 100_000)  # the echo is over 64 KiB
+        assert not big.ok and big.error is not None
+        assert big.error.code == ErrorCode.E_FRAME_TOO_LARGE
+        info = read_active(StateLayout.from_env().run_paths("framed").active_json)
+        assert info is not None
+        before = _peak_rss_kib(daemon.pid)
+        ctx = zmq.asyncio.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(info.endpoints["agents"])
+        await sock.send(b"\x00" * (128 << 20))
+        await daemon.wait_for("peer_dropped", socket="agents")
+        sock.close()
+        ctx.term()
+        assert _peak_rss_kib(daemon.pid) - before < 32 << 10
+        assert (await daemon.send("still here")).ok
