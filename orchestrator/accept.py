@@ -28,6 +28,7 @@ from protocol.events import AgentEvent
 from protocol.ids import Address, parse_address
 
 log = structlog.get_logger("goondan.accept")
+COMPACT_EVERY = 300.0
 Submit = Callable[[AgentEvent, Address, "asyncio.Future[AgentEvent] | None"], None]
 
 
@@ -164,6 +165,15 @@ class Acceptor:
         future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._attached.setdefault(event_id, []).append(future)
         return entry, future
+
+    async def compact_forever(self, every: float = COMPACT_EVERY) -> None:
+        """Drop finished entries past their windows now and then: the journal stays bounded
+        (the conversations are the record)."""
+        while self.journal is not None:
+            dropped = await self.journal.compact()
+            if dropped:
+                log.info("journal_compacted", dropped=dropped)
+            await asyncio.sleep(every)
 
     async def close(self) -> None:
         for task in list(self._tasks):

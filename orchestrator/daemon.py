@@ -288,6 +288,7 @@ class Daemon:
             self._core(router.run(), "router"),
             self._core(control.run(), "control"),
             self._core(Reconciler(supervisor, self.settings).run(), "reconciler"),
+            self._core(parts.acceptor.compact_forever(), "journal"),
         ]
         tasks.append(self._notify_systemd(supervisor, list(tasks)))
         tasks += [

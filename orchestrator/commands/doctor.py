@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -35,6 +36,8 @@ from bundles.values import resolve_value
 from orchestrator import statecheck
 from orchestrator.client import layout_of
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
+from orchestrator.journal import JournalError
+from orchestrator.journal import sqlite as journal_sqlite
 from protocol.endpoints import StateLayout
 from protocol.errors import ProtocolError
 from protocol.private import private_dir
@@ -43,6 +46,8 @@ MIN_PYTHON = (3, 11)
 KEY_PROVIDERS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 """Providers that need an API key, and the variable the templates read it from."""
 _SHOWN_ERRORS = 5
+STALE_PENDING_SECONDS = 3600.0
+"""An event accepted this long ago and not finished is worth a warning."""
 
 
 class Level(StrEnum):
@@ -193,6 +198,27 @@ def check_state_privacy(layout: StateLayout) -> Iterator[Check]:
         yield Check("state privacy", Level.OK, f"everything under {layout.root} is private")
 
 
+def check_journal(ctx: Context) -> Check:
+    """The ingress journal of the swarm: its size and its oldest unfinished event."""
+    swarm = ctx.swarm or (ctx.bundle.swarm().name if ctx.bundle is not None else None)
+    if swarm is None:
+        return Check("journal", Level.OK, "no swarm to look at: skipped")
+    path = ctx.layout.journal_file(swarm)
+    try:
+        found = journal_sqlite.describe(path, time.time())
+    except JournalError as exc:
+        return Check("journal", Level.FAIL, f"{exc.code}: {exc.message}", exc.suggestion)
+    if found is None:
+        return Check("journal", Level.OK, f"{path} does not exist yet (created at first run)")
+    age = found["oldestOpenAgeSeconds"]
+    detail = (f"{path}: {found['bytes']} bytes, {found['open']} unfinished event(s)"
+              + (f", the oldest accepted {age:.0f} s ago" if age is not None else ""))  # fmt: skip
+    if age is not None and age > STALE_PENDING_SECONDS:
+        fix = "start the daemon (it delivers them), or see goondan status for the instance"
+        return Check("journal", Level.WARN, detail, fix)
+    return Check("journal", Level.OK, detail)
+
+
 def check_ipc_path(ctx: Context) -> Check:
     swarm = ctx.swarm or "x" * 16  # no bundle: a typical swarm name
     paths = ctx.layout.run_paths(swarm)
@@ -300,6 +326,7 @@ def run_checks(ctx: Context) -> list[Check]:
     features = _features(ctx.bundle)
     checks += [check_dependency(dep, features) for dep in DEPENDENCIES]
     checks.append(check_ipc_path(ctx))
+    checks.append(check_journal(ctx))
     checks += check_api_keys(ctx)
     checks += check_tools()
     return checks

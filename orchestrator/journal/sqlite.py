@@ -273,6 +273,33 @@ class SqliteJournal:
         await asyncio.to_thread(self._thread.join)
 
 
+def describe(path: Path, now: float) -> dict[str, Any] | None:
+    """What `goondan doctor` says of a journal, read-only (None when there is none yet);
+    raises JournalError when it cannot be read."""
+    if not path.exists():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise JournalError(ErrorCode.E_JOURNAL_VERSION, f"{path} is from a newer "
+                                   "goondan", "run the goondan that wrote it")  # fmt: skip
+            counts = dict(conn.execute("SELECT state, count(*) FROM entries GROUP BY state"))
+            oldest = conn.execute(
+                "SELECT min(accepted_at) FROM entries WHERE state < ?", (EntryState.COMPLETED,)
+            ).fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        why = f"{path} is not a readable journal ({type(exc).__name__})"
+        raise JournalError(ErrorCode.E_JOURNAL_CORRUPT, why, "move it aside") from None
+    size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
+    return {
+        "open": sum(n for state, n in counts.items() if state < EntryState.COMPLETED),
+        "finished": counts.get(EntryState.COMPLETED, 0),
+        "oldestOpenAgeSeconds": None if oldest is None else round(now - oldest, 1),
+        "bytes": size,
+    }
+
+
 def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
     if future.done():
         return  # the caller gave up (cancelled); the write itself happened or failed anyway

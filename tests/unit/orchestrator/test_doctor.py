@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,9 @@ from orchestrator.commands.doctor import (
     check_python,
 )
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
+from orchestrator.journal.sqlite import SqliteJournal
+from protocol.endpoints import StateLayout
+from protocol.events import Source, SourceKind, new_event
 
 SECRET = "sk-doctor-test-0123456789"
 
@@ -225,3 +229,28 @@ def test_present_dependency_reports_its_version() -> None:
     check = check_dependency(Dependency("zmq", "pyzmq"), set())
     assert check.status is Level.OK
     assert "libzmq" in check.detail
+
+
+async def test_the_journal_is_reported_with_its_oldest_unfinished_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = str(_bundle(tmp_path / "b"))
+    code, report = _doctor(capsys, bundle)
+    assert _check(report, "journal")["status"] == "ok"  # none yet
+    path = StateLayout.from_env().journal_file("doc")
+    journal = await SqliteJournal.open(path, clock=lambda: time.time() - 7200)
+    source = Source(kind=SourceKind.CLI, name="t")
+    await journal.append(new_event(type="m", input="x", instance_key="k", source=source),
+                         "agent:a:k")  # fmt: skip
+    await journal.close()
+    code, report = _doctor(capsys, bundle)
+    journal_check = _check(report, "journal")
+    assert journal_check["status"] == "warn" and "1 unfinished" in journal_check["detail"]
+    assert code == EXIT_OK  # a warning
+    for name in list(path.parent.iterdir()):
+        name.unlink()
+    path.write_bytes(b"not a database" * 300)
+    code, report = _doctor(capsys, bundle)
+    assert _check(report, "journal")["status"] == "fail"
+    assert "E_JOURNAL_CORRUPT" in _check(report, "journal")["detail"]
+    assert code != EXIT_OK
