@@ -58,21 +58,34 @@ class Acceptor:
         waiter: asyncio.Future[AgentEvent] | None = None,
         dedupe_key: str | None = None,
     ) -> Appended | None:
-        """Durable, then submitted. None without a journal; `duplicate` when `dedupe_key` was
-        seen within its window (then nothing is submitted). Raises JournalError."""
+        """Durable when it returns. None without a journal; `duplicate` when `dedupe_key` was
+        seen within its window (then nothing is submitted). Raises JournalError.
+
+        An event whose sender is answered by its reply (it has `replyTo`) is submitted at once,
+        while the append's fsync runs: the reply takes a whole turn, so the sender still hears
+        nothing before the event is durable, and the turn does not wait for the disk. Not when
+        an earlier event still waits for its append (order first), nor with a dedupe key (a
+        repeat must not run)."""
         if self.journal is None:
             self._submit(event, target, waiter)
             return None
-        item = _Accepting(
-            asyncio.ensure_future(self.journal.append(event, str(target), dedupe_key)),
-            event, target, waiter,
-        )  # fmt: skip
+        append = asyncio.ensure_future(self.journal.append(event, str(target), dedupe_key))
+        if event.reply_to is not None and dedupe_key is None and not self._order:
+            self._open.add(event.id)
+            self._submit(event, target, waiter)
+            return await asyncio.shield(append)
+        item = _Accepting(append, event, target, waiter)
         self._order.append(item)
         try:
             appended = await asyncio.shield(item.append)
         finally:
             self._flush()
         return appended
+
+    def bind(self, submit: Submit) -> None:
+        """Submit to `submit` from now on (a composition root that builds the router after
+        the acceptor)."""
+        self._submit = submit
 
     def take(
         self, event: AgentEvent, target: Address, answered: Callable[[ErrorInfo | None], None]

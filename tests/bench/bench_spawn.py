@@ -81,7 +81,10 @@ class Harness:
         layout: Any,
         bundle: Any,
         agents: tuple[str, ...] = ("greeter",),
+        acceptor: Any = None,
     ) -> None:
+        """`acceptor`: an `orchestrator.accept.Acceptor` to attach (its `submit` is bound to
+        this router with `bind_acceptor`), for benchmarks of the journaled path."""
         import zmq.asyncio
 
         from orchestrator.router import Router, Services
@@ -118,7 +121,10 @@ class Harness:
             table=self.table, router=self.router, spawner=spawner, settings=settings,
             launch=launch_settings(layout, bundle), layout=layout, swarm=CurrentSwarm(view),
         )  # fmt: skip
-        self.router.attach(Services(lifecycle=self.supervisor))
+        self.acceptor = acceptor
+        if acceptor is not None:
+            acceptor.bind(self.router.submit)
+        self.router.attach(Services(lifecycle=self.supervisor, acceptor=acceptor))
         self.tasks = [asyncio.ensure_future(self.router.run())]
 
     def _await_ready(self, address: Any) -> asyncio.Future[float]:
