@@ -203,9 +203,10 @@ class SpawnPolicy(_Spec):
 
 
 class IngressPolicy(_Spec):
-    journal: Literal["sqlite", "off"] = "sqlite"
+    journal: Literal["sqlite", "off"] | bool = "sqlite"
     """`sqlite`: every accepted event is on disk before its sender hears it was accepted, and
-    is delivered again after a crash. `off`: accepted events live in memory only."""
+    is delivered again after a crash. `off` (YAML also reads an unquoted `off` as false):
+    accepted events live in memory only."""
 
 
 class SwarmPolicy(_Spec):

@@ -58,6 +58,6 @@ class Settings:
             spawn_mode=SpawnMode(env.get(ENV_SPAWN_MODE, SpawnMode.FORKSERVER)),
             spawn_roots=tuple(Path(r).expanduser() for r in policy.spawn.allowed_roots),
             max_live_instances=policy.max_live_instances or default_limit(),
-            journal=policy.ingress.journal != "off",
+            journal=policy.ingress.journal not in ("off", False),
             max_frame_bytes=policy.max_frame_bytes,
         )
