@@ -97,7 +97,8 @@ class Connections:
                 entry,
                 event,
                 ErrorCode.E_CONNECTOR_NO_ROUTE,
-                f"no ingress rule of Connection {connection.name!r} matches event {event.type!r}",
+                f"no ingress rule of Connection {connection.name!r} matches event {event.type!r}; "
+                + ingress.why_unrouted(connection.ingress, event.type, event.metadata),
                 "add a rule to spec.ingress.rules (or a rule without `match` as a catch-all)",
             )
             return

@@ -101,13 +101,31 @@ def _key(rule: CompiledRule, properties: Mapping[str, Any], default: str) -> str
 
 
 def route(ingress: Ingress, event: str, properties: Mapping[str, Any]) -> Route | None:
-    """Where a connector event goes; None when rules exist and none fits (drop + log)."""
+    """Where a connector event goes; None when rules exist and none fits (drop + log).
+
+    The first rule that fits and can name an instance wins. A rule whose `instanceKeyProperty`
+    the event lacks lets a later rule take it; if none does, the first such rule routes it to
+    the Swarm's instanceKey (one rule for a missing routing property, everywhere)."""
     if not ingress.rules:
         return Route(ingress.entry_agent, ingress.default_key, reply=True, rule=-1)
+    fallback: Route | None = None
     for index, rule in enumerate(ingress.rules):
         if not matches(rule, event, properties):
             continue
         key = _key(rule, properties, ingress.default_key)
         if key is not None:
             return Route(rule.agent, key, reply=rule.reply, rule=index)
-    return None
+        if fallback is None:
+            fallback = Route(rule.agent, ingress.default_key, reply=rule.reply, rule=index)
+    return fallback
+
+
+def why_unrouted(ingress: Ingress, event: str, properties: Mapping[str, Any]) -> str:
+    """What the rules wanted that the event did not have (for the NO_ROUTE error)."""
+    wants = []
+    for rule in ingress.rules:
+        need = [f"event {rule.event!r}"] if rule.event is not None else []
+        need += [f"{k}={v!r}" for k, v in rule.properties.items()]
+        wants.append(" and ".join(need) or "anything")
+    got = ", ".join(sorted(properties)) or "none"
+    return f"the rules want: {'; '.join(wants)} (the event's properties: {got})"

@@ -115,6 +115,9 @@ def parse_body(body: bytes, default_event: str) -> tuple[str, dict[str, Any], st
         raise HttpError(400, "E_WEBHOOK_BAD_BODY", "`event` must be a non-empty string")
     if not isinstance(text, str):
         raise HttpError(400, "E_WEBHOOK_BAD_BODY", "`text` (or `input`) must be a string")
+    if not text.strip() and not properties and key is None:
+        raise HttpError(400, "E_WEBHOOK_BAD_BODY", "the body has no `text` (or `input`) "
+                        "and no `properties`: there is nothing for the agent")  # fmt: skip
     if not isinstance(properties, dict):
         raise HttpError(400, "E_WEBHOOK_BAD_BODY", "`properties` must be a JSON object")
     if key is not None:

@@ -199,8 +199,8 @@ async def test_webhook_answers_by_the_reply_kind() -> None:
         try:
             async with httpx.AsyncClient() as client:
                 ok = await client.post(url, json={"text": "hi", "instanceKey": "k1"})
-                later = await client.post(f"{url}/events", json={"event": "later"})
-                unrouted = await client.post(url, json={"event": "unrouted"})
+                later = await client.post(f"{url}/events", json={"event": "later", "text": "x"})
+                unrouted = await client.post(url, json={"event": "unrouted", "text": "x"})
                 big = await client.post(url, content=b"x" * 65)
                 wrong_type = await client.post(url, json={"text": 3})
                 get = await client.get(url)

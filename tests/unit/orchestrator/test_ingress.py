@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.ingress import CompiledRule, Ingress, Route, lookup, route
+from orchestrator.ingress import CompiledRule, Ingress, Route, lookup, route, why_unrouted
 
 RULES = (
     CompiledRule(agent="triage", event="message", properties={"chat.type": "group"},
@@ -33,6 +33,23 @@ INGRESS = Ingress(swarm="s", entry_agent="entry", default_key="s", rules=RULES)
 )
 def test_first_fitting_rule_wins(event: str, props: dict[str, Any], expected: Route | None) -> None:
     assert route(INGRESS, event, props) == expected
+
+
+def test_a_missing_routing_property_falls_back_to_the_swarm_key() -> None:
+    """The webhook example's one rule routes by `instanceKey`: a POST without it gave
+    E_CONNECTOR_NO_ROUTE although the rule matched. No later rule takes it: the first rule
+    that fitted routes it to the Swarm's instanceKey."""
+    one = Ingress(swarm="s", entry_agent="entry", default_key="s", rules=(
+        CompiledRule(agent="op", event="message", key_property="instanceKey"),))  # fmt: skip
+    assert route(one, "message", {}) == Route("op", "s", True, 0)
+    assert route(one, "message", {"instanceKey": "me"}) == Route("op", "me", True, 0)
+    assert route(one, "other", {}) is None
+
+
+def test_an_unrouted_event_is_told_what_the_rules_want() -> None:
+    text = why_unrouted(INGRESS, "webhook", {"kind": "other"})
+    assert "event 'message' and chat.type='group'" in text and "kind='alert'" in text
+    assert "properties: kind" in text
 
 
 def test_a_connection_without_rules_goes_to_the_entry_agent_and_swarm_key() -> None:
