@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import uuid
 from dataclasses import dataclass
@@ -57,6 +58,36 @@ def _running(layout: StateLayout) -> list[OrchestratorInfo]:
     return found
 
 
+def swarms_here(directory: Path | None = None) -> list[str]:
+    """The swarms of the bundle in `directory` (default: the working directory), read from its
+    goondan.yaml alone (a quick look, not a load: a broken bundle just names none)."""
+    main = (directory or Path.cwd()) / "goondan.yaml"
+    try:
+        text = main.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    names = []
+    for doc in text.split("\n---"):
+        if re.search(r"^kind:\s*Swarm\s*$", doc, re.MULTILINE):
+            found = re.search(r"^metadata:\s*(?:\{\s*name:\s*([\w.-]+)|\n\s+name:\s*([\w.-]+))",
+                              doc, re.MULTILINE)  # fmt: skip
+            if found:
+                names.append(found.group(1) or found.group(2))
+    return names
+
+
+def pick_swarm(args: argparse.Namespace, known: list[str]) -> str | None:
+    """The swarm a command acts on without a daemon: --swarm, else the bundle's here, else the
+    only one `known`; None when that is ambiguous."""
+    chosen: str | None = getattr(args, "swarm", None)
+    if chosen:
+        return chosen
+    here = [s for s in swarms_here() if s in known] or swarms_here()
+    if len(here) == 1:
+        return here[0]
+    return known[0] if len(known) == 1 else None
+
+
 def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
     layout = layout_of(args)
     swarm = getattr(args, "swarm", None)
@@ -73,6 +104,9 @@ def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
             )
         return info
     running = _running(layout)
+    here = swarms_here()
+    if len(running) > 1 and here:  # inside a bundle directory: that bundle's swarm
+        running = [i for i in running if i.swarm in here] or running
     if not running:
         raise ClientError(
             ErrorCode.E_DAEMON_NOT_RUNNING,

@@ -13,20 +13,21 @@ import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, assert_never
 
 import structlog
 import zmq
 import zmq.asyncio
 
-from orchestrator import sending
+from orchestrator import localstate, sending
 from orchestrator.accept import Acceptor
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.peers import PeerWatch, descends_from, peer_pid
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
-from orchestrator.trees import is_aside, remove_tree
+from orchestrator.trees import remove_tree
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
     Attach,
@@ -45,7 +46,7 @@ from protocol.control import (
     StatusResult,
     Stop,
 )
-from protocol.endpoints import StateLayout, path_segment
+from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
 from protocol.ids import ProcessKind
@@ -96,32 +97,23 @@ async def _status(ctx: ControlContext) -> StatusResult:
 
 
 def _instances(ctx: ControlContext) -> list[JsonObject]:
-    swarm = ctx.info.swarm
-    root = ctx.layout.swarm_instances_dir(swarm)
+    """The instance directories (orchestrator/localstate.py) with their processes' status."""
     live = {
-        (path_segment(e.address.instance_key), path_segment(e.address.name)): e
+        ctx.layout.instance_paths(ctx.info.swarm, e.address.instance_key, e.address.name).root: e
         for e in ctx.supervisor.table
     }
-    found = []
-    for key_dir in sorted(root.iterdir()) if root.is_dir() else []:
-        if is_aside(key_dir.name):
-            continue  # being deleted
-        for agent_dir in sorted(p for p in key_dir.iterdir() if p.is_dir()):
-            if is_aside(agent_dir.name):
-                continue
-            entry = live.get((key_dir.name, agent_dir.name))
-            found.append(
-                {
-                    "instanceKey": entry.address.instance_key if entry else key_dir.name,
-                    "agent": entry.address.name if entry else agent_dir.name,
-                    "status": str(entry.status) if entry else "stopped",
-                    "path": str(agent_dir),
-                }
-            )
-    return found
+    rows = localstate.instances(ctx.layout, ctx.info.swarm)
+    for row in rows:
+        entry = live.get(Path(str(row["path"])))
+        if entry is not None:
+            row.update(instanceKey=entry.address.instance_key, agent=entry.address.name,
+                       status=str(entry.status))  # fmt: skip
+    return rows
 
 
-async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str]:
+async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObject:
+    """Stop the instance's processes and remove its state, workspace included; a coded error
+    when it has neither."""
     sup = ctx.supervisor
     chosen = [
         e
@@ -130,11 +122,15 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str
         and e.address.instance_key == req.instance_key
         and (req.agent is None or e.address.name == req.agent)
     ]
+    target = localstate.instance_dir(ctx.layout, ctx.info.swarm, req.instance_key, req.agent)
+    if not chosen and not target.exists():
+        missing = f"swarm {ctx.info.swarm!r} has no instance {req.instance_key!r}"
+        raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND, missing)
     await asyncio.gather(*(sup.stop(e, ShutdownReason.RESTART) for e in chosen))
-    key_dir = ctx.layout.swarm_instances_dir(ctx.info.swarm) / path_segment(req.instance_key)
-    target = key_dir / path_segment(req.agent) if req.agent else key_dir
+    existed = target.exists()
     await remove_tree(target)
-    return [str(e.address) for e in chosen]
+    return {"stopped": [str(e.address) for e in chosen],
+            "deleted": [str(target)] if existed else []}  # fmt: skip
 
 
 async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
@@ -188,7 +184,7 @@ async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
         case InstanceList():
             return {"instances": _instances(ctx)}
         case InstanceDelete():
-            return {"stopped": await _delete_instance(ctx, req)}
+            return await _delete_instance(ctx, req)
         case Reload() | CallsList() | CallsResolve():
             return await _reload_or_later(req, ctx)
         case _:

@@ -439,12 +439,15 @@ class Supervisor:
         ]
         await asyncio.gather(*(self.stop(e, reason) for e in chosen))
         if fresh:  # renamed aside at once, deleted off the loop (orchestrator/trees.py)
+            # history and extension state only: the workspace (workdir/) and spawn record stay;
+            # deleting those is `goondan instance delete`
             swarm = self.launch.swarm
-            roots = [
-                self.layout.instance_paths(swarm, e.address.instance_key, e.address.name).root
-                for e in chosen
-            ]
-            await asyncio.gather(*(remove_tree(root) for root in roots))
+            trees = []
+            for e in chosen:
+                paths = self.layout.instance_paths(swarm, e.address.instance_key, e.address.name)
+                trees += [paths.messages_dir, paths.extensions_dir, paths.pending_calls_dir,
+                          paths.inbox_dir]  # fmt: skip
+            await asyncio.gather(*(remove_tree(tree) for tree in trees))
         restarted = []
         for entry in chosen:
             timer = self._timers.pop(entry.address, None)

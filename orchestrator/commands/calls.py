@@ -12,7 +12,16 @@ import argparse
 import json
 from typing import Any
 
-from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator import localstate
+from orchestrator.client import (
+    ClientError,
+    Printer,
+    call,
+    find_daemon,
+    layout_of,
+    new_request_id,
+    pick_swarm,
+)
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import CallsList, CallsResolve, ControlReply, ControlRequest
 from protocol.errors import ErrorCode, ErrorInfo
@@ -52,6 +61,8 @@ class _Calls:
         try:
             reply = call(find_daemon(args), req, timeout=timeout)
         except ClientError as exc:
+            if exc.error.code == ErrorCode.E_DAEMON_NOT_RUNNING:
+                return _without_daemon(args, printer, exc.error)
             printer.error(exc.error)
             return EXIT_RUNTIME
         if args.json and reply.result is not None:
@@ -62,6 +73,29 @@ class _Calls:
         if not args.json:
             _print_text(reply.result, args.action)
         return EXIT_OK
+
+
+def _without_daemon(args: argparse.Namespace, printer: Printer, why: ErrorInfo) -> int:
+    """`list` reads the pending calls from the files; `resolve` says the call is still
+    pending on disk and waits for a daemon to take the answer."""
+    layout = layout_of(args)
+    swarm = pick_swarm(args, localstate.swarms(layout))
+    if swarm is None:
+        printer.error(why)
+        return EXIT_RUNTIME
+    pending = localstate.pending_calls(layout, swarm)
+    if args.action == "list":
+        if args.json:
+            print(json.dumps(pending, indent=2, ensure_ascii=False))
+        else:
+            _print_text({"calls": pending}, "list")
+        return EXIT_OK
+    found = any(c["id"] == args.call_id for c in pending)
+    state = "is still pending on disk" if found else "is not pending (no such call)"
+    message = f"no daemon runs swarm {swarm!r}: call {args.call_id} {state}"
+    fix = "start the daemon (goondan run), then resolve it"
+    printer.error(ErrorInfo(code=ErrorCode.E_DAEMON_NOT_RUNNING, message=message, suggestion=fix))
+    return EXIT_RUNTIME
 
 
 def _json_arg(text: str | None, what: str) -> Any:
