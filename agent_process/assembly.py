@@ -183,4 +183,5 @@ def _tool_calls(
         logger=logger,
         runtime=req.agents if req.agents is not None else NotConnectedRuntime(),
         secret_values=req.bundle.secret_values,
+        default_timeout_ms=resolve.swarm_policy(req.bundle, req.swarm).tools.default_timeout_ms,
     )

@@ -57,6 +57,7 @@ class ToolCallRunner:
         runtime: AgentsRuntime,
         secret_values: frozenset[str],
         deferred_hook: DeferredHook = reject_deferred,
+        default_timeout_ms: int | None = None,
     ) -> None:
         self._registry = registry
         self._pipelines = pipelines
@@ -66,6 +67,7 @@ class ToolCallRunner:
         self._runtime = runtime
         self._secret_values = secret_values
         self.deferred_hook = deferred_hook
+        self._default_timeout_ms = default_timeout_ms
 
     def idempotent(self, name: str) -> bool:
         """Whether a call of `name` cut by a crash may simply run again."""
@@ -83,6 +85,9 @@ class ToolCallRunner:
             limit = entry.error_message_limit if entry else DEFAULT_ERROR_MESSAGE_LIMIT
             result = result_from_exception(exc, limit)
         failed = result.status is ResultStatus.ERROR
+        if result.traceback is not None:  # the operator's, not the model's: the log (masked)
+            self._logger.error("tool_raised", tool=call.name, call_id=call.id,
+                               traceback=result.traceback)  # fmt: skip
         self._emit(
             "tool.failed" if failed else "tool.completed",
             ctx,
@@ -111,7 +116,9 @@ class ToolCallRunner:
             )
         token = CURRENT_SPAN.set(ctx.span)  # an `agents` call made here is this span's child
         try:
-            result = await execute(entry, self._tool_context(entry, ctx), ctx.args)
+            result = await execute(
+                entry, self._tool_context(entry, ctx), ctx.args, self._default_timeout_ms
+            )
         finally:
             CURRENT_SPAN.reset(token)
         if result.deferred is not None:
@@ -160,6 +167,7 @@ class ToolCallRunner:
                 status=result.status.value if result is not None else None,
                 duration_ms=duration_ms,
                 error=result.error if result is not None else None,
+                data={"traceback": result.traceback} if result and result.traceback else None,
             )
         )
 

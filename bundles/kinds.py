@@ -209,6 +209,12 @@ class IngressPolicy(_Spec):
     accepted events live in memory only."""
 
 
+class ToolsPolicy(_Spec):
+    default_timeout_ms: int = 300_000
+    """The timeout of an export that sets no `timeoutMs`: a hanging tool ends its call with
+    E_TOOL_TIMEOUT instead of blocking its instance forever."""
+
+
 class SwarmPolicy(_Spec):
     max_steps_per_turn: int = 32
     max_frame_bytes: int = 16 << 20
@@ -220,6 +226,7 @@ class SwarmPolicy(_Spec):
     the machine's memory / 16 MiB (at least 16)."""
     spawn: SpawnPolicy = msgspec.field(default_factory=SpawnPolicy)
     ingress: IngressPolicy = msgspec.field(default_factory=IngressPolicy)
+    tools: ToolsPolicy = msgspec.field(default_factory=ToolsPolicy)
     shutdown: ShutdownPolicy = msgspec.field(default_factory=ShutdownPolicy)
     restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)
     lifecycle: LifecyclePolicy = msgspec.field(default_factory=LifecyclePolicy)
@@ -274,6 +281,9 @@ class ToolSpec(_Spec):
     entry: str | None = None
     """A Python file (relative to the bundle) or a dotted module exporting `handlers`."""
     error_message_limit: int = 1000
+    result_limit: int = 100_000
+    """Characters of a result's JSON the model gets at most; longer ones are cut with a
+    marker saying how much there was."""
     exports: list[ToolExport] = msgspec.field(default_factory=list)
     mcp: McpServer | None = None
     config: dict[str, Any] = msgspec.field(default_factory=dict)
