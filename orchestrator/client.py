@@ -10,6 +10,7 @@ import argparse
 import os
 import re
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,20 +129,28 @@ def new_request_id() -> str:
 
 
 def call(info: OrchestratorInfo, req: ControlRequest, timeout: float = 10.0) -> ControlReply:
-    """One request, one reply (blocking pyzmq: the CLI has no event loop)."""
+    """One request, one final reply (blocking pyzmq: the CLI has no event loop). Interim
+    notices (why a send waits) go to stderr at once."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    deadline = time.monotonic() + timeout
     try:
         endpoint = info.endpoints["control"]
         sock.connect(endpoint)
         sock.send(encode(msgspec.structs.replace(req, token=read_token(endpoint))))
-        if not sock.poll(int(timeout * 1000)):
-            raise ClientError(
-                ErrorCode.E_CONTROL_TIMEOUT,
-                f"the daemon (pid {info.pid}) did not answer within {timeout:g} s",
-            )
-        return decode_control_reply(sock.recv())
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            if not sock.poll(int(left * 1000)):
+                raise ClientError(
+                    ErrorCode.E_CONTROL_TIMEOUT,
+                    f"the daemon (pid {info.pid}) did not answer within {timeout:g} s",
+                )
+            reply = decode_control_reply(sock.recv())
+            if reply.notice is None:
+                return reply
+            sys.stderr.write(f"goondan: {reply.notice}\n")
+            sys.stderr.flush()
     except ProtocolError as exc:
         raise ClientError(ErrorCode.E_PROTOCOL_DECODE, exc.message) from None
     finally:

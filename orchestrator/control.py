@@ -13,6 +13,7 @@ import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -158,20 +159,24 @@ async def _reload_or_later(req: Reload | CallsList | CallsResolve, ctx: ControlC
     return result
 
 
-async def _send(ctx: ControlContext, req: SendText | Attach) -> sending.Answer:
+async def _send(
+    ctx: ControlContext, req: SendText | Attach, notify: sending.Notify
+) -> sending.Answer:
     try:
-        return await sending.answer(ctx, req)
+        return await sending.answer(ctx, req, notify)
     except sending.SendFailed as exc:
         raise ControlFailed(exc.code, exc.message) from None
 
 
-async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
+async def handle(
+    req: ControlRequest, ctx: ControlContext, notify: sending.Notify = sending.quiet
+) -> Any:
     """The result of one request (raise ControlFailed for a coded error)."""
     match req:
         case Ping():
             return ctx.info
         case SendText() | Attach():
-            return await _send(ctx, req)
+            return await _send(ctx, req, notify)
         case StatusQuery():
             return await _status(ctx)
         case Restart(agent=agent, fresh=fresh):
@@ -253,7 +258,7 @@ class ControlServer:
                                                      error=refused))  # fmt: skip
             return
         try:
-            result = await handle(req, self.control)
+            result = await handle(req, self.control, partial(self._notice, envelope, req))
         except ControlFailed as exc:
             reply = ControlReply(request_id=req.request_id, ok=False, error=exc.error)
         except Exception as exc:  # a bug in a handler: the client still gets a coded reply
@@ -295,6 +300,10 @@ class ControlServer:
         self.dropped += 1
         if self.dropped <= 10 or self.dropped % 1000 == 0:
             log.warning("control_bad_request", reason=reason, dropped=self.dropped)
+
+    async def _notice(self, envelope: list[bytes], req: ControlRequest, text: str) -> None:
+        interim = ControlReply(request_id=req.request_id, ok=True, notice=text)
+        await self._reply(envelope, interim)
 
     async def _reply(self, envelope: list[bytes], reply: ControlReply) -> None:
         try:

@@ -123,6 +123,9 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     ok: bool
     result: Any = None
     error: ErrorInfo | None = None
+    notice: str | None = None
+    """An interim reply: something the client should hear while the request goes on (e.g.
+    why a `send` waits). The final reply for the same `request_id` follows."""
 
 
 # -- typed results (what `status --json` prints) -----------------------------------------

@@ -49,7 +49,7 @@ async def _accepts(swarm: str, n: int, key: str) -> float:
     from protocol.codec import decode_control_reply, encode
     from protocol.control import SendText
     from protocol.endpoints import StateLayout
-    from tests.integration.harness import with_token
+    from tests.integration.harness import recv_final, with_token
 
     info = read_active(StateLayout.from_env().run_paths(swarm).active_json)
     assert info is not None
@@ -72,7 +72,7 @@ async def _accepts(swarm: str, n: int, key: str) -> float:
     # one more, waited for: its turn runs after the backlog's (one FIFO per instance)
     last = SendText(request_id="last", text="last", instance_key=key, timeout_ms=600_000)
     await sock.send(encode(with_token(last, endpoint)))
-    done = decode_control_reply(await sock.recv())
+    done = await recv_final(sock)
     assert done.ok, done.error
     sock.close()
     ctx.term()

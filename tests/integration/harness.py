@@ -40,6 +40,16 @@ def with_token(req: ControlRequest, endpoint: str) -> ControlRequest:
     return msgspec.structs.replace(req, token=read_token(endpoint))
 
 
+async def recv_final(sock: zmq.asyncio.Socket, notices: list[str] | None = None) -> ControlReply:
+    """The next final reply on `sock`; interim notices (why a send waits) go to `notices`."""
+    while True:
+        reply = decode_control_reply(await sock.recv())
+        if reply.notice is None:
+            return reply
+        if notices is not None:
+            notices.append(reply.notice)
+
+
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO)
@@ -66,6 +76,8 @@ class Daemon:
         self._changed = asyncio.Condition()
         self._reader = asyncio.ensure_future(self._read())
         self._zctx = zmq.asyncio.Context()
+        self.notices: list[str] = []
+        """Interim notices the daemon sent while requests waited (why a send waits)."""
 
     @property
     def pid(self) -> int:
@@ -148,7 +160,7 @@ class Daemon:
                 signed = msgspec.structs.replace(req, token=token)
             await sock.send(encode(signed))
             async with asyncio.timeout(limit):
-                return decode_control_reply(await sock.recv())
+                return await recv_final(sock, self.notices)
         finally:
             sock.close()
 
@@ -175,7 +187,7 @@ class Daemon:
                 await sock.send(encode(with_token(req, info.endpoints["control"])))
             replies = {}
             while len(replies) < len(texts):
-                reply = decode_control_reply(await sock.recv())
+                reply = await recv_final(sock, self.notices)
                 replies[reply.request_id] = reply
             return [replies[i] for i in ids]
         finally:

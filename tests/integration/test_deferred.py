@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, Daemon, run_cli
+from tests.integration.harness import PYTHON, REPO, Daemon, child_env, run_cli
 
 BUNDLE = REPO / "tests" / "fixtures" / "deferred"
 SWARM = "deferred"
@@ -93,6 +93,26 @@ async def test_declared_deferred_export_and_events_queue_behind_it(
         assert tool_result(out)["output"] == {"events": []}
         reply = await later
         assert reply.ok and reply.result["input"] == "echo: after the calendar"
+
+
+async def test_send_behind_a_pending_call_says_why_it_waits(start_daemon: StartDaemon) -> None:
+    """`goondan send` to an instance held by a client-side call prints, on stderr and at
+    once, which call it waits for; its reply follows when the call is resolved."""
+    async with asyncio.timeout(60):
+        daemon = await start(start_daemon)
+        request = await defer(daemon, "confirm deploy?")
+        proc = await asyncio.create_subprocess_exec(
+            PYTHON, "-m", "orchestrator", "send", "after the call",
+            env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        notice = (await proc.stderr.readline()).decode()
+        assert request["id"] in notice and "ui.confirm" in notice and "calls list" in notice
+        code, _, err = await resolve(request["id"], "--result", '{"confirmed": true}')
+        assert code == 0, err
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0
+        assert out.decode().strip() == "echo: after the call"
 
 
 @pytest.mark.parametrize(
