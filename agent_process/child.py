@@ -45,6 +45,7 @@ from protocol.messages import (
     CallOp,
     CallResult,
     ChildState,
+    Delta,
     Event,
     Heartbeat,
     Hello,
@@ -57,6 +58,7 @@ from protocol.messages import (
     StatusPayload,
     TurnOutcome,
 )
+from protocol.stream import StreamDelta
 
 ENV_TURN_RUNNER = "GOONDAN_TURN_RUNNER"
 log = structlog.get_logger("goondan.child")
@@ -206,8 +208,9 @@ class Child:
 
         async def load() -> list[str]:
             self.runner = runner = await factory(self.launch, self.bridge)
-            if isinstance(runner, AgentRuntime):  # test runners defer no calls
+            if isinstance(runner, AgentRuntime):  # test runners defer and stream nothing
                 deferred.install(runner, self.deferred)
+                runner.stream_to(self._send_delta)
             return list(runner.tool_names)
 
         if not await self.link.handshake(load, start_error_info):
@@ -217,6 +220,10 @@ class Child:
             self.queue.put_nowait(resume)
         self._wake()  # async replies stored by an earlier process of this instance
         return True
+
+    def _send_delta(self, delta: StreamDelta) -> bool:
+        """A turn's delta for its requester: sent now, or dropped (never waited for)."""
+        return self.link.send_nowait(Delta(from_=self.me, to=ORCHESTRATOR, payload=delta))
 
     async def _submit_deferred(self, call: PendingCall) -> None:
         await self.send(deferred.submit_frame(self.me, call))
@@ -326,7 +333,7 @@ class Child:
                 self.link.on_shutdown(payload)
             case Heartbeat():
                 pass
-            case Hello() | Ready() | StartError() | Status() | Call() | ShutdownAck():
+            case Hello() | Ready() | StartError() | Status() | Call() | ShutdownAck() | Delta():
                 log.warning("frame_unexpected", type=type(msg).__name__)
 
 

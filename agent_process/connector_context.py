@@ -29,6 +29,7 @@ from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import ORCHESTRATOR, ProcessId
 from protocol.messages import Event, Message
+from protocol.stream import StreamDelta
 
 Send = Callable[[Message], Awaitable[None]]
 RunFn = Callable[[Any], Coroutine[Any, Any, None]]
@@ -150,6 +151,8 @@ class HostContext:
     """Emits answered without an error (the host reports them as completed turns)."""
     closed: bool = False
     _pending: dict[str, asyncio.Future[AgentEvent]] = field(default_factory=dict)
+    _deltas: dict[str, Callable[[StreamDelta], None]] = field(default_factory=dict)
+    """The `on_delta` of each waiting emit that asked for a stream, by correlation id."""
 
     @property
     def connection(self) -> str:
@@ -170,12 +173,14 @@ class HostContext:
         *,
         reply: bool = True,
         idempotency_key: str | None = None,
+        on_delta: Callable[[StreamDelta], None] | None = None,
     ) -> Reply | None:
         props = dict(properties or {})
         if self.closed:
             return self._closed_reply()
         correlation_id = uuid.uuid4().hex
-        reply_to = ReplyTo(target=str(self.process_id.address), correlation_id=correlation_id)
+        reply_to = ReplyTo(target=str(self.process_id.address), correlation_id=correlation_id,
+                           stream=on_delta is not None)  # fmt: skip
         frame = new_event(
             type=event,
             input=text,
@@ -191,6 +196,8 @@ class HostContext:
             return None
         fut: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = fut
+        if on_delta is not None:
+            self._deltas[correlation_id] = on_delta
         try:
             await self.send(Event(from_=str(self.process_id), to=ORCHESTRATOR, payload=frame))
             answer = Reply.of(frame.id, await fut)
@@ -199,6 +206,20 @@ class HostContext:
             return answer
         finally:  # also when the caller's own timeout cancels the wait
             self._pending.pop(correlation_id, None)
+            self._deltas.pop(correlation_id, None)
+
+    def deliver_delta(self, delta: StreamDelta) -> bool:
+        """A delta of a waiting emit's turn, to its `on_delta`; False when none waits for it.
+        A failing callback is logged, never the host's problem."""
+        on_delta = self._deltas.get(delta.correlation_id)
+        if on_delta is None:
+            return False
+        try:
+            on_delta(delta)
+        except Exception as exc:
+            self.logger.error("connector_delta_failed", error=f"{type(exc).__name__}: {exc}",
+                              exc_info=exc)  # fmt: skip
+        return True
 
     def deliver(self, response: AgentEvent) -> bool:
         fut = self._pending.pop(response.in_reply_to or "", None)

@@ -22,6 +22,7 @@ from agent_process.deferred import DeferredPolicy
 from agent_process.extensions import ExtensionFailure
 from agent_process.models import ModelError
 from agent_process.registry import ToolRegistryError
+from agent_process.streaming import DeltaOut
 from agent_process.toolcall import DeferredHook
 from agent_process.turn import Resumed
 from bundles.model import Bundle
@@ -105,6 +106,11 @@ class AgentRuntime:
         """Where the deferred-call cycle (ARCHITECTURE.md §10) plugs in: `hook(ctx, request)` gets
         every call whose handler raised `CallDeferred` and returns its final ToolResult."""
         self._tool_calls.deferred_hook = hook
+
+    def stream_to(self, out: DeltaOut) -> None:
+        """Where a turn whose requester asked for a stream (`replyTo.stream`) sends its
+        deltas: the child's link (ARCHITECTURE.md §4)."""
+        self._engine.deltas = out
 
     async def run_turn(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
         """One turn (or the rest of a suspended one, `resumed`); never raises for a failed

@@ -19,6 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 from bundles import codecache
 from protocol.jsontypes import JsonObject as JsonObject
 from protocol.jsontypes import JsonValue as JsonValue
+from protocol.stream import DeltaKind as DeltaKind
+from protocol.stream import StreamDelta as StreamDelta
 
 
 class Logger(Protocol):
@@ -382,12 +384,18 @@ class ConnectorContext(Protocol):
         *,
         reply: bool = True,
         idempotency_key: str | None = None,
+        on_delta: Callable[[StreamDelta], None] | None = None,
     ) -> ConnectorReply | None:
         """Send an event through the Connection's ingress rules. With `reply`, wait for the
         agent's answer (or the rule's acceptance, or a coded error); else return None at
         once. Bound the wait with `asyncio.timeout(...)` around the call. An
         `idempotency_key` (the sender's own id of this input: a delivery id, an update id)
-        makes a repeat within 24 h the first event: same event id, same reply."""
+        makes a repeat within 24 h the first event: same event id, same reply.
+
+        `on_delta` (with `reply`) asks for the turn as it happens: it is called in order with
+        each `StreamDelta` (text as the model writes it, tool calls starting and ending) before
+        the reply comes back. It must not block (hand the work to a task); deltas are
+        best-effort, the reply is the whole answer."""
         ...
 
 

@@ -46,6 +46,12 @@ class AnthropicModel:
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in request.tools
             ]
+        if request.on_text is not None:  # a streamed turn (ARCHITECTURE.md §4)
+            from agent_process.models.anthropic_stream import stream_messages  # imports this
+
+            messages = to_anthropic_messages(request.messages)
+            return await stream_messages(self._client, self.name, messages, kwargs,
+                                         request.on_text)  # fmt: skip
         try:
             reply = await self._client.messages.create(
                 model=self.name,

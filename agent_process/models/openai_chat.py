@@ -51,6 +51,10 @@ class OpenAIChatModel:
                 for t in request.tools
             ]
         body = {"model": self.name, "messages": to_openai_messages(request), **kwargs}
+        if request.on_text is not None:  # a streamed turn (ARCHITECTURE.md §4)
+            from agent_process.models.openai_stream import stream_chat  # imports this module
+
+            return await stream_chat(self._client, self.name, body, request.on_text)
         try:
             # `post` with the same body as `chat.completions.create`: create's type-driven
             # transform of the params costs ~160 µs per message, so a turn got slower with
