@@ -34,6 +34,7 @@ from orchestrator.broker import Lifecycle
 from orchestrator.connections import Connections
 from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
+from orchestrator.deltas import DeltaRoutes
 from orchestrator.peers import PeerWatch
 from orchestrator.states import READY, ProcessStatus
 from orchestrator.table import ProcessEntry, ProcessTable
@@ -56,6 +57,7 @@ from protocol.messages import (
     CallPayload,
     CallResult,
     CallResultPayload,
+    Delta,
     Event,
     Heartbeat,
     Hello,
@@ -124,6 +126,8 @@ class Router:
         self.endpoint = endpoint
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
+        self.deltas = DeltaRoutes(self.book, self.ready, self.send, self._address)
+        """Turns' `delta` frames to whoever waits for their reply (ARCHITECTURE.md §4)."""
         self.stats = Stats()
         # routing ids and addresses repeat: parse each once (only what parses is cached)
         self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_routing_id)
@@ -155,6 +159,9 @@ class Router:
         async with asyncio.TaskGroup() as group:
             group.create_task(self.peers.run())
             await self.wire.serve(self._on_frames)
+
+    def _address(self, text: str) -> Address:
+        return self.address(text)
 
     def _spawned(self, pid: int) -> bool:
         """Whether `pid` is one of our children (a foreign peer dropped is worth a line)."""
@@ -222,8 +229,8 @@ class Router:
         services = self.services
         lifecycle = services.lifecycle
         match msg:
-            case Event(payload=event):
-                self._on_child_event(entry, msg.to, event)
+            case Event() | Delta():
+                self._on_flow(entry, msg)
             case Status(payload=payload):
                 self._on_status(entry, payload)
                 lifecycle.on_status(entry, payload)
@@ -246,6 +253,13 @@ class Router:
                 log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:
                 assert_never(msg)
+
+    def _on_flow(self, entry: ProcessEntry, msg: Event | Delta) -> None:
+        """An event, or a piece of the turn in progress for whoever waits for its reply."""
+        if isinstance(msg, Event):
+            self._on_child_event(entry, msg.to, msg.payload)
+        else:
+            self.deltas.route(entry, msg.payload)
 
     def _on_call(self, entry: ProcessEntry, payload: CallPayload, services: Services) -> None:
         if payload.op is CallOp.SEND and services.sends is not None:

@@ -41,12 +41,13 @@ def with_token(req: ControlRequest, endpoint: str) -> ControlRequest:
 
 
 async def recv_final(sock: zmq.asyncio.Socket, notices: list[str] | None = None) -> ControlReply:
-    """The next final reply on `sock`; interim notices (why a send waits) go to `notices`."""
+    """The next final reply on `sock`; interim notices (why a send waits) go to `notices`,
+    interim deltas (of a streaming send) are skipped."""
     while True:
         reply = decode_control_reply(await sock.recv())
-        if reply.notice is None:
+        if not reply.interim:
             return reply
-        if notices is not None:
+        if notices is not None and reply.notice is not None:
             notices.append(reply.notice)
 
 
