@@ -14,7 +14,10 @@ acknowledged and dropped) and then emitted as `config.event` ("slack_message") w
 properties `{channel, user, ts, threadTs, text, team, channelType, eventId}`. The recommended
 ingress rule: `route: {instanceKeyProperty: channel, instanceKeyPrefix: "slack:"}`. A
 non-empty reply is posted with chat.postMessage to the channel, in the thread of the message
-(`thread_ts` = its threadTs, else its ts).
+(`thread_ts` = its threadTs, else its ts). With `streamReplies` (default true) it is written
+while the agent works: posted with the first text, updated as more arrives (chat.update at
+most once per `editIntervalMs`, default 1000), a last update with the whole reply, and a
+status line naming the tool while one runs (`_draft.py`).
 
 Secrets: `signingSecret` (required: a start error without it) and `botToken` (xoxb-...).
 """
@@ -35,6 +38,7 @@ from bundles.sdk import ConnectorContext, load_sibling
 
 webhook = load_sibling(__file__, "webhook")
 chatbot = load_sibling(__file__, "_chatbot")
+drafts = load_sibling(__file__, "_draft")
 EVENT_PATHS = ("/", "/slack/events")
 MAX_TEXT = 3000
 SEEN_EVENTS = 1000
@@ -99,6 +103,8 @@ class Slack:
         self.max_body = int(cfg.get("maxBodyBytes", 1024 * 1024))
         self.read_timeout = int(cfg.get("readTimeoutMs", 10_000)) / 1000
         self.reply_timeout = int(cfg.get("replyTimeoutMs", 300_000)) / 1000
+        self.stream = chatbot.flag(cfg.get("streamReplies", True))
+        self.edit_interval = int(cfg.get("editIntervalMs", 1000)) / 1000
         self.client = httpx.AsyncClient(
             timeout=int(cfg.get("timeoutMs", 30_000)) / 1000, trust_env=False,
             headers={"Authorization": f"Bearer {self.token}"},
@@ -155,6 +161,8 @@ class Slack:
         self.tasks.start(self.converse(props))
 
     async def converse(self, props: dict[str, Any]) -> None:
+        draft = drafts.Draft(_Thread(self, props), interval=self.edit_interval,
+                             logger=self.ctx.logger)  # fmt: skip
         text = await chatbot.agent_reply(
             self.ctx,
             self.event,
@@ -163,25 +171,41 @@ class Slack:
             kind="slack",
             channel=props["channel"],
             idempotency_key=f"event:{props['eventId']}" if props.get("eventId") else None,
+            on_delta=draft.on_delta if self.stream else None,
         )
-        if text is not None:
-            await self.post(props, text)
+        await draft.finish(text)
 
-    async def post(self, props: dict[str, Any], text: str) -> None:
-        thread = props.get("threadTs") or props.get("ts")
-        for piece in chatbot.chunks(text, MAX_TEXT):
-            body = {"channel": props["channel"], "text": piece, "thread_ts": thread}
-            try:
-                await chatbot.call_json(self.client, f"{self.api}/chat.postMessage",
-                                        "chat.postMessage", body, secret=self.token)  # fmt: skip
-            except chatbot.ApiError as exc:
-                self.ctx.logger.error("slack_send_failed", channel=props["channel"],
-                                      status=exc.status, error=str(exc))  # fmt: skip
-                return
+    async def call_api(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = await chatbot.call_json(
+            self.client, f"{self.api}/{method}", method, body, secret=self.token
+        )
+        return answer
 
     async def aclose(self) -> None:
         self.tasks.cancel()
         await self.client.aclose()
+
+
+class _Thread:
+    """The thread of one Slack message as a draft's `Chat` (Slack has no typing indicator
+    for bots: the draft shows a status line instead)."""
+
+    max_text = MAX_TEXT
+    typing = None
+
+    def __init__(self, slack: Slack, props: dict[str, Any]) -> None:
+        self.slack = slack
+        self.channel = props["channel"]
+        self.thread = props.get("threadTs") or props.get("ts")
+
+    async def post(self, text: str) -> Any:
+        body = {"channel": self.channel, "text": text, "thread_ts": self.thread}
+        return (await self.slack.call_api("chat.postMessage", body)).get("ts")
+
+    async def edit(self, handle: Any, text: str) -> None:
+        await self.slack.call_api(
+            "chat.update", {"channel": self.channel, "ts": handle, "text": text}
+        )
 
 
 def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
