@@ -14,6 +14,7 @@ import anthropic
 
 from agent_process.messages import Message, Role
 from agent_process.messages import ToolCall as Call
+from agent_process.models.anthropic_stream import stream_messages
 from agent_process.models.base import ModelRequest, ModelResponse, Usage
 from agent_process.models.errors import map_provider_error
 from agent_process.models.tls import tls_context
@@ -47,11 +48,10 @@ class AnthropicModel:
                 for t in request.tools
             ]
         if request.on_text is not None:  # a streamed turn (ARCHITECTURE.md §4)
-            from agent_process.models.anthropic_stream import stream_messages  # imports this
-
             messages = to_anthropic_messages(request.messages)
-            return await stream_messages(self._client, self.name, messages, kwargs,
-                                         request.on_text)  # fmt: skip
+            final = await stream_messages(self._client, self.name, messages, kwargs,
+                                          request.on_text)  # fmt: skip
+            return _response(final)
         try:
             reply = await self._client.messages.create(
                 model=self.name,

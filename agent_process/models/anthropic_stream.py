@@ -2,8 +2,8 @@
 
 Used when a turn is streamed (`ModelRequest.on_text`): the SDK's message stream hands the text
 deltas to `on_text` as they arrive and assembles the final message from the events
-(`message_start`, `content_block_*`, `message_delta`), which is read exactly as the unstreamed
-reply is, so text, tool calls, usage and stop reason are the same.
+(`message_start`, `content_block_*`, `message_delta`), which `anthropic_messages` reads exactly
+as it reads the unstreamed reply, so text, tool calls, usage and stop reason are the same.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from typing import Any, cast
 
 import anthropic
 
-from agent_process.models.anthropic_messages import _response
-from agent_process.models.base import ModelError, ModelResponse
+from agent_process.models.base import ModelError
 from agent_process.models.errors import map_provider_error
 from protocol.errors import ErrorCode
 
@@ -25,15 +24,16 @@ async def stream_messages(
     messages: list[dict[str, Any]],
     kwargs: dict[str, Any],
     on_text: Callable[[str], None],
-) -> ModelResponse:
-    """One streamed message; raises ModelError (E_MODEL_*) as `complete` does."""
+) -> Any:
+    """The final message of one streamed request (the SDK's `Message`); raises ModelError
+    (E_MODEL_*) as `complete` does."""
     try:
         async with client.messages.stream(
             model=model, messages=cast(Any, messages), **kwargs
         ) as stream:
             async for text in stream.text_stream:
                 on_text(text)
-            final = await stream.get_final_message()
+            return await stream.get_final_message()
     except anthropic.AnthropicError as exc:
         raise map_provider_error("anthropic", model, exc) from exc
     except ValueError as exc:  # an event that is not JSON
@@ -42,4 +42,3 @@ async def stream_messages(
             f"anthropic model {model!r}: the server's message stream is unusable: {exc}",
             suggestion="check that the endpoint speaks the Anthropic Messages API",
         ) from exc
-    return _response(final)

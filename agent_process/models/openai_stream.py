@@ -4,8 +4,9 @@ Used when a turn is streamed (`ModelRequest.on_text`). The SDK sends and retries
 parses the server-sent events and raises the provider's errors (also an `error` event in the
 middle of the stream); each chunk is read into the few fields a turn uses (msgspec), the text
 pieces go to `on_text` as they arrive, and tool calls are put back together from their
-fragments (by `index`). `stream_options.include_usage` asks for the final usage chunk, so the
-response (text, tool calls, usage, finish reason) is the one the unstreamed call returns.
+fragments (by `index`). `stream_options.include_usage` asks for the final usage chunk, so what
+`openai_chat` makes of the `Streamed` reply (text, tool calls, usage, finish reason) is what
+the unstreamed call returns.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 import msgspec
 import openai
 
-from agent_process.models.base import ModelResponse, Usage
+from agent_process.models.base import ModelError, Usage
 from agent_process.models.errors import map_provider_error
-from agent_process.models.openai_chat import _bad_reply, _Call, _Function, _tool_call
+from protocol.errors import ErrorCode
 
 
 class _FunctionPart(msgspec.Struct):
@@ -51,6 +52,14 @@ class _ChunkUsage(msgspec.Struct):
 class _Chunk(msgspec.Struct):
     choices: list[_ChunkChoice] = msgspec.field(default_factory=list)
     usage: _ChunkUsage | None = None
+
+
+class Streamed(msgspec.Struct, kw_only=True):
+    text: str
+    calls: list[tuple[str, str, str | None]]
+    """(id, name, raw arguments) of each tool call, in order."""
+    usage: Usage
+    finish_reason: str | None
 
 
 class _Assembly:
@@ -89,19 +98,16 @@ class _Assembly:
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
 
-    def response(self) -> ModelResponse:
-        calls = [
-            _tool_call(_Call(id="".join(ids), function=_Function(name="".join(names),
-                                                                 arguments="".join(args) or None)))
-            for ids, names, args in (self.calls[i] for i in sorted(self.calls))
-        ]  # fmt: skip
-        return ModelResponse(text="".join(self.text), tool_calls=calls, usage=self.usage,
-                             finish_reason=self.finish_reason)  # fmt: skip
+    def streamed(self) -> Streamed:
+        calls = [("".join(ids), "".join(names), "".join(args) or None)
+                 for ids, names, args in (self.calls[i] for i in sorted(self.calls))]  # fmt: skip
+        return Streamed(text="".join(self.text), calls=calls, usage=self.usage,
+                        finish_reason=self.finish_reason)  # fmt: skip
 
 
 async def stream_chat(
     client: openai.AsyncOpenAI, model: str, body: dict[str, Any], on_text: Callable[[str], None]
-) -> ModelResponse:
+) -> Streamed:
     """One streamed chat completion; raises ModelError (E_MODEL_*) as `complete` does."""
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
     assembly = _Assembly(on_text)
@@ -114,7 +120,15 @@ async def stream_chat(
     except openai.OpenAIError as exc:
         raise map_provider_error("openai", model, exc) from exc
     except (ValueError, msgspec.ValidationError) as exc:  # a chunk that is not JSON, or not one
-        raise _bad_reply(model, f"a streamed chunk is unusable: {exc}") from exc
+        raise _unusable(model, f"a chunk is unusable: {exc}") from exc
     if assembly.chunks == 0:
-        raise _bad_reply(model, "the stream ended without a chunk")
-    return assembly.response()
+        raise _unusable(model, "it ended without a chunk")
+    return assembly.streamed()
+
+
+def _unusable(model: str, why: str) -> ModelError:
+    return ModelError(
+        ErrorCode.E_MODEL_ERROR,
+        f"openai model {model!r}: the server's streamed chat completion is unusable: {why}",
+        suggestion="check that the endpoint speaks the OpenAI Chat Completions API",
+    )
