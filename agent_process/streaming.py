@@ -5,10 +5,17 @@ A turn streams only when its event's `replyTo.stream` is set and the process has
 tool call's start and end become `StreamDelta`s, numbered from 0 in the order they happen.
 A delta the socket cannot take at once is dropped (a gap in `seq`), never waited for: the turn
 runs at the model's pace, and its reply, sent after the last delta, is the whole answer.
+
+Text that arrives in one go (a burst of chunks already read from the provider's socket) goes
+out as one delta: the first piece waits for the event loop's next turn, and whatever joins it
+until then rides along, so a burst costs the daemon and the client one frame, not one per
+token. A tool call's start and the end of the model call flush the text first, so the order
+holds.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from agent_process.messages import ToolCall
@@ -20,11 +27,13 @@ DeltaOut = Callable[[StreamDelta], bool]
 
 
 class TurnStream:
-    __slots__ = ("_correlation_id", "_out", "dropped", "seq", "step")
+    __slots__ = ("_correlation_id", "_out", "_text", "dropped", "seq", "step")
 
     def __init__(self, out: DeltaOut, correlation_id: str) -> None:
         self._out = out
         self._correlation_id = correlation_id
+        self._text: list[str] | None = None
+        """Text not sent yet (a flush is scheduled while it is not None)."""
         self.seq = 0
         self.step = 0
         """The step in progress; the engine sets it before each model call."""
@@ -32,10 +41,22 @@ class TurnStream:
 
     def text(self, chunk: str) -> None:
         """`ModelRequest.on_text`: the model wrote `chunk`."""
-        if chunk:
-            self._send(DeltaKind.TEXT, chunk, None)
+        if not chunk:
+            return
+        if self._text is None:
+            self._text = [chunk]
+            asyncio.get_running_loop().call_soon(self.flush)
+        else:
+            self._text.append(chunk)
+
+    def flush(self) -> None:
+        """Send the text written so far (the engine calls it when the model call ends)."""
+        pending, self._text = self._text, None
+        if pending:
+            self._send(DeltaKind.TEXT, "".join(pending), None)
 
     def tool_started(self, call: ToolCall) -> None:
+        self.flush()
         self._send(DeltaKind.TOOL_STARTED, "", call)
 
     def tool_finished(self, call: ToolCall, status: str) -> None:

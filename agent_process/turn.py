@@ -342,6 +342,8 @@ class TurnEngine:
                 on_text=stream.text if stream is not None else None,
             )
         )
+        if stream is not None:
+            stream.flush()  # the step's text goes before anything that follows it
         assistant = d.store.append(
             Role.ASSISTANT.value,
             response.text,

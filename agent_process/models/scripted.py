@@ -134,7 +134,7 @@ class ScriptedModel:
             delay = rule.stream_delay_ms if rule.stream_delay_ms is not None else delay
         size = size or len(reply)
         for start in range(0, len(reply), size):
-            if start and delay:
+            if start:  # each piece on its own turn of the loop, as a provider's would arrive
                 await asyncio.sleep(delay / 1000)
             on_text(reply[start : start + size])
 

@@ -109,10 +109,10 @@ async def _stream(writer: asyncio.StreamWriter, status: int, reply: Sse) -> None
         "transfer-encoding: chunked\r\n\r\n".encode()
     )
     for i, frame in enumerate(reply.frames()):
-        if i and reply.gap:
+        if i and reply.gap:  # each event on its own; without a gap, all in one burst
+            await writer.drain()
             await asyncio.sleep(reply.gap)
         writer.write(b"%x\r\n%s\r\n" % (len(frame), frame))
-        await writer.drain()
     writer.write(b"0\r\n\r\n")
     await writer.drain()
 

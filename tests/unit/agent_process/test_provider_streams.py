@@ -26,6 +26,8 @@ from tests.unit.agent_process.helpers import TIMEOUT, make_runtime, turn
 from tests.unit.agent_process.test_providers import CALC, model
 
 ARGS = {"a": 2, "b": 3}
+GAP = 0.03
+"""Between two events of a stream: each text piece arrives on its own, as a model writes."""
 
 
 async def streamed_turn(rt: AgentRuntime, text: str) -> tuple[TurnResult, list[StreamDelta]]:
@@ -95,7 +97,7 @@ async def test_openai_streams_text_and_tool_progress_with_the_same_reply_and_usa
     unstreamed, result, deltas, server = await both_ways(
         "openai",
         [chat_completion(tool_calls=[call]), chat_completion("the sum is 5")],
-        [openai_stream([], tool_calls=[call]), openai_stream(pieces)],
+        [openai_stream([], tool_calls=[call]), openai_stream(pieces, gap=GAP)],
     )
     assert result.outcome is TurnOutcome.COMPLETED
     assert (result.text, result.usage) == (unstreamed.text, unstreamed.usage)
@@ -113,8 +115,9 @@ async def test_anthropic_streams_text_and_tool_progress_with_the_same_reply_and_
         "anthropic",
         [anthropic_message([{"type": "text", "text": "adding"}, tool], stop="tool_use"),
          anthropic_message([{"type": "text", "text": "five"}])],
-        [anthropic_stream([{"type": "text", "pieces": ["add", "ing"]}, tool], stop="tool_use"),
-         anthropic_stream([{"type": "text", "pieces": pieces}])],
+        [anthropic_stream([{"type": "text", "pieces": ["add", "ing"]}, tool], stop="tool_use",
+                          gap=GAP),
+         anthropic_stream([{"type": "text", "pieces": pieces}], gap=GAP)],
     )  # fmt: skip
     assert result.outcome is TurnOutcome.COMPLETED and result.text == "five"
     assert (result.text, result.usage) == (unstreamed.text, unstreamed.usage)
@@ -157,3 +160,16 @@ async def test_a_failed_stream_fails_the_turn_with_a_code(
     assert result.error is not None and result.error.code == code, result.error
     assert result.error.suggestion
     assert not [d for d in deltas if d.kind is DeltaKind.TEXT]
+
+
+async def test_text_that_arrives_in_one_burst_goes_out_as_one_delta() -> None:
+    """Chunks read from the socket in one go cost the daemon one frame, not one per token."""
+    async with FakeLLMServer() as server:
+        server.replies = [(200, openai_stream(["a", "b", "c", "d"]))]
+        rt = await make_runtime(model("openai", f"http://127.0.0.1:{server.port}/v1"), b.agent())
+        try:
+            result, deltas = await streamed_turn(rt, "hi")
+        finally:
+            await rt.close()
+    assert result.text == "abcd"
+    assert [(d.seq, d.kind, d.text) for d in deltas] == [(0, DeltaKind.TEXT, "abcd")]
