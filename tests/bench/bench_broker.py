@@ -184,8 +184,30 @@ spec: {entryAgent: Agent/hop, agents: [Agent/hop]}
 """
 
 
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "local",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+USAGE_CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "local",
+               "choices": [], "usage": USAGE}  # fmt: skip
+SSE_EVENTS = [
+    _chunk({"role": "assistant", "content": ""}),
+    _chunk({"content": "po"}),
+    _chunk({"content": "ng"}),
+    _chunk({}, "stop"),
+    b"data: " + json.dumps(USAGE_CHUNK).encode() + b"\n\n",
+    b"data: [DONE]\n\n",
+]
+"""The same answer streamed (`stream: true`): a role chunk, "po", "ng", the finish chunk, the
+usage chunk and `[DONE]`, each event flushed on its own as a real stream's are."""
+
+
 async def _llm_server() -> None:
-    """Answers every POST with the same chat completion (keep-alive), as fast as it can."""
+    """Answers every POST with the same chat completion (keep-alive), as fast as it can;
+    streamed as server-sent events when the request asks for it."""
     import asyncio
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -195,11 +217,19 @@ async def _llm_server() -> None:
             for line in head.split(b"\r\n"):
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":")[1])
-            await reader.readexactly(length)
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(COMPLETION), COMPLETION)
-            )
+            body = await reader.readexactly(length)
+            if b'"stream": true' in body or b'"stream":true' in body:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+                for event in SSE_EVENTS:
+                    writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    await writer.drain()
+                writer.write(b"0\r\n\r\n")
+            else:
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(COMPLETION), COMPLETION)
+                )
             await writer.drain()
 
     async def guarded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

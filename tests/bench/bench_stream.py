@@ -1,11 +1,11 @@
 """Benchmark: streaming through the real daemon, against the model server's own figures.
 
-A real `goondan run` daemon runs one agent on the `openai` provider, pointed at a local
-OpenAI-compatible server that answers `stream: true` with server-sent events (a role chunk,
-"po", "ng", the finish chunk, the usage chunk, `[DONE]`) and anything else with one JSON
-completion ("pong"), as fast as it can. A control client (a blocking DEALER on one kept
-connection, as `goondan send`'s) sends inputs; the figures, alternated so the machine's drift
-hits all:
+A real `goondan run` daemon runs one agent on the `openai` provider, pointed at the local
+OpenAI-compatible server of bench_broker's warm hop, which answers `stream: true` with
+server-sent events (a role chunk, "po", "ng", the finish chunk, the usage chunk, `[DONE]`) and
+anything else with one JSON completion ("pong"), as fast as it can. A control client (a
+blocking DEALER on one kept connection, as `goondan send`'s) sends inputs; the figures,
+alternated so the machine's drift hits all:
 
 - **first token, bare**: the openai SDK streaming from the server itself (the request the
   adapter makes), until the first text chunk: the baseline of time to first delta;
@@ -24,7 +24,6 @@ Run: `python -m tests.bench bench_stream` (or `python -m tests.bench.bench_strea
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -36,97 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.baselines import Row, p99, print_rows, stalls
+from tests.bench.bench_broker import HOP_BUNDLE
 
 INSTANCES = 60
 PER_INSTANCE = 5
 """Measured turns per instance after one warm-up each (conversations stay short)."""
 WARMUP = 30
 ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
-BUNDLE = """
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: local}
-spec: {provider: openai, model: local, endpoint: "http://127.0.0.1:PORT/v1",
-       apiKey: {value: sk-local}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: talker}
-spec: {modelConfig: {modelRef: Model/local}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: streambench}
-spec: {entryAgent: Agent/talker, agents: [Agent/talker]}
-"""
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None, usage: bool = False) -> bytes:
-    body: dict[str, Any] = {"id": "c", "object": "chat.completion.chunk", "created": 1,
-                            "model": "local"}  # fmt: skip
-    if usage:
-        body.update(choices=[], usage={"prompt_tokens": 1, "completion_tokens": 1,
-                                       "total_tokens": 2})  # fmt: skip
-    else:
-        body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
-
-
-EVENTS = [
-    _chunk({"role": "assistant", "content": ""}),
-    _chunk({"content": "po"}),
-    _chunk({"content": "ng"}),
-    _chunk({}, "stop"),
-    _chunk({}, usage=True),
-    b"data: [DONE]\n\n",
-]
-COMPLETION = json.dumps(
-    {"id": "c", "object": "chat.completion", "created": 1, "model": "local",
-     "choices": [{"index": 0, "finish_reason": "stop",
-                  "message": {"role": "assistant", "content": "pong"}}],
-     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-).encode()  # fmt: skip
-
-
-async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while True:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        body = await reader.readexactly(length)
-        if b'"stream": true' in body or b'"stream":true' in body:
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                         b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
-            for event in EVENTS:  # each event its own chunk, flushed: a real stream's shape
-                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
-                await writer.drain()
-            writer.write(b"0\r\n\r\n")
-        else:
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(COMPLETION), COMPLETION)
-            )
-        await writer.drain()
-
-
-async def _server() -> None:
-    async def guarded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await _serve(reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-
-    server = await asyncio.start_server(guarded, "127.0.0.1", 0)
-    print(server.sockets[0].getsockname()[1], flush=True)
-    await server.serve_forever()
-
-
-def _server_role() -> None:
-    import uvloop
-
-    uvloop.run(_server())
 
 
 class _Control:
@@ -220,7 +135,7 @@ async def _drive(bundle: Path, port: int) -> dict[str, list[float]]:
     daemon = _start_daemon(bundle)
     sdk = openai.AsyncOpenAI(api_key="sk-local", base_url=f"http://127.0.0.1:{port}/v1")
     try:
-        info = read_active(StateLayout.from_env().run_paths("streambench").active_json)
+        info = read_active(StateLayout.from_env().run_paths("hop").active_json)
         assert info is not None
         endpoint = info.endpoints["control"]
         control = _Control(endpoint, read_token(endpoint))
@@ -252,7 +167,7 @@ def run() -> list[Row]:
     import uvloop
 
     server = subprocess.Popen(
-        [sys.executable, "-m", "tests.bench.bench_stream", "server"], stdout=subprocess.PIPE
+        [sys.executable, "-m", "tests.bench.bench_broker", "llm"], stdout=subprocess.PIPE
     )
     try:
         assert server.stdout is not None
@@ -260,7 +175,7 @@ def run() -> list[Row]:
         with tempfile.TemporaryDirectory(prefix="gs", dir=ROOT) as tmp:
             os.environ["GOONDAN_STATE_ROOT"] = str(Path(tmp) / "s")
             bundle = Path(tmp) / "goondan.yaml"
-            bundle.write_text(BUNDLE.replace("PORT", str(port)))
+            bundle.write_text(HOP_BUNDLE.replace("PORT", str(port)))
             out = uvloop.run(_drive(bundle, port))  # the agent's own loop, for the bare SDK
     finally:
         server.kill()
@@ -291,7 +206,4 @@ def main() -> list[Row]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "server":
-        _server_role()
-    else:
-        main()
+    main()
