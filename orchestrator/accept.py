@@ -133,6 +133,16 @@ class Acceptor:
             self._open.discard(event_id)
             self._background(self.journal.complete(event_id, reply))
 
+    def keep(self, event_id: str, reply: AgentEvent) -> bool:
+        """For a stop: whether `event_id` stays open in the journal (it runs after the next
+        start). Clients attached to it hear `reply` now."""
+        if self.journal is None or event_id not in self._open:
+            return False
+        for future in self._attached.pop(event_id, []):
+            if not future.done():
+                future.set_result(reply)
+        return True
+
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)

@@ -26,6 +26,7 @@ from orchestrator.accept import Acceptor
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.peers import PeerWatch, descends_from, peer_pid
 from orchestrator.router import Router
+from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
 from orchestrator.trees import remove_tree
@@ -46,6 +47,7 @@ from protocol.control import (
     StatusQuery,
     StatusResult,
     Stop,
+    StopReport,
 )
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
@@ -85,6 +87,8 @@ class ControlContext:
     """Re-read the bundle, restart what changed (`orchestrator.reload.Reloader.answer`)."""
     deferred: DeferredIndex | None = None
     """The pending deferred calls of `goondan calls list|resolve`."""
+    stopped: asyncio.Future[StopReport] | None = None
+    """Set by the daemon when its drain is over (what `goondan stop` waits for)."""
 
 
 async def _status(ctx: ControlContext) -> StatusResult:
@@ -168,6 +172,35 @@ async def _send(
         raise ControlFailed(exc.code, exc.message) from None
 
 
+async def _say_who_is_busy(ctx: ControlContext, agent: str | None, notify: sending.Notify) -> None:
+    """A stop waits for turns in progress: say which, and for how long at most."""
+    busy = [
+        str(e.process_id)
+        for e in ctx.supervisor.table
+        if e.status is ProcessStatus.PROCESSING and agent in (None, e.address.name)
+    ]
+    if busy:
+        grace = ctx.supervisor.settings.grace_period
+        await notify(f"waiting up to {grace:g} s for the turn of {', '.join(busy)} to end, then "
+                     "SIGKILL")  # fmt: skip
+
+
+async def _restart(ctx: ControlContext, req: Restart, notify: sending.Notify) -> JsonObject:
+    if req.agent is not None and req.agent not in ctx.swarm.view.members:
+        raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {req.agent!r}")
+    await _say_who_is_busy(ctx, req.agent, notify)
+    restarted = await ctx.supervisor.restart(req.agent, fresh=req.fresh)
+    return {"restarted": restarted, "graceSeconds": ctx.supervisor.settings.grace_period}
+
+
+async def _stop(ctx: ControlContext, req: Stop, notify: sending.Notify) -> Any:
+    ctx.request_stop()
+    if req.wait and ctx.stopped is not None:
+        await _say_who_is_busy(ctx, None, notify)
+        return await asyncio.shield(ctx.stopped)
+    return {"stopping": True, "pid": ctx.info.pid}
+
+
 async def handle(
     req: ControlRequest, ctx: ControlContext, notify: sending.Notify = sending.quiet
 ) -> Any:
@@ -179,13 +212,10 @@ async def handle(
             return await _send(ctx, req, notify)
         case StatusQuery():
             return await _status(ctx)
-        case Restart(agent=agent, fresh=fresh):
-            if agent is not None and agent not in ctx.swarm.view.members:
-                raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {agent!r}")
-            return {"restarted": await ctx.supervisor.restart(agent, fresh=fresh)}
+        case Restart():
+            return await _restart(ctx, req, notify)
         case Stop():
-            ctx.request_stop()
-            return {"stopping": True, "pid": ctx.info.pid}
+            return await _stop(ctx, req, notify)
         case InstanceList():
             return {"instances": _instances(ctx)}
         case InstanceDelete():
@@ -241,6 +271,12 @@ class ControlServer:
             task = asyncio.ensure_future(self._serve(envelope, frames[-1].bytes, pid))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def finish(self, limit: float) -> None:
+        """Let the requests in flight send their replies (a stop's report, the senders of
+        kept events) before the socket closes; what still waits after `limit` s is cut."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=limit)
 
     async def _serve(self, envelope: list[bytes], data: bytes, pid: int | None) -> None:
         try:

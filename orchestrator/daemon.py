@@ -12,6 +12,7 @@ import asyncio
 import os
 import resource
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm, SwarmView
 from orchestrator.table import ProcessEntry, ProcessTable
-from protocol.control import OrchestratorInfo
+from protocol.control import OrchestratorInfo, StopReport
 from protocol.endpoints import StateLayout
 from protocol.ids import Address
 from protocol.launch import LaunchSettings
@@ -277,6 +278,7 @@ class Daemon:
             reload=parts.reloader.answer,
             deferred=parts.deferred,
             acceptor=parts.acceptor,
+            stopped=loop.create_future(),
         )
         control = ControlServer(
             zctx, self.endpoints[1], control_ctx, rundir.write_token(self.paths)
@@ -301,7 +303,10 @@ class Daemon:
                  agents=members, control=self.endpoints[1])  # fmt: skip
         await parts.acceptor.recover()  # what an earlier daemon accepted and did not finish
         why = await self.events.get()
-        await self._shutdown(supervisor, why)
+        report = await self._shutdown(supervisor, why)
+        assert control_ctx.stopped is not None
+        control_ctx.stopped.set_result(report)
+        await control.finish(limit=1.0)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -347,25 +352,35 @@ class Daemon:
         finally:
             self.request_stop("one-shot input answered")
 
-    async def _shutdown(self, supervisor: Supervisor, why: str) -> None:
+    async def _shutdown(self, supervisor: Supervisor, why: str) -> StopReport:
         started = time.monotonic()
         self.notifier.stopping(f"stopping: {why}")
-        log.info("stopping", reason=why, children=len(supervisor.table.live()))
+        live = len(supervisor.table.live())
+        log.info("stopping", reason=why, children=live)
+        if why == "SIGINT" and live and sys.stderr.isatty():
+            grace = self.settings.grace_period
+            sys.stderr.write(f"goondan: draining {live} process(es), up to {grace:g} s; Ctrl-C "
+                             "again to force\n")  # fmt: skip
+            sys.stderr.flush()
         drain = asyncio.ensure_future(supervisor.shutdown_all())
         second = asyncio.ensure_future(self.events.get())
         done, _ = await asyncio.wait({drain, second}, return_when=asyncio.FIRST_COMPLETED)
+        report = StopReport()
         if second in done:
             log.warning("forced_stop", reason=second.result())
             supervisor.kill_all()
             self.exit_code = self.exit_code or 1
             try:
                 async with asyncio.timeout(5.0):
-                    await drain
+                    report = await drain
             except TimeoutError:
                 log.error("children_not_reaped", live=len(supervisor.table.live()))
         else:
             second.cancel()
-        log.info("drained", seconds=round(time.monotonic() - started, 3))
+            report = drain.result()
+        log.info("drained", seconds=round(time.monotonic() - started, 3), drained=report.drained,
+                 killed=report.killed, kept=report.kept, dropped=report.dropped)  # fmt: skip
+        return report
 
 
 def _log_transition(entry: ProcessEntry, source: ProcessStatus, target: ProcessStatus) -> None:
