@@ -48,7 +48,7 @@ COMMANDS = (
     CommandInfo("run", "start the orchestrator in the foreground"),
     CommandInfo("send", "send text to an agent of the running daemon and print the reply"),
     CommandInfo("status", "show the orchestrator and its process table"),
-    CommandInfo("instance", "list or delete agent instances"),
+    CommandInfo("instance", "list, show (the conversation) or delete agent instances"),
     CommandInfo("restart", "gracefully restart agent processes, keeping history"),
     CommandInfo("stop", "stop the running daemon gracefully"),
     CommandInfo("logs", "read the logs and runtime events (merged by time; files only)"),
