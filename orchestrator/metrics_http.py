@@ -15,7 +15,6 @@ import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from orchestrator.metrics import DaemonMetrics
-from orchestrator.observability import MetricsUnavailable
 
 HEAD_LIMIT = 8192
 READ_TIMEOUT = 5.0
@@ -23,7 +22,7 @@ log = structlog.get_logger("goondan.metrics")
 
 
 async def serve(metrics: DaemonMetrics, host: str, port: int) -> asyncio.Server:
-    """Listening when it returns; raises MetricsUnavailable (a port taken, a bad host)."""
+    """Listening when it returns; raises OSError (a port taken, a bad host)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -35,13 +34,7 @@ async def serve(metrics: DaemonMetrics, host: str, port: int) -> asyncio.Server:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    try:
-        server = await asyncio.start_server(handle, host, port, limit=HEAD_LIMIT)
-    except OSError as exc:
-        raise MetricsUnavailable(
-            f"cannot listen on {host}:{port} for metrics: {exc.strerror or exc}",
-            "choose another Swarm.spec.observability.metrics.port (0: any free port)",
-        ) from exc
+    server = await asyncio.start_server(handle, host, port, limit=HEAD_LIMIT)
     bound = server.sockets[0].getsockname()
     log.info("metrics_listening", host=bound[0], port=bound[1], path="/metrics")
     return server

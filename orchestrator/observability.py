@@ -79,4 +79,11 @@ async def start_metrics(endpoint: MetricsEndpoint | None) -> Metrics | None:
             "pip install 'goondan[metrics]', or remove observability.metrics",
         ) from exc
     registry = metrics.DaemonMetrics()
-    return Metrics(registry, await metrics_http.serve(registry, endpoint.host, endpoint.port))
+    host, port = endpoint.host, endpoint.port
+    try:
+        return Metrics(registry, await metrics_http.serve(registry, host, port))
+    except OSError as exc:
+        raise MetricsUnavailable(
+            f"cannot listen on {host}:{port} for metrics: {exc.strerror or exc}",
+            "choose another Swarm.spec.observability.metrics.port (0: any free port)",
+        ) from exc
