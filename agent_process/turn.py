@@ -126,7 +126,10 @@ class TurnEngine:
         )
         d.bus.current_trace_id = span.trace_id
         started = time.perf_counter()
-        self._emit("turn.started", ctx, span, data={"eventType": event.type})
+        source = event.source  # who started it: Studio's swarm graph draws the edge
+        self._emit("turn.started", ctx, span, data={"eventType": event.type,
+                                                    "source": source.name,
+                                                    "sourceKind": source.kind.value})  # fmt: skip
         if resumed is not None:
             ctx.steps = resumed.step
         core = self._turn_core

@@ -53,6 +53,7 @@ COMMANDS = (
     CommandInfo("stop", "stop the running daemon gracefully"),
     CommandInfo("logs", "read the logs and runtime events (merged by time; files only)"),
     CommandInfo("calls", "list or resolve pending client-side (deferred) tool calls"),
+    CommandInfo("studio", "serve the web dashboard (processes, graph, conversations, traces)"),
     CommandInfo("service", "systemd helpers: print-unit writes a unit file for a bundle to stdout"),
     CommandInfo("doctor", "check this machine and the bundle (exit 1 when a required check fails)"),
 )

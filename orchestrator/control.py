@@ -40,6 +40,7 @@ from protocol.control import (
     InstanceList,
     OrchestratorInfo,
     Ping,
+    ProcessStop,
     Reload,
     Restart,
     SendText,
@@ -50,7 +51,7 @@ from protocol.control import (
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
-from protocol.ids import ProcessKind
+from protocol.ids import Address, ProcessKind
 from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
@@ -134,6 +135,25 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObje
             "deleted": [str(target)] if existed else []}  # fmt: skip
 
 
+async def _restart_or_stop(ctx: ControlContext, req: Restart | ProcessStop) -> JsonObject:
+    """`goondan restart` (Studio's restart button: one instance), or stop one live agent
+    process (Studio's stop button; its next event starts it again)."""
+    if isinstance(req, Restart):
+        agent = req.agent
+        if agent is not None and agent not in ctx.swarm.view.members:
+            raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {agent!r}")
+        restarted = await ctx.supervisor.restart(agent, fresh=req.fresh,
+                                                 instance_key=req.instance_key)  # fmt: skip
+        return {"restarted": restarted}
+    address = Address(kind=ProcessKind.AGENT, name=req.agent, instance_key=req.instance_key)
+    entry = ctx.supervisor.table.get(address)
+    if entry is None or not entry.live:
+        missing = f"no live process of agent {req.agent!r} instance {req.instance_key!r}"
+        raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND, missing)
+    await ctx.supervisor.stop(entry, ShutdownReason.RESTART)
+    return {"stopped": [str(entry.address)]}
+
+
 async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
     """`goondan calls list|resolve`: the daemon's pending deferred calls (ARCHITECTURE.md §10)."""
     index = ctx.deferred
@@ -179,10 +199,8 @@ async def handle(
             return await _send(ctx, req, notify)
         case StatusQuery():
             return await _status(ctx)
-        case Restart(agent=agent, fresh=fresh):
-            if agent is not None and agent not in ctx.swarm.view.members:
-                raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {agent!r}")
-            return {"restarted": await ctx.supervisor.restart(agent, fresh=fresh)}
+        case Restart() | ProcessStop():
+            return await _restart_or_stop(ctx, req)
         case Stop():
             ctx.request_stop()
             return {"stopping": True, "pid": ctx.info.pid}
