@@ -12,7 +12,7 @@ import contextlib
 import os
 import shutil
 import signal
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +99,3 @@ async def screenshot(page: Any, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     await page.screenshot(path=str(path), full_page=False)
     return path
-
-
-def args_for(names: Sequence[str]) -> list[str]:
-    return list(names)

@@ -67,6 +67,7 @@ async def test_trace_view_shows_both_agents_of_a_request(start_daemon: StartDaem
         reply = await daemon.send("sync summarise", "caller")
         assert reply.ok, reply.error
         code, out, _ = await run_cli("instance", "show", "agents", "--agent", "caller", "--json")
+        assert code == 0
         trace_id = json.loads(out.splitlines()[0])["traceId"]
         async with studio() as s, browser_page() as page:
             await page.goto(f"{s.url}#/trace/{trace_id}")
