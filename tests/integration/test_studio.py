@@ -32,29 +32,41 @@ async def test_read_only_by_default_and_actions_need_the_page_origin_and_json(
             assert rebinding.status_code == 403 and code_of(rebinding) == "E_STUDIO_FORBIDDEN"
         async with studio("--allow-actions") as s, httpx.AsyncClient(base_url=s.base) as http:
             origin = {"Origin": s.base}
-            for headers, body in (({}, {"agent": "alpha"}),  # no Origin: not from the page
-                                  ({"Origin": "http://evil.example"}, {"agent": "alpha"})):  # fmt: skip
+            for headers, body in (
+                ({}, {"agent": "alpha"}),  # no Origin: not from the page
+                ({"Origin": "http://evil.example"}, {"agent": "alpha"}),
+            ):
                 r = await http.post("/api/processes/restart", json=body, headers=headers)
                 assert r.status_code == 403 and code_of(r) == "E_STUDIO_FORBIDDEN"
-            form = await http.post("/api/processes/restart", content=b"agent=alpha",
-                                   headers={**origin, "Content-Type": "text/plain"})  # fmt: skip
+            form = await http.post(
+                "/api/processes/restart",
+                content=b"agent=alpha",
+                headers={**origin, "Content-Type": "text/plain"},
+            )
             assert form.status_code == 403
             for body in ({"agent": 5}, [1], {"agent": "x" * 600}):
                 r = await http.post("/api/processes/restart", json=body, headers=origin)
                 assert r.status_code == 400 and code_of(r) == "E_STUDIO_BAD_REQUEST"
-            bad_json = await http.post("/api/processes/restart", content=b"{",
-                                       headers={**origin, "Content-Type": "application/json"})  # fmt: skip
+            bad_json = await http.post(
+                "/api/processes/restart",
+                content=b"{",
+                headers={**origin, "Content-Type": "application/json"},
+            )
             assert bad_json.status_code == 400
             both = await http.post("/api/calls/x", json={"result": 1, "error": {}}, headers=origin)
             assert both.status_code == 400 and "exactly one" in both.json()["error"]["message"]
-            unknown = await http.post("/api/processes/stop", headers=origin,
-                                      json={"agent": "alpha", "instanceKey": "nope"})  # fmt: skip
+            unknown = await http.post(
+                "/api/processes/stop",
+                headers=origin,
+                json={"agent": "alpha", "instanceKey": "nope"},
+            )
             assert unknown.status_code == 409 and code_of(unknown) == "E_INSTANCE_NOT_FOUND"
-            ok = await http.post("/api/processes/stop", headers=origin,
-                                 json={"agent": "alpha", "instanceKey": "probe"})  # fmt: skip
-            assert ok.status_code == 200 and ok.json()["result"]["stopped"] == [
-                "agent:alpha:probe"
-            ]
+            ok = await http.post(
+                "/api/processes/stop",
+                headers=origin,
+                json={"agent": "alpha", "instanceKey": "probe"},
+            )
+            assert ok.status_code == 200 and ok.json()["result"]["stopped"] == ["agent:alpha:probe"]
             missing = await http.get("/api/trace/0123456789abcdef")
             assert missing.status_code == 404 and code_of(missing) == "E_EVENT_NOT_FOUND"
             logs = await http.get("/api/logs", params={"since": "yesterday-ish"})
@@ -95,14 +107,17 @@ async def test_without_a_daemon_the_files_are_shown_and_actions_say_why_not(
         assert (await daemon.send("hi", "alpha", key="k1")).ok
         await run_cli("stop")
         await daemon.wait()
-        async with studio("--allow-actions", "--swarm", "probe") as s:
-            async with httpx.AsyncClient(base_url=s.base) as http:
-                snap = (await http.get("/api/processes")).json()
-                assert snap == {"daemon": None, "processes": []}
-                rows = (await http.get("/api/instances")).json()["instances"]
-                assert {(r["instanceKey"], r["agent"]) for r in rows} == {("k1", "alpha")}
-                r = await http.post("/api/processes/restart", json={"agent": "alpha"},
-                                    headers={"Origin": s.base})  # fmt: skip
-                assert r.status_code == 503 and code_of(r) == "E_DAEMON_NOT_RUNNING"
-                calls = (await http.get("/api/calls")).json()
-                assert calls == {"calls": [], "daemon": False}
+        async with (
+            studio("--allow-actions", "--swarm", "probe") as s,
+            httpx.AsyncClient(base_url=s.base) as http,
+        ):
+            snap = (await http.get("/api/processes")).json()
+            assert snap == {"daemon": None, "processes": []}
+            rows = (await http.get("/api/instances")).json()["instances"]
+            assert {(r["instanceKey"], r["agent"]) for r in rows} == {("k1", "alpha")}
+            r = await http.post(
+                "/api/processes/restart", json={"agent": "alpha"}, headers={"Origin": s.base}
+            )
+            assert r.status_code == 503 and code_of(r) == "E_DAEMON_NOT_RUNNING"
+            calls = (await http.get("/api/calls")).json()
+            assert calls == {"calls": [], "daemon": False}
