@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -29,6 +30,7 @@ _message_decoder = msgspec.json.Decoder(Message)
 _event_decoder: msgspec.json.Decoder[MessageEvent] = msgspec.json.Decoder(MessageEvent)
 _HEAD_BYTES = 256
 _TURN_STARTED = b'"turn.started"'
+T = TypeVar("T")
 
 
 class _TurnStart(msgspec.Struct, rename="camel"):
@@ -48,36 +50,29 @@ class BadLine:
     error: str
 
 
+def _decode_lines(raw: bytes, decoder: msgspec.json.Decoder[T]) -> tuple[list[T], list[BadLine]]:
+    out: list[T] = []
+    bad: list[BadLine] = []
+    lines = raw.split(b"\n")
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(decoder.decode(line))
+        except msgspec.DecodeError as exc:
+            bad.append(BadLine(lineno, lineno == len(lines), str(exc)))  # no newline: torn
+    return out, bad
+
+
 def decode_base(raw: bytes) -> tuple[list[Message], bool, list[BadLine]]:
     """The base's messages, whether it is clean (every line read, a newline at the end: only a
     clean base may be appended to), and the lines that did not decode."""
-    clean = not raw or raw.endswith(b"\n")
-    out: list[Message] = []
-    bad: list[BadLine] = []
-    lines = raw.split(b"\n")
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(_message_decoder.decode(line))
-        except msgspec.DecodeError as exc:
-            clean = False
-            bad.append(BadLine(lineno, lineno == len(lines), str(exc)))
-    return out, clean, bad
+    messages, bad = _decode_lines(raw, _message_decoder)
+    return messages, not bad and (not raw or raw.endswith(b"\n")), bad
 
 
 def decode_events(raw: bytes) -> tuple[list[MessageEvent], list[BadLine]]:
-    events: list[MessageEvent] = []
-    bad: list[BadLine] = []
-    lines = raw.split(b"\n")
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            events.append(_event_decoder.decode(line))
-        except msgspec.DecodeError as exc:
-            bad.append(BadLine(lineno, lineno == len(lines), str(exc)))  # no newline: torn
-    return events, bad
+    return _decode_lines(raw, _event_decoder)
 
 
 @dataclass(slots=True)
