@@ -19,6 +19,7 @@ from agent_process.context import NotConnectedRuntime, agent_logger
 from agent_process.extensions import ExtensionHandle, load_extension
 from agent_process.inbox import Inbox
 from agent_process.mcp import McpBridge
+from agent_process.meter import Meter
 from agent_process.models import Model, create_model
 from agent_process.pipeline import Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
@@ -66,6 +67,7 @@ class Parts:
     paths: InstancePaths
     tool_calls: ToolCallRunner
     mcp: McpBridge
+    meter: Meter
 
 
 def save_states(extensions: list[ExtensionHandle]) -> None:
@@ -120,6 +122,9 @@ async def _assemble(
     except BaseException:
         bus.close()
         raise
+    meter = Meter(model_res.spec.model)
+    if req.sink is None:  # the fork server's rehearsal reports to no daemon
+        bus.meter = meter.observe
     store = ConversationStore(paths.messages_dir, sink=req.sink)
     store.open()
     tool_calls = _tool_calls(req, registry, pipelines, bus, logger)
@@ -141,7 +146,7 @@ async def _assemble(
             agents=req.agents,
         )
     )
-    return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls, mcp)
+    return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls, mcp, meter)
 
 
 def _turn_end(store: ConversationStore, extensions: list[ExtensionHandle], bus: EventBus) -> None:

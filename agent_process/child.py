@@ -304,9 +304,13 @@ class Child:
     async def _status(
         self, state: ChildState, event_id: str, outcome: TurnOutcome | None = None
     ) -> None:
+        metrics = None
+        if state is ChildState.IDLE and isinstance(self.runner, AgentRuntime):
+            metrics = self.runner.meter.take()  # counter deltas ride on the turn's last frame
         payload = StatusPayload(
-            state=state, event_id=event_id, queue_depth=self.queue.qsize(), last_turn=outcome
-        )
+            state=state, event_id=event_id, queue_depth=self.queue.qsize(), last_turn=outcome,
+            metrics=metrics,
+        )  # fmt: skip
         await self.send(Status(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
     def dispatch(self, msg: Message) -> None:

@@ -18,7 +18,6 @@ from agent_process.bridge import CURRENT_SPAN
 from agent_process.context import ToolCallContext
 from agent_process.contexts import StepContext, ToolCallMwContext
 from agent_process.executor import execute
-from agent_process.messages import Message, ToolCall
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
 from agent_process.results import (
@@ -31,6 +30,7 @@ from agent_process.results import (
 )
 from agent_process.telemetry import EventBus, RuntimeEvent
 from bundles.sdk import AgentsRuntime, MiddlewareError
+from protocol.conversation import Message, ToolCall
 from protocol.errors import ErrorCode
 
 DeferredHook = Callable[[ToolCallMwContext, DeferredRequest], Awaitable[ToolResult]]

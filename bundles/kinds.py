@@ -232,11 +232,25 @@ class SwarmPolicy(_Spec):
     lifecycle: LifecyclePolicy = msgspec.field(default_factory=LifecyclePolicy)
 
 
+class MetricsEndpoint(_Spec):
+    """Where the daemon serves Prometheus metrics (`GET /metrics`, ARCHITECTURE.md §13)."""
+
+    port: int
+    """0 picks a free port (the daemon logs `metrics_listening` with the one it got)."""
+    host: str = "127.0.0.1"
+
+
+class Observability(_Spec):
+    metrics: MetricsEndpoint | None = None
+    """Off by default."""
+
+
 class SwarmSpec(_Spec):
     entry_agent: str | ObjectRef
     agents: list[RefLike]
     instance_key: str | None = None
     policy: SwarmPolicy = msgspec.field(default_factory=SwarmPolicy)
+    observability: Observability = msgspec.field(default_factory=Observability)
 
 
 # -- Tool --------------------------------------------------------------------------------

@@ -183,6 +183,7 @@ class Checks:
             bad.append((("shutdown", "gracePeriodSeconds"), "gracePeriodSeconds must be >= 0"))
         if policy.lifecycle.reconcile_interval_seconds <= 0:
             bad.append((("lifecycle", "reconcileIntervalSeconds"), "must be > 0"))
+        self._metrics(res)
         if res.spec.instance_key is not None and not res.spec.instance_key:
             self.rep.error(
                 res,
@@ -199,6 +200,19 @@ class Checks:
                 message,
                 "change the value",
             )
+
+    def _metrics(self, res: Resource[SwarmSpec]) -> None:
+        metrics = res.spec.observability.metrics
+        if metrics is None:
+            return
+        path: FieldPath = ("spec", "observability", "metrics")
+        if not 0 <= metrics.port <= 65535:
+            self.rep.error(res, (*path, "port"), ErrorCode.E_CONFIG_SCHEMA_INVALID,
+                           f"port {metrics.port} is not a TCP port",
+                           "use 1-65535, or 0 for any free port")  # fmt: skip
+        if not metrics.host.strip():
+            self.rep.error(res, (*path, "host"), ErrorCode.E_CONFIG_SCHEMA_INVALID,
+                           "host must not be empty", "use 127.0.0.1 (the default)")  # fmt: skip
 
     def _connection(self, res: Resource[ConnectionSpec]) -> None:
         spec = res.spec

@@ -82,6 +82,12 @@ class Acceptor:
             self._flush()
         return appended
 
+    @property
+    def lag(self) -> tuple[int, int]:
+        """(journaled events whose turn has not finished, events waiting for their append):
+        the journal's lag, for the metrics."""
+        return len(self._open), len(self._order)
+
     def bind(self, submit: Submit) -> None:
         """Submit to `submit` from now on (a composition root that builds the router after
         the acceptor)."""

@@ -41,6 +41,7 @@ from protocol.control import (
     InstanceList,
     OrchestratorInfo,
     Ping,
+    ProcessStop,
     Reload,
     Restart,
     SendText,
@@ -52,7 +53,7 @@ from protocol.control import (
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
-from protocol.ids import ProcessKind
+from protocol.ids import Address, ProcessKind
 from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
@@ -138,6 +139,17 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObje
             "deleted": [str(target)] if existed else []}  # fmt: skip
 
 
+async def _stop_process(ctx: ControlContext, req: ProcessStop) -> JsonObject:
+    """Stop one live agent process (Studio's stop button; its next event starts it again)."""
+    address = Address(kind=ProcessKind.AGENT, name=req.agent, instance_key=req.instance_key)
+    entry = ctx.supervisor.table.get(address)
+    if entry is None or not entry.live:
+        missing = f"no live process of agent {req.agent!r} instance {req.instance_key!r}"
+        raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND, missing)
+    killed = await ctx.supervisor.stop(entry, ShutdownReason.RESTART)
+    return {"stopped": [str(entry.address)], "killed": killed}
+
+
 async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
     """`goondan calls list|resolve`: the daemon's pending deferred calls (ARCHITECTURE.md §10)."""
     index = ctx.deferred
@@ -186,10 +198,12 @@ async def _say_who_is_busy(ctx: ControlContext, agent: str | None, notify: sendi
 
 
 async def _restart(ctx: ControlContext, req: Restart, notify: sending.Notify) -> JsonObject:
+    """`goondan restart` (Studio's restart button: one instance)."""
     if req.agent is not None and req.agent not in ctx.swarm.view.members:
         raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {req.agent!r}")
     await _say_who_is_busy(ctx, req.agent, notify)
-    restarted = await ctx.supervisor.restart(req.agent, fresh=req.fresh)
+    restarted = await ctx.supervisor.restart(req.agent, fresh=req.fresh,
+                                             instance_key=req.instance_key)  # fmt: skip
     return {"restarted": restarted, "graceSeconds": ctx.supervisor.settings.grace_period}
 
 
@@ -214,6 +228,8 @@ async def handle(
             return await _status(ctx)
         case Restart():
             return await _restart(ctx, req, notify)
+        case ProcessStop():
+            return await _stop_process(ctx, req)
         case Stop():
             return await _stop(ctx, req, notify)
         case InstanceList():

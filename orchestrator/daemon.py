@@ -36,6 +36,7 @@ from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.forkserver import ENTRY, ForkServerProcess, start_fork_server
 from orchestrator.journal.sqlite import SqliteJournal
+from orchestrator.observability import Metrics, MetricsUnavailable, start_metrics
 from orchestrator.reconciler import Reconciler
 from orchestrator.reload import BundleSource, Reloader
 from orchestrator.router import Router, Services
@@ -45,7 +46,7 @@ from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
 from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm, SwarmView
-from orchestrator.table import ProcessEntry, ProcessTable
+from orchestrator.table import ProcessEntry, ProcessTable, TransitionListener
 from protocol.control import OrchestratorInfo, StopReport
 from protocol.endpoints import StateLayout
 from protocol.ids import Address
@@ -182,12 +183,19 @@ class Daemon:
         )
 
     def _build(
-        self, zctx: zmq.asyncio.Context, spawner: Spawner, journal: SqliteJournal | None
+        self,
+        zctx: zmq.asyncio.Context,
+        spawner: Spawner,
+        journal: SqliteJournal | None,
+        metrics: Metrics | None = None,
     ) -> Parts:
         """The object graph: the router first (the services take it as their broker), then
         the supervisor and the services, then the one wiring step that hands them over."""
         opts = self.opts
-        table = ProcessTable(listener=_log_transition)
+        listener: TransitionListener = _log_transition
+        if metrics is not None:
+            listener = _both(_log_transition, metrics.registry.on_transition)
+        table = ProcessTable(listener=listener)
         swarm = CurrentSwarm(SwarmView.of(opts.bundle, opts.swarm))
         router = Router(zctx, self.endpoints[0], table, self.settings.max_frame_bytes)
         rundir.secure_socket(self.paths.agents_sock)
@@ -210,6 +218,7 @@ class Daemon:
                 deferred=deferred,
                 restart=SelfRestart(reloader, router).on_call,
                 acceptor=acceptor,
+                metrics=metrics.registry.on_turn_metrics if metrics is not None else None,
             )
         )
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
@@ -257,12 +266,18 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.events.put_nowait, signal.Signals(sig).name)
+        try:
+            metrics = await start_metrics(self.opts.swarm.spec.observability.metrics)
+        except MetricsUnavailable as exc:
+            log.error("metrics_unavailable", code=exc.code, reason=exc.message,
+                      suggestion=exc.suggestion)  # fmt: skip
+            return 1
         journal = None
         if self.settings.journal:  # raises JournalError: nothing is accepted on a bad journal
             journal = await SqliteJournal.open(self.opts.layout.journal_file(self.opts.swarm.name))
         spawner = self._spawner()
         zctx = zmq.asyncio.Context()
-        parts = self._build(zctx, spawner, journal)
+        parts = self._build(zctx, spawner, journal, metrics)
         router, supervisor = parts.router, parts.supervisor
         parts.connections.start_all()  # connectors are always up (ARCHITECTURE.md §5)
         parts.deferred.resume_answered()  # answered calls an earlier daemon died before resuming
@@ -284,6 +299,8 @@ class Daemon:
             zctx, self.endpoints[1], control_ctx, rundir.write_token(self.paths)
         )
         rundir.secure_socket(self.paths.control_sock)
+        if metrics is not None:
+            metrics.bind(router, parts.acceptor, control, journal.stats if journal else None)
         rundir.write_active(self.paths, info)
         runpointer.write(self.opts.layout, swarm.name)
         tasks = [
@@ -311,6 +328,8 @@ class Daemon:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         control.close()
+        if metrics is not None:
+            metrics.close()
         router.close()
         zctx.term()
         await spawner.close()
@@ -381,6 +400,14 @@ class Daemon:
         log.info("drained", seconds=round(time.monotonic() - started, 3), drained=report.drained,
                  killed=report.killed, kept=report.kept, dropped=report.dropped)  # fmt: skip
         return report
+
+
+def _both(*listeners: TransitionListener) -> TransitionListener:
+    def each(entry: ProcessEntry, source: ProcessStatus, target: ProcessStatus) -> None:
+        for listener in listeners:
+            listener(entry, source, target)
+
+    return each
 
 
 def _log_transition(entry: ProcessEntry, source: ProcessStatus, target: ProcessStatus) -> None:

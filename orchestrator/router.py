@@ -67,6 +67,7 @@ from protocol.messages import (
     StartError,
     Status,
     StatusPayload,
+    TurnMetrics,
 )
 
 ID_CACHE_MAX = 4096
@@ -94,6 +95,8 @@ class Services:
     acceptor: Acceptor | None = None
     """The ingress journal's front: events from processes are accepted through it, and it
     hears when a turn starts and finishes."""
+    metrics: Callable[[ProcessEntry, TurnMetrics], None] | None = None
+    """Counter deltas of agents' turns, for the metrics endpoint (orchestrator/metrics.py)."""
 
 
 @dataclass(slots=True)
@@ -260,6 +263,8 @@ class Router:
             services.lifecycle.on_call(entry, payload)
 
     def _on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
+        if payload.metrics is not None and self.services.metrics is not None:
+            self.services.metrics(entry, payload.metrics)
         if payload.event_id is None:
             return
         box = self.mailbox(entry.address)

@@ -430,11 +430,17 @@ class Supervisor:
         for handle in list(self._handles.values()):
             handle.kill()
 
-    async def restart(self, agent: str | None, *, fresh: bool) -> list[JsonObject]:
+    async def restart(
+        self, agent: str | None, *, fresh: bool, instance_key: str | None = None
+    ) -> list[JsonObject]:
         """Stop the matching running instances (reason restart); start new generations."""
 
         def pick(e: ProcessEntry) -> bool:
-            return e.address.kind is ProcessKind.AGENT and agent in (None, e.address.name)
+            return (
+                e.address.kind is ProcessKind.AGENT
+                and agent in (None, e.address.name)
+                and instance_key in (None, e.address.instance_key)
+            )
 
         for listener in self._restart_listeners:
             listener.restart_started()

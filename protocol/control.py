@@ -55,6 +55,15 @@ class StatusQuery(_Request, frozen=True, tag="status"):
 class Restart(_Request, frozen=True, tag="restart"):
     agent: str | None = None
     fresh: bool = False
+    instance_key: str | None = None
+    """Only this instance of `agent` (Studio's per-row button); None: every instance."""
+
+
+class ProcessStop(_Request, frozen=True, tag="process_stop"):
+    """Stop one agent instance's process gracefully; the next event for it starts it again."""
+
+    agent: str
+    instance_key: str
 
 
 class Reload(_Request, frozen=True, tag="reload"):
@@ -97,6 +106,7 @@ ControlRequest = (
     | Attach
     | StatusQuery
     | Restart
+    | ProcessStop
     | Reload
     | Stop
     | InstanceList
@@ -110,6 +120,7 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     SendText,
     StatusQuery,
     Restart,
+    ProcessStop,
     Reload,
     Stop,
     InstanceList,
