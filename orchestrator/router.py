@@ -21,6 +21,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import assert_never
 
 import structlog
@@ -384,6 +385,12 @@ class Router:
                 box.mark_done(event.id)  # a queued response runs no turn: nothing to track
 
     def open_request(self, request: OpenRequest) -> None:
+        """Open (or re-open, for a resumed turn) a request. Someone already waiting for its
+        next reply (`goondan run --input` behind a client-side call) hears it too."""
+        earlier = self.book.get(request.correlation_id)
+        waiting = earlier.waiter if earlier is not None else None
+        if waiting is not None and not waiting.done() and request.waiter is not None:
+            request.waiter.add_done_callback(partial(_pass_on, waiting))
         self.book.open(request)
 
     def respond_interim(self, response: AgentEvent) -> None:
@@ -475,3 +482,8 @@ class Router:
             else:
                 self._answer_error(event, error)
         return len(events) - len(box.queue)
+
+
+def _pass_on(to: asyncio.Future[AgentEvent], done: asyncio.Future[AgentEvent]) -> None:
+    if not to.done() and not done.cancelled():
+        to.set_result(done.result())

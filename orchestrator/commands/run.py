@@ -3,12 +3,15 @@
 Loads and validates the bundle (invalid: every error on stderr, exit 2, nothing started),
 then runs the daemon in the foreground until SIGTERM/SIGINT or `goondan stop`. With
 `--input`, it sends that one input to the entry agent, prints the reply and exits 0 after
-a graceful shutdown (1 if the reply is an error).
+a graceful shutdown (1 if the reply is an error). A turn that makes a client-side call keeps
+the daemon up until the call is answered (`goondan calls resolve` from another terminal; the
+command is printed on stderr), then prints the resumed turn's reply.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -19,10 +22,11 @@ from orchestrator.client import Printer, layout_of
 from orchestrator.control import ControlContext
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from orchestrator.rundir import AlreadyRunning
-from orchestrator.sending import SendFailed, send_and_wait
+from orchestrator.sending import SendFailed, follow, pending_call, send_and_wait
 from protocol.control import SendText
 from protocol.errors import ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
+from protocol.jsontypes import JsonObject
 
 
 def one_shot(text: str, printer: Printer) -> daemon.OnStarted:
@@ -32,6 +36,10 @@ def one_shot(text: str, printer: Printer) -> daemon.OnStarted:
             reply = await send_and_wait(
                 ctx, SendText(request_id="run-input", text=text, timeout_ms=timeout_ms)
             )
+            # a client-side call: the daemon stays up until it is answered from elsewhere
+            while isinstance(reply, AgentEvent) and (call := pending_call(reply)) is not None:
+                _say_how_to_answer(call)
+                reply = await follow(ctx, reply, CALL_WAIT_SECONDS)
         except SendFailed as exc:
             printer.error(ErrorInfo(code=exc.code, message=exc.message))
             return EXIT_RUNTIME
@@ -44,6 +52,22 @@ def one_shot(text: str, printer: Printer) -> daemon.OnStarted:
         return EXIT_OK
 
     return send
+
+
+CALL_WAIT_SECONDS = 24 * 3600.0
+"""How long `run --input` waits for a client-side call (the call's own TTL ends it sooner)."""
+
+
+def _say_how_to_answer(call: JsonObject) -> None:
+    method, call_id = call.get("method"), call.get("id")
+    params = json.dumps(call.get("params"), ensure_ascii=False)
+    sys.stderr.write(
+        f"goondan run: the turn waits for call {call_id} ({method} {params}); this run keeps the "
+        f"daemon up until it is answered from another terminal:\n"
+        f"  goondan calls resolve {call_id} --result JSON   (or --error CODE --message M)\n"
+        "Ctrl-C stops the daemon; the call stays pending on disk and the next run resumes it.\n"
+    )
+    sys.stderr.flush()
 
 
 def _read_input(args: argparse.Namespace) -> str | None:
