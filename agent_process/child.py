@@ -23,7 +23,7 @@ from typing import Protocol
 import structlog
 import uvloop
 
-from agent_process import deferred, logs
+from agent_process import deferred, logs, secretenv
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
@@ -106,7 +106,12 @@ async def runtime_factory(launch: ChildLaunch, bridge: Bridge) -> TurnRunner:
             )
         ) from exc
     redact.install(bundle.secret_values)  # from here on, logs and stdout/stderr mask them
-    return await create_runtime(launch, bridge, bundle)
+    runtime = await create_runtime(launch, bridge, bundle)
+    # the model client, tools and MCP servers hold what they need: no subprocess inherits it
+    dropped = secretenv.drop_secret_variables(bundle.secret_values)
+    if dropped:
+        log.info("secret_variables_removed", names=dropped)
+    return runtime
 
 
 async def create_runtime(

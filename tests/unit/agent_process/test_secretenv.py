@@ -1,0 +1,19 @@
+"""Credentials leave the agent's environment once it is built; ordinary variables stay."""
+
+from __future__ import annotations
+
+from agent_process.secretenv import drop_secret_variables
+
+
+def test_variables_holding_a_secret_are_removed_and_named() -> None:
+    environ = {
+        "CHAT_BOT": "123:tok-abcdef",
+        "AUTH_HEADER": "Bearer 123:tok-abcdef",
+        "HOOK_PORT": "8794",
+        "PATH": "/usr/bin",
+        "SHORT": "abc",
+    }
+    removed = drop_secret_variables({"123:tok-abcdef", "abc"}, environ)
+    assert removed == ["AUTH_HEADER", "CHAT_BOT"]
+    # too short to be told apart from ordinary text (bundles.redact.MIN_SECRET_LEN)
+    assert environ == {"HOOK_PORT": "8794", "PATH": "/usr/bin", "SHORT": "abc"}
