@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import setproctitle
 import structlog
 import uvloop
 
@@ -37,7 +38,7 @@ from bundles.model import Bundle
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
-from protocol.ids import ORCHESTRATOR, ProcessKind
+from protocol.ids import ORCHESTRATOR, ProcessId, ProcessKind
 from protocol.jsonrpc import PendingCall
 from protocol.launch import ChildLaunch, decode_launch
 from protocol.messages import (
@@ -364,11 +365,21 @@ def parse_launch(argv: Sequence[str]) -> ChildLaunch | int:
         return 2
 
 
+def process_title(pid: ProcessId) -> str:
+    """`goondan: agent <name>@<instanceKey>`, `goondan: connector <name>`."""
+    if pid.kind is ProcessKind.CONNECTOR:
+        return f"goondan: connector {pid.name}"
+    return f"goondan: {pid.kind} {pid.name}@{pid.instance_key}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     launch = parse_launch(sys.argv[1:] if argv is None else argv)
     if isinstance(launch, int):
         return launch
     die_with_parent(launch.parent_pid)
+    # what `ps` shows; a cold child also overwrites the environment block it was exec'd with
+    # (with API keys) that /proc/<pid>/environ would show (a forked one has an empty one)
+    setproctitle.setproctitle(process_title(launch.process))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
     logs.configure(launch.settings.log_format)
     # print() in tools, warnings and tracebacks land in the log file too: mask them as well

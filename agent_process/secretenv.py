@@ -5,6 +5,8 @@ as a ValueSource becomes its value and `tokenEnv: NAME` gives the tool `token` (
 `bundles.credentials.resolve_settings`). Once the model client, the tools and the MCP servers
 are built, every variable whose value holds one of the bundle's secrets is removed from the
 process environment (`drop_secret_variables`), so no subprocess a tool starts inherits it.
+The environment block the kernel shows in /proc/<pid>/environ was overwritten before (the
+process title, `agent_process.child.main`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import zmq.asyncio
 
 from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
-from orchestrator import forkserver, logs, reload, rundir, runpointer, systemd
+from orchestrator import forkserver, logs, proctitle, reload, rundir, runpointer, systemd
 from orchestrator.accept import Acceptor
 from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AgentsService
@@ -113,6 +113,9 @@ def _raise_fd_limit() -> None:
 def run(opts: DaemonOptions) -> int:
     """Start the daemon in the foreground; return its exit code. Raises AlreadyRunning."""
     _raise_fd_limit()
+    # before the fork server and any thread: /proc/<pid>/environ of the daemon and of every
+    # process forked from it no longer shows the variables (API keys) it was started with
+    proctitle.set_title(proctitle.orchestrator(opts.swarm.name))
     # before the fork server exists: children must not inherit systemd's NOTIFY_SOCKET
     notifier = systemd.Notifier.from_env(unset_environment=True)
     settings = Settings.from_policy(opts.swarm.spec.policy)
@@ -128,7 +131,12 @@ def run(opts: DaemonOptions) -> int:
     server = None
     if settings.spawn_mode is SpawnMode.FORKSERVER:
         context = {"bundle": opts.bundle, "launch": launch_settings(opts, settings, endpoints[0])}
-        server = start_fork_server(ENTRY, close_fds=(lock.fileno(),), context=context)
+        server = start_fork_server(
+            ENTRY,
+            close_fds=(lock.fileno(),),
+            context=context,
+            title=proctitle.fork_server(opts.swarm.name),
+        )
     import uvloop
 
     try:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import setproctitle
 
 PR_SET_PDEATHSIG = 1
 MAX_DATAGRAM = 1 << 16
@@ -128,12 +129,14 @@ def start_fork_server(
     preload: tuple[str, ...] = (),
     close_fds: tuple[int, ...] = (),
     context: Mapping[str, Any] | None = None,
+    title: str | None = None,
 ) -> ForkServerProcess:
     """Fork the server from this (still single-threaded, loop-less) process.
 
     `close_fds` are closed in the server (e.g. the daemon's pid-file lock); `context` is
     passed as keyword arguments to the entry module's `preload()` hook (e.g. the bundle
-    this process already loaded, so children need not load it again)."""
+    this process already loaded, so children need not load it again); `title` is the server's
+    process title."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     daemon_pid = os.getpid()
     sys.stdout.flush()
@@ -148,6 +151,8 @@ def start_fork_server(
             set_parent_death_signal()
             if os.getppid() != daemon_pid:
                 os._exit(1)
+            if title is not None:
+                setproctitle.setproctitle(title)
             code = _serve(child_end, entry_module, preload, dict(context or {}))
         finally:
             os._exit(code)

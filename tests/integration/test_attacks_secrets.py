@@ -1,19 +1,26 @@
 """Finding 5 of the security review, secrets, performed against a real daemon the way it was
 found (tests/fixtures/secrets): a chat token named by the telegram tool's `tokenEnv` showed up
-in a bash tool's `env` output, the reply and base.jsonl; and the webhook's port, read from the
-environment, was masked in every tool output as `***`.
+in a bash tool's `env` output, the reply and base.jsonl; the model key could be read from
+/proc/<agent pid>/environ; and the webhook's port, read from the environment, was masked in
+every tool output as `***`.
 
 Each test fails without its fix; the unit tests beside the code cover the mechanisms."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from pathlib import Path
+
+import psutil
+import pytest
 
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, Daemon
 from tests.integration.test_example_workspace import free_port
+from tests.integration.test_supervision import MODES
 from tests.unit.base_tools import fake_chat_api
 
 BUNDLE = REPO / "tests" / "fixtures" / "secrets"
@@ -35,6 +42,23 @@ async def _start(
     return daemon, port
 
 
+def _environ(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode()
+
+
+def _of_run(daemon: Daemon) -> dict[int, str]:
+    """Every process of the run and its title, the daemon's included."""
+    procs = {daemon.pid: _cmdline(daemon.pid)}
+    for proc in daemon.descendants():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, psutil.NoSuchProcess):
+            procs[proc.pid] = _cmdline(proc.pid)
+    return procs
+
+
 async def test_a_chat_token_named_by_token_env_is_kept_from_tools(
     start_daemon: StartDaemon,
 ) -> None:
@@ -53,6 +77,26 @@ async def test_a_chat_token_named_by_token_env_is_kept_from_tools(
             assert secret not in history.read_text()
 
 
+@pytest.mark.parametrize("env", MODES)
+async def test_no_process_of_the_run_shows_a_key_in_proc_environ(
+    start_daemon: StartDaemon, env: dict[str, str]
+) -> None:
+    """/proc/<pid>/environ (the block a process was started with, readable by any process of
+    the user, a tool included) of the daemon, the fork server, the agent and the connector held
+    the model key and the chat token."""
+    async with asyncio.timeout(60):
+        daemon, _ = await _start(start_daemon, env)
+        assert (await daemon.send("hello")).ok
+        procs = _of_run(daemon)
+        agent = (await daemon.process("main")).pid
+        assert agent is not None and agent in procs
+        assert len(procs) >= (4 if not env else 3)  # daemon, (fork server,) agent, connector
+        for pid, title in procs.items():
+            block = _environ(pid)
+            for secret in SECRETS:
+                assert secret.encode() not in block, f"{secret} in /proc/{pid}/environ ({title})"
+
+
 async def test_an_environment_value_that_is_no_credential_is_not_masked(
     start_daemon: StartDaemon,
 ) -> None:
@@ -64,6 +108,19 @@ async def test_an_environment_value_that_is_no_credential_is_not_masked(
         text = str(reply.result)
         assert f"HOOK_PORT={port}" in text and f"port={port}" in text
         assert "***" not in text
+
+
+async def test_each_process_of_a_run_says_what_it_is(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(60):
+        daemon, _ = await _start(start_daemon)
+        assert (await daemon.send("hello")).ok
+        titles = set(_of_run(daemon).values())
+        assert {
+            "goondan: orchestrator secrets",
+            "goondan: fork server secrets",
+            "goondan: agent main@secrets",
+            "goondan: connector hook",
+        } <= titles
 
 
 async def test_a_chat_tool_keeps_its_token_once_the_variable_is_gone(
