@@ -1,8 +1,8 @@
 """Finding 5 of the security review, secrets, performed against a real daemon the way it was
 found (tests/fixtures/secrets): a chat token named by the telegram tool's `tokenEnv` showed up
 in a bash tool's `env` output, the reply and base.jsonl; the model key could be read from
-/proc/<agent pid>/environ; and the webhook's port, read from the environment, was masked in
-every tool output as `***`.
+/proc/<agent pid>/environ; the model key written to stderr in pieces reached the agent's log;
+and the webhook's port, read from the environment, was masked in every tool output as `***`.
 
 Each test fails without its fix; the unit tests beside the code cover the mechanisms."""
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 from pathlib import Path
 
 import psutil
@@ -108,6 +109,25 @@ async def test_an_environment_value_that_is_no_credential_is_not_masked(
         text = str(reply.result)
         assert f"HOOK_PORT={port}" in text and f"port={port}" in text
         assert "***" not in text
+
+
+async def test_a_token_written_to_stderr_in_pieces_is_masked_in_the_log(
+    start_daemon: StartDaemon,
+) -> None:
+    """Two `sys.stderr.write` calls, two `os.write(2, ...)` calls that split the key, and a
+    process that writes it after the agent exited: the log has `***`, never the key, and the
+    port (no credential) as it is."""
+    async with asyncio.timeout(60):
+        daemon, port = await _start(start_daemon)
+        reply = await daemon.send("leak")
+        assert reply.ok, reply.error
+        daemon.signal(signal.SIGTERM)  # the daemon drains every pipe before it exits
+        assert await daemon.wait() == 0
+    log = StateLayout.from_env().process_log("secrets", "main", "secrets").read_text()
+    assert MODEL_KEY not in log and MODEL_KEY[: len(MODEL_KEY) // 2] not in log
+    lines = {line.split(" ", 1)[0]: line for line in log.splitlines() if line.startswith("leak-")}
+    assert set(lines) == {"leak-a", "leak-b", "leak-c"}
+    assert sorted(lines.values()) == [f"leak-{c} *** port={port}" for c in "abc"]
 
 
 async def test_each_process_of_a_run_says_what_it_is(start_daemon: StartDaemon) -> None:
