@@ -194,4 +194,5 @@ def _tool_calls(
         logger=logger,
         runtime=req.agents if req.agents is not None else NotConnectedRuntime(),
         secret_values=req.bundle.secret_values,
+        limits=resolve.limits(req.bundle, req.agent),
     )

@@ -24,7 +24,8 @@ import setproctitle
 import structlog
 import uvloop
 
-from agent_process import deferred, logs, secretenv
+from agent_process import deferred, logs, resolve, secretenv
+from agent_process import limits as agent_limits
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
@@ -106,6 +107,8 @@ async def runtime_factory(launch: ChildLaunch, bridge: Bridge) -> TurnRunner:
                 suggestion="fix the bundle (goondan validate), then `goondan restart`",
             )
         ) from exc
+    # Agent.spec.limits hold for everything this process loads and starts from here on
+    agent_limits.apply(resolve.limits(bundle, launch.process.name), launch.settings.cgroup)
     redact.install(bundle.secret_values)  # from here on, logs and stdout/stderr mask them
     runtime = await create_runtime(launch, bridge, bundle)
     # the model client, tools and MCP servers hold what they need: no subprocess inherits it

@@ -14,13 +14,18 @@ import inspect
 import json
 from typing import Any
 
+from agent_process.limits import as_limit_error
 from agent_process.registry import ToolEntry
 from agent_process.results import ToolResult, ok_result, result_from_exception
+from bundles.limits import NO_LIMITS, Limits
 from bundles.sdk import ToolContext, ToolFailed
 from protocol.errors import ErrorCode
 
 
-async def execute(entry: ToolEntry, ctx: ToolContext, args: Any) -> ToolResult:
+async def execute(
+    entry: ToolEntry, ctx: ToolContext, args: Any, limits: Limits = NO_LIMITS
+) -> ToolResult:
+    """The handler's result as data; `limits` (the agent's) say which failures are breaches."""
     try:
         if entry.validator is not None:
             entry.validator.validate(args)
@@ -28,8 +33,8 @@ async def execute(entry: ToolEntry, ctx: ToolContext, args: Any) -> ToolResult:
         return _as_result(value)
     except UnicodeEncodeError as exc:
         return result_from_exception(_unencodable(entry, args, exc), entry.error_message_limit)
-    except Exception as exc:
-        return result_from_exception(exc, entry.error_message_limit)
+    except Exception as exc:  # a breach of Agent.spec.limits is E_AGENT_LIMIT
+        return result_from_exception(as_limit_error(exc, limits), entry.error_message_limit)
 
 
 def _unencodable(entry: ToolEntry, args: Any, exc: UnicodeEncodeError) -> Exception:

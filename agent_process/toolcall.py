@@ -30,6 +30,7 @@ from agent_process.results import (
     result_from_exception,
 )
 from agent_process.telemetry import EventBus, RuntimeEvent
+from bundles.limits import NO_LIMITS, Limits
 from bundles.sdk import AgentsRuntime, MiddlewareError
 from protocol.errors import ErrorCode
 
@@ -57,6 +58,7 @@ class ToolCallRunner:
         runtime: AgentsRuntime,
         secret_values: frozenset[str],
         deferred_hook: DeferredHook = reject_deferred,
+        limits: Limits = NO_LIMITS,
     ) -> None:
         self._registry = registry
         self._pipelines = pipelines
@@ -66,6 +68,7 @@ class ToolCallRunner:
         self._runtime = runtime
         self._secret_values = secret_values
         self.deferred_hook = deferred_hook
+        self._limits = limits
 
     def idempotent(self, name: str) -> bool:
         """Whether a call of `name` cut by a crash may simply run again."""
@@ -111,7 +114,7 @@ class ToolCallRunner:
             )
         token = CURRENT_SPAN.set(ctx.span)  # an `agents` call made here is this span's child
         try:
-            result = await execute(entry, self._tool_context(entry, ctx), ctx.args)
+            result = await execute(entry, self._tool_context(entry, ctx), ctx.args, self._limits)
         finally:
             CURRENT_SPAN.reset(token)
         if result.deferred is not None:

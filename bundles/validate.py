@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bundles import credentials, kindchecks
+from bundles import credentials, kindchecks, limits
 from bundles.credentials import Setting
 from bundles.diagnostics import Collector, FieldPath
 from bundles.kinds import (
@@ -163,6 +163,11 @@ class Checks:
                 file_inside(res.root, spec.prompt.system_ref, what="systemRef")
             except PathProblem as problem:
                 self.rep.failure(res, ("spec", "prompt", "systemRef"), problem)
+        for field, message in limits.problems(spec.limits):
+            self.rep.error(
+                res, ("spec", "limits", field), ErrorCode.E_CONFIG_SCHEMA_INVALID, message,
+                "fix the value or remove it (unset limits are not applied)",
+            )  # fmt: skip
 
     def _swarm(self, res: Resource[SwarmSpec]) -> None:
         spec = res.spec
