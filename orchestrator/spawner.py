@@ -29,6 +29,7 @@ from typing import Protocol
 import msgspec
 import structlog
 
+from orchestrator import cgroups
 from orchestrator.childlog import ChildOutputs
 from orchestrator.forkserver import (
     MAX_DATAGRAM,
@@ -150,10 +151,21 @@ class ColdSpawner:
         module: str = "agent_process",
         python: str = sys.executable,
         outputs: ChildOutputs | None = None,
+        cgroup: Path | None = None,
     ) -> None:
         self.module = module
         self.python = python
         self.outputs = outputs if outputs is not None else ChildOutputs()
+        self.cgroup = cgroup
+        """The parent of the agents' cgroups: an exited child's cgroup is removed."""
+
+    def watch(self, pid: int, pidfd: int, *, reap: bool) -> ChildHandle:
+        """The handle of a started child; its cgroup goes when it does."""
+        handle = ChildHandle(pid, pidfd, reap=reap)
+        parent = self.cgroup
+        if parent is not None:
+            handle.exited.add_done_callback(lambda _f: cgroups.remove(parent, pid))
+        return handle
 
     async def spawn(self, spec: ChildSpec) -> ChildHandle:
         # we are its parent: it exits at once if we died before its parent-death signal
@@ -183,7 +195,7 @@ class ColdSpawner:
         finally:
             os.close(log_fd)
             os.close(launch_in)
-        return ChildHandle(pid, os.pidfd_open(pid), reap=True)
+        return self.watch(pid, os.pidfd_open(pid), reap=True)
 
     async def close(self) -> None:
         await self.outputs.close()
@@ -236,7 +248,7 @@ class ForkServerSpawner:
         finally:
             os.close(output_fd)  # the server has its own copy now, or there is no child
         pid, pidfd = await fut
-        handle = ChildHandle(pid, pidfd, reap=False)
+        handle = self.fallback.watch(pid, pidfd, reap=False)
         self._children[pid] = handle
         handle.status.add_done_callback(lambda _f: self._children.pop(pid, None))
         return handle
