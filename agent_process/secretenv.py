@@ -35,12 +35,25 @@ def tool_config(bundle: Bundle, config: Mapping[str, Any], state_root: Path) -> 
     return credentials.resolve_settings(config, lookup)
 
 
+_KEEP = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TZ", "TMPDIR", "PWD",
+     "PYTHONPATH", "VIRTUAL_ENV"}
+)  # fmt: skip
+"""What the process itself needs to run and find programs: a weak secret (`test1234`) that
+happens to be part of a path does not make PATH a credential."""
+
+
 def drop_secret_variables(
     secrets: Collection[str], environ: MutableMapping[str, str] = os.environ
 ) -> list[str]:
-    """Remove every variable whose value holds a secret; returns their names (never values)."""
+    """Remove every variable whose value holds a secret (but PATH, HOME, LANG, LC_* and the
+    like); returns their names (never values)."""
     real = [s for s in secrets if len(s) >= MIN_SECRET_LEN]
-    names = [name for name, value in environ.items() if any(s in value for s in real)]
+    names = [
+        name
+        for name, value in environ.items()
+        if name not in _KEEP and not name.startswith("LC_") and any(s in value for s in real)
+    ]
     for name in names:
         del environ[name]
     return sorted(names)
