@@ -76,6 +76,11 @@ async def test_a_chat_token_named_by_token_env_is_kept_from_tools(
         history = StateLayout.from_env().instance_paths("secrets", "secrets", "main").base_jsonl
         for secret in SECRETS:
             assert secret not in history.read_text()
+        # a subprocess any tool starts (not only bash, which scrubs) inherits neither
+        inherited = str((await daemon.send("subenv")).result)
+        assert "PATH=" in inherited
+        for secret in SECRETS:
+            assert secret not in inherited
 
 
 @pytest.mark.parametrize("env", MODES)
