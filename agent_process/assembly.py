@@ -7,13 +7,13 @@ built once every source has registered, and the conversation log is replayed las
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from agent_process import resolve
+from agent_process import resolve, secretenv
 from agent_process.catalog import CatalogBuilder
 from agent_process.context import NotConnectedRuntime, agent_logger
 from agent_process.extensions import ExtensionHandle, load_extension
@@ -28,7 +28,7 @@ from agent_process.telemetry import EventBus
 from agent_process.tool_loader import load_tool_resource
 from agent_process.toolcall import ToolCallRunner
 from agent_process.turn import TurnDeps, TurnEngine
-from bundles.kinds import AgentSpec
+from bundles.kinds import AgentSpec, ToolSpec
 from bundles.model import Bundle, Resource
 from bundles.sdk import AgentsRuntime
 from protocol.endpoints import InstancePaths, StateLayout
@@ -85,7 +85,7 @@ async def assemble(req: StartRequest) -> Parts:
     """
     agent = resolve.agent(req.bundle, req.agent)
     tools = resolve.tools(req.bundle, agent)
-    tool_entries = [list(load_tool_resource(t)) for t in tools]
+    tool_entries = [_with_credentials(req, t, list(load_tool_resource(t))) for t in tools]
     servers: list[Resource[Any]] = [*tools, *resolve.extensions(req.bundle, agent)]
     mcp = await McpBridge.start(req.bundle, servers, state_root=req.layout.root)
     try:
@@ -95,6 +95,17 @@ async def assemble(req: StartRequest) -> Parts:
     except BaseException:
         await mcp.close()
         raise
+
+
+def _with_credentials(
+    req: StartRequest, tool: Resource[ToolSpec], entries: list[ToolEntry]
+) -> list[ToolEntry]:
+    """The Tool's credentials are read now, once (`secretenv.tool_config`); entries whose config
+    has none stay the very objects the fork server built."""
+    config = secretenv.tool_config(req.bundle, tool.spec.config, req.layout.root)
+    if config is tool.spec.config:
+        return entries
+    return [replace(entry, config=dict(config)) for entry in entries]
 
 
 async def _assemble(
@@ -189,4 +200,5 @@ def _tool_calls(
         runtime=req.agents if req.agents is not None else NotConnectedRuntime(),
         secret_values=req.bundle.secret_values,
         default_timeout_ms=resolve.swarm_policy(req.bundle, req.swarm).tools.default_timeout_ms,
+        limits=resolve.limits(req.bundle, req.agent),
     )

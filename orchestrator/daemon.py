@@ -27,7 +27,7 @@ import zmq.asyncio
 
 from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
-from orchestrator import forkserver, logs, reload, rundir, runpointer, systemd
+from orchestrator import cgroups, forkserver, logs, proctitle, reload, rundir, runpointer, systemd
 from orchestrator.accept import Acceptor
 from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AgentsService
@@ -91,7 +91,9 @@ def _version() -> str:
         return "0+unknown"
 
 
-def launch_settings(opts: DaemonOptions, settings: Settings, endpoint: str) -> LaunchSettings:
+def launch_settings(
+    opts: DaemonOptions, settings: Settings, endpoint: str, cgroup: Path | None = None
+) -> LaunchSettings:
     """What every child of this run is started with (the fork server's warm-up too)."""
     return LaunchSettings(
         endpoint=endpoint,
@@ -102,6 +104,7 @@ def launch_settings(opts: DaemonOptions, settings: Settings, endpoint: str) -> L
         heartbeat_interval=settings.heartbeat_interval,
         heartbeat_timeout=settings.heartbeat_timeout,
         max_frame_bytes=settings.max_frame_bytes,
+        cgroup=str(cgroup) if cgroup is not None else "",
     )
 
 
@@ -115,6 +118,9 @@ def _raise_fd_limit() -> None:
 def run(opts: DaemonOptions) -> int:
     """Start the daemon in the foreground; return its exit code. Raises AlreadyRunning."""
     _raise_fd_limit()
+    # before the fork server and any thread: /proc/<pid>/environ of the daemon and of every
+    # process forked from it no longer shows the variables (API keys) it was started with
+    proctitle.set_title(proctitle.orchestrator(opts.swarm.name))
     # before the fork server exists: children must not inherit systemd's NOTIFY_SOCKET
     notifier = systemd.Notifier.from_env(unset_environment=True)
     settings = Settings.from_policy(opts.swarm.spec.policy)
@@ -127,14 +133,22 @@ def run(opts: DaemonOptions) -> int:
         quiet=opts.quiet,
         secrets=opts.bundle.secret_values,
     )
+    # where agents get cgroups with their limits: before the fork server, which is forked into it
+    cgroup = cgroups.prepare()
     server = None
     if settings.spawn_mode is SpawnMode.FORKSERVER:
-        context = {"bundle": opts.bundle, "launch": launch_settings(opts, settings, endpoints[0])}
-        server = start_fork_server(ENTRY, close_fds=(lock.fileno(),), context=context)
+        launch = launch_settings(opts, settings, endpoints[0], cgroup)
+        context = {"bundle": opts.bundle, "launch": launch}
+        server = start_fork_server(
+            ENTRY,
+            close_fds=(lock.fileno(),),
+            context=context,
+            title=proctitle.fork_server(opts.swarm.name),
+        )
     import uvloop
 
     try:
-        return uvloop.run(Daemon(opts, settings, server, endpoints, notifier).main())
+        return uvloop.run(Daemon(opts, settings, server, endpoints, notifier, cgroup).main())
     finally:
         runpointer.remove(opts.layout, opts.swarm.name)
         rundir.release(paths, lock)
@@ -150,8 +164,11 @@ class Daemon:
         server: ForkServerProcess | None,
         endpoints: tuple[str, str],
         notifier: systemd.Notifier | None = None,
+        cgroup: Path | None = None,
     ) -> None:
         self.notifier = notifier or systemd.Notifier(None)
+        self.cgroup = cgroup
+        """The parent of the agents' cgroups (`orchestrator/cgroups.py`), when there is one."""
         self.opts = opts
         self.settings = settings
         self.server = server
@@ -164,7 +181,7 @@ class Daemon:
         self.events.put_nowait(why)
 
     def _spawner(self) -> Spawner:
-        cold = ColdSpawner(CHILD_MODULE)
+        cold = ColdSpawner(CHILD_MODULE, cgroup=self.cgroup)
         if self.server is None:
             return cold
         spawner = ForkServerSpawner(self.server, cold)
@@ -201,7 +218,8 @@ class Daemon:
         rundir.secure_socket(self.paths.agents_sock)
         supervisor = Supervisor(table=table, router=router, spawner=spawner,
                                 settings=self.settings,
-                                launch=launch_settings(opts, self.settings, self.endpoints[0]),
+                                launch=launch_settings(opts, self.settings, self.endpoints[0],
+                                                       self.cgroup),
                                 layout=opts.layout, swarm=swarm)  # fmt: skip
         acceptor = Acceptor(journal, router.submit)
         connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
