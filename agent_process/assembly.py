@@ -7,18 +7,19 @@ built once every source has registered, and the conversation log is replayed las
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from agent_process import resolve
+from agent_process import resolve, secretenv
 from agent_process.catalog import CatalogBuilder
 from agent_process.context import NotConnectedRuntime, agent_logger
 from agent_process.extensions import ExtensionHandle, load_extension
 from agent_process.inbox import Inbox
 from agent_process.mcp import McpBridge
+from agent_process.meter import Meter
 from agent_process.models import Model, create_model
 from agent_process.pipeline import Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
@@ -27,7 +28,7 @@ from agent_process.telemetry import EventBus
 from agent_process.tool_loader import load_tool_resource
 from agent_process.toolcall import ToolCallRunner
 from agent_process.turn import TurnDeps, TurnEngine
-from bundles.kinds import AgentSpec
+from bundles.kinds import AgentSpec, ToolSpec
 from bundles.model import Bundle, Resource
 from bundles.sdk import AgentsRuntime
 from protocol.endpoints import InstancePaths, StateLayout
@@ -66,6 +67,7 @@ class Parts:
     paths: InstancePaths
     tool_calls: ToolCallRunner
     mcp: McpBridge
+    meter: Meter
 
 
 def save_states(extensions: list[ExtensionHandle]) -> None:
@@ -83,7 +85,7 @@ async def assemble(req: StartRequest) -> Parts:
     """
     agent = resolve.agent(req.bundle, req.agent)
     tools = resolve.tools(req.bundle, agent)
-    tool_entries = [list(load_tool_resource(t)) for t in tools]
+    tool_entries = [_with_credentials(req, t, list(load_tool_resource(t))) for t in tools]
     servers: list[Resource[Any]] = [*tools, *resolve.extensions(req.bundle, agent)]
     mcp = await McpBridge.start(req.bundle, servers, state_root=req.layout.root)
     try:
@@ -93,6 +95,17 @@ async def assemble(req: StartRequest) -> Parts:
     except BaseException:
         await mcp.close()
         raise
+
+
+def _with_credentials(
+    req: StartRequest, tool: Resource[ToolSpec], entries: list[ToolEntry]
+) -> list[ToolEntry]:
+    """The Tool's credentials are read now, once (`secretenv.tool_config`); entries whose config
+    has none stay the very objects the fork server built."""
+    config = secretenv.tool_config(req.bundle, tool.spec.config, req.layout.root)
+    if config is tool.spec.config:
+        return entries
+    return [replace(entry, config=dict(config)) for entry in entries]
 
 
 async def _assemble(
@@ -120,6 +133,9 @@ async def _assemble(
     except BaseException:
         bus.close()
         raise
+    meter = Meter(model_res.spec.model)
+    if req.sink is None:  # the fork server's rehearsal reports to no daemon
+        bus.meter = meter.observe
     store = ConversationStore(paths.messages_dir, sink=req.sink)
     store.open()
     tool_calls = _tool_calls(req, registry, pipelines, bus, logger)
@@ -141,7 +157,7 @@ async def _assemble(
             agents=req.agents,
         )
     )
-    return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls, mcp)
+    return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls, mcp, meter)
 
 
 def _turn_end(store: ConversationStore, extensions: list[ExtensionHandle], bus: EventBus) -> None:
@@ -184,4 +200,5 @@ def _tool_calls(
         runtime=req.agents if req.agents is not None else NotConnectedRuntime(),
         secret_values=req.bundle.secret_values,
         default_timeout_ms=resolve.swarm_policy(req.bundle, req.swarm).tools.default_timeout_ms,
+        limits=resolve.limits(req.bundle, req.agent),
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from agent_process.messages import ToolCall
+from protocol.conversation import ToolCall
 from protocol.events import AgentEvent
 from protocol.stream import DeltaKind, StreamDelta
 

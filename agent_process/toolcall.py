@@ -18,7 +18,6 @@ from agent_process.bridge import CURRENT_SPAN
 from agent_process.context import ToolCallContext
 from agent_process.contexts import StepContext, ToolCallMwContext
 from agent_process.executor import execute
-from agent_process.messages import Message, ToolCall
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
 from agent_process.results import (
@@ -30,7 +29,9 @@ from agent_process.results import (
     result_from_exception,
 )
 from agent_process.telemetry import EventBus, RuntimeEvent
+from bundles.limits import NO_LIMITS, Limits
 from bundles.sdk import AgentsRuntime, MiddlewareError
+from protocol.conversation import Message, ToolCall
 from protocol.errors import ErrorCode
 
 DeferredHook = Callable[[ToolCallMwContext, DeferredRequest], Awaitable[ToolResult]]
@@ -58,6 +59,7 @@ class ToolCallRunner:
         secret_values: frozenset[str],
         deferred_hook: DeferredHook = reject_deferred,
         default_timeout_ms: int | None = None,
+        limits: Limits = NO_LIMITS,
     ) -> None:
         self._registry = registry
         self._pipelines = pipelines
@@ -68,6 +70,7 @@ class ToolCallRunner:
         self._secret_values = secret_values
         self.deferred_hook = deferred_hook
         self._default_timeout_ms = default_timeout_ms
+        self._limits = limits
 
     def idempotent(self, name: str) -> bool:
         """Whether a call of `name` cut by a crash may simply run again."""
@@ -121,9 +124,8 @@ class ToolCallRunner:
             )
         token = CURRENT_SPAN.set(ctx.span)  # an `agents` call made here is this span's child
         try:
-            result = await execute(
-                entry, self._tool_context(entry, ctx), ctx.args, self._default_timeout_ms
-            )
+            result = await execute(entry, self._tool_context(entry, ctx), ctx.args,
+                                   self._default_timeout_ms, self._limits)  # fmt: skip
         finally:
             CURRENT_SPAN.reset(token)
         if result.deferred is not None:
