@@ -130,13 +130,13 @@ class Router:
         self.endpoint = endpoint
         self.mailboxes: dict[Address, Mailbox] = {}
         self.book = RequestBook()
-        self.deltas = DeltaRoutes(self.book, self.ready, self.send, self._address)
-        """Turns' `delta` frames to whoever waits for their reply (ARCHITECTURE.md §4)."""
         self.stats = Stats()
         # routing ids and addresses repeat: parse each once (only what parses is cached)
         self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_routing_id)
         self.address = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_address)
         """Parse an address (cached); raise ProtocolError."""
+        self.deltas = DeltaRoutes(self.book, self.ready, self.send, self.address)
+        """Turns' `delta` frames to whoever waits for their reply (ARCHITECTURE.md §4)."""
         self._services: Services | None = None
 
     def attach(self, services: Services) -> None:
@@ -163,9 +163,6 @@ class Router:
         async with asyncio.TaskGroup() as group:
             group.create_task(self.peers.run())
             await self.wire.serve(self._on_frames)
-
-    def _address(self, text: str) -> Address:
-        return self.address(text)
 
     def _spawned(self, pid: int) -> bool:
         """Whether `pid` is one of our children (a foreign peer dropped is worth a line)."""

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import zmq
 import zmq.asyncio
 
@@ -152,8 +153,11 @@ async def test_a_client_gone_mid_stream_leaves_the_turn_to_finish(
             "transition", since=mark, process=f"{WRITER}:1", source="processing", target="idle"
         )
         assert assistant_texts() == ["one two three"]
-        reply = await daemon.send("after")
-        assert reply.ok and reply.result["input"] == "echo: after"
+        async with control(daemon) as (sock, endpoint):  # a client that does not ask: no deltas
+            plain = msgspec.structs.replace(streaming("after"), stream=False)
+            await sock.send(encode(with_token(plain, endpoint)))
+            reply = decode_control_reply(await sock.recv())
+        assert not reply.interim and reply.ok and reply.result["input"] == "echo: after"
 
         async with control(daemon) as (sock, endpoint):  # a stream needs a waiting client
             await sock.send(encode(with_token(streaming("x", wait=False), endpoint)))
