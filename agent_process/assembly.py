@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 from agent_process import resolve
+from agent_process.approvals import Approval, approvals_of
 from agent_process.catalog import CatalogBuilder
 from agent_process.context import NotConnectedRuntime, agent_logger
 from agent_process.extensions import ExtensionHandle, load_extension
@@ -89,7 +90,7 @@ async def assemble(req: StartRequest) -> Parts:
     try:
         for entries, tool in zip(tool_entries, tools, strict=True):
             entries.extend(mcp.entries("Tool", tool.name))
-        return await _assemble(req, agent, tool_entries, mcp)
+        return await _assemble(req, agent, tool_entries, mcp, approvals_of(tools))
     except BaseException:
         await mcp.close()
         raise
@@ -100,6 +101,7 @@ async def _assemble(
     agent: Resource[AgentSpec],
     tool_entries: list[list[ToolEntry]],
     mcp: McpBridge,
+    approval_rules: dict[str, Approval],
 ) -> Parts:
     paths = req.paths
     for directory in (paths.messages_dir, paths.extensions_dir) if req.sink is None else ():
@@ -122,7 +124,7 @@ async def _assemble(
         raise
     store = ConversationStore(paths.messages_dir, sink=req.sink)
     store.open()
-    tool_calls = _tool_calls(req, registry, pipelines, bus, logger)
+    tool_calls = _tool_calls(req, registry, pipelines, bus, logger, approval_rules)
     engine = TurnEngine(
         TurnDeps(
             agent_name=req.agent,
@@ -170,7 +172,12 @@ async def _load_extensions(
 
 
 def _tool_calls(
-    req: StartRequest, registry: ToolRegistry, pipelines: Pipelines, bus: EventBus, logger: Any
+    req: StartRequest,
+    registry: ToolRegistry,
+    pipelines: Pipelines,
+    bus: EventBus,
+    logger: Any,
+    approval_rules: dict[str, Approval],
 ) -> ToolCallRunner:
     workdir = req.workdir if req.workdir is not None else req.paths.workdir
     if req.sink is None:
@@ -184,4 +191,5 @@ def _tool_calls(
         runtime=req.agents if req.agents is not None else NotConnectedRuntime(),
         secret_values=req.bundle.secret_values,
         default_timeout_ms=resolve.swarm_policy(req.bundle, req.swarm).tools.default_timeout_ms,
+        approval_rules=approval_rules,
     )

@@ -250,6 +250,17 @@ class DeferredSpec(_Spec):
     ttl_seconds: float | None = None
 
 
+class ApprovalSpec(_Spec):
+    """`approval: {when, message, ttlSeconds}` on an export: a person must approve a call
+    before it runs (ARCHITECTURE.md §10). `when` is a JSON Schema over the call's arguments:
+    only calls whose arguments match it need approval (absent: every call)."""
+
+    when: dict[str, Any] | None = None
+    message: str | None = None
+    ttl_seconds: float | None = None
+    """How long the call waits for the decision (default: the Swarm's deferredTtlSeconds)."""
+
+
 class ToolExport(_Spec):
     name: str
     description: str = ""
@@ -259,6 +270,9 @@ class ToolExport(_Spec):
     timeout_ms: int | None = None
     result_schema: dict[str, Any] | None = None
     deferred: DeferredSpec | None = None
+    approval: Literal["required"] | ApprovalSpec | None = None
+    """`required` or `{when, message, ttlSeconds}`: the call waits for a person's approval
+    (`goondan calls approve|deny`, the webhook's /rpc, chat buttons) before it runs."""
     idempotent: bool = False
     """Running it twice has the effect of running it once: a call cut by a crash is run again
     when its turn resumes. False (the default): the cut call gets E_AGENT_CRASHED instead."""

@@ -32,6 +32,7 @@ from orchestrator.trees import remove_tree
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
     Attach,
+    CallsDecide,
     CallsList,
     CallsResolve,
     ControlReply,
@@ -134,21 +135,32 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObje
             "deleted": [str(target)] if existed else []}  # fmt: skip
 
 
-async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
-    """`goondan calls list|resolve`: the daemon's pending deferred calls (ARCHITECTURE.md §10)."""
+CallsRequest = CallsList | CallsResolve | CallsDecide
+
+
+async def _calls(req: CallsRequest, ctx: ControlContext) -> Any:
+    """`goondan calls list|resolve|approve|deny`: the daemon's pending deferred calls
+    (ARCHITECTURE.md §10)."""
     index = ctx.deferred
     if index is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")
     if isinstance(req, CallsList):
         return {"calls": index.list()}
-    answer = answer_of(req.call_id, req.result, req.error_code, req.error_message, req.error_data)
     try:
+        if isinstance(req, CallsDecide):
+            by = req.by or "cli"
+            return await index.decide(
+                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000
+            )
+        answer = answer_of(
+            req.call_id, req.result, req.error_code, req.error_message, req.error_data
+        )
         return await index.resolve(req.call_id, answer, req.timeout_ms / 1000)
     except DeferredCallError as exc:
         raise ControlFailed(exc.code, exc.message) from None
 
 
-async def _reload_or_later(req: Reload | CallsList | CallsResolve, ctx: ControlContext) -> Any:
+async def _reload_or_later(req: Reload | CallsRequest, ctx: ControlContext) -> Any:
     if not isinstance(req, Reload):
         return await _calls(req, ctx)
     if ctx.reload is None:
@@ -190,7 +202,7 @@ async def handle(
             return {"instances": _instances(ctx)}
         case InstanceDelete():
             return await _delete_instance(ctx, req)
-        case Reload() | CallsList() | CallsResolve():
+        case Reload() | CallsList() | CallsResolve() | CallsDecide():
             return await _reload_or_later(req, ctx)
         case _:
             assert_never(req)

@@ -90,6 +90,17 @@ class CallsResolve(_Request, frozen=True, tag="calls_resolve"):
     """How long to wait for the resumed turn's reply (when the control client started it)."""
 
 
+class CallsDecide(_Request, frozen=True, tag="calls_decide"):
+    """`goondan calls approve|deny ID`: a person's decision on a `goondan.approve` call."""
+
+    call_id: str
+    approve: bool
+    message: str | None = None
+    by: str = ""
+    """Who decided (the CLI sends the OS user); recorded in the runtime events."""
+    timeout_ms: int = 120_000
+
+
 ControlRequest = (
     Ping
     | SendText
@@ -102,6 +113,7 @@ ControlRequest = (
     | InstanceDelete
     | CallsList
     | CallsResolve
+    | CallsDecide
 )
 
 CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
@@ -115,6 +127,7 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     InstanceDelete,
     CallsList,
     CallsResolve,
+    CallsDecide,
 )
 
 

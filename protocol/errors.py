@@ -118,6 +118,7 @@ class ErrorCode(StrEnum):
     E_NOT_IMPLEMENTED = "E_NOT_IMPLEMENTED"
     E_CALL_NOT_FOUND = "E_CALL_NOT_FOUND"
     E_CALL_INVALID_ANSWER = "E_CALL_INVALID_ANSWER"
+    E_CALL_NOT_APPROVAL = "E_CALL_NOT_APPROVAL"
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):

@@ -1,0 +1,49 @@
+"""Config rules of cost and human control: approvals, budgets, pricing, rate limits, fallback
+chains. Each wrong setting is a coded error at its path, with a suggestion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bundles.loader import inspect_bundle
+from protocol.errors import ErrorCode
+from tests.unit.bundles.conftest import VALID_TAIL, write_bundle
+
+E = ErrorCode
+HEAD = "apiVersion: goondan.ai/v1\n"  # each extra document starts at line 25 (after `---`)
+TOOL = "kind: Tool\nmetadata: {name: t}\nspec:\n  entry: ./tool.py\n  exports:\n    - name: run\n"
+
+
+def _errors(tmp_path: Path, doc: str) -> list[tuple[ErrorCode, str, str]]:
+    write_bundle(tmp_path, VALID_TAIL + "---\n" + HEAD + doc)
+    (tmp_path / "tool.py").write_text("handlers = {}\n")
+    found = inspect_bundle(tmp_path, packages=[]).errors
+    return [(d.code, d.path, d.suggestion or "") for d in found]
+
+
+APPROVALS = [
+    (TOOL + "      approval: yes\n", "goondan.yaml:32 spec.exports[0].approval", "expected type"),
+    (TOOL + "      approval: {when: {type: nope}}\n",
+     "goondan.yaml:32 spec.exports[0].approval.when.type", "fix the schema"),
+    (TOOL + "      approval: {ttlSeconds: 0}\n",
+     "goondan.yaml:32 spec.exports[0].approval.ttlSeconds", "seconds"),
+    (TOOL + "      approval: required\n      deferred: {method: ui.x}\n",
+     "goondan.yaml:32 spec.exports[0].approval", "remove approval"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("doc", "path", "hint"), APPROVALS)
+def test_approval_rules(tmp_path: Path, doc: str, path: str, hint: str) -> None:
+    [(code, where, suggestion)] = _errors(tmp_path, doc)
+    assert (code, where) == (E.E_CONFIG_SCHEMA_INVALID, path)
+    assert hint in suggestion
+
+
+def test_valid_approvals(tmp_path: Path) -> None:
+    doc = (
+        TOOL + "      approval: required\n    - name: pay\n      approval:\n"
+        "        when: {properties: {amount: {minimum: 100}}}\n        message: Pay?\n"
+    )
+    assert _errors(tmp_path, doc) == []
