@@ -21,6 +21,8 @@ from agent_process.extensions import ExtensionHandle, load_extension
 from agent_process.inbox import Inbox
 from agent_process.mcp import McpBridge
 from agent_process.models import Model, create_model
+from agent_process.models.fallback import FallbackChain
+from agent_process.models.governed import Governed, Meter
 from agent_process.pipeline import Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
 from agent_process.store import ConversationStore
@@ -116,9 +118,7 @@ async def _assemble(
         extensions = await _load_extensions(req, agent, pipelines, bus, logger)
         ext_entries = [[*e.tool_entries(), *mcp.entries("Extension", e.name)] for e in extensions]
         registry = ToolRegistry.build([*tool_entries, *ext_entries])
-        model_res = resolve.model(req.bundle, agent)
-        api_key = resolve.api_key(req.bundle, model_res, req.layout.root)
-        model = create_model(model_res, api_key=api_key)
+        model = _model(req, agent, bus)
     except BaseException:
         bus.close()
         raise
@@ -144,6 +144,21 @@ async def _assemble(
         )
     )
     return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls, mcp)
+
+
+def _model(req: StartRequest, agent: Resource[AgentSpec], bus: EventBus) -> Model:
+    """The agent's Model and its fallbacks, each metered by the orchestrator (models/governed.py:
+    permits when a budget or a rate limit applies, usage always)."""
+    meter = req.agents if isinstance(req.agents, Meter) else None
+    budgeted = agent.spec.policy.budget is not None
+    budgeted = budgeted or resolve.swarm_policy(req.bundle, req.swarm).budget is not None
+    links = []
+    for res in resolve.model_chain(req.bundle, agent):
+        inner = create_model(res, api_key=resolve.api_key(req.bundle, res, req.layout.root))
+        asks = budgeted or res.spec.rate_limit is not None
+        links.append(Governed(inner, resource=res.name, pricing=res.spec.pricing, meter=meter,
+                              asks=asks, record=bus.record))  # fmt: skip
+    return links[0] if len(links) == 1 else FallbackChain(links, bus.record)
 
 
 def _turn_end(store: ConversationStore, extensions: list[ExtensionHandle], bus: EventBus) -> None:

@@ -121,6 +121,22 @@ class EventBus:
             )
         )
 
+    def record(self, event_type: str, data: dict[str, Any]) -> None:
+        """A runtime event of this process's own (a model call's usage, a fallback), in the
+        current turn's trace."""
+        if not self.active:
+            return
+        self.emit(
+            RuntimeEvent(
+                type=event_type,
+                at=time.time(),
+                agent=self.agent,
+                instance_key=self.instance_key,
+                trace_id=self.current_trace_id,
+                data=data,
+            )
+        )
+
     def flush(self) -> None:
         if not self._buffer or self._fd is None:
             self._buffer.clear()

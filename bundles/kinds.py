@@ -111,6 +111,22 @@ class PackageSpec(_Spec):
 # -- Model -------------------------------------------------------------------------------
 
 
+class Pricing(_Spec):
+    """US dollars per million tokens: what a call costs (budgets, `goondan status`)."""
+
+    input_per_m_tok: float
+    output_per_m_tok: float
+    cached_input_per_m_tok: float | None = None
+    """Input tokens read from the provider's prompt cache (default: the input price)."""
+
+
+class RateLimit(_Spec):
+    """One bucket for every agent process that uses this Model, kept by the orchestrator."""
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+
+
 class ModelSpec(_Spec):
     provider: str
     """`openai`, `anthropic` or `scripted`."""
@@ -119,6 +135,11 @@ class ModelSpec(_Spec):
     api_key: ValueSource | None = None
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     capabilities: dict[str, bool] = msgspec.field(default_factory=dict)
+    pricing: Pricing | None = None
+    rate_limit: RateLimit | None = None
+    fallback: list[str | ObjectRef] = msgspec.field(default_factory=list)
+    """Models a step is retried on, in order, when this one is rate limited, overloaded,
+    fails with a 5xx or times out."""
 
 
 class ScriptToolCall(_Spec):
@@ -164,12 +185,26 @@ class Prompt(_Spec):
     system_ref: str | None = None
 
 
+class Budget(_Spec):
+    """Limits per UTC day, counted by the orchestrator across instances and restarts."""
+
+    turns_per_day: int | None = None
+    tokens_per_day: int | None = None
+    cost_usd_per_day: float | None = None
+    """Needs `pricing` on every Model the budget's agents use."""
+
+
+class AgentPolicy(_Spec):
+    budget: Budget | None = None
+
+
 class AgentSpec(_Spec):
     model_config: ModelConfig
     prompt: Prompt = msgspec.field(default_factory=Prompt)
     tools: list[RefLike] = msgspec.field(default_factory=list)
     extensions: list[RefLike] = msgspec.field(default_factory=list)
     required_tools: list[str] = msgspec.field(default_factory=list)
+    policy: AgentPolicy = msgspec.field(default_factory=AgentPolicy)
 
 
 # -- Swarm -------------------------------------------------------------------------------
@@ -230,6 +265,8 @@ class SwarmPolicy(_Spec):
     shutdown: ShutdownPolicy = msgspec.field(default_factory=ShutdownPolicy)
     restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)
     lifecycle: LifecyclePolicy = msgspec.field(default_factory=LifecyclePolicy)
+    budget: Budget | None = None
+    """The whole swarm's daily limits (every agent together)."""
 
 
 class SwarmSpec(_Spec):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bundles import kindchecks
+from bundles import costchecks, kindchecks
 from bundles.diagnostics import Collector, FieldPath
 from bundles.kinds import (
     AgentSpec,
@@ -64,6 +64,8 @@ class Checks:
         match res.kind:
             case Kind.MODEL:
                 kindchecks.check_model(self.rep, res)
+                costchecks.check_model(self.rep, res)
+                costchecks.check_fallback_refs(self.bundle, res, self._report)
             case Kind.TOOL:
                 kindchecks.check_tool(self.rep, res)
             case Kind.EXTENSION:
@@ -148,6 +150,9 @@ class Checks:
         self._ref(res, ("spec", "modelConfig", "modelRef"), spec.model_config.model_ref, Kind.MODEL)
         self._items(res, "tools", spec.tools, Kind.TOOL)
         self._items(res, "extensions", spec.extensions, Kind.EXTENSION)
+        costchecks.check_budget(
+            self.rep, self.bundle, res, ("spec", "policy", "budget"), spec.policy.budget
+        )
         if spec.prompt.system_ref is not None:
             try:
                 file_inside(res.root, spec.prompt.system_ref, what="systemRef")
@@ -173,6 +178,9 @@ class Checks:
                 + ", ".join(m.name for m in members),
             )
         self._policy(res)
+        costchecks.check_budget(
+            self.rep, self.bundle, res, ("spec", "policy", "budget"), spec.policy.budget
+        )
 
     def _policy(self, res: Resource[SwarmSpec]) -> None:
         policy = res.spec.policy

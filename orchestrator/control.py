@@ -25,6 +25,7 @@ from orchestrator import localstate, sending
 from orchestrator.accept import Acceptor
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.peers import PeerWatch, descends_from, peer_pid
+from orchestrator.permits import Permits
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
@@ -86,6 +87,8 @@ class ControlContext:
     """Re-read the bundle, restart what changed (`orchestrator.reload.Reloader.answer`)."""
     deferred: DeferredIndex | None = None
     """The pending deferred calls of `goondan calls list|resolve`."""
+    permits: Permits | None = None
+    """Today's usage against budgets and the Models' rate limits, for `goondan status`."""
 
 
 async def _status(ctx: ControlContext) -> StatusResult:
@@ -95,7 +98,10 @@ async def _status(ctx: ControlContext) -> StatusResult:
         pending.update(entry.target for entry in await acceptor.journal.pending())
     now = ctx.supervisor.clock()
     rows = [e.info(now, pending[str(e.address)]) for e in ctx.supervisor.table]
-    return StatusResult(orchestrator=ctx.info, processes=rows)
+    if ctx.permits is None:
+        return StatusResult(orchestrator=ctx.info, processes=rows)
+    usage, models = ctx.permits.budgets.rows(), ctx.permits.limits.rows()
+    return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models)
 
 
 def _instances(ctx: ControlContext) -> list[JsonObject]:
