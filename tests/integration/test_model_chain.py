@@ -72,11 +72,11 @@ async def test_anthropic_requests_carry_cache_breakpoints_and_cached_tokens_are_
 ) -> None:
     note = {"type": "tool_use", "id": "tu_1", "name": "ledger__note", "input": {"text": "x"}}
     async with asyncio.timeout(60), FakeLLMServer() as server:
+        asked = anthropic_message([note], stop="tool_use")
+        done = anthropic_message([{"type": "text", "text": "noted"}])
         server.replies = [
-            (200, with_usage(anthropic_message([note], stop="tool_use"),
-                             cache_creation_input_tokens=100)),  # fmt: skip
-            (200, with_usage(anthropic_message([{"type": "text", "text": "noted"}]),
-                             cache_read_input_tokens=100)),  # fmt: skip
+            (200, with_usage(asked, cache_creation_input_tokens=100)),
+            (200, with_usage(done, cache_read_input_tokens=100)),
         ]
         daemon = await start(start_daemon, tmp_path, server)
         reply = await daemon.send("note x", "cached")

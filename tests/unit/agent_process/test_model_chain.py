@@ -37,10 +37,11 @@ def test_what_falls_back(code: ErrorCode, status: int | None, expected: bool) ->
 
 def test_breakpoints_mark_tools_system_and_the_newest_block() -> None:
     kwargs: dict[str, Any] = {"system": "sys", "tools": [{"name": "a"}, {"name": "b"}]}
+    two = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-    ]  # fmt: skip
+        {"role": "assistant", "content": two},
+    ]
     add_breakpoints(kwargs, messages)
     assert kwargs["system"] == [
         {"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}

@@ -57,6 +57,7 @@ async def test_tallies_survive_a_restart(tmp_path: Path) -> None:
     reloaded = make(tmp_path / "u.json", clock)
     row = next(r for r in reloaded.rows() if r.name == "a")
     assert (row.turns, row.input_tokens, row.cached_input_tokens, row.cost_usd) == (1, 5, 2, 0.25)
-    assert reloaded.refusal("a", "e1") is None and next(
-        r for r in reloaded.rows() if r.name == "a"
-    ).turns == 1  # e1 was counted before the restart
+    assert (
+        reloaded.refusal("a", "e1") is None
+        and next(r for r in reloaded.rows() if r.name == "a").turns == 1
+    )  # e1 was counted before the restart
