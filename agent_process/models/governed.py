@@ -6,13 +6,15 @@ trip over the agent's socket): the answer comes when the Model's bucket has room
 E_AGENT_BUDGET_EXCEEDED, which ends the turn without calling the provider. After each call
 it reports the tokens and their price (`Model.spec.pricing`, bundles/pricing.py) with
 `model_usage`, and a provider's 429 with its `retry-after` so the shared bucket drains for
-every agent. Each call is a `model.usage` runtime event (model, tokens, cached tokens, cost).
+every agent. Each call is a `model.usage` runtime event (model, tokens, cached tokens, cost,
+and `permitMs`: how long the permit took, rate-limit waiting included).
 
 Outside a daemon (no `Meter`) the wrapper only records the runtime event.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
@@ -74,8 +76,11 @@ class Governed:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         meter = self._meter
         estimate = estimate_tokens(request) if meter is not None else 0
+        waited: JsonObject = {}
         if self._asks and meter is not None:
+            asked = time.perf_counter()
             await self._permit(meter, estimate)
+            waited["permitMs"] = round((time.perf_counter() - asked) * 1000, 4)
         try:
             response = await self.inner.complete(request)
         except ModelError as exc:
@@ -89,7 +94,7 @@ class Governed:
             response.usage.cached_input_tokens,
         )
         self._record("model.usage", {"model": self.resource, **response.usage.as_dict(),
-                                     "costUsd": round(cost, 8)})  # fmt: skip
+                                     "costUsd": round(cost, 8), **waited})  # fmt: skip
         if meter is not None:
             await meter.report(self._usage_args(meter, response.usage, estimate, cost))
         return response
