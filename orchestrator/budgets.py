@@ -10,13 +10,15 @@ one turn). `refusal` says why a new event or a next step may not run: a limit of
 
 Days are UTC days: the counts start over at 00:00 UTC. The tallies live in
 `<state root>/usage/<swarm>/usage.json` (0600, replaced atomically); writes are coalesced to
-one every `SAVE_DELAY` seconds, so a daemon killed with SIGKILL may lose the last fraction of
-a second of counts (a graceful stop saves everything).
+one every `SAVE_DELAY` seconds and done in a worker thread (the loop never waits for the
+disk), so a daemon killed with SIGKILL may lose the last fraction of a second of counts (a
+graceful stop saves everything).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -102,6 +104,9 @@ class Budgets:
     ledger: Ledger = field(default_factory=Ledger)
     _recent: OrderedDict[str, None] = field(default_factory=OrderedDict)
     _save: asyncio.TimerHandle | None = None
+    _writing: asyncio.Future[None] | None = None
+    _changed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def load(self) -> None:
         """Today's tallies from the file (a file of another day, or none, starts at zero)."""
@@ -179,19 +184,40 @@ class Budgets:
     # -- persistence --------------------------------------------------------------------
 
     def _dirty(self) -> None:
-        if self._save is None:
+        self._changed = True
+        if self._save is None and self._writing is None:
             loop = asyncio.get_running_loop()
-            self._save = loop.call_later(SAVE_DELAY, self.save)
+            self._save = loop.call_later(SAVE_DELAY, self._flush)
+
+    def _snapshot(self) -> bytes:
+        self.ledger.turns = list(self._recent)
+        self._changed = False
+        return msgspec.json.encode(self.ledger)
+
+    def _flush(self) -> None:
+        """Write in a worker thread: the fsync must not stop the loop (every frame waits)."""
+        self._save = None
+        self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, self._snapshot()))
+        self._writing.add_done_callback(self._written)
+
+    def _written(self, _: asyncio.Future[None]) -> None:
+        self._writing = None
+        if self._changed:
+            self._dirty()
+
+    def _write(self, data: bytes) -> None:
+        try:
+            with self._lock:  # the worker's write and a shutdown's share one temp file
+                write_atomic(self.path, data)
+        except OSError as exc:
+            log.error("usage_file_not_saved", path=str(self.path), error=str(exc))
 
     def save(self) -> None:
+        """Write now, on this thread (at shutdown, and in tests)."""
         if self._save is not None:
             self._save.cancel()
             self._save = None
-        self.ledger.turns = list(self._recent)
-        try:
-            write_atomic(self.path, msgspec.json.encode(self.ledger))
-        except OSError as exc:
-            log.error("usage_file_not_saved", path=str(self.path), error=str(exc))
+        self._write(self._snapshot())
 
 
 def _refused(
