@@ -110,16 +110,7 @@ class EventBus:
 
     def emit_custom(self, event_type: str, data: dict[str, Any] | None, *, owner: str) -> None:
         """An event emitted by an extension (`api.events.emit`)."""
-        self.emit(
-            RuntimeEvent(
-                type=event_type,
-                at=time.time(),
-                agent=self.agent,
-                instance_key=self.instance_key,
-                trace_id=self.current_trace_id,
-                data={"extension": owner, **(data or {})},
-            )
-        )
+        self.record(event_type, {"extension": owner, **(data or {})})
 
     def record(self, event_type: str, data: dict[str, Any]) -> None:
         """A runtime event of this process's own (a model call's usage, a fallback), in the

@@ -12,25 +12,16 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-import socket
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, Daemon, run_cli
+from tests.integration.test_deferred import calls_list, defer, free_port, post
 
 BUNDLE = REPO / "tests" / "fixtures" / "approvals"
 SWARM = "approvals"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def start(start_daemon: StartDaemon, port: int | None = None) -> Daemon:
@@ -55,18 +46,9 @@ def approval_events(key: str = SWARM) -> list[dict[str, Any]]:
 
 async def ask(daemon: Daemon, text: str) -> dict[str, Any]:
     """Start a turn whose tool needs approval; the JSON-RPC request the client got."""
-    reply = await daemon.send(text)
-    assert reply.ok, reply.error
-    request: dict[str, Any] = reply.result["metadata"]["deferred"]
+    request = await defer(daemon, text)
     assert request["method"] == "goondan.approve"
     return request
-
-
-async def calls_list() -> list[dict[str, Any]]:
-    code, out, err = await run_cli("calls", "list", "--json")
-    assert code == 0, err
-    calls: list[dict[str, Any]] = json.loads(out)
-    return calls
 
 
 async def test_approve_runs_the_tool_and_the_turn_resumes(start_daemon: StartDaemon) -> None:
@@ -163,13 +145,6 @@ async def test_approve_refuses_a_call_that_is_not_an_approval(start_daemon: Star
         assert code == 1 and "E_CALL_NOT_APPROVAL" in err
         code, _, err = await run_cli("calls", "deny", "no-such-call")
         assert code == 1 and "E_CALL_NOT_FOUND" in err
-
-
-async def post(url: str, body: Any) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=30) as client:
-        return await client.post(
-            url, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
 
 
 async def test_webhook_client_approves_on_post_rpc(start_daemon: StartDaemon) -> None:
