@@ -16,6 +16,7 @@ budget. An agent whose Model has no rate limit and who has no budget only report
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 
@@ -36,9 +37,16 @@ PERMIT_OPS = frozenset({CallOp.MODEL_PERMIT, CallOp.MODEL_USAGE})
 log = structlog.get_logger("goondan.permits")
 
 
+MAX_REPORTED = 1e12
+"""A frame's number past this (or not finite, or negative) is garbage, counted as 0."""
+
+
 def _number(args: JsonObject, key: str) -> float:
     value = args.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return 0.0
+    number = float(value)
+    return number if math.isfinite(number) and 0 <= number <= MAX_REPORTED else 0.0
 
 
 @dataclass(slots=True)
