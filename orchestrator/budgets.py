@@ -107,6 +107,8 @@ class Budgets:
     _writing: asyncio.Future[None] | None = None
     _changed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _taken: int = 0
+    _stored: int = 0
 
     def load(self) -> None:
         """Today's tallies from the file (a file of another day, or none, starts at zero)."""
@@ -189,15 +191,16 @@ class Budgets:
             loop = asyncio.get_running_loop()
             self._save = loop.call_later(SAVE_DELAY, self._flush)
 
-    def _snapshot(self) -> bytes:
+    def _snapshot(self) -> tuple[int, bytes]:
         self.ledger.turns = list(self._recent)
         self._changed = False
-        return msgspec.json.encode(self.ledger)
+        self._taken += 1
+        return self._taken, msgspec.json.encode(self.ledger)
 
     def _flush(self) -> None:
         """Write in a worker thread: the fsync must not stop the loop (every frame waits)."""
         self._save = None
-        self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, self._snapshot()))
+        self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, *self._snapshot()))
         self._writing.add_done_callback(self._written)
 
     def _written(self, _: asyncio.Future[None]) -> None:
@@ -205,10 +208,15 @@ class Budgets:
         if self._changed:
             self._dirty()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, taken: int, data: bytes) -> None:
+        """Write snapshot number `taken` unless a newer one is on disk already (a worker's
+        write that ran late must not undo the last write at shutdown)."""
         try:
             with self._lock:  # the worker's write and a shutdown's share one temp file
+                if taken <= self._stored:
+                    return
                 write_atomic(self.path, data)
+                self._stored = taken
         except OSError as exc:
             log.error("usage_file_not_saved", path=str(self.path), error=str(exc))
 
@@ -217,7 +225,7 @@ class Budgets:
         if self._save is not None:
             self._save.cancel()
             self._save = None
-        self._write(self._snapshot())
+        self._write(*self._snapshot())
 
 
 def _refused(

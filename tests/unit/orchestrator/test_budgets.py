@@ -61,3 +61,15 @@ async def test_tallies_survive_a_restart(tmp_path: Path) -> None:
         reloaded.refusal("a", "e1") is None
         and next(r for r in reloaded.rows() if r.name == "a").turns == 1
     )  # e1 was counted before the restart
+
+
+async def test_a_late_background_write_never_undoes_the_last_one(tmp_path: Path) -> None:
+    clock = [DAY + 10]
+    budgets = make(tmp_path / "u.json", clock)
+    budgets.add("a", Call(input_tokens=1))
+    early = budgets._snapshot()  # a worker's snapshot, written late
+    budgets.add("a", Call(input_tokens=1))
+    budgets.save()  # shutdown: the newest counts
+    budgets._write(*early)
+    reloaded = make(tmp_path / "u.json", clock)
+    assert next(r for r in reloaded.rows() if r.name == "a").input_tokens == 2
