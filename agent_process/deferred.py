@@ -43,7 +43,6 @@ import structlog
 
 from agent_process import approvals
 from agent_process.contexts import ToolCallMwContext
-from agent_process.messages import ToolCall
 from agent_process.results import (
     DEFAULT_ERROR_MESSAGE_LIMIT,
     DeferredRequest,
@@ -57,6 +56,7 @@ from agent_process.toolcall import DeferredHook
 from agent_process.turn import Resumed
 from bundles.kinds import ApprovalSpec, Kind
 from bundles.model import Bundle
+from protocol.conversation import ToolCall
 from protocol.durable import write_atomic
 from protocol.endpoints import path_segment
 from protocol.errors import ErrorCode, ErrorInfo

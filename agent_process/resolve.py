@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bundles import limits as bundle_limits
 from bundles import refs, values
 from bundles.diagnostics import BundleError
 from bundles.kinds import AgentSpec, ExtensionSpec, Kind, ModelSpec, SwarmPolicy, ToolSpec
+from bundles.limits import Limits
 from bundles.model import Bundle, Resource
 from protocol.errors import ErrorCode, ErrorInfo
 
@@ -47,6 +49,13 @@ def agent(bundle: Bundle, name: str) -> Resource[AgentSpec]:
             )
         )
     return found
+
+
+def limits(bundle: Bundle, name: str) -> Limits:
+    """The agent's `spec.limits` (none when it is not in the bundle: its start reports that).
+    The bundle was validated, so every size parses."""
+    found = bundle.find(Kind.AGENT, name)
+    return bundle_limits.resolved(found.spec.limits) if found is not None else Limits()
 
 
 def tools(bundle: Bundle, agent: Resource[AgentSpec]) -> list[Resource[ToolSpec]]:

@@ -20,7 +20,6 @@ from agent_process.bridge import CURRENT_SPAN
 from agent_process.context import ToolCallContext
 from agent_process.contexts import StepContext, ToolCallMwContext
 from agent_process.executor import execute
-from agent_process.messages import Message, ToolCall
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
 from agent_process.results import (
@@ -32,7 +31,9 @@ from agent_process.results import (
     result_from_exception,
 )
 from agent_process.telemetry import EventBus, RuntimeEvent
+from bundles.limits import NO_LIMITS, Limits
 from bundles.sdk import AgentsRuntime, MiddlewareError
+from protocol.conversation import Message, ToolCall
 from protocol.errors import ErrorCode
 
 DeferredHook = Callable[[ToolCallMwContext, DeferredRequest], Awaitable[ToolResult]]
@@ -61,6 +62,7 @@ class ToolCallRunner:
         deferred_hook: DeferredHook = reject_deferred,
         default_timeout_ms: int | None = None,
         approval_rules: Mapping[str, Approval] | None = None,
+        limits: Limits = NO_LIMITS,
     ) -> None:
         self._registry = registry
         self._pipelines = pipelines
@@ -72,6 +74,7 @@ class ToolCallRunner:
         self.deferred_hook = deferred_hook
         self._default_timeout_ms = default_timeout_ms
         self._approvals = dict(approval_rules or {})
+        self._limits = limits
 
     def idempotent(self, name: str) -> bool:
         """Whether a call of `name` cut by a crash may simply run again."""
@@ -125,9 +128,8 @@ class ToolCallRunner:
                 return refused
         token = CURRENT_SPAN.set(ctx.span)  # an `agents` call made here is this span's child
         try:
-            result = await execute(
-                entry, self._tool_context(entry, ctx), ctx.args, self._default_timeout_ms
-            )
+            result = await execute(entry, self._tool_context(entry, ctx), ctx.args,
+                                   self._default_timeout_ms, self._limits)  # fmt: skip
         finally:
             CURRENT_SPAN.reset(token)
         if result.deferred is not None:

@@ -37,7 +37,6 @@ import structlog
 from agent_process.catalog import CatalogBuilder, names_of
 from agent_process.contexts import StepContext, StepResult, TurnContext, TurnResult
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox
-from agent_process.messages import Message, Role, ToolCall, dangling_calls, new_message
 from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.results import ToolResult, error_result
@@ -45,6 +44,7 @@ from agent_process.store import ConversationStore
 from agent_process.telemetry import EventBus, RuntimeEvent
 from agent_process.toolcall import ToolCallRunner
 from bundles.sdk import AgentsRuntime, MiddlewareError
+from protocol.conversation import Message, Role, ToolCall, dangling_calls, new_message
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, TraceContext
 from protocol.jsontypes import JsonObject
@@ -129,7 +129,10 @@ class TurnEngine:
         )
         d.bus.current_trace_id = span.trace_id
         started = time.perf_counter()
-        self._emit("turn.started", ctx, span, data={"eventType": event.type})
+        source = event.source  # who started it: Studio's swarm graph draws the edge
+        self._emit("turn.started", ctx, span, data={"eventType": event.type,
+                                                    "source": source.name,
+                                                    "sourceKind": source.kind.value})  # fmt: skip
         if resumed is not None:
             ctx.steps = resumed.step
         core = self._turn_core
@@ -216,6 +219,7 @@ class TurnEngine:
                     "eventId": event.id,
                     "eventType": event.type,
                     "source": event.source.name,
+                    "traceId": ctx.span.trace_id,  # for readers of the files (protocol.transcript)
                 },
             )
         return await self._steps(ctx, 1)

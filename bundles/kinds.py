@@ -198,6 +198,24 @@ class AgentPolicy(_Spec):
     budget: Budget | None = None
 
 
+class AgentLimits(_Spec):
+    """What one agent process and the processes its tools start may use (`bundles.limits`,
+    applied by `agent_process.limits`); unset fields are not limited."""
+
+    memory: int | str | None = None
+    """Bytes, or a size such as "512Mi" or "2G": each process's private writable memory
+    (RLIMIT_DATA); the agent's cgroup memory.max where its cgroup is delegated."""
+    cpu_seconds: int | None = None
+    """CPU time of each process over its life (RLIMIT_CPU): past it the process is killed."""
+    open_files: int | None = None
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+    processes: int | None = None
+    """Processes and threads (RLIMIT_NPROC counts all of the user's, not the agent's alone,
+    and does not bind root); the agent cgroup's pids.max where delegated."""
+    cpus: float | None = None
+    """CPUs' worth of time per period (cgroup cpu.max), only where the cgroup is delegated."""
+
+
 class AgentSpec(_Spec):
     model_config: ModelConfig
     prompt: Prompt = msgspec.field(default_factory=Prompt)
@@ -205,6 +223,7 @@ class AgentSpec(_Spec):
     extensions: list[RefLike] = msgspec.field(default_factory=list)
     required_tools: list[str] = msgspec.field(default_factory=list)
     policy: AgentPolicy = msgspec.field(default_factory=AgentPolicy)
+    limits: AgentLimits = msgspec.field(default_factory=AgentLimits)
 
 
 # -- Swarm -------------------------------------------------------------------------------
@@ -269,11 +288,25 @@ class SwarmPolicy(_Spec):
     """The whole swarm's daily limits (every agent together)."""
 
 
+class MetricsEndpoint(_Spec):
+    """Where the daemon serves Prometheus metrics (`GET /metrics`, ARCHITECTURE.md §13)."""
+
+    port: int
+    """0 picks a free port (the daemon logs `metrics_listening` with the one it got)."""
+    host: str = "127.0.0.1"
+
+
+class Observability(_Spec):
+    metrics: MetricsEndpoint | None = None
+    """Off by default."""
+
+
 class SwarmSpec(_Spec):
     entry_agent: str | ObjectRef
     agents: list[RefLike]
     instance_key: str | None = None
     policy: SwarmPolicy = msgspec.field(default_factory=SwarmPolicy)
+    observability: Observability = msgspec.field(default_factory=Observability)
 
 
 # -- Tool --------------------------------------------------------------------------------

@@ -99,7 +99,8 @@ class ToolContext(Protocol):
 
     @property
     def secret_values(self) -> frozenset[str]:
-        """Every value resolved from a ValueSource: never hand these to child processes."""
+        """The bundle's secrets (API keys, tokens, secretRef values): never hand them to child
+        processes."""
         ...
 
 

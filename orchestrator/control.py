@@ -27,6 +27,7 @@ from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer
 from orchestrator.peers import PeerWatch, descends_from, peer_pid
 from orchestrator.permits import Permits
 from orchestrator.router import Router
+from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
 from orchestrator.trees import remove_tree
@@ -42,17 +43,19 @@ from protocol.control import (
     InstanceList,
     OrchestratorInfo,
     Ping,
+    ProcessStop,
     Reload,
     Restart,
     SendText,
     StatusQuery,
     StatusResult,
     Stop,
+    StopReport,
 )
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
-from protocol.ids import ProcessKind
+from protocol.ids import Address, ProcessKind
 from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
@@ -89,6 +92,8 @@ class ControlContext:
     """The pending deferred calls of `goondan calls list|resolve`."""
     permits: Permits | None = None
     """Today's usage against budgets and the Models' rate limits, for `goondan status`."""
+    stopped: asyncio.Future[StopReport] | None = None
+    """Set by the daemon when its drain is over (what `goondan stop` waits for)."""
 
 
 async def _status(ctx: ControlContext) -> StatusResult:
@@ -141,6 +146,17 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObje
             "deleted": [str(target)] if existed else []}  # fmt: skip
 
 
+async def _stop_process(ctx: ControlContext, req: ProcessStop) -> JsonObject:
+    """Stop one live agent process (Studio's stop button; its next event starts it again)."""
+    address = Address(kind=ProcessKind.AGENT, name=req.agent, instance_key=req.instance_key)
+    entry = ctx.supervisor.table.get(address)
+    if entry is None or not entry.live:
+        missing = f"no live process of agent {req.agent!r} instance {req.instance_key!r}"
+        raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND, missing)
+    killed = await ctx.supervisor.stop(entry, ShutdownReason.RESTART)
+    return {"stopped": [str(entry.address)], "killed": killed}
+
+
 CallsRequest = CallsList | CallsResolve | CallsDecide
 
 
@@ -186,6 +202,37 @@ async def _send(
         raise ControlFailed(exc.code, exc.message) from None
 
 
+async def _say_who_is_busy(ctx: ControlContext, agent: str | None, notify: sending.Notify) -> None:
+    """A stop waits for turns in progress: say which, and for how long at most."""
+    busy = [
+        str(e.process_id)
+        for e in ctx.supervisor.table
+        if e.status is ProcessStatus.PROCESSING and agent in (None, e.address.name)
+    ]
+    if busy:
+        grace = ctx.supervisor.settings.grace_period
+        await notify(f"waiting up to {grace:g} s for the turn of {', '.join(busy)} to end, then "
+                     "SIGKILL")  # fmt: skip
+
+
+async def _restart(ctx: ControlContext, req: Restart, notify: sending.Notify) -> JsonObject:
+    """`goondan restart` (Studio's restart button: one instance)."""
+    if req.agent is not None and req.agent not in ctx.swarm.view.members:
+        raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {req.agent!r}")
+    await _say_who_is_busy(ctx, req.agent, notify)
+    restarted = await ctx.supervisor.restart(req.agent, fresh=req.fresh,
+                                             instance_key=req.instance_key)  # fmt: skip
+    return {"restarted": restarted, "graceSeconds": ctx.supervisor.settings.grace_period}
+
+
+async def _stop(ctx: ControlContext, req: Stop, notify: sending.Notify) -> Any:
+    ctx.request_stop()
+    if req.wait and ctx.stopped is not None:
+        await _say_who_is_busy(ctx, None, notify)
+        return await asyncio.shield(ctx.stopped)
+    return {"stopping": True, "pid": ctx.info.pid}
+
+
 async def handle(
     req: ControlRequest, ctx: ControlContext, notify: sending.Notify = sending.quiet
 ) -> Any:
@@ -197,13 +244,12 @@ async def handle(
             return await _send(ctx, req, notify)
         case StatusQuery():
             return await _status(ctx)
-        case Restart(agent=agent, fresh=fresh):
-            if agent is not None and agent not in ctx.swarm.view.members:
-                raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {agent!r}")
-            return {"restarted": await ctx.supervisor.restart(agent, fresh=fresh)}
+        case Restart():
+            return await _restart(ctx, req, notify)
+        case ProcessStop():
+            return await _stop_process(ctx, req)
         case Stop():
-            ctx.request_stop()
-            return {"stopping": True, "pid": ctx.info.pid}
+            return await _stop(ctx, req, notify)
         case InstanceList():
             return {"instances": _instances(ctx)}
         case InstanceDelete():
@@ -259,6 +305,12 @@ class ControlServer:
             task = asyncio.ensure_future(self._serve(envelope, frames[-1].bytes, pid))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def finish(self, limit: float) -> None:
+        """Let the requests in flight send their replies (a stop's report, the senders of
+        kept events) before the socket closes; what still waits after `limit` s is cut."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=limit)
 
     async def _serve(self, envelope: list[bytes], data: bytes, pid: int | None) -> None:
         try:

@@ -21,6 +21,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import assert_never
 
 import structlog
@@ -68,6 +69,7 @@ from protocol.messages import (
     StartError,
     Status,
     StatusPayload,
+    TurnMetrics,
 )
 
 ID_CACHE_MAX = 4096
@@ -97,6 +99,8 @@ class Services:
     hears when a turn starts and finishes."""
     permits: Permits | None = None
     """Model-call permits and usage: budgets and shared rate limits."""
+    metrics: Callable[[ProcessEntry, TurnMetrics], None] | None = None
+    """Counter deltas of agents' turns, for the metrics endpoint (orchestrator/metrics.py)."""
 
 
 @dataclass(slots=True)
@@ -265,6 +269,8 @@ class Router:
             services.lifecycle.on_call(entry, payload)
 
     def _on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
+        if payload.metrics is not None and self.services.metrics is not None:
+            self.services.metrics(entry, payload.metrics)
         if payload.event_id is None:
             return
         box = self.mailbox(entry.address)
@@ -396,6 +402,12 @@ class Router:
                 box.mark_done(event.id)  # a queued response runs no turn: nothing to track
 
     def open_request(self, request: OpenRequest) -> None:
+        """Open (or re-open, for a resumed turn) a request. Someone already waiting for its
+        next reply (`goondan run --input` behind a client-side call) hears it too."""
+        earlier = self.book.get(request.correlation_id)
+        waiting = earlier.waiter if earlier is not None else None
+        if waiting is not None and not waiting.done() and request.waiter is not None:
+            request.waiter.add_done_callback(partial(_pass_on, waiting))
         self.book.open(request)
 
     def respond_interim(self, response: AgentEvent) -> None:
@@ -487,3 +499,8 @@ class Router:
             else:
                 self._answer_error(event, error)
         return len(events) - len(box.queue)
+
+
+def _pass_on(to: asyncio.Future[AgentEvent], done: asyncio.Future[AgentEvent]) -> None:
+    if not to.done() and not done.cancelled():
+        to.set_result(done.result())

@@ -9,6 +9,7 @@ says how to attach to it again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -154,6 +155,29 @@ async def attach(ctx: SendContext, req: Attach) -> AgentEvent | JsonObject:
     except TimeoutError:
         raise SendFailed(ErrorCode.E_AGENT_TIMEOUT, f"event {req.event_id} is still running "
                             f"after {req.timeout_ms} ms; attach again later") from None  # fmt: skip
+
+
+def pending_call(reply: AgentEvent) -> JsonObject | None:
+    """The JSON-RPC request of a client-side call, when `reply` is its interim reply."""
+    deferred = (reply.metadata or {}).get("deferred")
+    return deferred if isinstance(deferred, dict) else None
+
+
+async def follow(ctx: SendContext, interim: AgentEvent, timeout_s: float) -> AgentEvent:
+    """The next reply of a turn whose last reply was a pending client-side call: its request
+    stays open in the book until the turn ends, so a new waiter hears what comes next (the
+    final reply, or the next call)."""
+    open_ = ctx.router.book.get(interim.in_reply_to or "")
+    if open_ is None:
+        raise SendFailed(ErrorCode.E_EVENT_NOT_FOUND, "the turn's request is no longer open")
+    waiter: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+    ctx.router.book.open(dataclasses.replace(open_, waiter=waiter))
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await waiter
+    except TimeoutError:
+        raise SendFailed(ErrorCode.E_AGENT_TIMEOUT, f"no answer to the pending call within "
+                         f"{timeout_s:g} s; it stays pending on disk") from None  # fmt: skip
 
 
 def _event_of(ctx: SendContext, req: SendText) -> tuple[Address, AgentEvent]:

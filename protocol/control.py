@@ -55,6 +55,15 @@ class StatusQuery(_Request, frozen=True, tag="status"):
 class Restart(_Request, frozen=True, tag="restart"):
     agent: str | None = None
     fresh: bool = False
+    instance_key: str | None = None
+    """Only this instance of `agent` (Studio's per-row button); None: every instance."""
+
+
+class ProcessStop(_Request, frozen=True, tag="process_stop"):
+    """Stop one agent instance's process gracefully; the next event for it starts it again."""
+
+    agent: str
+    instance_key: str
 
 
 class Reload(_Request, frozen=True, tag="reload"):
@@ -62,7 +71,8 @@ class Reload(_Request, frozen=True, tag="reload"):
 
 
 class Stop(_Request, frozen=True, tag="stop"):
-    pass
+    wait: bool = False
+    """Answer after the drain with a StopReport (else at once, `{"stopping": true}`)."""
 
 
 class InstanceList(_Request, frozen=True, tag="instance_list"):
@@ -107,6 +117,7 @@ ControlRequest = (
     | Attach
     | StatusQuery
     | Restart
+    | ProcessStop
     | Reload
     | Stop
     | InstanceList
@@ -121,6 +132,7 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     SendText,
     StatusQuery,
     Restart,
+    ProcessStop,
     Reload,
     Stop,
     InstanceList,
@@ -217,3 +229,30 @@ class StatusResult(msgspec.Struct, frozen=True, kw_only=True):
     processes: list[ProcessInfo] = msgspec.field(default_factory=list)
     usage: list[UsageInfo] = msgspec.field(default_factory=list)
     models: list[ModelLimitInfo] = msgspec.field(default_factory=list)
+
+
+class StopReport(msgspec.Struct, kw_only=True):
+    """What a stop did (`goondan stop` prints it; the daemon logs it as `drained`)."""
+
+    drained: list[str] = msgspec.field(default_factory=list)
+    """Processes that finished their turn and exited on their own."""
+    killed: list[str] = msgspec.field(default_factory=list)
+    """Processes SIGKILLed: the grace period ran out, or a second signal forced the stop."""
+    kept: int = 0
+    """Queued events left open in the journal: they run after the next start."""
+    dropped: int = 0
+    """Queued events answered with E_AGENT_SHUTTING_DOWN (no journal)."""
+    grace_seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        """The human summary, one fact per line."""
+        out = [f"{len(self.drained)} process(es) drained"]
+        if self.killed:
+            out.append(f"{len(self.killed)} killed after the {self.grace_seconds:g} s grace "
+                       "period (or a forced stop): " + ", ".join(self.killed))  # fmt: skip
+        if self.kept:
+            out.append(f"{self.kept} queued event(s) kept in the journal: they run after the "
+                       "next start")  # fmt: skip
+        if self.dropped:
+            out.append(f"{self.dropped} queued event(s) dropped (the journal is off)")
+        return out

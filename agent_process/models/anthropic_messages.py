@@ -13,12 +13,12 @@ from typing import Any, cast
 
 import anthropic
 
-from agent_process.messages import Message, Role
-from agent_process.messages import ToolCall as Call
 from agent_process.models import anthropic_cache as cache
 from agent_process.models.base import ModelRequest, ModelResponse
 from agent_process.models.errors import map_provider_error
 from agent_process.models.tls import tls_context
+from protocol.conversation import Message, Role
+from protocol.conversation import ToolCall as Call
 
 CLIENT_OPTIONS = ("maxRetries", "timeoutSeconds", "maxTokens", "promptCaching")
 

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 import msgspec
 
 from agent_process.catalog import CatalogItem
-from agent_process.messages import Message, ToolCall
+from protocol.conversation import Message, ToolCall
 from protocol.errors import ErrorCode, ErrorInfo
 
 

@@ -9,7 +9,7 @@ it reports the tokens and their price (`Model.spec.pricing`, bundles/pricing.py)
 every agent. Each call is a `model.usage` runtime event (model, tokens, cached tokens, cost,
 and `permitMs`: how long the permit took, rate-limit waiting included).
 
-Outside a daemon (no `Meter`) the wrapper only records the runtime event.
+Outside a daemon (no `PermitDesk`) the wrapper only records the runtime event.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ Record = Callable[[str, JsonObject], None]
 
 
 @runtime_checkable
-class Meter(Protocol):
+class PermitDesk(Protocol):
     """The orchestrator's side, as the agent sees it (agent_process.bridge.Bridge)."""
 
     def turn_key(self) -> str | None: ...
@@ -52,7 +52,7 @@ def estimate_tokens(request: ModelRequest) -> int:
 
 
 class Governed:
-    """`Model` for one Model resource (`resource`), metered by `meter`."""
+    """`Model` for one Model resource (`resource`), metered by `desk`."""
 
     def __init__(
         self,
@@ -60,7 +60,7 @@ class Governed:
         *,
         resource: str,
         pricing: Pricing | None,
-        meter: Meter | None,
+        desk: PermitDesk | None,
         asks: bool,
         record: Record,
     ) -> None:
@@ -68,24 +68,24 @@ class Governed:
         self.name = inner.name
         self.resource = resource
         self._pricing = pricing
-        self._meter = meter
-        self._asks = asks and meter is not None
+        self._desk = desk
+        self._asks = asks and desk is not None
         """Whether a permit is needed (a budget or a rate limit applies)."""
         self._record = record
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        meter = self._meter
-        estimate = estimate_tokens(request) if meter is not None else 0
+        desk = self._desk
+        estimate = estimate_tokens(request) if desk is not None else 0
         waited: JsonObject = {}
-        if self._asks and meter is not None:
+        if self._asks and desk is not None:
             asked = time.perf_counter()
-            await self._permit(meter, estimate)
+            await self._permit(desk, estimate)
             waited["permitMs"] = round((time.perf_counter() - asked) * 1000, 4)
         try:
             response = await self.inner.complete(request)
         except ModelError as exc:
-            if meter is not None and exc.info.code == ErrorCode.E_MODEL_RATE_LIMIT:
-                await meter.report(self._usage_args(meter, Usage(), estimate, limited=exc))
+            if desk is not None and exc.info.code == ErrorCode.E_MODEL_RATE_LIMIT:
+                await desk.report(self._usage_args(desk, Usage(), estimate, limited=exc))
             raise
         cost = cost_usd(
             self._pricing,
@@ -95,14 +95,14 @@ class Governed:
         )
         self._record("model.usage", {"model": self.resource, **response.usage.as_dict(),
                                      "costUsd": round(cost, 8), **waited})  # fmt: skip
-        if meter is not None:
-            await meter.report(self._usage_args(meter, response.usage, estimate, cost))
+        if desk is not None:
+            await desk.report(self._usage_args(desk, response.usage, estimate, cost))
         return response
 
-    async def _permit(self, meter: Meter, estimate: int) -> None:
-        args: JsonObject = {"model": self.resource, "eventId": meter.turn_key(),
+    async def _permit(self, desk: PermitDesk, estimate: int) -> None:
+        args: JsonObject = {"model": self.resource, "eventId": desk.turn_key(),
                             "estimatedTokens": estimate}  # fmt: skip
-        answer = await meter.permit(args)
+        answer = await desk.permit(args)
         if answer.ok:
             return
         error = answer.error
@@ -116,7 +116,7 @@ class Governed:
 
     def _usage_args(
         self,
-        meter: Meter,
+        desk: PermitDesk,
         usage: Usage,
         estimate: int,
         cost: float = 0.0,
@@ -125,7 +125,7 @@ class Governed:
     ) -> JsonObject:
         args: JsonObject = {
             "model": self.resource,
-            "eventId": meter.turn_key(),
+            "eventId": desk.turn_key(),
             "inputTokens": usage.input_tokens,
             "outputTokens": usage.output_tokens,
             "cachedInputTokens": usage.cached_input_tokens,

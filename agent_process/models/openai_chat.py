@@ -13,10 +13,10 @@ from typing import Any
 import msgspec
 import openai
 
-from agent_process.messages import Message, Role, ToolCall
 from agent_process.models.base import ModelError, ModelRequest, ModelResponse, Usage
 from agent_process.models.errors import map_provider_error
 from agent_process.models.tls import tls_context
+from protocol.conversation import Message, Role, ToolCall
 from protocol.errors import ErrorCode
 
 CLIENT_OPTIONS = ("maxRetries", "timeoutSeconds")

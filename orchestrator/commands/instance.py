@@ -1,4 +1,7 @@
-"""`goondan instance list [--json]` and `goondan instance delete KEY [--agent A] [--yes]`.
+"""`goondan instance list [--json]`, `goondan instance show KEY [--agent A] [--json]
+[--follow]` and `goondan instance delete KEY [--agent A] [--yes]`.
+
+`show` prints the conversation from the files (orchestrator/commands/instance_show.py).
 
 `list` shows every instance directory of the swarm with the live status of its process;
 `delete` stops that instance's processes and removes its whole state: conversation, extension
@@ -36,13 +39,24 @@ class _Instance:
         delete.add_argument("instance_key", metavar="KEY")
         delete.add_argument("--agent", metavar="A", help="only this agent of the instance")
         delete.add_argument("--yes", action="store_true", help="do not ask (needed off a terminal)")
-        for action in (listing, delete):  # the common options after the action too;
+        show = sub.add_parser(
+            "show", help="print an instance's conversation (with --follow, as it grows)"
+        )
+        show.add_argument("instance_key", metavar="KEY")
+        show.add_argument("--agent", metavar="A", help="only this agent of the instance")
+        show.add_argument("--json", action="store_true", help="one JSON object per message")
+        show.add_argument("--follow", "-f", action="store_true", help="keep printing new messages")
+        for action in (listing, delete, show):  # the common options after the action too;
             # SUPPRESS keeps a value given before it (`goondan instance --swarm S list`)
             action.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS)
             action.add_argument("--swarm", metavar="S", default=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer(self.name)
+        if args.action == "show":
+            from orchestrator.commands.instance_show import show
+
+            return show(args, printer)
         if args.action == "delete" and not args.yes and not _confirmed(args):
             return EXIT_USAGE
         try:

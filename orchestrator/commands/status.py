@@ -6,7 +6,9 @@
 "costUsd", "turnsPerDay", "tokensPerDay", "costUsdPerDay", "exceeded"}, ...], "models":
 [{"name", "requestsPerMinute", "tokensPerMinute", "waiting", "blockedForSeconds", "granted"}]}`:
 today's model usage against each budget, and the Models' shared rate limits.
-Exit 0 when every process is well, 1 when one is crashed, in crashLoopBackOff or startFailed
+With several daemons running (and no --swarm, outside their bundle directories) it shows each
+one, and `--json` prints `{"swarms": [<one status each>]}`. Exit 0 when every process is well,
+1 when one is crashed, in crashLoopBackOff or startFailed
 (so a health check can run it), or when no daemon answers.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.client import ClientError, Printer, call, find_daemons, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import FAILING, StatusQuery
 from protocol.jsontypes import JsonObject
@@ -116,16 +118,22 @@ class _Status:
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer(self.name)
         try:
-            reply = call(find_daemon(args), StatusQuery(request_id=new_request_id()))
+            daemons = find_daemons(args)
+            replies = [call(info, StatusQuery(request_id=new_request_id())) for info in daemons]
         except ClientError as exc:
             printer.error(exc.error)
             return EXIT_RUNTIME
-        if not reply.ok:
+        failed = [r for r in replies if not r.ok]
+        for reply in failed:
             printer.reply_error(reply)
-            return EXIT_RUNTIME
-        print(json.dumps(reply.result, indent=2) if args.json else render(reply.result))
-        failing = [p for p in reply.result["processes"] if p["status"] in FAILING]
-        return EXIT_RUNTIME if failing else EXIT_OK
+        results = [r.result for r in replies if r.ok]
+        if args.json:
+            shown = results[0] if len(replies) == 1 else {"swarms": results}
+            print(json.dumps(shown, indent=2))
+        else:
+            print("\n\n".join(render(result) for result in results))
+        failing = [p for r in results for p in r["processes"] if p["status"] in FAILING]
+        return EXIT_RUNTIME if failing or failed else EXIT_OK
 
 
 COMMAND = _Status()

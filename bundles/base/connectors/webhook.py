@@ -49,7 +49,7 @@ STATUS_TEXT = {
     502: "Bad Gateway", 504: "Gateway Timeout",
 }  # fmt: skip
 EVENT_PATHS = ("/", "/events")
-_STATUS_OF = {"E_CONNECTOR_NO_ROUTE": 422, "E_AGENT_CAPACITY": 429}
+_STATUS_OF = {"E_CONNECTOR_NO_ROUTE": 422, "E_AGENT_CAPACITY": 429, "E_CALL_NOT_FOUND": 404}
 """HTTP status of a coded error the daemon answered with (anything else: 502)."""
 RPC_PATH = "/rpc"
 RPC_EVENT = "deferred.answer"

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent_process.messages import Role
 from agent_process.models.scripted import ScriptedModel
 from agent_process.runtime import AgentRuntime, TurnResult
 from bundles.model import Bundle, Resource
+from protocol.conversation import Role
 from protocol.endpoints import StateLayout
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 from protocol.launch import LaunchSettings

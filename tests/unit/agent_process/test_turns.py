@@ -6,7 +6,7 @@ import json
 
 import msgspec
 
-from agent_process.messages import Role
+from protocol.conversation import Role
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime, scripted, tool_results, turn
