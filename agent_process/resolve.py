@@ -79,6 +79,14 @@ def model(bundle: Bundle, agent: Resource[AgentSpec]) -> Resource[ModelSpec]:
         raise _problem(exc) from None
 
 
+def model_chain(bundle: Bundle, agent: Resource[AgentSpec]) -> list[Resource[ModelSpec]]:
+    """The agent's Model and its fallbacks, in order."""
+    try:
+        return refs.model_chain(bundle, agent)
+    except BundleError as exc:
+        raise _problem(exc) from None
+
+
 def system_prompt(bundle: Bundle, agent: Resource[AgentSpec]) -> str:
     try:
         return refs.system_prompt(bundle, agent)

@@ -334,6 +334,11 @@ class ConnectorReply(Protocol):
     def error_code(self) -> str | None: ...
     @property
     def error_message(self) -> str | None: ...
+    @property
+    def deferred(self) -> dict[str, Any] | None:
+        """The JSON-RPC request of a client-side call (or an approval, `goondan.approve`) the
+        turn stopped at; its final reply comes to whoever answers it."""
+        ...
 
 
 class ConnectorContext(Protocol):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bundles import credentials, kindchecks, limits
+from bundles import costchecks, credentials, kindchecks, limits
 from bundles.credentials import Setting
 from bundles.diagnostics import Collector, FieldPath
 from bundles.kinds import (
@@ -66,6 +66,8 @@ class Checks:
         match res.kind:
             case Kind.MODEL:
                 kindchecks.check_model(self.rep, res)
+                costchecks.check_model(self.rep, res)
+                costchecks.check_fallback_refs(self.bundle, res, self._report)
             case Kind.TOOL:
                 kindchecks.check_tool(self.rep, res)
             case Kind.EXTENSION:
@@ -158,6 +160,9 @@ class Checks:
             # problems of the resource itself are reported on it, once
             for item in _settings(overridden):
                 self._setting(overridden, item, report=False)
+        costchecks.check_budget(
+            self.rep, self.bundle, res, ("spec", "policy", "budget"), spec.policy.budget
+        )
         if spec.prompt.system_ref is not None:
             try:
                 file_inside(res.root, spec.prompt.system_ref, what="systemRef")
@@ -188,6 +193,9 @@ class Checks:
                 + ", ".join(m.name for m in members),
             )
         self._policy(res)
+        costchecks.check_budget(
+            self.rep, self.bundle, res, ("spec", "policy", "budget"), spec.policy.budget
+        )
 
     def _policy(self, res: Resource[SwarmSpec]) -> None:
         policy = res.spec.policy

@@ -31,12 +31,15 @@ from orchestrator import cgroups, forkserver, logs, proctitle, reload, rundir, r
 from orchestrator.accept import Acceptor
 from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AgentsService
+from orchestrator.budgets import Budgets
 from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.forkserver import ENTRY, ForkServerProcess, start_fork_server
 from orchestrator.journal.sqlite import SqliteJournal
 from orchestrator.observability import Metrics, MetricsUnavailable, start_metrics
+from orchestrator.permits import Permits
+from orchestrator.ratelimits import RateLimits
 from orchestrator.reconciler import Reconciler
 from orchestrator.reload import BundleSource, Reloader
 from orchestrator.router import Router, Services
@@ -82,6 +85,7 @@ class Parts:
     deferred: DeferredIndex
     reloader: Reloader
     acceptor: Acceptor
+    permits: Permits
 
 
 def _version() -> str:
@@ -225,7 +229,8 @@ class Daemon:
         connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
                                   acceptor=acceptor)  # fmt: skip
         deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
-        reloader = self._reloader(supervisor, swarm, connections.start_all)
+        permits = self._permits(router)
+        reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
         agents = self._agents_service(table, supervisor)
         router.attach(
             Services(
@@ -236,11 +241,21 @@ class Daemon:
                 deferred=deferred,
                 restart=SelfRestart(reloader, router).on_call,
                 acceptor=acceptor,
+                permits=permits,
                 metrics=metrics.registry.on_turn_metrics if metrics is not None else None,
             )
         )
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
-        return Parts(router, supervisor, swarm, connections, deferred, reloader, acceptor)
+        return Parts(router, supervisor, swarm, connections, deferred, reloader, acceptor, permits)
+
+    def _permits(self, router: Router) -> Permits:
+        """Budgets (today's tallies from disk) and the Models' shared rate limits."""
+        swarm = self.opts.swarm.name
+        budgets = Budgets(self.opts.layout.usage_file(swarm), swarm)
+        budgets.load()
+        permits = Permits(router, budgets, RateLimits())
+        permits.configure(self.opts.bundle, swarm)
+        return permits
 
     def _known(self, table: ProcessTable) -> Callable[[Address], bool]:
         """Whether an instance exists: a process in the table, or its state on disk."""
@@ -265,20 +280,25 @@ class Daemon:
         )
 
     def _reloader(
-        self, supervisor: Supervisor, swarm: CurrentSwarm, start_connectors: Callable[[], None]
+        self,
+        supervisor: Supervisor,
+        swarm: CurrentSwarm,
+        start_connectors: Callable[[], None],
+        permits: Permits,
     ) -> Reloader:
         """SIGHUP, the Reload request, --watch and self-restart: re-read the bundle, swap the
         swarm view, restart what changed, then start the connectors of new Connections."""
         opts, server = self.opts, self.server
         source = BundleSource(opts.bundle.path, opts.env_files, opts.layout.root, opts.swarm.name)
-        on_swap = None
-        if server is not None:
 
-            def on_swap() -> None:  # the fork server holds the new bundle for new children
+        def on_swap() -> None:
+            permits.configure(reloader.current.bundle, opts.swarm.name)  # budgets, rate limits
+            if server is not None:  # the fork server holds the new bundle for new children
                 forkserver.call_hook(server, ENTRY, "refresh")
 
-        return Reloader(source, opts.bundle, supervisor, swarm, notifier=self.notifier,
-                        on_swap=on_swap, after_restart=start_connectors)  # fmt: skip
+        reloader = Reloader(source, opts.bundle, supervisor, swarm, notifier=self.notifier,
+                            on_swap=on_swap, after_restart=start_connectors)  # fmt: skip
+        return reloader
 
     async def main(self) -> int:
         loop = asyncio.get_running_loop()
@@ -311,6 +331,7 @@ class Daemon:
             reload=parts.reloader.answer,
             deferred=parts.deferred,
             acceptor=parts.acceptor,
+            permits=parts.permits,
             stopped=loop.create_future(),
         )
         control = ControlServer(
@@ -352,6 +373,7 @@ class Daemon:
         zctx.term()
         await spawner.close()
         await parts.acceptor.close()
+        parts.permits.close()  # today's usage tallies to disk
         log.info("stopped", exit_code=self.exit_code)
         return self.exit_code
 

@@ -85,6 +85,7 @@ class ErrorCode(StrEnum):
     E_AGENT_INVALID_INSTANCE_KEY = "E_AGENT_INVALID_INSTANCE_KEY"
     E_AGENT_SPAWN_DENIED = "E_AGENT_SPAWN_DENIED"
     E_AGENT_CAPACITY = "E_AGENT_CAPACITY"
+    E_AGENT_BUDGET_EXCEEDED = "E_AGENT_BUDGET_EXCEEDED"
     E_AGENT_LIMIT = "E_AGENT_LIMIT"
 
     # connectors and Connection ingress
@@ -119,6 +120,7 @@ class ErrorCode(StrEnum):
     E_NOT_IMPLEMENTED = "E_NOT_IMPLEMENTED"
     E_CALL_NOT_FOUND = "E_CALL_NOT_FOUND"
     E_CALL_INVALID_ANSWER = "E_CALL_INVALID_ANSWER"
+    E_CALL_NOT_APPROVAL = "E_CALL_NOT_APPROVAL"
     E_METRICS_UNAVAILABLE = "E_METRICS_UNAVAILABLE"
     """The metrics endpoint cannot start (its port is taken, prometheus_client is missing)."""
 

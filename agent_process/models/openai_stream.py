@@ -44,9 +44,14 @@ class _ChunkChoice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = 0
+
+
 class _ChunkUsage(msgspec.Struct):
     prompt_tokens: int | None = 0
     completion_tokens: int | None = 0
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -76,10 +81,13 @@ class _Assembly:
 
     def add(self, chunk: _Chunk) -> None:
         self.chunks += 1
-        if chunk.usage is not None:
+        usage = chunk.usage
+        if usage is not None:
+            details = usage.prompt_tokens_details
             self.usage = Usage(
-                input_tokens=chunk.usage.prompt_tokens or 0,
-                output_tokens=chunk.usage.completion_tokens or 0,
+                input_tokens=usage.prompt_tokens or 0,
+                output_tokens=usage.completion_tokens or 0,
+                cached_input_tokens=(details.cached_tokens or 0) if details else 0,
             )
         for choice in chunk.choices:
             if choice.index != 0:

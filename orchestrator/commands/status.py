@@ -1,7 +1,11 @@
 """`goondan status [--json]`: the orchestrator and its process table (ARCHITECTURE.md §9).
 
 `--json` prints `{"orchestrator": {...}, "processes": [{"id", "kind", "name", "instanceKey",
-"pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending"}, ...]}`.
+"pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending"}, ...],
+"usage": [{"scope", "name", "day", "turns", "inputTokens", "outputTokens", "cachedInputTokens",
+"costUsd", "turnsPerDay", "tokensPerDay", "costUsdPerDay", "exceeded"}, ...], "models":
+[{"name", "requestsPerMinute", "tokensPerMinute", "waiting", "blockedForSeconds", "granted"}]}`:
+today's model usage against each budget, and the Models' shared rate limits.
 With several daemons running (and no --swarm, outside their bundle directories) it shows each
 one, and `--json` prints `{"swarms": [<one status each>]}`. Exit 0 when every process is well,
 1 when one is crashed, in crashLoopBackOff or startFailed
@@ -53,9 +57,56 @@ def render(result: JsonObject) -> str:
         )
         for p in result["processes"]
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines += _table(rows)
+    usage = result.get("usage") or []
+    if usage:
+        lines += ["", f"usage today ({usage[0]['day']}, UTC)"]
+        lines += _table([("SCOPE", "NAME", "TURNS", "TOKENS", "CACHED", "COST USD", "OVER")]
+                        + [_usage_row(u) for u in usage])  # fmt: skip
+    models = result.get("models") or []
+    if models:
+        lines += ["", "model rate limits (shared by every agent)"]
+        lines += _table([("MODEL", "REQ/MIN", "TOKENS/MIN", "WAITING", "BLOCKED", "GRANTED")]
+                        + [_model_row(m) for m in models])  # fmt: skip
     return "\n".join(lines)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _of(used: float, limit: float | None, fmt: str = "{:g}") -> str:
+    text = fmt.format(used)
+    return text if limit is None else f"{text}/{fmt.format(limit)}"
+
+
+def _usage_row(u: JsonObject) -> tuple[str, ...]:
+    tokens = u["inputTokens"] + u["outputTokens"]
+    return (
+        u["scope"],
+        u["name"],
+        _of(u["turns"], u.get("turnsPerDay")),
+        _of(tokens, u.get("tokensPerDay")),
+        str(u["cachedInputTokens"]),
+        _of(u["costUsd"], u.get("costUsdPerDay"), "{:.4f}"),
+        u.get("exceeded") or "-",
+    )
+
+
+def _model_row(m: JsonObject) -> tuple[str, ...]:
+    def limit(value: float | None) -> str:
+        return "-" if value is None else f"{value:g}"
+
+    blocked = m.get("blockedForSeconds") or 0
+    return (
+        m["name"],
+        limit(m.get("requestsPerMinute")),
+        limit(m.get("tokensPerMinute")),
+        str(m.get("waiting", 0)),
+        f"{blocked:g}s" if blocked else "-",
+        str(m.get("granted", 0)),
+    )
 
 
 class _Status:

@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import json
 import time
+import urllib.parse
 from collections import OrderedDict
 from typing import Any
 
@@ -39,9 +40,12 @@ from bundles.sdk import ConnectorContext, load_sibling
 webhook = load_sibling(__file__, "webhook")
 chatbot = load_sibling(__file__, "_chatbot")
 drafts = load_sibling(__file__, "_draft")
+approvals = load_sibling(__file__, "_approvals")
 EVENT_PATHS = ("/", "/slack/events")
 MAX_TEXT = 3000
 SEEN_EVENTS = 1000
+ACTIONS_PATH = "/slack/actions"
+ACTION_ID = "goondan_approval"
 
 
 def check_signature(
@@ -111,6 +115,8 @@ class Slack:
         )  # fmt: skip
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.tasks = chatbot.Conversations()
+        self.pending = approvals.Pending(ctx)
+        self.approvers = approvals.approvers(cfg)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         internal = 500, {"error": {"code": "E_SLACK_INTERNAL", "message": "internal"}}
@@ -128,7 +134,7 @@ class Slack:
         if request.method == "GET" and request.path == "/healthz":
             return 200, {"ok": True}
         if request.path not in EVENT_PATHS or request.method != "POST":
-            return _error(404, "E_SLACK_NOT_FOUND", f"POST to {' or '.join(EVENT_PATHS)}")
+            return self.elsewhere(request)
         try:
             check_signature(self.secret, request.headers, request.body, self.max_skew, time.time())
             payload = json.loads(request.body)
@@ -171,15 +177,92 @@ class Slack:
             kind="slack",
             channel=props["channel"],
             idempotency_key=f"event:{props['eventId']}" if props.get("eventId") else None,
+            on_approval=lambda request: self.ask(props, request),
             on_delta=draft.on_delta if self.stream else None,
         )
         await draft.finish(text)
+
+    async def post(self, props: dict[str, Any], text: str) -> None:
+        """A reply that comes whole (after an approval): posted in the thread, in pieces."""
+        thread = _Thread(self, props)
+        await drafts.Draft(thread, interval=self.edit_interval, logger=self.ctx.logger).finish(text)
 
     async def call_api(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
         answer: dict[str, Any] = await chatbot.call_json(
             self.client, f"{self.api}/{method}", method, body, secret=self.token
         )
         return answer
+
+    # -- approvals (ARCHITECTURE.md §10): block action buttons in the message's thread ------
+
+    async def ask(self, props: dict[str, Any], request: dict[str, Any]) -> None:
+        thread = props.get("threadTs") or props.get("ts")
+        token = self.pending.add(str(request.get("id")), props["channel"], threadTs=thread)
+        text = approvals.prompt_text(request)
+        buttons = [_button("Approve", f"{token}:y", "primary"),
+                   _button("Deny", f"{token}:n", "danger")]  # fmt: skip
+        blocks = [{"type": "section", "text": {"type": "plain_text", "text": text[:MAX_TEXT]}},
+                  {"type": "actions", "elements": buttons}]  # fmt: skip
+        body = {"channel": props["channel"], "text": text[:MAX_TEXT], "thread_ts": thread,
+                "blocks": blocks}  # fmt: skip
+        await self._api("chat.postMessage", body)
+
+    def elsewhere(self, request: Any) -> tuple[int, dict[str, Any]]:
+        """`POST /slack/actions` (the app's Interactivity Request URL), signed like events;
+        anything else is a 404."""
+        if request.path != ACTIONS_PATH or request.method != "POST":
+            paths = " or ".join((*EVENT_PATHS, ACTIONS_PATH))
+            return _error(404, "E_SLACK_NOT_FOUND", f"POST to {paths}")
+        try:
+            check_signature(self.secret, request.headers, request.body, self.max_skew, time.time())
+        except webhook.HttpError as exc:
+            self.ctx.logger.warning("slack_refused", status=exc.status, reason=exc.message)
+            return _error(exc.status, exc.code, exc.message)
+        return self.on_form(request.body)
+
+    def on_form(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """Slack's interactivity request: `payload=<JSON>`; acknowledged at once."""
+        try:
+            [raw] = urllib.parse.parse_qs(body.decode())["payload"]
+            payload = json.loads(raw)
+        except (KeyError, ValueError, UnicodeDecodeError):
+            return _error(400, "E_SLACK_BAD_JSON", "the form has no JSON `payload`")
+        if isinstance(payload, dict) and payload.get("type") == "block_actions":
+            self.tasks.start(self.on_press(payload))
+        return 200, {"ok": True}
+
+    async def on_press(self, payload: dict[str, Any]) -> None:
+        """A button press: only from the channel of the request (and an approver, if listed)."""
+        actions = [a for a in payload.get("actions") or [] if approvals.obj(a).get("action_id")
+                   == ACTION_ID]  # fmt: skip
+        if not actions:
+            return
+        token, _, choice = str(actions[0].get("value", "")).partition(":")
+        record = self.pending.get(token)
+        container, user = (approvals.obj(payload.get(k)) for k in ("container", "user"))
+        channel = approvals.obj(payload.get("channel")).get("id")
+        channel = str(container.get("channel_id") or channel)
+        who = [str(user.get("id", "")), str(user.get("username", ""))]
+        why = approvals.refusal(record, channel, who, self.approvers)
+        if why is not None or record is None:
+            self.ctx.logger.warning("slack_approval_refused", user=who[0], reason=why)
+            await self._api("chat.postEphemeral", {"channel": channel, "user": who[0], "text": why})
+            return
+        self.pending.drop(token)
+        approved, by = choice == "y", f"slack:{who[0]}"
+        settled = approvals.decision_text(approved, by)
+        await self._api("chat.update", {"channel": channel, "ts": container.get("message_ts"),
+                                         "text": settled, "blocks": []})  # fmt: skip
+        text = await approvals.decide(self.ctx, record["callId"], approved, by, self.reply_timeout)
+        if text is not None:
+            await self.post({"channel": channel, "threadTs": record.get("threadTs")}, text)
+
+    async def _api(self, method: str, body: dict[str, Any]) -> None:
+        try:
+            await self.call_api(method, body)
+        except chatbot.ApiError as exc:
+            self.ctx.logger.error("slack_api_failed", method=method, status=exc.status,
+                                  error=str(exc))  # fmt: skip
 
     async def aclose(self) -> None:
         self.tasks.cancel()
@@ -206,6 +289,11 @@ class _Thread:
         await self.slack.call_api(
             "chat.update", {"channel": self.channel, "ts": handle, "text": text}
         )
+
+
+def _button(label: str, value: str, style: str) -> dict[str, Any]:
+    return {"type": "button", "text": {"type": "plain_text", "text": label}, "style": style,
+            "action_id": ACTION_ID, "value": value}  # fmt: skip
 
 
 def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,11 +42,14 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = 0.0
+    """When the request arrived (time.monotonic)."""
 
 
 @dataclass
 class FakeLLMServer:
-    replies: list[tuple[int, Any]] = field(default_factory=list)
+    replies: list[tuple[int, Any] | tuple[int, Any, dict[str, str]]] = field(default_factory=list)
+    """(status, JSON body) or (status, JSON body, extra headers), one per request in order."""
     requests: list[Recorded] = field(default_factory=list)
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -81,18 +85,19 @@ class FakeLLMServer:
                     for k, _, v in (line.partition(":") for line in lines[1:] if line)
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                self.requests.append(
-                    Recorded(method, path, headers, json.loads(body) if body else None)
-                )
-                status, payload = self.replies.pop(0) if self.replies else (500, {"error": "none"})
+                decoded = json.loads(body) if body else None
+                self.requests.append(Recorded(method, path, headers, decoded, time.monotonic()))
+                reply = self.replies.pop(0) if self.replies else (500, {"error": "none"})
+                status, payload, extra = (*reply, {}) if len(reply) == 2 else reply
                 if status == HANG:
                     await asyncio.Event().wait()  # never answer: the client's timeout ends it
                 if isinstance(payload, Sse):
                     await _stream(writer, status, payload)
                     continue
                 data = json.dumps(payload).encode()
+                more = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
                 writer.write(
-                    f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
+                    f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{more}"
                     f"content-length: {len(data)}\r\n\r\n".encode()
                     + data
                 )
@@ -122,10 +127,12 @@ def openai_stream(
     tool_calls: list[dict[str, Any]] | None = None,
     usage: tuple[int, int] = (11, 7),
     gap: float = 0.0,
+    cached: int = 0,
 ) -> Sse:
     """A Chat Completions stream: a role chunk, one chunk per text piece, each tool call in
     two fragments (id and name first, the arguments split in two), the finish chunk, the usage
-    chunk (`stream_options.include_usage`) and `[DONE]`."""
+    chunk (`stream_options.include_usage`; `cached` prompt tokens in its details) and
+    `[DONE]`."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
@@ -146,10 +153,11 @@ def openai_stream(
         events += [(None, chunk({"tool_calls": [first]})), (None, chunk({"tool_calls": [rest]}))]
     events.append((None, chunk({}, "tool_calls" if tool_calls else "stop")))
     prompt, completion = usage
+    counts = {"prompt_tokens": prompt, "completion_tokens": completion,
+              "total_tokens": prompt + completion,
+              "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
     events.append((None, {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
-                          "model": "gpt-test", "choices": [],
-                          "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                    "total_tokens": prompt + completion}}))  # fmt: skip
+                          "model": "gpt-test", "choices": [], "usage": counts}))  # fmt: skip
     events.append((None, "[DONE]"))
     return Sse(events, gap)
 

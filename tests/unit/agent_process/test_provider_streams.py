@@ -173,3 +173,14 @@ async def test_text_that_arrives_in_one_burst_goes_out_as_one_delta() -> None:
             await rt.close()
     assert result.text == "abcd"
     assert [(d.seq, d.kind, d.text) for d in deltas] == [(0, DeltaKind.TEXT, "abcd")]
+
+
+async def test_cached_prompt_tokens_of_a_streamed_call_are_counted() -> None:
+    async with FakeLLMServer() as server:
+        server.replies = [(200, openai_stream(["ok"], usage=(20, 2), cached=16))]
+        rt = await make_runtime(model("openai", f"http://127.0.0.1:{server.port}/v1"), b.agent())
+        try:
+            result, _ = await streamed_turn(rt, "hi")
+        finally:
+            await rt.close()
+    assert result.usage == {"inputTokens": 20, "outputTokens": 2, "cachedInputTokens": 16}

@@ -198,6 +198,7 @@ class FakeReply:
     accepted: bool = False
     error_code: str | None = None
     error_message: str | None = None
+    deferred: dict[str, Any] | None = None
 
 
 class RecordingLogger:
