@@ -188,7 +188,7 @@ class RecordingContext:
 
 async def serve(ctx: RecordingContext) -> tuple[asyncio.Task[None], str]:
     await webhook.start(ctx)
-    port = ctx.state["listener"].sockets[0].getsockname()[1]
+    port = ctx.state["http"].address[1]
     return asyncio.ensure_future(webhook.run(ctx)), f"http://127.0.0.1:{port}"
 
 
@@ -319,7 +319,7 @@ async def test_an_unsigned_webhook_beyond_loopback_does_not_start() -> None:
         await webhook.start(ctx)
     opted_in = RecordingContext(config={"port": 0, "host": "0.0.0.0", "allowUnsigned": True})
     await webhook.start(opted_in)
-    opted_in.state["listener"].close()
+    await opted_in.state["http"].server.shutdown()
 
 
 @pytest.mark.parametrize(
