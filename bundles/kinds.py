@@ -166,6 +166,9 @@ class Prompt(_Spec):
 
 class AgentSpec(_Spec):
     model_config: ModelConfig
+    description: str | None = None
+    """What the agent does, for clients that discover it (the `api` connector's A2A card and
+    MCP tool)."""
     prompt: Prompt = msgspec.field(default_factory=Prompt)
     tools: list[RefLike] = msgspec.field(default_factory=list)
     extensions: list[RefLike] = msgspec.field(default_factory=list)
