@@ -146,6 +146,14 @@ class LoadedConnector:
     swarm: SwarmInfo
 
 
+def _resolve_all(
+    bundle: Bundle, raw: str | ValueSource | list[str | ValueSource], state_root: Path, where: str
+) -> str | list[str]:
+    if isinstance(raw, list):
+        return [_resolve(bundle, item, state_root, f"{where}[{i}]") for i, item in enumerate(raw)]
+    return _resolve(bundle, raw, state_root, where)
+
+
 def _resolve(bundle: Bundle, raw: str | ValueSource, state_root: Path, where: str) -> str:
     if isinstance(raw, str):
         return raw
@@ -173,7 +181,7 @@ def load_connector(bundle: Bundle, connection_name: str, state_root: Path) -> Lo
     where = f"Connection/{connection.name}"
     config = dict(connector.spec.config)
     for key, raw in connection.spec.config.items():
-        config[key] = _resolve(bundle, raw, state_root, f"{where} spec.config.{key}")
+        config[key] = _resolve_all(bundle, raw, state_root, f"{where} spec.config.{key}")
     secrets = {
         key: _resolve(bundle, raw, state_root, f"{where} spec.secrets.{key}")
         for key, raw in connection.spec.secrets.items()

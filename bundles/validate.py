@@ -276,3 +276,7 @@ def _value_sources(res: Resource[Any]) -> Iterator[tuple[FieldPath, ValueSource]
             for key, value in getattr(spec, field).items():
                 if isinstance(value, ValueSource):
                     yield ("spec", field, key), value
+                elif isinstance(value, list):  # e.g. the api connector's tokens
+                    for index, item in enumerate(value):
+                        if isinstance(item, ValueSource):
+                            yield ("spec", field, key, index), item

@@ -273,27 +273,36 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 class HttpServer:
     """One uvicorn server for one Connection, in the connector's event loop."""
 
-    def __init__(self, app: ASGIApp, limits: Limits, error_body: ErrorBody = plain_error) -> None:
-        protocol = type("GuardedHttpTools", (GuardedHttpTools,),
-                        {"limits": limits, "error_body": staticmethod(error_body)})  # fmt: skip
-        self.config = uvicorn.Config(
-            BodyGuard(app, limits, error_body),
-            http=protocol,
+    def __init__(self, limits: Limits, error_body: ErrorBody = plain_error) -> None:
+        self.limits = limits
+        self.error_body = error_body
+        own = {"limits": limits, "error_body": staticmethod(error_body)}
+        self.protocol = type("GuardedHttpTools", (GuardedHttpTools,), own)
+        self.server: uvicorn.Server | None = None
+        self.socket: socket.socket | None = None
+
+    def mount(self, app: ASGIApp) -> None:
+        """The app to serve (before `serve`)."""
+        config = uvicorn.Config(
+            BodyGuard(app, self.limits, self.error_body),
+            http=self.protocol,
             loop="none",
             lifespan="off",
             ws="none",
             log_config=None,
             access_log=False,
             server_header=False,
-            timeout_keep_alive=int(limits.keep_alive),
+            timeout_keep_alive=int(self.limits.keep_alive),
             timeout_graceful_shutdown=2,
-            limit_concurrency=limits.max_connections,
+            limit_concurrency=self.limits.max_connections,
         )
-        self.server = uvicorn.Server(self.config)
-        self.socket: socket.socket | None = None
+        config.load()
+        self.server = uvicorn.Server(config)
+        self.server.lifespan = config.lifespan_class(config)
 
     async def bind(self, host: str, port: int) -> None:
-        """Listen on host:port (a port in use raises OSError naming it)."""
+        """Listen on host:port (a port in use raises OSError naming it). Connections wait in
+        the kernel's backlog until `serve` runs."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             sock = socket.create_server((host, port), family=family, backlog=2048)
@@ -301,9 +310,6 @@ class HttpServer:
             raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
         sock.setblocking(False)
         self.socket = sock
-        self.config.load()
-        self.server.lifespan = self.config.lifespan_class(self.config)
-        await self.server.startup(sockets=[sock])
 
     @property
     def address(self) -> tuple[str, int]:
@@ -313,11 +319,16 @@ class HttpServer:
 
     async def serve(self) -> None:
         """Serve until cancelled; then stop accepting and close every connection."""
+        server, sock = self.server, self.socket
+        assert server is not None, "mount() first"
+        assert sock is not None, "bind() first"
         try:
+            await server.startup(sockets=[sock])
             while True:
-                await self.server.on_tick(0)  # the Date header, once a second
+                await server.on_tick(0)  # the Date header, once a second
                 await asyncio.sleep(TICK_S)
         finally:
-            self.server.should_exit = True
+            server.should_exit = True
             with contextlib.suppress(Exception):
-                await self.server.shutdown(sockets=[self.socket] if self.socket else None)
+                await server.shutdown(sockets=[sock])
+            sock.close()

@@ -200,8 +200,9 @@ def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
 async def start(ctx: ConnectorContext) -> None:
     """Bind before `ready`: a port in use (or a missing secret) is a start error."""
     slack = Slack(ctx)
-    listener = http.HttpServer(slack.app(), slack.limits)
+    listener = http.HttpServer(slack.limits)
     await listener.bind(slack.host, slack.port)
+    listener.mount(slack.app())
     ctx.state["slack"], ctx.state["http"] = slack, listener
     host, port = listener.address
     ctx.logger.info("slack_listening", addresses=[f"{host}:{port}"])

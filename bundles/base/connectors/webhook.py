@@ -229,8 +229,9 @@ async def start(ctx: ConnectorContext) -> None:
     if settings.signing_secret is None and not settings.allow_unsigned:
         _refuse_unsigned_beyond_loopback(settings.host)
     server = WebhookServer(ctx, settings, time.time())
-    listener = http.HttpServer(server.app(), settings.limits)
+    listener = http.HttpServer(settings.limits)
     await listener.bind(settings.host, settings.port)
+    listener.mount(server.app())
     ctx.state["http"] = listener
     host, port = listener.address
     ctx.logger.info("webhook_listening", addresses=[f"{host}:{port}"],

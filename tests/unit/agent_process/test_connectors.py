@@ -319,7 +319,7 @@ async def test_an_unsigned_webhook_beyond_loopback_does_not_start() -> None:
         await webhook.start(ctx)
     opted_in = RecordingContext(config={"port": 0, "host": "0.0.0.0", "allowUnsigned": True})
     await webhook.start(opted_in)
-    await opted_in.state["http"].server.shutdown()
+    opted_in.state["http"].socket.close()
 
 
 @pytest.mark.parametrize(

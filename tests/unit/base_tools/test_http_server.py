@@ -50,8 +50,9 @@ APP = Starlette(routes=[Route("/", echo, methods=["POST"]), Route("/big", fireho
 async def server() -> AsyncIterator[tuple[Any, int]]:
     limits = http.Limits(max_body_bytes=1000, max_header_bytes=2000, read_timeout=0.3,
                          write_timeout=0.3, code_prefix="E_T")  # fmt: skip
-    srv = http.HttpServer(APP, limits)
+    srv = http.HttpServer(limits)
     await srv.bind("127.0.0.1", 0)
+    srv.mount(APP)
     task = asyncio.ensure_future(srv.serve())
     yield srv, srv.address[1]
     task.cancel()
@@ -152,6 +153,6 @@ async def test_a_client_that_never_reads_is_dropped(server: tuple[Any, int]) -> 
 
 async def test_a_port_in_use_is_an_error_naming_it(server: tuple[Any, int]) -> None:
     _, port = server
-    other = http.HttpServer(APP, http.Limits())
+    other = http.HttpServer(http.Limits())
     with pytest.raises(OSError, match=f"127.0.0.1:{port}"):
         await other.bind("127.0.0.1", port)
