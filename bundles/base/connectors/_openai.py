@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -175,8 +176,8 @@ class Completions:
     async def _chunks(
         self, model: str, first: Any, pieces: AsyncIterator[Any], include_usage: bool
     ) -> AsyncIterator[bytes]:
-        head = {"id": "", "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": model}  # fmt: skip
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": model}  # fmt: skip
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
             body = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -185,7 +186,6 @@ class Completions:
         yield chunk({"role": "assistant", "content": ""})
         async for piece in _chain(first, pieces):
             done = piece.done
-            head["id"] = f"chatcmpl-{done.event_id}" if done is not None else head["id"]
             if piece.text and (done is None or done.call is None):
                 yield chunk({"content": piece.text})
             if done is None:
