@@ -273,10 +273,16 @@ def _value_sources(res: Resource[Any]) -> Iterator[tuple[FieldPath, ValueSource]
                     yield ("spec", "mcp", field, key), value
     if res.kind is Kind.CONNECTION:
         for field in ("config", "secrets"):
-            for key, value in getattr(spec, field).items():
-                if isinstance(value, ValueSource):
-                    yield ("spec", field, key), value
-                elif isinstance(value, list):  # e.g. the api connector's tokens
-                    for index, item in enumerate(value):
-                        if isinstance(item, ValueSource):
-                            yield ("spec", field, key, index), item
+            yield from _connection_values(field, getattr(spec, field))
+
+
+def _connection_values(
+    field: str, values: dict[str, Any]
+) -> Iterator[tuple[FieldPath, ValueSource]]:
+    """A Connection's ValueSources, also those in a list (e.g. the api connector's tokens)."""
+    for key, value in values.items():
+        items = value if isinstance(value, list) else [value]
+        for index, item in enumerate(items):
+            if isinstance(item, ValueSource):
+                at = (index,) if isinstance(value, list) else ()
+                yield ("spec", field, key, *at), item
