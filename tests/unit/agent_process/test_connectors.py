@@ -55,6 +55,23 @@ def test_load_connector_merges_config_and_resolves_secrets(ports: None, tmp_path
     assert loaded.start is not None
 
 
+def test_a_list_of_value_sources_resolves_each_and_masks_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The api connector's `tokens: [{valueFrom: {env: ...}}, "literal"]`; its swarm summary."""
+    monkeypatch.setenv("API_PORT", "0")
+    monkeypatch.setenv("API_TOKEN", "token-from-env")
+    bundle = load_bundle(REPO / "tests" / "fixtures" / "api", state_root=tmp_path)
+    loaded = load_connector(bundle, "api", tmp_path)
+    assert loaded.config["tokens"] == ["token-from-env", "second-token-for-rotation"]
+    assert "token-from-env" in bundle.secret_values  # masked in every log
+    assert [a.name for a in loaded.swarm.agents] == ["front", "back"]
+    front = loaded.swarm.agents[0]
+    assert front.description.startswith("Answers questions")
+    assert [t.name for t in front.tools] == ["client__calendar"]
+    assert loaded.swarm.instance_key == "main"
+
+
 def test_a_missing_value_source_is_a_coded_start_failure(
     ports: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
