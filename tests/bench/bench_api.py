@@ -18,35 +18,20 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from tests.bench.baselines import Row, p99, print_rows, stalls
+from tests.bench.bench_journal import _daemon
 
 SAMPLES = 300
 WARMUP = 20
 REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "tests" / "fixtures" / "api" / "goondan.yaml"
 TOKEN = "bench-token-0123456789"
-
-
-def _daemon(bundle: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """The daemon, once its api connector is ready (its own log line says so)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "run", str(bundle), "--log-format", "json"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if b"connector:api:api:1" in line and b'"target":"idle"' in line:
-            # keep reading its log: a full pipe would stop the daemon at its next line
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc
-    raise RuntimeError("the daemon's api connector did not start")
+READY = b'"process":"connector:api:api:1","source":"spawning","target":"idle"'
+"""The daemon's log line that says its api connector serves."""
 
 
 def _free_port() -> int:
@@ -119,7 +104,7 @@ def main() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="ga", dir=Path.home()) as tmp:
         env = dict(os.environ, GOONDAN_STATE_ROOT=tmp, API_PORT=str(port), API_TOKEN=TOKEN)
         os.environ["GOONDAN_STATE_ROOT"] = tmp
-        proc = _daemon(BUNDLE, env)
+        proc = _daemon(BUNDLE, env, READY)
         try:
             times = asyncio.run(_measure(port))
         finally:

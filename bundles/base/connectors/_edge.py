@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bundles.sdk import ConnectorContext, ConnectorReply
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
 
 MESSAGE_EVENT = "message"
 ANSWER_EVENT = "deferred.answer"
@@ -37,14 +37,8 @@ CANCELLED = -32002
 """JSON-RPC code of a client-side call the user cancelled (ARCHITECTURE.md §10)."""
 
 
-class Refusal(Exception):
-    """A request the edge answers with an error: HTTP status, code, message."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
+Refusal = load_sibling(__file__, "_httpguard").HttpError
+"""A request the edge answers with an error: `status`, `code`, `message`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +51,8 @@ class Done:
     call: Mapping[str, Any] | None = None
     """The JSON-RPC 2.0 request {jsonrpc, id, method, params} of a client-side call the turn
     now waits for: the client runs it and answers with `Edge.answer`."""
-    error: Refusal | None = None
+    error: Any = None
+    """A `Refusal` when the reply is a coded error."""
 
 
 @dataclass(frozen=True, slots=True)

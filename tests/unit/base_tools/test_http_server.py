@@ -69,6 +69,12 @@ async def _raw(port: int, data: bytes, *, then_wait: bool = True) -> bytes:
     return answer
 
 
+async def _chunks(count: int) -> AsyncIterator[bytes]:
+    """A chunked body: `count` pieces of 100 bytes."""
+    for _ in range(count):
+        yield b"y" * 100
+
+
 def _status_and_code(answer: bytes) -> tuple[int, str]:
     head, _, body = answer.partition(b"\r\n\r\n")
     return int(head.split(b" ")[1]), json.loads(body)["error"]["code"]
@@ -104,13 +110,9 @@ async def test_bodies_over_the_limit_are_413_declared_or_chunked(
 ) -> None:
     _, port = server
 
-    async def chunks() -> AsyncIterator[bytes]:
-        for _ in range(20):
-            yield b"y" * 100
-
     async with asyncio.timeout(10), httpx.AsyncClient() as client:
         declared = await client.post(f"http://127.0.0.1:{port}/", content=b"z" * 1001)
-        chunked = await client.post(f"http://127.0.0.1:{port}/", content=chunks())
+        chunked = await client.post(f"http://127.0.0.1:{port}/", content=_chunks(20))
         bad = await _raw(port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
     assert (declared.status_code, declared.json()["error"]["code"]) == (413, "E_T_TOO_LARGE")
     assert (chunked.status_code, chunked.json()["error"]["code"]) == (413, "E_T_TOO_LARGE")
@@ -120,13 +122,9 @@ async def test_bodies_over_the_limit_are_413_declared_or_chunked(
 async def test_keep_alive_and_chunked_bodies_within_the_limit(server: tuple[Any, int]) -> None:
     _, port = server
 
-    async def chunks() -> AsyncIterator[bytes]:
-        for _ in range(5):
-            yield b"y" * 100
-
     async with asyncio.timeout(10), httpx.AsyncClient() as client:
         first = await client.post(f"http://127.0.0.1:{port}/", content=b"a" * 10)
-        second = await client.post(f"http://127.0.0.1:{port}/", content=chunks())
+        second = await client.post(f"http://127.0.0.1:{port}/", content=_chunks(5))
     assert first.json() == {"size": 10}
     assert second.json() == {"size": 500}
 
