@@ -336,8 +336,9 @@ def _typed(values: dict[str, Any], path: FieldPath) -> Iterator[Setting]:
     Connection config, e.g. the api connector's `tokens`): a secret by its name, or by coming
     from a secret file."""
     for key, value in values.items():
-        credential = credentials.is_credential_name(key)
         listed = isinstance(value, list)
+        named = credentials.is_credential_list_name if listed else credentials.is_credential_name
+        credential = named(key)
         for index, item in enumerate(value if listed else [value]):
             at = (*path, key, index) if listed else (*path, key)
             if isinstance(item, ValueSource):

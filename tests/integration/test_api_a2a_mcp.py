@@ -128,7 +128,7 @@ async def test_an_mcp_client_asks_agents_and_answers_a_client_side_call(
             answered = await session.call_tool("answer_call", answer)
             unknown = await session.call_tool("ask_nobody", {"input": "x"})
             empty = await session.call_tool("ask_front", {"input": ""})
-    assert {t.name for t in tools.tools} == {"ask_front", "ask_back", "answer_call"}
+    assert {t.name for t in tools.tools} == {"ask_front", "ask_back", "ask_capped", "answer_call"}
     assert (asked.is_error, asked.content[0].text) == (False, "echo: hello mcp")
     assert progress and progress[-1][1] == "echo: hello mcp"  # while it worked, then its reply
     assert keyed.content[0].text == "back: hi" and history("ops", "back") == ["hi", "back: hi"]

@@ -46,7 +46,7 @@ async def test_the_openai_sdk_lists_models_completes_and_streams(
             extra_headers={"X-Goondan-Instance": "team"},
         )  # fmt: skip
         await aclient.close()
-    assert sorted(m.id for m in models.data) == ["back", "front"]
+    assert sorted(m.id for m in models.data) == ["back", "capped", "front"]
     assert done.choices[0].message.content == "echo: hello"
     assert done.choices[0].finish_reason == "stop"
     assert done.usage is not None and done.usage.prompt_tokens > 0
@@ -98,7 +98,7 @@ async def test_bad_requests_get_openai_errors_with_the_right_status(
         with pytest.raises(openai.AuthenticationError) as unauthorized:
             await asyncio.to_thread(wrong.models.list)
         rotated = _sync_client(edge.url, token="second-token-for-rotation")
-        assert len((await asyncio.to_thread(rotated.models.list)).data) == 2
+        assert len((await asyncio.to_thread(rotated.models.list)).data) == 3
         client = openai.AsyncOpenAI(base_url=f"{edge.url}/v1", api_key=TOKEN, max_retries=0)
         with pytest.raises(openai.NotFoundError) as unknown:
             await client.chat.completions.create(model="nobody", messages=[
@@ -140,6 +140,18 @@ async def test_an_agent_in_backoff_is_503(start_daemon: StartDaemon) -> None:
         await client.close()
     assert busy.value.status_code == 503
     assert busy.value.body["code"] == "E_AGENT_BACKOFF"  # type: ignore[index]
+
+
+async def test_an_agent_over_its_budget_is_429(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(90):
+        edge = await start_edge(start_daemon)
+        client = openai.AsyncOpenAI(base_url=f"{edge.url}/v1", api_key=TOKEN, max_retries=0)
+        hi = [{"role": "user", "content": "hi"}]
+        assert (await client.chat.completions.create(model="capped", messages=hi)).choices
+        with pytest.raises(openai.RateLimitError) as over:
+            await client.chat.completions.create(model="capped", messages=hi)
+        await client.close()
+    assert over.value.body["code"] == "E_AGENT_BUDGET_EXCEEDED"  # type: ignore[index]
 
 
 async def test_a_client_gone_mid_stream_leaves_the_turn_to_finish(

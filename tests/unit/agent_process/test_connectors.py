@@ -65,7 +65,7 @@ def test_a_list_of_value_sources_resolves_each_and_masks_them(
     loaded = load_connector(bundle, "api", tmp_path)
     assert loaded.config["tokens"] == ["token-from-env", "second-token-for-rotation"]
     assert "token-from-env" in bundle.secret_values  # masked in every log
-    assert [a.name for a in loaded.swarm.agents] == ["front", "back"]
+    assert [a.name for a in loaded.swarm.agents] == ["front", "back", "capped"]
     front = loaded.swarm.agents[0]
     assert front.description.startswith("Answers questions")
     assert [t.name for t in front.tools] == ["client__calendar"]
