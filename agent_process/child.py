@@ -41,6 +41,7 @@ from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
 from protocol.ids import ORCHESTRATOR, ProcessId, ProcessKind
 from protocol.jsonrpc import PendingCall
+from protocol.jsontypes import JsonObject
 from protocol.launch import ChildLaunch, decode_launch
 from protocol.messages import (
     Call,
@@ -75,6 +76,8 @@ class TurnReport(Protocol):
     def text(self) -> str: ...
     @property
     def error(self) -> ErrorInfo | None: ...
+    @property
+    def usage(self) -> dict[str, int]: ...
 
 
 class TurnRunner(Protocol):
@@ -296,12 +299,14 @@ class Child:
                 return
             report = turn
             outcome, text, error = report.outcome, report.text, turn_error(report)
+            usage = report.usage
         except Exception as exc:  # the runtime promises not to raise; never go silent anyway
             log.exception("turn_raised", event_id=event.id)
-            outcome, text = TurnOutcome.FAILED, ""
+            outcome, text, usage = TurnOutcome.FAILED, "", {}
             error = ErrorInfo(code=ErrorCode.E_AGENT_TURN_FAILED, message=f"{exc}")
         if event.reply_to is not None:
-            reply = response_to(event, source=self.source, text=text, error=error)
+            meta: JsonObject = {"usage": dict(usage)} if usage else {}  # e.g. OpenAI's `usage`
+            reply = response_to(event, source=self.source, text=text, error=error, metadata=meta)
             await self.send(Event(from_=self.me, to=event.reply_to.target, payload=reply))
         self.busy = False
         self.bridge.current = None

@@ -110,6 +110,7 @@ class ConnectorHost:
             config=loaded.config,
             secrets=loaded.secrets,
             connector=loaded.connector.name,
+            swarm=loaded.swarm,
             orchestrator_pid=daemon_pid,
             run_id=run_id,
             state_dir=StateLayout.from_env(

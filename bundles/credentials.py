@@ -35,6 +35,10 @@ _LAST_WORDS = frozenset(
 )  # fmt: skip
 _KEY_PAIRS = frozenset({"api", "private", "access", "secret", "signing", "auth", "client"})
 """`<word> key` is a credential for these words: apiKey, X-Api-Key, privateKey, accessKey."""
+_PLURALS = {
+    "tokens": "token", "secrets": "secret", "passwords": "password", "cookies": "cookie",
+    "keys": "key", "apikeys": "apikey",
+}  # fmt: skip
 _ENV_SUFFIX = re.compile(r"[_-]?env$", re.IGNORECASE)
 
 
@@ -57,6 +61,16 @@ def is_credential_name(name: str) -> bool:
     UPPER_CASE are all split into words: `botToken`, `X-Api-Key`, `OPENAI_API_KEY` are
     credentials; `maxTokens`, `instanceKey`, `tokenEnv` are not."""
     return _credential_words(_words(name))
+
+
+def is_credential_list_name(name: str) -> bool:
+    """Whether a list named `name` holds credentials: a credential name, or the plural of one
+    (`tokens: [...]`, `apiKeys: [...]`, rotation lists). Only for lists: `maxTokens: 512` is a
+    number, never a credential."""
+    words = _words(name)
+    if words and words[-1] in _PLURALS:
+        words = [*words[:-1], _PLURALS[words[-1]]]
+    return _credential_words(words)
 
 
 def credential_env_key(name: str) -> str | None:
@@ -117,9 +131,19 @@ def settings(config: Mapping[str, Any], path: FieldPath = ()) -> Iterator[Settin
         elif isinstance(raw, Mapping):
             yield from settings(raw, here)
         elif isinstance(raw, list):
-            for i, item in enumerate(raw):
-                if isinstance(item, Mapping):
-                    yield from settings(item, (*here, i))
+            yield from _listed(raw, here, is_credential_list_name(key))
+
+
+def _listed(items: list[Any], path: FieldPath, credential: bool) -> Iterator[Setting]:
+    for i, item in enumerate(items):
+        at = (*path, i)
+        vs = value_source(item)
+        if vs is not None:
+            yield Setting(at, credential or is_secret_ref(vs), source=vs)
+        elif isinstance(item, str) and credential:
+            yield Setting(at, True, literal=item)
+        elif isinstance(item, Mapping):
+            yield from settings(item, at)
 
 
 Lookup = Callable[[ValueSource], "str | None"]

@@ -227,6 +227,9 @@ class AgentLimits(_Spec):
 
 class AgentSpec(_Spec):
     model_config: ModelConfig
+    description: str | None = None
+    """What the agent does, for clients that discover it (the `api` connector's A2A card and
+    MCP tool)."""
     prompt: Prompt = msgspec.field(default_factory=Prompt)
     tools: list[RefLike] = msgspec.field(default_factory=list)
     extensions: list[RefLike] = msgspec.field(default_factory=list)
@@ -435,7 +438,10 @@ class Ingress(_Spec):
 class ConnectionSpec(_Spec):
     connector_ref: str | ObjectRef
     swarm_ref: str | ObjectRef | None = None
-    config: dict[str, str | ValueSource] = msgspec.field(default_factory=dict)
+    config: dict[str, str | ValueSource | list[str | ValueSource]] = msgspec.field(
+        default_factory=dict
+    )
+    """Strings, ValueSources, or lists of them (e.g. the api connector's bearer `tokens`)."""
     secrets: dict[str, ValueSource] = msgspec.field(default_factory=dict)
     ingress: Ingress = msgspec.field(default_factory=Ingress)
 

@@ -331,13 +331,18 @@ def _settings(res: Resource[Any]) -> Iterator[Setting]:
             yield Setting(("spec", "secrets", key), True, source=vs)
 
 
-def _typed(values: dict[str, str | ValueSource], path: FieldPath) -> Iterator[Setting]:
-    """A map whose values are strings or ValueSources (MCP env and headers, Connection config):
-    a secret by its name, or by coming from a secret file."""
+def _typed(values: dict[str, Any], path: FieldPath) -> Iterator[Setting]:
+    """A map whose values are strings or ValueSources, or lists of them (MCP env and headers,
+    Connection config, e.g. the api connector's `tokens`): a secret by its name, or by coming
+    from a secret file."""
     for key, value in values.items():
-        credential = credentials.is_credential_name(key)
-        if isinstance(value, ValueSource):
-            secret = credential or credentials.is_secret_ref(value)
-            yield Setting((*path, key), secret, source=value)
-        elif credential:
-            yield Setting((*path, key), True, literal=value)
+        listed = isinstance(value, list)
+        named = credentials.is_credential_list_name if listed else credentials.is_credential_name
+        credential = named(key)
+        for index, item in enumerate(value if listed else [value]):
+            at = (*path, key, index) if listed else (*path, key)
+            if isinstance(item, ValueSource):
+                secret = credential or credentials.is_secret_ref(item)
+                yield Setting(at, secret, source=item)
+            elif credential and isinstance(item, str):
+                yield Setting(at, True, literal=item)

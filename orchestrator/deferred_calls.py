@@ -57,6 +57,9 @@ ANSWER_EVENT = "deferred.answer"
 """A connector's event carrying a client's JSON-RPC response in `metadata.rpc` (webhook
 `POST /rpc`); its reply is the resumed turn's reply."""
 RPC_WAIT_S = 120.0
+PASSED_ON = frozenset({"deferred", "pendingCall", "usage"})
+"""What the answering connector hears of the resumed turn's reply besides its text: the next
+client-side call when the turn made another, and the token counts."""
 log = structlog.get_logger("goondan.deferred")
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
@@ -258,8 +261,9 @@ class DeferredIndex:
         except DeferredCallError as exc:
             error = ErrorInfo(code=exc.code, message=exc.message)
         else:
-            if isinstance(reply, AgentEvent):
+            if isinstance(reply, AgentEvent):  # the resumed turn's reply, or its next call
                 text, error = reply.input, reply.error
+                meta = {k: v for k, v in reply.metadata.items() if k in PASSED_ON}
             else:
                 meta = {"accepted": True}
         if event.reply_to is not None:

@@ -305,7 +305,7 @@ class Router:
             services.deferred.on_answer_event(event)  # a client's JSON-RPC answer (§10)
             return
         if entry.address.kind is ProcessKind.CONNECTOR and services.connections is not None:
-            services.connections.on_event(entry, event)
+            services.connections.on_event(entry, event, to)
             return
         try:
             target = self.address(to)

@@ -161,7 +161,7 @@ async def agent_reply(
     *,
     kind: str,
     idempotency_key: str | None = None,
-    on_approval: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    on_approval: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
     on_delta: Callable[[StreamDelta], None] | None = None,
     **where: Any,
 ) -> str | None:

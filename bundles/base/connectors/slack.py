@@ -24,20 +24,26 @@ Secrets: `signingSecret` (required: a start error without it) and `botToken` (xo
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
 import time
 import urllib.parse
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from bundles.sdk import ConnectorContext, load_sibling
 
-webhook = load_sibling(__file__, "webhook")
+guard = load_sibling(__file__, "_httpguard")
+http = load_sibling(__file__, "_http")
 chatbot = load_sibling(__file__, "_chatbot")
 drafts = load_sibling(__file__, "_draft")
 approvals = load_sibling(__file__, "_approvals")
@@ -49,19 +55,19 @@ ACTION_ID = "goondan_approval"
 
 
 def check_signature(
-    secret: bytes, headers: dict[str, str], body: bytes, max_skew: float, now: float
+    secret: bytes, headers: Mapping[str, str], body: bytes, max_skew: float, now: float
 ) -> None:
-    """Raise webhook.HttpError(401) unless Slack's v0 signature fits (constant time)."""
+    """Raise guard.HttpError(401) unless Slack's v0 signature fits (constant time)."""
     stamp = headers.get("x-slack-request-timestamp", "")
     signature = headers.get("x-slack-signature", "")
     if not stamp.isdigit() or not signature.startswith("v0="):
-        raise webhook.HttpError(401, "E_SLACK_SIGNATURE", "missing X-Slack-Signature/Timestamp")
+        raise guard.HttpError(401, "E_SLACK_SIGNATURE", "missing X-Slack-Signature/Timestamp")
     if abs(now - int(stamp)) > max_skew:
-        raise webhook.HttpError(401, "E_SLACK_SIGNATURE", "the request timestamp is too old")
+        raise guard.HttpError(401, "E_SLACK_SIGNATURE", "the request timestamp is too old")
     base = b"v0:" + stamp.encode() + b":" + body
     expected = "v0=" + hmac.new(secret, base, hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected.encode(), signature.strip().lower().encode()):
-        raise webhook.HttpError(401, "E_SLACK_SIGNATURE", "the signature does not match")
+        raise guard.HttpError(401, "E_SLACK_SIGNATURE", "the signature does not match")
 
 
 def message_properties(payload: dict[str, Any], types: frozenset[str]) -> dict[str, Any] | None:
@@ -104,8 +110,7 @@ class Slack:
         self.event = str(cfg.get("event", "slack_message"))
         self.types = chatbot.names(cfg.get("eventTypes", ["message"]))
         self.max_skew = float(cfg.get("maxSkewSeconds", 300))
-        self.max_body = int(cfg.get("maxBodyBytes", 1024 * 1024))
-        self.read_timeout = int(cfg.get("readTimeoutMs", 10_000)) / 1000
+        self.limits = http.Limits.of(cfg, "E_SLACK")
         self.reply_timeout = int(cfg.get("replyTimeoutMs", 300_000)) / 1000
         self.stream = chatbot.flag(cfg.get("streamReplies", True))
         self.edit_interval = int(cfg.get("editIntervalMs", 1000)) / 1000
@@ -118,27 +123,32 @@ class Slack:
         self.pending = approvals.Pending(ctx)
         self.approvers = approvals.approvers(cfg)
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        internal = 500, {"error": {"code": "E_SLACK_INTERNAL", "message": "internal"}}
-        log = self.ctx.logger
-        await webhook.respond(reader, writer, self._answer, log, "slack_failed", internal)
+    def app(self) -> Starlette:
+        async def health(_: Request) -> Response:
+            return JSONResponse({"ok": True})
 
-    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
+        async def not_found(_: Request, exc: Exception) -> Response:
+            where = " or ".join((*EVENT_PATHS, ACTIONS_PATH))
+            return JSONResponse(_error(404, "E_SLACK_NOT_FOUND", f"POST to {where}")[1], 404)
+
+        routes = [Route("/healthz", health, methods=["GET"])]
+        routes += [Route(p, self.answer, methods=["POST"]) for p in EVENT_PATHS]
+        routes.append(Route(ACTIONS_PATH, self.actions, methods=["POST"]))
+        return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+
+    async def answer(self, request: Request) -> Response:
         try:
-            async with asyncio.timeout(self.read_timeout):
-                request = await webhook.read_request(reader, self.max_body)
-        except TimeoutError:
-            return _error(408, "E_SLACK_TIMEOUT", "the request was not sent in time")
-        except webhook.HttpError as exc:
-            return _error(exc.status, exc.code, exc.message)
-        if request.method == "GET" and request.path == "/healthz":
-            return 200, {"ok": True}
-        if request.path not in EVENT_PATHS or request.method != "POST":
-            return self.elsewhere(request)
+            status, payload = await self._answer(request.headers, await request.body())
+        except Exception as exc:  # a bug here must not stop the server
+            self.ctx.logger.error("slack_failed", error=repr(exc))
+            status, payload = _error(500, "E_SLACK_INTERNAL", "internal")
+        return JSONResponse(payload, status)
+
+    async def _answer(self, headers: Any, body: bytes) -> tuple[int, dict[str, Any]]:
         try:
-            check_signature(self.secret, request.headers, request.body, self.max_skew, time.time())
-            payload = json.loads(request.body)
-        except webhook.HttpError as exc:
+            check_signature(self.secret, headers, body, self.max_skew, time.time())
+            payload = json.loads(body)
+        except guard.HttpError as exc:
             self.ctx.logger.warning("slack_refused", status=exc.status, reason=exc.message)
             return _error(exc.status, exc.code, exc.message)
         except (ValueError, UnicodeDecodeError):
@@ -195,7 +205,7 @@ class Slack:
 
     # -- approvals (ARCHITECTURE.md §10): block action buttons in the message's thread ------
 
-    async def ask(self, props: dict[str, Any], request: dict[str, Any]) -> None:
+    async def ask(self, props: dict[str, Any], request: Mapping[str, Any]) -> None:
         thread = props.get("threadTs") or props.get("ts")
         token = self.pending.add(str(request.get("id")), props["channel"], threadTs=thread)
         text = approvals.prompt_text(request)
@@ -207,18 +217,17 @@ class Slack:
                 "blocks": blocks}  # fmt: skip
         await self._api("chat.postMessage", body)
 
-    def elsewhere(self, request: Any) -> tuple[int, dict[str, Any]]:
-        """`POST /slack/actions` (the app's Interactivity Request URL), signed like events;
-        anything else is a 404."""
-        if request.path != ACTIONS_PATH or request.method != "POST":
-            paths = " or ".join((*EVENT_PATHS, ACTIONS_PATH))
-            return _error(404, "E_SLACK_NOT_FOUND", f"POST to {paths}")
+    async def actions(self, request: Request) -> Response:
+        """`POST /slack/actions` (the app's Interactivity Request URL), signed like events."""
+        body = await request.body()
         try:
-            check_signature(self.secret, request.headers, request.body, self.max_skew, time.time())
-        except webhook.HttpError as exc:
+            check_signature(self.secret, request.headers, body, self.max_skew, time.time())
+        except guard.HttpError as exc:
             self.ctx.logger.warning("slack_refused", status=exc.status, reason=exc.message)
-            return _error(exc.status, exc.code, exc.message)
-        return self.on_form(request.body)
+            status, payload = _error(exc.status, exc.code, exc.message)
+        else:
+            status, payload = self.on_form(body)
+        return JSONResponse(payload, status)
 
     def on_form(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """Slack's interactivity request: `payload=<JSON>`; acknowledged at once."""
@@ -303,19 +312,17 @@ def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
 async def start(ctx: ConnectorContext) -> None:
     """Bind before `ready`: a port in use (or a missing secret) is a start error."""
     slack = Slack(ctx)
-    listener = await asyncio.start_server(
-        slack.handle, slack.host, slack.port, limit=webhook.HEADER_LIMIT
-    )
-    ctx.state["slack"], ctx.state["listener"] = slack, listener
-    bound = [s.getsockname() for s in listener.sockets]
-    ctx.logger.info("slack_listening", addresses=[f"{a[0]}:{a[1]}" for a in bound])
+    listener = http.HttpServer(slack.limits)
+    await listener.bind(slack.host, slack.port)
+    listener.mount(slack.app())
+    ctx.state["slack"], ctx.state["http"] = slack, listener
+    host, port = listener.address
+    ctx.logger.info("slack_listening", addresses=[f"{host}:{port}"])
 
 
 async def run(ctx: ConnectorContext) -> None:
     slack: Slack = ctx.state["slack"]
-    listener: asyncio.Server = ctx.state["listener"]
     try:
-        async with listener:
-            await listener.serve_forever()
+        await ctx.state["http"].serve()
     finally:
         await slack.aclose()

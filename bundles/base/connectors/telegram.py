@@ -25,6 +25,7 @@ retry_after): 409 means another client polls with this token or a webhook is set
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -148,7 +149,7 @@ class Telegram:
 
     # -- approvals (ARCHITECTURE.md §10): inline buttons in the chat the turn came from ------
 
-    async def ask(self, props: dict[str, Any], request: dict[str, Any]) -> None:
+    async def ask(self, props: dict[str, Any], request: Mapping[str, Any]) -> None:
         where = {"messageId": props["messageId"], "threadId": props.get("threadId")}
         token = self.pending.add(str(request.get("id")), str(props["chatId"]), **where)
         keyboard = [[{"text": "Approve", "callback_data": f"{CALLBACK_PREFIX}{token}:y"},

@@ -10,6 +10,7 @@ import pytest
 
 from bundles.credentials import (
     credential_env_key,
+    is_credential_list_name,
     is_credential_name,
     resolve_settings,
     settings,
@@ -84,6 +85,25 @@ def test_settings_walks_nested_maps_and_lists() -> None:
     assert secret == set(found) - {("port",)}  # a port from the environment is no secret
     assert found[("token",)].literal == "inline-token"
     assert found[("tokenEnv",)].optional and not found[("token",)].optional
+
+
+@pytest.mark.parametrize(
+    ("name", "credential"),
+    [("tokens", True), ("apiKeys", True), ("signingSecrets", True), ("token", True),
+     ("hosts", False), ("keys", False), ("maxTokens", True)],
+)  # fmt: skip
+def test_a_list_under_a_plural_credential_name_holds_credentials(
+    name: str, credential: bool
+) -> None:
+    """Rotation lists (`tokens: [a, b]`) are credentials; the rule applies to lists only, so
+    `maxTokens: 512` stays an ordinary number (`is_credential_name`)."""
+    assert is_credential_list_name(name) is credential
+
+
+def test_settings_finds_each_credential_in_a_rotation_list() -> None:
+    config = {"tokens": [{"valueFrom": {"env": "T1"}}, "inline"], "hosts": ["a", {"value": "b"}]}
+    found = {item.path: item.secret for item in settings(config)}
+    assert found == {("tokens", 0): True, ("tokens", 1): True, ("hosts", 1): False}
 
 
 def test_resolve_settings_reads_once_and_keeps_what_has_no_value() -> None:
