@@ -77,7 +77,7 @@ async def test_an_a2a_client_sends_streams_and_answers_a_client_side_call(
         async with httpx.AsyncClient(timeout=30) as anonymous:
             refused = await anonymous.get(f"{edge.url}/a2a/front/.well-known/agent-card.json")
     assert card.name == "front" and "calendar" in card.description
-    assert {s.id for s in card.skills} == {"front", "client__calendar"}
+    assert {s.id for s in card.skills} == {"front", "client__calendar", "clock__now"}
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
     assert [p.text for a in fetched.artifacts for p in a.parts] == ["echo: hello a2a"]
     assert streamed.status.state == TaskState.TASK_STATE_COMPLETED
