@@ -13,10 +13,16 @@ alternated so the machine's drift hits all:
   the client: control socket, journal, router, agent turn, the same SDK request, the delta
   frame back through the router and the control socket;
 - **its difference** (goal ≤ +2 ms p50), per pair of samples taken back to back;
-- **whole reply, streamed vs not**: the same turn asked with and without `stream`: what
-  streaming costs a whole turn (the SDK's event stream, and the delta frames waking the
-  daemon and the client). That the turns of clients that do not stream did not get slower is
-  bench_broker's warm hop (goal: unchanged).
+- **first delta through `/v1/chat/completions`**: the same openai SDK code as the baseline,
+  pointed at the `api` connector of the same daemon (agent `hop`, the same instance), until
+  the first content chunk: uvicorn, the bearer check, the connector's emit, the daemon path,
+  and the delta back through the connector as an SSE chunk; and its difference to the
+  baseline taken back to back (goal ≤ +2 ms p50);
+- **whole reply, streamed vs not**: the same turn asked with and without `stream`, through
+  `goondan send` and through `/v1/chat/completions`: what streaming costs a whole turn (the
+  SDK's event stream, and the delta frames waking the daemon, the connector and the client;
+  goal ≤ 1.05x). That the turns of clients that do not stream did not get slower is
+  bench_broker's warm hop.
 
 Run: `python -m tests.bench bench_stream` (or `python -m tests.bench.bench_stream`).
 """
@@ -37,7 +43,7 @@ from typing import Any
 from tests.bench.baselines import Row, p99, print_rows, stalls
 from tests.bench.bench_broker import HOP_BUNDLE
 
-INSTANCES = 60
+INSTANCES = int(os.environ.get("BENCH_STREAM_INSTANCES", "60"))
 PER_INSTANCE = 5
 """Measured turns per instance after one warm-up each (conversations stay short)."""
 WARMUP = 30
@@ -83,12 +89,17 @@ class _Control:
         self.ctx.term()
 
 
-async def _bare_first_token(client: Any, i: int) -> float:
-    """The SDK request the agent's adapter makes, until the first text chunk (µs)."""
+async def _first_token(
+    client: Any, i: int, model: str = "local", user: str | None = None
+) -> tuple[float, float]:
+    """A streamed chat completion with the SDK request the agent's adapter makes: (µs to the
+    first text chunk, µs to the end of the stream)."""
     import openai
 
-    body = {"model": "local", "messages": [{"role": "user", "content": f"ping {i}"}],
+    body = {"model": model, "messages": [{"role": "user", "content": f"ping {i}"}],
             "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    if user is not None:
+        body["user"] = user  # the edge's instance
     start = time.perf_counter()
     first = 0.0
     stream = await client.post("/chat/completions", body=body, cast_to=object, stream=True,
@@ -98,11 +109,48 @@ async def _bare_first_token(client: Any, i: int) -> float:
             choices = chunk.get("choices") if isinstance(chunk, dict) else None
             if not first and choices and choices[0]["delta"].get("content"):
                 first = time.perf_counter() - start
-    return first * 1e6
+    return first * 1e6, (time.perf_counter() - start) * 1e6
+
+
+async def _plain(client: Any, model: str, user: str | None, i: int) -> float:
+    """A chat completion, not streamed, read as `_first_token` reads its stream (no typed
+    parsing on either side) (µs)."""
+    body: dict[str, Any] = {"model": model,
+                            "messages": [{"role": "user", "content": f"ping {i}"}]}  # fmt: skip
+    if user is not None:
+        body["user"] = user
+    start = time.perf_counter()
+    done = await client.post("/chat/completions", body=body, cast_to=object)
+    assert done["choices"][0]["message"]["content"] == "pong", done
+    return (time.perf_counter() - start) * 1e6
+
+
+EDGE_TOKEN = "bench-token-0123456789"
+EDGE_CONNECTION = f"""
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: api}}
+spec:
+  connectorRef: {{kind: Connector, name: api, package: "@goondan/base"}}
+  config: {{port: "EDGE_PORT", tokens: ["{EDGE_TOKEN}"]}}
+"""
+"""The `api` connector in front of the warm hop's agent."""
+EDGE_READY = b'"process": "connector:api:api:1", "source": "spawning", "target": "idle"'
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _start_daemon(bundle: Path) -> subprocess.Popen[bytes]:
-    """`goondan run BUNDLE`, once it says `started` (its log is read on, in a thread)."""
+    """`goondan run BUNDLE`, once it says `started` and its api connector serves (its log is
+    read on, in a thread)."""
     from tests.integration.harness import child_env
 
     daemon = subprocess.Popen(
@@ -115,7 +163,7 @@ def _start_daemon(bundle: Path) -> subprocess.Popen[bytes]:
     def read() -> None:
         assert daemon.stderr is not None
         for line in daemon.stderr:
-            if b'"event": "started"' in line:
+            if EDGE_READY in line:
                 started.set()
         started.set()  # it ended: the check below says so
 
@@ -126,7 +174,7 @@ def _start_daemon(bundle: Path) -> subprocess.Popen[bytes]:
     return daemon
 
 
-async def _drive(bundle: Path, port: int) -> dict[str, list[float]]:
+async def _drive(bundle: Path, port: int, edge_port: int) -> dict[str, list[float]]:
     import openai
 
     from orchestrator.rundir import read_active, read_token
@@ -134,33 +182,46 @@ async def _drive(bundle: Path, port: int) -> dict[str, list[float]]:
 
     daemon = _start_daemon(bundle)
     sdk = openai.AsyncOpenAI(api_key="sk-local", base_url=f"http://127.0.0.1:{port}/v1")
+    edge = openai.AsyncOpenAI(api_key=EDGE_TOKEN, base_url=f"http://127.0.0.1:{edge_port}/v1",
+                              max_retries=0)  # fmt: skip
     try:
         info = read_active(StateLayout.from_env().run_paths("hop").active_json)
         assert info is not None
         endpoint = info.endpoints["control"]
         control = _Control(endpoint, read_token(endpoint))
-        out: dict[str, list[float]] = {k: [] for k in ("bare", "first", "gap", "streamed",
-                                                       "plain")}  # fmt: skip
+        out: dict[str, list[float]] = {k: [] for k in SERIES}
         for i in range(WARMUP):
-            await _bare_first_token(sdk, i)
+            await _first_token(sdk, i)
+            await _first_token(edge, i, "hop", "warm")
         for n in range(INSTANCES):
             key = f"i{n}"
             await asyncio.to_thread(control.send, key, -1, False)  # spawns the instance
-            for i in range(PER_INSTANCE):
-                bare = await _bare_first_token(sdk, i)
+            for i in range(PER_INSTANCE):  # alternated, so the machine's drift hits all
+                bare, bare_streamed = await _first_token(sdk, i)
+                bare_plain = await _plain(sdk, "local", None, i)
                 first, streamed = await asyncio.to_thread(control.send, key, i, True)
+                edge_first, edge_streamed = await _first_token(edge, 200 + i, "hop", key)
                 _, plain = await asyncio.to_thread(control.send, key, 100 + i, False)
-                out["bare"].append(bare)
-                out["first"].append(first)
-                out["gap"].append(first - bare)
-                out["streamed"].append(streamed)
-                out["plain"].append(plain)
+                edge_plain = await _plain(edge, "hop", key, 300 + i)
+                for name, value in (
+                    ("bare", bare), ("first", first), ("gap", first - bare),
+                    ("streamed", streamed), ("plain", plain), ("edge_first", edge_first),
+                    ("edge_gap", edge_first - bare), ("edge_streamed", edge_streamed),
+                    ("edge_plain", edge_plain), ("bare_streamed", bare_streamed),
+                    ("bare_plain", bare_plain),
+                ):  # fmt: skip
+                    out[name].append(value)
         control.close()
         return out
     finally:
         await sdk.close()
+        await edge.close()
         daemon.terminate()
         daemon.wait(60)
+
+
+SERIES = ("bare", "first", "gap", "streamed", "plain", "edge_first", "edge_gap",
+          "edge_streamed", "edge_plain", "bare_streamed", "bare_plain")  # fmt: skip
 
 
 def run() -> list[Row]:
@@ -175,23 +236,40 @@ def run() -> list[Row]:
         with tempfile.TemporaryDirectory(prefix="gs", dir=ROOT) as tmp:
             os.environ["GOONDAN_STATE_ROOT"] = str(Path(tmp) / "s")
             bundle = Path(tmp) / "goondan.yaml"
-            bundle.write_text(HOP_BUNDLE.replace("PORT", str(port)))
-            out = uvloop.run(_drive(bundle, port))  # the agent's own loop, for the bare SDK
+            edge_port = _free_port()
+            bundle.write_text(HOP_BUNDLE.replace("PORT", str(port))
+                              + EDGE_CONNECTION.replace("EDGE_PORT", str(edge_port)))  # fmt: skip
+            # the agent's own loop, for the bare SDK
+            out = uvloop.run(_drive(bundle, port, edge_port))
     finally:
         server.kill()
         server.wait()
+    return _rows(out)
+
+
+def _rows(out: dict[str, list[float]]) -> list[Row]:
+    def row(name: str, series: str, base: float | None, goal: str = "") -> Row:
+        values = out[series]
+        counted = stalls(values) if base is not None else None
+        return Row(name, statistics.median(values), p99(values), "µs", base, goal, counted)
+
     bare, plain = statistics.median(out["bare"]), statistics.median(out["plain"])
+    edge_plain = statistics.median(out["edge_plain"])
     return [
-        Row("model's first token, bare SDK stream (baseline)", bare, p99(out["bare"]), "µs",
-            bare, stalls=stalls(out["bare"])),
-        Row("first delta through goondan send", statistics.median(out["first"]),
-            p99(out["first"]), "µs", bare, stalls=stalls(out["first"])),
-        Row("first delta minus the model's first token", statistics.median(out["gap"]),
-            p99(out["gap"]), "µs", None, "≤ 2000 µs p50"),
-        Row("whole reply through goondan send, not streamed", plain, p99(out["plain"]), "µs",
-            plain, stalls=stalls(out["plain"])),
-        Row("whole reply through goondan send, streamed", statistics.median(out["streamed"]),
-            p99(out["streamed"]), "µs", plain, stalls=stalls(out["streamed"])),
+        row("model's first token, bare SDK stream (baseline)", "bare", bare),
+        row("first delta through goondan send", "first", bare),
+        row("first delta minus the model's first token", "gap", None, "≤ 2000 µs p50"),
+        row("first delta through /v1/chat/completions (openai SDK)", "edge_first", bare),
+        row("edge first delta minus the model's first token", "edge_gap", None,
+            "≤ 2000 µs p50"),
+        row("model call alone, not streamed", "bare_plain", statistics.median(out["bare_plain"])),
+        row("model call alone, streamed", "bare_streamed", statistics.median(out["bare_plain"])),
+        row("whole reply through goondan send, not streamed", "plain", plain),
+        row("whole reply through goondan send, streamed", "streamed", plain, "≤ 1.05x"),
+        row("whole reply through /v1/chat/completions, not streamed", "edge_plain",
+            edge_plain),
+        row("whole reply through /v1/chat/completions, streamed", "edge_streamed",
+            edge_plain, "≤ 1.05x"),
     ]  # fmt: skip
 
 
