@@ -205,9 +205,27 @@ SSE_EVENTS = [
 usage chunk and `[DONE]`, each event flushed on its own as a real stream's are."""
 
 
+def tool_answer(body: bytes) -> bytes:
+    """A request that offers tools: call the one named `*now` (else the first; no arguments)
+    unless the last message is a tool's result, then say "pong"."""
+    request = json.loads(body)
+    tools = [t["function"]["name"] for t in request.get("tools") or []]
+    if not tools or request["messages"][-1].get("role") == "tool":
+        return COMPLETION
+    name = next((t for t in tools if t.endswith("now")), tools[0])
+    call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+    return json.dumps({
+        "id": "chatcmpl-2", "object": "chat.completion", "created": 1, "model": "local",
+        "choices": [{"index": 0, "finish_reason": "tool_calls",
+                     "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }).encode()  # fmt: skip
+
+
 async def _llm_server() -> None:
     """Answers every POST with the same chat completion (keep-alive), as fast as it can;
-    streamed as server-sent events when the request asks for it."""
+    streamed as server-sent events when the request asks for it; a tool call first when the
+    request offers tools (`tool_answer`)."""
     import asyncio
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -218,7 +236,11 @@ async def _llm_server() -> None:
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":")[1])
             body = await reader.readexactly(length)
-            if b'"stream": true' in body or b'"stream":true' in body:
+            if b'"tools"' in body:  # bench_peers' tool round trip
+                answer = tool_answer(body)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\n\r\n%s" % (len(answer), answer))  # fmt: skip
+            elif b'"stream": true' in body or b'"stream":true' in body:
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                              b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
                 for event in SSE_EVENTS:

@@ -63,13 +63,13 @@ class _Control:
         self.sock.connect(endpoint)
         self.token = token
 
-    def send(self, key: str, i: int, stream: bool) -> tuple[float, float]:
+    def send(self, key: str, i: int, stream: bool, agent: str | None = None) -> tuple[float, float]:
         """(µs to the first delta (0 when not streamed), µs to the final reply)."""
         from protocol.codec import decode_control_reply, encode
         from protocol.control import SendText
 
         req = SendText(request_id=f"{key}-{i}-{stream}", text=f"ping {i}", instance_key=key,
-                       stream=stream, token=self.token)  # fmt: skip
+                       stream=stream, token=self.token, agent=agent)  # fmt: skip
         data = encode(req)
         start = time.perf_counter()
         self.sock.send(data)
@@ -148,9 +148,9 @@ def _free_port() -> int:
         return port
 
 
-def _start_daemon(bundle: Path) -> subprocess.Popen[bytes]:
-    """`goondan run BUNDLE`, once it says `started` and its api connector serves (its log is
-    read on, in a thread)."""
+def _start_daemon(bundle: Path, ready: bytes = EDGE_READY) -> subprocess.Popen[bytes]:
+    """`goondan run BUNDLE`, once its log says `ready` (default: its api connector serves; the
+    log is read on, in a thread)."""
     from tests.integration.harness import child_env
 
     daemon = subprocess.Popen(
@@ -163,7 +163,7 @@ def _start_daemon(bundle: Path) -> subprocess.Popen[bytes]:
     def read() -> None:
         assert daemon.stderr is not None
         for line in daemon.stderr:
-            if EDGE_READY in line:
+            if ready in line:
                 started.set()
         started.set()  # it ended: the check below says so
 
