@@ -28,26 +28,21 @@ from __future__ import annotations
 import importlib.util
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from tests.bench.baselines import Row, p99, print_rows, stalls
-from tests.bench.bench_stream import ROOT, _Control, _first_token, _start_daemon
+from tests.bench.bench_broker import HOP_BUNDLE
+from tests.bench.bench_stream import _Control, _first_token, _start_daemon, model_server
 
 TURNS = int(os.environ.get("BENCH_PEERS_TURNS", "300"))
 PER_INSTANCE = 5
 WARMUP = 20
-BUNDLE = """
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: local}
-spec: {provider: openai, model: local, endpoint: "http://127.0.0.1:PORT/v1",
-       apiKey: {value: sk-local}}
+BUNDLE = (
+    HOP_BUNDLE.replace("agents: [Agent/hop]", "agents: [Agent/hop, Agent/tooled]")
+    + """
 ---
 apiVersion: goondan.ai/v1
 kind: Tool
@@ -58,19 +53,11 @@ spec:
 ---
 apiVersion: goondan.ai/v1
 kind: Agent
-metadata: {name: hop}
-spec: {modelConfig: {modelRef: Model/local}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
 metadata: {name: tooled}
 spec: {modelConfig: {modelRef: Model/local}, tools: [Tool/clock]}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: hop}
-spec: {entryAgent: Agent/hop, agents: [Agent/hop, Agent/tooled]}
 """
+)
+"""bench_broker's warm hop bundle, and an agent with one tool."""
 CLOCK = """async def now(ctx, input):
     return "noon"
 
@@ -271,21 +258,11 @@ def _rows(out: dict[str, list[float]]) -> list[Row]:
 def run() -> list[Row]:
     import uvloop
 
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.bench.bench_broker", "llm"], stdout=subprocess.PIPE
-    )
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
-        with tempfile.TemporaryDirectory(prefix="gp", dir=ROOT) as tmp:
-            os.environ["GOONDAN_STATE_ROOT"] = str(Path(tmp) / "s")
-            bundle = Path(tmp) / "goondan.yaml"
-            bundle.write_text(BUNDLE.replace("PORT", str(port)))
-            (Path(tmp) / "clock.py").write_text(CLOCK)
-            out = uvloop.run(_drive(bundle, port))
-    finally:
-        server.kill()
-        server.wait()
+    with model_server("gp") as (port, tmp):
+        bundle = tmp / "goondan.yaml"
+        bundle.write_text(BUNDLE.replace("PORT", str(port)))
+        (tmp / "clock.py").write_text(CLOCK)
+        out = uvloop.run(_drive(bundle, port))
     return _rows(out)
 
 

@@ -30,6 +30,7 @@ Run: `python -m tests.bench bench_stream` (or `python -m tests.bench.bench_strea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
@@ -37,10 +38,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tests.bench.baselines import Row, p99, print_rows, stalls
+from tests.bench.bench_api import _free_port as free_port
 from tests.bench.bench_broker import HOP_BUNDLE
 
 INSTANCES = int(os.environ.get("BENCH_STREAM_INSTANCES", "60"))
@@ -139,15 +142,6 @@ spec:
 EDGE_READY = b'"process": "connector:api:api:1", "source": "spawning", "target": "idle"'
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _start_daemon(bundle: Path, ready: bytes = EDGE_READY) -> subprocess.Popen[bytes]:
     """`goondan run BUNDLE`, once its log says `ready` (default: its api connector serves; the
     log is read on, in a thread)."""
@@ -224,26 +218,34 @@ SERIES = ("bare", "first", "gap", "streamed", "plain", "edge_first", "edge_gap",
           "edge_streamed", "edge_plain", "bare_streamed", "bare_plain")  # fmt: skip
 
 
-def run() -> list[Row]:
-    import uvloop
-
+@contextlib.contextmanager
+def model_server(prefix: str) -> Iterator[tuple[int, Path]]:
+    """bench_broker's local model server (its port), and a directory for a daemon's bundle
+    and state (GOONDAN_STATE_ROOT)."""
     server = subprocess.Popen(
         [sys.executable, "-m", "tests.bench.bench_broker", "llm"], stdout=subprocess.PIPE
     )
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        with tempfile.TemporaryDirectory(prefix="gs", dir=ROOT) as tmp:
+        with tempfile.TemporaryDirectory(prefix=prefix, dir=ROOT) as tmp:
             os.environ["GOONDAN_STATE_ROOT"] = str(Path(tmp) / "s")
-            bundle = Path(tmp) / "goondan.yaml"
-            edge_port = _free_port()
-            bundle.write_text(HOP_BUNDLE.replace("PORT", str(port))
-                              + EDGE_CONNECTION.replace("EDGE_PORT", str(edge_port)))  # fmt: skip
-            # the agent's own loop, for the bare SDK
-            out = uvloop.run(_drive(bundle, port, edge_port))
+            yield port, Path(tmp)
     finally:
         server.kill()
         server.wait()
+
+
+def run() -> list[Row]:
+    import uvloop
+
+    with model_server("gs") as (port, tmp):
+        bundle = tmp / "goondan.yaml"
+        edge_port = free_port()
+        bundle.write_text(HOP_BUNDLE.replace("PORT", str(port))
+                          + EDGE_CONNECTION.replace("EDGE_PORT", str(edge_port)))  # fmt: skip
+        # the agent's own loop, for the bare SDK
+        out = uvloop.run(_drive(bundle, port, edge_port))
     return _rows(out)
 
 

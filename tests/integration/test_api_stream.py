@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import openai
 from a2a.client import A2ACardResolver, ClientConfig, create_client
-from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types.a2a_pb2 import TaskState
 from google.protobuf.json_format import MessageToDict
 from mcp.client.session import ClientSession
 
@@ -22,7 +22,7 @@ from protocol.endpoints import StateLayout
 from tests.integration.api_edge import TOKEN, start_edge
 from tests.integration.api_edge import conversation as history
 from tests.integration.conftest import StartDaemon
-from tests.integration.test_api_a2a_mcp import AUTH, _mcp
+from tests.integration.test_api_a2a_mcp import AUTH, _mcp, _message, _task
 
 STORY = "once upon a time there was tell a fox, and it streamed"
 
@@ -110,18 +110,10 @@ async def test_a_client_gone_mid_stream_leaves_the_streamed_turn_to_finish(
     assert after.choices[0].message.content == "echo: next"
 
 
-def _message(text: str) -> Message:
-    return Message(role=Role.ROLE_USER, message_id=f"m-{text}", parts=[Part(text=text)])
-
-
 async def _stream_a2a(client: Any, text: str) -> tuple[list[Any], TaskState]:
     """Every response of a `message/stream`, and the last state."""
-    responses, state = [], TaskState.TASK_STATE_UNSPECIFIED
-    async for response in client.send_message(SendMessageRequest(message=_message(text))):
-        responses.append(response)
-        if response.HasField("status_update"):
-            state = response.status_update.status.state
-    return responses, state
+    task, responses = await _task(client, _message(text))
+    return responses, task.status.state
 
 
 async def test_an_a2a_stream_carries_artifact_chunks_and_tool_progress(
