@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -324,6 +325,18 @@ async def _hop_measure(harness: Any, port: int) -> dict[str, list[float]]:
 
 
 def _hop_role() -> None:
+    print(json.dumps(run_in_harness(HOP_BUNDLE, ("hop",), _hop_measure)), flush=True)
+
+
+def run_in_harness(
+    bundle_text: str,
+    agents: tuple[str, ...],
+    measure: Callable[[Any, int], Awaitable[dict[str, list[float]]]],
+    files: Mapping[str, str] | None = None,
+) -> dict[str, list[float]]:
+    """The local model server and a warm-hop harness in this process (the real router,
+    supervisor, fork server and journal, bench_spawn.Harness) on `bundle_text` (PORT: the
+    server's port; `files` beside it): what `measure(harness, port)` samples."""
     import logging
 
     import structlog
@@ -347,7 +360,9 @@ def _hop_role() -> None:
             tempfile.TemporaryDirectory(prefix="gj", dir=Path.home()) as disk,
         ):
             bundle_file = Path(tmp) / "goondan.yaml"
-            bundle_file.write_text(HOP_BUNDLE.replace("PORT", str(port)))
+            bundle_file.write_text(bundle_text.replace("PORT", str(port)))
+            for name, text in (files or {}).items():
+                (Path(tmp) / name).write_text(text)
             layout = StateLayout(root=Path(tmp) / "state")
             bundle = load_bundle(bundle_file, state_root=layout.root)
             server = start_server(bundle, layout)
@@ -357,19 +372,18 @@ def _hop_role() -> None:
                 # costs nothing): its fsyncs are the cost being measured
                 journal = await SqliteJournal.open(Path(disk) / "ingress.sqlite3")
                 acceptor = Acceptor(journal, lambda *_: None)
-                harness = Harness("forkserver", server, layout, bundle, agents=("hop",),
+                harness = Harness("forkserver", server, layout, bundle, agents=agents,
                                   acceptor=acceptor)  # fmt: skip
                 try:
-                    return await _hop_measure(harness, port)
+                    return await measure(harness, port)
                 finally:
                     await harness.close()
                     await acceptor.close()
 
-            result = uvloop.run(run_all())
+            return uvloop.run(run_all())
     finally:
         llm.kill()
         llm.wait()
-    print(json.dumps(result), flush=True)
 
 
 def warm_hop() -> list[Row]:

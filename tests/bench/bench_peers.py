@@ -1,8 +1,9 @@
 """Benchmark: the same turns in goondan and in peer agent frameworks, against one local model.
 
 The model is bench_broker's local OpenAI-compatible server (it answers "pong", streamed when
-asked, and first calls the offered tool `*now` when a request offers tools). One process
-drives, alternately so the machine's drift hits all:
+asked, and first calls the offered tool `*now` when a request offers tools). One process, the
+orchestrator side of bench_broker's warm hop (the real router, supervisor, fork server and
+journal: `run_in_harness`), drives, alternately so the machine's drift hits all:
 
 - **bare**: the openai SDK itself (`AsyncOpenAI`), the baseline: one call for a one-call turn;
   two calls (the tool call, then the reply to its result) for a tool round trip; the first
@@ -10,10 +11,12 @@ drives, alternately so the machine's drift hits all:
 - **pydantic-ai** (`Agent.run`, a `tool_plain`, `run_stream` with text deltas) and the **OpenAI
   Agents SDK** (`Runner.run`, a `function_tool`, `Runner.run_streamed`'s first text delta),
   in this process, on the same `AsyncOpenAI` client, tracing off;
-- **goondan**: a real `goondan run` daemon (fork server), its agents on the `openai` provider
-  pointed at the same server, reached as `goondan send` reaches it (a control request over a
-  kept DEALER, accepted through the journal); its conversations are persisted, and grow over
-  the 5 turns each instance gets, where the peers start from nothing each run.
+- **goondan**: the warm hop: an event submitted to the router, the turn in the agent's own
+  process (forked by the fork server, its model on the `openai` provider pointed at the same
+  server), the reply back through the router; its conversation is persisted and grows over
+  the 5 turns each instance gets, where the peers start from nothing each run; streamed, the
+  first text delta as the router passes it on. (What a `goondan send` adds on top, the CLI's
+  control socket and the journal, is in bench_stream.)
 
 Each row is a ratio to the bare SDK doing the same model calls in the same run; what a
 framework adds is its median minus the baseline's. Needs the `bench` extra (`pip install
@@ -25,17 +28,20 @@ Run: `python -m tests.bench bench_peers`.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from tests.bench.baselines import Row, p99, print_rows, stalls
-from tests.bench.bench_broker import HOP_BUNDLE
-from tests.bench.bench_stream import _Control, _first_token, _start_daemon, model_server
+from tests.bench.bench_broker import HOP_BUNDLE, run_in_harness
+from tests.bench.bench_stream import _first_token
 
 TURNS = int(os.environ.get("BENCH_PEERS_TURNS", "300"))
 PER_INSTANCE = 5
@@ -177,66 +183,91 @@ def _openai_agents(client: Any) -> dict[str, Turn]:
     return {"call": _timed(one), "tool": _timed(tool), "first": first}
 
 
-def _goondan(control: _Control) -> tuple[dict[str, Turn], Callable[[int], None]]:
-    """goondan's turns, and what starts the instances of sample `n` (one warm-up turn each)."""
+def _goondan(harness: Any) -> tuple[dict[str, Turn], Callable[[int], Awaitable[None]]]:
+    """goondan's turns on the warm hop, and what starts the instances of sample `n` (one
+    warm-up turn each)."""
+    from protocol.events import ReplyTo, Source, SourceKind, new_event
+    from protocol.ids import agent_address
+    from protocol.stream import DeltaKind, StreamDelta
+
+    cli = Source(kind=SourceKind.CLI, name="bench")
     keys = {"hop": "", "tooled": ""}
 
-    def spawn(n: int) -> None:
+    async def turn(agent: str, i: int, stream: bool = False) -> tuple[float, float]:
+        """(µs to the first text delta (0 unstreamed), µs to the reply)."""
+        key = keys[agent]
+        correlation_id = f"{key}-{i}-{stream}"
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        first: list[float] = []
+
+        def sink(delta: StreamDelta) -> None:
+            if not first and delta.kind is DeltaKind.TEXT:
+                first.append(time.perf_counter())
+
+        if stream:  # the router hands the turn's deltas here, as to a streaming send
+            harness.router.deltas.watch(correlation_id, sink)
+        event = new_event(
+            type="user.message", input=f"ping {i}", instance_key=key, source=cli,
+            reply_to=ReplyTo(target="control", correlation_id=correlation_id, stream=stream),
+        )  # fmt: skip
+        start = time.perf_counter()
+        harness.router.submit(event, agent_address(agent, key), waiter)
+        reply = await waiter
+        end = time.perf_counter()
+        harness.router.deltas.unwatch(correlation_id)
+        assert reply.error is None and reply.input == "pong", reply
+        return ((first[0] - start) * 1e6 if first else 0.0), (end - start) * 1e6
+
+    async def spawn(n: int) -> None:
         for agent in keys:
             keys[agent] = f"{agent}{n}"
-            control.send(keys[agent], -1, False, agent)
+            await harness.spawn(keys[agent], agent)
+            await turn(agent, -1)
 
     async def one(i: int) -> float:
-        return control.send(keys["hop"], i, False, "hop")[1]
+        return (await turn("hop", i))[1]
 
     async def tool(i: int) -> float:
-        return control.send(keys["tooled"], i, False, "tooled")[1]
+        return (await turn("tooled", i))[1]
 
     async def first(i: int) -> float:
-        return control.send(keys["hop"], 1000 + i, True, "hop")[0]
+        return (await turn("hop", 1000 + i, stream=True))[0]
 
     return {"call": one, "tool": tool, "first": first}, spawn
 
 
-async def _drive(bundle: Path, port: int) -> dict[str, list[float]]:
+async def _measure(harness: Any, port: int) -> dict[str, list[float]]:
     import openai
 
-    from orchestrator.rundir import read_active, read_token
-    from protocol.endpoints import StateLayout
-
-    daemon = _start_daemon(bundle, b'"event": "started"')
     client = openai.AsyncOpenAI(api_key="sk-local", base_url=f"http://127.0.0.1:{port}/v1")
     try:
-        info = read_active(StateLayout.from_env().run_paths("hop").active_json)
-        assert info is not None
-        endpoint = info.endpoints["control"]
-        # the control client blocks the loop while it waits: nothing else runs meanwhile
-        control = _Control(endpoint, read_token(endpoint))
-        ours, spawn = _goondan(control)
+        ours, spawn = _goondan(harness)
         sides = {"bare": _bare(client), "pydantic_ai": _pydantic_ai(client),
                  "agents": _openai_agents(client), "goondan": ours}  # fmt: skip
         out: dict[str, list[float]] = {}
-        spawn(-1)
+        await spawn(-1)
         for i in range(WARMUP):
             for side in sides.values():
                 for turn in side.values():
                     await turn(i)
         for n in range(TURNS // PER_INSTANCE):
-            spawn(n)
+            await spawn(n)
             for i in range(PER_INSTANCE):  # alternated, so the machine's drift hits all
-                for name, side in sides.items():
-                    for kind, turn in side.items():
+                # and in turn first: what a side leaves running after its turn (goondan's
+                # agent, journal and router finish their bookkeeping after the reply) does
+                # not always land on the same next side
+                names = list(sides)
+                start = (n * PER_INSTANCE + i) % len(names)
+                for name in names[start:] + names[:start]:
+                    for kind, turn in sides[name].items():
                         out.setdefault(f"{name}.{kind}", []).append(await turn(i))
-        control.close()
         return out
     finally:
         await client.close()
-        daemon.terminate()
-        daemon.wait(60)
 
 
 LABELS = {"bare": "openai SDK alone (baseline)", "pydantic_ai": "pydantic-ai",
-          "agents": "OpenAI Agents SDK", "goondan": "goondan (send, persisted)"}  # fmt: skip
+          "agents": "OpenAI Agents SDK", "goondan": "goondan warm hop (persisted)"}  # fmt: skip
 KINDS = {"call": "one model call", "tool": "one tool round trip (2 model calls)",
          "first": "first text delta of a streamed call"}  # fmt: skip
 
@@ -255,15 +286,19 @@ def _rows(out: dict[str, list[float]]) -> list[Row]:
     return rows
 
 
-def run() -> list[Row]:
-    import uvloop
+def _role() -> None:
+    out = run_in_harness(BUNDLE, ("hop", "tooled"), _measure, {"clock.py": CLOCK})
+    print(json.dumps(out), flush=True)
 
-    with model_server("gp") as (port, tmp):
-        bundle = tmp / "goondan.yaml"
-        bundle.write_text(BUNDLE.replace("PORT", str(port)))
-        (tmp / "clock.py").write_text(CLOCK)
-        out = uvloop.run(_drive(bundle, port))
-    return _rows(out)
+
+def run() -> list[Row]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.bench.bench_peers", "role"],
+        capture_output=True, text=True, timeout=1200, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench_peers failed:\n{proc.stderr[-3000:]}")
+    return _rows(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def main() -> list[Row]:
@@ -282,4 +317,7 @@ def main() -> list[Row]:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["role"]:
+        _role()
+    else:
+        main()

@@ -175,8 +175,9 @@ def _message(piece: Any, shown: bool) -> str:
 
 
 def _wants_progress(ctx: Any) -> bool:
+    """The call came with a progress token (`_meta.progressToken`): stream the turn for it."""
     meta = getattr(ctx, "meta", None) or {}
-    return meta.get("progress_token", meta.get("progressToken")) is not None
+    return meta.get("progress_token") is not None
 
 
 async def _progress(ctx: Any, progress: float, message: str | None) -> None:
