@@ -70,7 +70,7 @@ def test_a_list_of_value_sources_resolves_each_and_masks_them(
     assert [a.name for a in loaded.swarm.agents] == ["front", "back", "capped"]
     front = loaded.swarm.agents[0]
     assert front.description.startswith("Answers questions")
-    assert [t.name for t in front.tools] == ["client__calendar"]
+    assert [t.name for t in front.tools] == ["client__calendar", "clock__now"]
     assert loaded.swarm.instance_key == "main"
 
 
