@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from bundles.sdk import ConnectorContext, ConnectorReply, DeltaKind, StreamDelta, load_sibling
 
@@ -137,6 +140,42 @@ def result_of(text: str) -> Any:
         return text
 
 
+class Backlog:
+    """The deltas a stream has not passed on yet, in order, then None (the reply is in). A
+    reader that falls behind (a slow client, whose writes wait) gets the text of a step that
+    piled up meanwhile as one delta: the backlog holds at most a few entries per step, never
+    one per delta, and the client fewer, larger chunks."""
+
+    __slots__ = ("_items", "_ready")
+
+    def __init__(self) -> None:
+        self._items: deque[StreamDelta | list[StreamDelta] | None] = deque()
+        """A step's text that waits is a list of its deltas (joined once, when taken)."""
+        self._ready = asyncio.Event()
+
+    def put(self, delta: StreamDelta | None) -> None:
+        last = self._items[-1] if self._items else None
+        if delta is not None and delta.kind is DeltaKind.TEXT:
+            if isinstance(last, list) and last[0].step == delta.step:
+                last.append(delta)
+            else:
+                self._items.append([delta])
+        else:
+            self._items.append(delta)
+        self._ready.set()
+
+    async def get(self) -> StreamDelta | None:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        item = self._items.popleft()
+        if not isinstance(item, list):
+            return item
+        if len(item) == 1:
+            return item[0]
+        return msgspec.structs.replace(item[-1], text="".join(d.text for d in item))
+
+
 class Edge:
     def __init__(self, ctx: ConnectorContext, timeout: float, agents: frozenset[str]) -> None:
         self.ctx = ctx
@@ -173,11 +212,11 @@ class Edge:
             done = done_of(reply)
             yield Piece(text=done.text, done=done)
             return
-        deltas: asyncio.Queue[StreamDelta | None] = asyncio.Queue()
+        deltas = Backlog()
         emit = asyncio.ensure_future(
-            self._emit(MESSAGE_EVENT, {}, text, agent, key, idempotency_key, deltas.put_nowait)
+            self._emit(MESSAGE_EVENT, {}, text, agent, key, idempotency_key, deltas.put)
         )
-        emit.add_done_callback(lambda _: deltas.put_nowait(None))  # after every delta
+        emit.add_done_callback(lambda _: deltas.put(None))  # after every delta
         shown = Shown()
         try:
             while (delta := await deltas.get()) is not None:

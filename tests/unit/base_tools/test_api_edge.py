@@ -112,6 +112,24 @@ async def test_a_streamed_reply_is_a_piece_per_delta_then_the_rest() -> None:
     assert pieces[-1].done.text == "it is noon now" and ctx.emitted[0]["on_delta"] is not None
 
 
+async def test_a_reader_behind_gets_a_steps_waiting_text_as_one_delta() -> None:
+    backlog = edge.Backlog()
+    started = {"kind": DeltaKind.TOOL_STARTED, "tool": "t", "tool_call_id": "k"}
+    for delta in (_delta(0, 1, "a"), _delta(1, 1, "b"), _delta(2, 1, **started),
+                  _delta(3, 2, "c"), _delta(4, 2, "d"), _delta(5, 3, "e")):  # fmt: skip
+        backlog.put(delta)
+    backlog.put(None)
+    async with asyncio.timeout(5):
+        taken = [await backlog.get() for _ in range(5)]
+    assert [(d.kind, d.step, d.text, d.seq) for d in taken[:4]] == [
+        (DeltaKind.TEXT, 1, "ab", 1), (DeltaKind.TOOL_STARTED, 1, "", 2),
+        (DeltaKind.TEXT, 2, "cd", 4), (DeltaKind.TEXT, 3, "e", 5)]  # fmt: skip
+    assert taken[4] is None
+    backlog.put(_delta(6, 3, "f"))  # a reader that keeps up: one delta each
+    async with asyncio.timeout(5):
+        assert (await backlog.get()).text == "f"
+
+
 @pytest.mark.parametrize(
     ("streamed", "reply", "last"),
     [([], "whole", ("whole", False)),  # nothing streamed: all of it
