@@ -68,7 +68,7 @@ fuzz: ## long fuzz runs: frames at the daemon's sockets, hostile tool args, bund
 	FUZZ_BUNDLE_EXAMPLES=$${FUZZ_BUNDLE_EXAMPLES:-2000} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/fuzz tests/unit/bundles/test_fuzz.py tests/unit/protocol/test_codec.py $(PYTEST_ARGS)
 
-chaos: ## long chaos run: SIGKILL monkey under inter-agent load (CHAOS_SECONDS, default 120)
+chaos: ## long chaos runs: SIGKILL of agents, and of the orchestrator under durable-ingress load (CHAOS_SECONDS, default 120)
 	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/chaos $(PYTEST_ARGS)
 

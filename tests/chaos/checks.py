@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterable
@@ -72,6 +73,17 @@ def survivors(procs: Iterable[psutil.Process], state_root: Path) -> list[str]:
         if env.get("GOONDAN_STATE_ROOT") == root or root in cmd:
             left.append(f"{proc.pid} {proc.info['cmdline'][:4]} (names the state root)")
     return sorted(set(left))
+
+
+async def wait_gone(procs: list[psutil.Process], state_root: Path, limit: float) -> list[str]:
+    """`survivors` once none is left, or what is still there after `limit` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while True:
+        left = await asyncio.to_thread(survivors, procs, state_root)
+        if not left or loop.time() > deadline:
+            return left
+        await asyncio.sleep(0.1)  # exits of processes we do not parent: poll
 
 
 def conversation_faults(swarm: str) -> list[str]:
