@@ -49,6 +49,8 @@ class Acceptor:
         """Journaled events whose turn has not finished (only these are claimed/completed)."""
         self._attached: dict[str, list[asyncio.Future[AgentEvent]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._recovering = False
+        """While `recover` reads what an earlier daemon left: new events wait behind it."""
 
     async def accept(
         self,
@@ -70,7 +72,8 @@ class Acceptor:
             self._submit(event, target, waiter)
             return None
         append = asyncio.ensure_future(self.journal.append(event, str(target), dedupe_key))
-        if event.reply_to is not None and dedupe_key is None and not self._order:
+        alone = not self._order and not self._recovering
+        if event.reply_to is not None and dedupe_key is None and alone:
             self._open.add(event.id)
             self._submit(event, target, waiter)
             return await asyncio.shield(append)
@@ -108,8 +111,9 @@ class Acceptor:
         self._background(taking())
 
     def _flush(self) -> None:
-        """Submit, in acceptance order, every event whose append is done."""
-        while self._order and self._order[0].append.done():
+        """Submit, in acceptance order, every event whose append is done (once what an
+        earlier daemon left has been submitted)."""
+        while self._order and self._order[0].append.done() and not self._recovering:
             item = self._order.popleft()
             if item.append.cancelled() or item.append.exception() is not None:
                 continue  # its sender is told it was not accepted
@@ -148,22 +152,33 @@ class Acceptor:
     # -- after a crash, and for clients that re-attach ------------------------------------
 
     async def recover(self) -> int:
-        """Submit again every event an earlier daemon accepted and did not finish."""
+        """Submit again every event an earlier daemon accepted and did not finish, before
+        anything this one accepts meanwhile (FIFO per sender holds across a crash)."""
         if self.journal is None:
             return 0
-        entries = await self.journal.pending()
-        for entry in entries:
-            try:
-                target = parse_address(entry.target)
-            except ProtocolError:
-                log.error("journal_bad_target", event_id=entry.event.id, target=entry.target)
-                continue
-            claimed = entry.state is EntryState.CLAIMED  # its turn was cut: it resumes
-            log.info("event_redelivered", event_id=entry.event.id, target=entry.target,
-                     attempts=entry.attempts, claimed=claimed)  # fmt: skip
-            self._open.add(entry.event.id)
-            self._submit(entry.event, target, None)
+        self._recovering = True
+        try:
+            entries = await self.journal.pending()
+            mine = self._open | {item.event.id for item in self._order}
+            for entry in entries:
+                if entry.event.id not in mine:  # accepted by this daemon: submitted by it
+                    self._redeliver(entry)
+        finally:
+            self._recovering = False
+            self._flush()
         return len(entries)
+
+    def _redeliver(self, entry: JournalEntry) -> None:
+        try:
+            target = parse_address(entry.target)
+        except ProtocolError:
+            log.error("journal_bad_target", event_id=entry.event.id, target=entry.target)
+            return
+        claimed = entry.state is EntryState.CLAIMED  # its turn was cut: it resumes
+        log.info("event_redelivered", event_id=entry.event.id, target=entry.target,
+                 attempts=entry.attempts, claimed=claimed)  # fmt: skip
+        self._open.add(entry.event.id)
+        self._submit(entry.event, target, None)
 
     async def attach(
         self, event_id: str
