@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +29,7 @@ from protocol.ids import Address, parse_address
 
 log = structlog.get_logger("goondan.accept")
 COMPACT_EVERY = 300.0
+ENDED_KEPT = 256
 Submit = Callable[[AgentEvent, Address, "asyncio.Future[AgentEvent] | None"], None]
 
 
@@ -47,7 +48,10 @@ class Acceptor:
         self._order: deque[_Accepting] = deque()
         self._open: set[str] = set()
         """Journaled events whose turn has not finished (only these are claimed/completed)."""
-        self._attached: dict[str, list[asyncio.Future[AgentEvent]]] = {}
+        self._attached: dict[str, list[asyncio.Future[AgentEvent | None]]] = {}
+        self._ended: OrderedDict[str, AgentEvent | None] = OrderedDict()
+        """The replies of the turns that ended last (for an `attach` that read the journal
+        before their completion was written)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._recovering = False
         """While `recover` reads what an earlier daemon left: new events wait behind it."""
@@ -130,8 +134,15 @@ class Acceptor:
             self._background(self.journal.claim(event_id))
 
     def finished(self, event_id: str, reply: AgentEvent | None = None) -> None:
+        """The event's turn ended (with its reply; a turn with a reply also ends without one
+        when its process reports idle)."""
+        if reply is not None or event_id not in self._ended:
+            self._ended[event_id] = reply
+            self._ended.move_to_end(event_id)
+            while len(self._ended) > ENDED_KEPT:
+                self._ended.popitem(last=False)
         for future in self._attached.pop(event_id, []):
-            if not future.done() and reply is not None:
+            if not future.done():
                 future.set_result(reply)
         if self.journal is not None and event_id in self._open:
             self._open.discard(event_id)
@@ -182,16 +193,20 @@ class Acceptor:
 
     async def attach(
         self, event_id: str
-    ) -> tuple[JournalEntry, asyncio.Future[AgentEvent] | None] | None:
-        """(the journal's entry, a future of its reply while its turn runs) for a client that
-        re-attaches to an event it sent; None when the journal does not know the event."""
+    ) -> tuple[JournalEntry, asyncio.Future[AgentEvent | None] | None] | None:
+        """(the journal's entry, a future of its reply while its turn runs: None when the
+        turn ends without one) for a client that re-attaches to an event it sent; None when
+        the journal does not know the event."""
         entry = await self.journal.lookup(event_id) if self.journal is not None else None
         if entry is None:
             return None
         if entry.state is EntryState.COMPLETED:
             return entry, None
-        future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
-        self._attached.setdefault(event_id, []).append(future)
+        future: asyncio.Future[AgentEvent | None] = asyncio.get_running_loop().create_future()
+        if event_id in self._ended:  # it ended while the journal was read
+            future.set_result(self._ended[event_id])
+        else:
+            self._attached.setdefault(event_id, []).append(future)
         return entry, future
 
     async def compact_forever(self, every: float = COMPACT_EVERY) -> None:

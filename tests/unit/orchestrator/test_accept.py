@@ -56,3 +56,36 @@ async def test_recovery_does_not_deliver_again_what_this_daemon_accepted(tmp_pat
         assert await acceptor.recover() == 1  # it is open in the journal, and submitted once
         await acceptor.close()
     assert submitted == ["mine"]
+
+
+async def test_an_attach_while_the_turn_ends_gets_the_reply(tmp_path: Path) -> None:
+    """The turn ends while `attach` reads the journal (which still says open): the reply
+    reaches the attached client all the same, not after its timeout."""
+    async with asyncio.timeout(10):
+        acceptor = Acceptor(await SqliteJournal.open(tmp_path / "ingress.sqlite3"),
+                            lambda *_: None)  # fmt: skip
+        sent = event("x")
+        await acceptor.accept(sent, TARGET)
+        attaching = asyncio.ensure_future(acceptor.attach(sent.id))  # asks the journal first
+        reply = event("the reply")
+        acceptor.finished(sent.id, reply)
+        found = await attaching
+        assert found is not None
+        entry, future = found
+        assert (entry.reply if future is None else await future) == reply
+        await acceptor.close()
+
+
+async def test_an_attach_to_an_event_without_reply_ends_with_its_turn(tmp_path: Path) -> None:
+    """An event nobody answers (`agents__send`, a webhook `note`): the attached client hears
+    that its turn ended, not a timeout."""
+    async with asyncio.timeout(10):
+        acceptor = Acceptor(await SqliteJournal.open(tmp_path / "ingress.sqlite3"),
+                            lambda *_: None)  # fmt: skip
+        sent = new_event(type="m", input="note", instance_key="k0", source=SOURCE)
+        await acceptor.accept(sent, TARGET)
+        found = await acceptor.attach(sent.id)
+        assert found is not None and found[1] is not None
+        acceptor.finished(sent.id)  # its process reports idle
+        assert await found[1] is None
+        await acceptor.close()
