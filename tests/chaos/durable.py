@@ -9,10 +9,12 @@ while the orchestrator keeps dying (tests/chaos/lives.py), each call bounded:
   waiting, then re-attaches by event id (`Attach`) until it has the reply.
 - `agents_send` / `agents_request`: the same waiting send to a caller (`fwd N` / `req N`), whose
   turn hands the input to its worker with `agents__send` (the tool result says "accepted"
-  with the event id) or asks it with `agents__request` (the result carries the reply).
-- `webhook`: `POST /events`, event `note` (202 with the event id) or `message` (200 with the
-  reply); half with an `Idempotency-Key`, retried with it after a cut and, once answered,
-  deliberately repeated: the repeat must name the same event (and reply).
+  with the event id; the client then attaches to that event until its turn ends) or asks it
+  with `agents__request` (the result carries the reply).
+- `webhook`: `POST /events`, event `note` (202 with the event id; attached to until its turn
+  ends) or `message` (200 with the reply); half with an `Idempotency-Key`, retried with it
+  after a cut and, once answered, deliberately repeated: the repeat must name the same event
+  (and reply).
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ class Clients:
             tally.sent += 1
             answer = await self._answer(tally, given, req)
             if answer is not None:
-                self._judge(tally, given, answer)
+                await self._judge(tally, given, answer)
 
     async def _answer(self, tally: Tally, given: Input, req: SendText) -> dict[str, Any] | None:
         reply = await self.call(req, WAIT_MS / 1000 + GRACE_S)
@@ -132,6 +134,8 @@ class Clients:
             return None
         if reply is CUT:
             tally.cut += 1
+        else:
+            tally.late += 1
         ask = msgspec.structs.replace(req, request_id=req.request_id + "?", wait=False)
         event_id = await self._accepted(tally, given, ask, keyed=True)
         if event_id is None:
@@ -156,11 +160,19 @@ class Clients:
             if reply.error is None or reply.error.code != "E_AGENT_TIMEOUT":
                 tally.faults.append(f"{given.text}: attach {event_id}: {reply}")
                 return None
+            tally.late += 1
         self.ledger.hang(given, f"attach {event_id} cut {ATTEMPTS} times")
         return None
 
-    def _judge(self, tally: Tally, given: Input, answer: dict[str, Any]) -> None:
-        """The reply of a waiting send: the worker's answer, or the caller's tool result."""
+    async def _attach_ended(self, tally: Tally, given: Input, event_id: str) -> None:
+        """Attach to an event nobody answers: it says when its turn has ended."""
+        answer = await self._attach(tally, given, event_id)
+        if answer is not None and answer != {"eventId": event_id, "finished": True}:
+            tally.faults.append(f"{given.text}: attach {event_id} answered {answer}")
+
+    async def _judge(self, tally: Tally, given: Input, answer: dict[str, Any]) -> None:
+        """The reply of a waiting send: the worker's answer, or the caller's tool result (an
+        event `agents__send` handed on is then attached to, until its turn ends)."""
         text = str(answer.get("input", ""))
         self.ledger.ack(replace(given, reply=text))
         if given.agent == "worker":
@@ -181,6 +193,8 @@ class Clients:
             tally.faults.append(f"{given.text}: the worker replied {output.get('response')!r}")
         else:
             self.ledger.ack(replace(handed, event_id=output.get("eventId")))
+            if given.path == "agents_send":
+                await self._attach_ended(tally, handed, str(output.get("eventId")))
 
     # -- the webhook ----------------------------------------------------------------------
 
@@ -197,6 +211,8 @@ class Clients:
                 headers = {"Idempotency-Key": f"h-{n}"} if keyed else {}
                 tally.sent += 1
                 first = await self._post(tally, given, client, body, headers)
+                if first is not None and note:
+                    await self._attach_ended(tally, given, first["eventId"])
                 if first is None or not keyed:
                     continue
                 tally.repeats += 1  # a deliberate retry: the same event, the same answer

@@ -51,7 +51,10 @@ class Tally:
     retried: int = 0
     """Calls sent again with the same idempotency key after a cut."""
     attached: int = 0
-    """Waits taken up again by event id (`Attach`) after a cut."""
+    """Attaches by event id: waits taken up again after a cut, and (to events nobody
+    answers) waits for their turn to end."""
+    late: int = 0
+    """Waits that ran out (E_AGENT_TIMEOUT) and were taken up again by event id."""
     repeats: int = 0
     """Deliberate repeats of an acknowledged input's idempotency key."""
     unknown: int = 0
@@ -63,7 +66,8 @@ class Tally:
     def figures(self) -> dict[str, Any]:
         return {
             "sent": self.sent, "acked": self.acked, "cut": self.cut, "retried": self.retried,
-            "attached": self.attached, "repeats": self.repeats, "unknown": self.unknown,
+            "attached": self.attached, "late": self.late, "repeats": self.repeats,
+            "unknown": self.unknown,
             "refused": dict(self.refused), "hangs": len(self.hangs), "faults": len(self.faults),
         }  # fmt: skip
 
