@@ -25,12 +25,24 @@ line) and answers each with a JSON report line. An experiment, on a fresh ext4 i
 
 Why this is power loss and not a process kill: after a SIGKILL the page cache survives and
 the kernel writes it out later, so a journal that never fsyncs passes every kill test (see
-test_power_loss.py, which shows it). Here the page cache is lost with the power. What it does
-not model: a disk that reorders or tears writes inside its own volatile cache despite flush
-requests (the loop device passes flushes down as fsyncs of the image file); SQLite's WAL
-checksums are its own answer to that.
+test_power_loss.py, which shows it). Here the page cache is lost with the power.
 
-A report: how many operations were acknowledged, those lost, and any other fault.
+With real power nothing returns once the power is gone, so an operation counts as
+acknowledged only if it returned before the cut began (each line carries the moment it
+returned; the clock is the same in every process). Those that return while the shutdown is
+under way are looked up apart (`racing`, `racing_lost`) and not held to it: ext4 can answer an
+fsync that races its own shutdown with success when the shutdown aborted the journal commit
+it waited for (the wait sees the transaction done and does not look at the abort), so such a
+write may be told durable and not be. That happens here, to appends that returned a few
+milliseconds into the shutdown; an append that returned before the cut began has never been
+missing.
+
+What it does not model: a disk that reorders or tears writes inside its own volatile cache
+despite flush requests (the loop device passes flushes down as fsyncs of the image file);
+SQLite's WAL checksums are its own answer to that.
+
+A report: how many operations were acknowledged before the cut, those lost, any other fault,
+and how many returned during the cut (and of those, how many are missing).
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import math
 import os
 import signal
 import struct
@@ -61,7 +74,8 @@ SOURCE = Source(kind=SourceKind.CLI, name="powercut")
 
 Ack = list[Any]
 """A writer's line: ["append", id, key, size] | ["dup", first id, key] | ["claim", id] |
-["complete", id] | ["reopen"] | ["end"] (and ["not a dup", id, key], a fault)."""
+["complete", id] | ["reopen"] | ["end"] (and ["not a dup", id, key], a fault), each ending
+with the moment it returned (`time.monotonic()`, the same clock in every process)."""
 
 
 def event(n: int, size: int) -> AgentEvent:
@@ -87,7 +101,7 @@ async def open_journal(path: Path, plan: dict[str, Any]) -> SqliteJournal:
 
 
 def say(ack: Ack) -> None:
-    os.write(1, json.dumps(ack).encode() + b"\n")
+    os.write(1, json.dumps([*ack, time.monotonic()]).encode() + b"\n")
 
 
 async def write(path: Path, plan: dict[str, Any]) -> None:
@@ -161,8 +175,9 @@ def umount(at: Path) -> None:
     subprocess.run(["umount", str(at)], check=True)
 
 
-def cut(mnt: Path, plan: dict[str, Any]) -> list[Ack]:
-    """Run the writer, cut the power after the plan's acknowledgements; all it acknowledged."""
+def cut(mnt: Path, plan: dict[str, Any]) -> tuple[list[Ack], float]:
+    """Run the writer, cut the power after the plan's acknowledgements: (all it
+    acknowledged, the moment the cut began; infinity without one)."""
     writer = subprocess.Popen(
         [sys.executable, "-m", "tests.chaos.powercut", "write", str(mnt / JOURNAL),
          json.dumps(plan)],
@@ -170,54 +185,67 @@ def cut(mnt: Path, plan: dict[str, Any]) -> list[Ack]:
     )  # fmt: skip
     assert writer.stdout is not None
     acks: list[Ack] = []
+    began = math.inf
     try:
         while len(acks) < plan["cut_at"] * len(plan["ops"]):
             line = writer.stdout.readline()
-            if not line or json.loads(line) == ["end"]:
+            if not line or json.loads(line)[0] == "end":
                 break
             acks.append(json.loads(line))
         time.sleep(plan["delay_ms"] / 1000)  # the cut lands somewhere in the next commits
         if plan["power"]:
             fd = os.open(mnt, os.O_RDONLY)
             try:
+                began = time.monotonic()
                 fcntl.ioctl(fd, FS_IOC_SHUTDOWN, struct.pack("I", FS_GOING_FLAGS_NOLOGFLUSH))
             finally:
                 os.close(fd)
     finally:
         writer.send_signal(signal.SIGKILL)
         rest = writer.communicate()[0]
-    acks += [json.loads(line) for line in rest.splitlines() if json.loads(line) != ["end"]]
-    return acks
+    acks += [json.loads(line) for line in rest.splitlines() if json.loads(line)[0] != "end"]
+    return acks, began
 
 
-async def check(path: Path, acks: list[Ack]) -> dict[str, Any]:
-    """What the journal the next daemon opens says about each acknowledged operation."""
+async def check(path: Path, acks: list[Ack], began: float) -> dict[str, Any]:
+    """What the journal the next daemon opens says about each operation acknowledged before
+    the cut began (and, apart, about those that returned while it was under way)."""
     try:
         journal = await SqliteJournal.open(path)
     except JournalError as exc:
         return {"acked": len(acks), "error": f"{exc.code}: {exc.message}"}
-    lost: list[Ack] = []
-    wrong: list[Ack] = []
+    before = [ack for ack in acks if ack[-1] < began]
+    racing = [ack for ack in acks if ack[-1] >= began and ack[0] != "reopen"]
     try:
-        firsts: dict[str, str] = {}
-        for ack in acks:
-            if ack[0] == "reopen":
-                continue
-            entry = await journal.lookup(ack[1])
-            if entry is None:
-                lost.append(ack)
-                continue
-            if ack[0] in ("append", "dup") and ack[2] is not None:
-                firsts.setdefault(ack[2], ack[1])
-            if not holds(ack, entry):
-                wrong.append([*ack, entry.state, len(entry.event.input)])
-        for key, first in firsts.items():  # a retry after the reboot is still the first event
-            again = await journal.append(event(-1, 1), TARGET, key)
-            if not again.duplicate or again.entry.event.id != first:
-                wrong.append(["key", key, first, again.entry.event.id])
+        racing_lost = sum([await journal.lookup(ack[1]) is None for ack in racing])
+        lost, wrong = await judge(journal, before)
     finally:
         await journal.close()
-    return {"acked": len(acks), "lost": lost, "wrong": wrong}
+    return {"acked": len(before), "lost": lost, "wrong": wrong, "racing": len(racing),
+            "racing_lost": racing_lost}  # fmt: skip
+
+
+async def judge(journal: SqliteJournal, acks: list[Ack]) -> tuple[list[Ack], list[Ack]]:
+    """(the acknowledged operations the journal lost, those it holds wrongly)."""
+    lost: list[Ack] = []
+    wrong: list[Ack] = []
+    firsts: dict[str, str] = {}
+    for ack in acks:
+        if ack[0] == "reopen":
+            continue
+        entry = await journal.lookup(ack[1])
+        if entry is None:
+            lost.append(ack)
+            continue
+        if ack[0] in ("append", "dup") and ack[2] is not None:
+            firsts.setdefault(ack[2], ack[1])
+        if not holds(ack, entry):
+            wrong.append([*ack, entry.state, len(entry.event.input)])
+    for key, first in firsts.items():  # a retry after the reboot is still the first event
+        again = await journal.append(event(-1, 1), TARGET, key)
+        if not again.duplicate or again.entry.event.id != first:
+            wrong.append(["key", key, first, again.entry.event.id])
+    return lost, wrong
 
 
 def holds(ack: Ack, entry: JournalEntry) -> bool:
@@ -240,12 +268,12 @@ def experiment(workdir: Path, plan: dict[str, Any]) -> dict[str, Any]:
         mnt = Path(where)
         mount(image, mnt, plan["mode"])
         try:
-            acks = cut(mnt, plan)
+            acks, began = cut(mnt, plan)
         finally:
             umount(mnt)
         mount(image, mnt, plan["mode"])  # the reboot: ext4 replays what its journal holds
         try:
-            return asyncio.run(check(mnt / JOURNAL, acks))
+            return asyncio.run(check(mnt / JOURNAL, acks, began))
         finally:
             umount(mnt)
 
