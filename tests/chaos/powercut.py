@@ -31,11 +31,12 @@ With real power nothing returns once the power is gone, so an operation counts a
 acknowledged only if it returned before the cut began (each line carries the moment it
 returned; the clock is the same in every process). Those that return while the shutdown is
 under way are looked up apart (`racing`, `racing_lost`) and not held to it: ext4 can answer an
-fsync that races its own shutdown with success when the shutdown aborted the journal commit
-it waited for (the wait sees the transaction done and does not look at the abort), so such a
-write may be told durable and not be. That happens here, to appends that returned a few
-milliseconds into the shutdown; an append that returned before the cut began has never been
-missing.
+fsync that races its own shutdown with success (as we read fs/ext4 and jbd2: the shutdown
+flag is checked when the fsync starts, and the wait for its journal commit returns at once
+when the shutdown's abort has already ended that transaction without a commit record), so
+such a write may be told durable and not be. That happens here, rarely, to appends that
+returned a few milliseconds into the shutdown; an append that returned before the cut began
+has never been missing.
 
 What it does not model: a disk that reorders or tears writes inside its own volatile cache
 despite flush requests (the loop device passes flushes down as fsyncs of the image file);
