@@ -20,7 +20,7 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 
-.PHONY: help install lock lock-check test test-latest lint typecheck imports bench run-example clean fuzz chaos soak
+.PHONY: help install system-deps lock lock-check test test-latest lint typecheck imports bench run-example clean fuzz chaos soak
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -32,9 +32,23 @@ $(UV):
 install: $(UV) ## create .venv from uv.lock (exact versions, hashes) with the dev extras; PY=python3.X picks the interpreter
 	$(UV_ENV) $(UV) sync --quiet --locked --all-extras --compile-bytecode --python $(PY)
 	$(BIN)/python -m compileall -q -j 0 protocol bundles orchestrator agent_process
+	@$(MAKE) --no-print-directory system-deps
 	@echo "installed: $$($(BIN)/goondan --version) on $$($(BIN)/python -V)"
 
-lock: $(UV) ## re-resolve uv.lock from the ranges in pyproject.toml (newest allowed versions)
+# Debian's chromium for Studio's browser tests (Playwright drives it; no browser is downloaded).
+# Best effort: as root with apt it is installed, otherwise the tests skip saying how (and fail
+# under CI=true).
+system-deps: ## as root with apt-get: install chromium (Studio's browser tests) if it is missing
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
+			|| echo "install: chromium could not be installed (apt-get install -y chromium)"; \
+	else echo "install: no chromium: Studio's browser tests skip (as root: apt-get install -y chromium)"; fi
+
+lock: $(UV) ## update uv.lock after editing pyproject.toml, keeping every pin that still fits
+	$(UV) lock
+
+lock-upgrade: $(UV) ## re-resolve uv.lock to the newest versions pyproject.toml allows
 	$(UV) lock --upgrade
 
 lock-check: $(UV) ## fail when uv.lock does not match pyproject.toml

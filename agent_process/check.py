@@ -84,13 +84,25 @@ def _connector(bundle: Bundle, connection: Resource[ConnectionSpec]) -> Diagnost
     return None
 
 
+PROGRESS = "importing "
+"""Each import is announced on stderr first: an entry that kills its process (os._exit at
+import) is then named by the last line the parent read."""
+
+
+def _announce(what: str, where: object) -> None:
+    sys.stderr.write(f"{PROGRESS}{what} ({where})\n")
+    sys.stderr.flush()
+
+
 def check_entries(bundle: Bundle, swarm: str | None) -> Iterator[Diagnostic]:
     resources, connections = _used(bundle, swarm)
     for resource in resources:
+        _announce(f"{resource.kind}/{resource.name}", resource.location)
         problem = _tool(resource) if resource.kind is Kind.TOOL else _extension(resource)
         if problem is not None:
             yield problem
     for connection in connections:
+        _announce(f"Connection/{connection.name}", connection.location)
         problem = _connector(bundle, connection)
         if problem is not None:
             yield problem

@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 import structlog
 
-from agent_process.messages import Message
 from bundles.sdk import AgentsRuntime, JsonObject, Logger, ToolFailed
+from protocol.conversation import Message
 from protocol.errors import ErrorCode
 
 

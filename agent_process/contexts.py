@@ -7,12 +7,12 @@ from typing import Any
 import msgspec
 
 from agent_process.catalog import CatalogBuilder, CatalogItem
-from agent_process.messages import Message, ToolCall
 from agent_process.models.base import Usage
 from agent_process.pipeline import _Onion
 from agent_process.results import ToolResult
 from agent_process.store import ConversationStore
 from bundles import sdk
+from protocol.conversation import Message, ToolCall
 from protocol.errors import ErrorInfo
 from protocol.events import AgentEvent, TraceContext
 from protocol.messages import TurnOutcome

@@ -14,22 +14,33 @@ import inspect
 import json
 from typing import Any
 
+from agent_process.limits import as_limit_error
 from agent_process.registry import ToolEntry
-from agent_process.results import ToolResult, ok_result, result_from_exception
+from agent_process.results import ToolResult, cap_output, ok_result, result_from_exception
+from bundles.limits import NO_LIMITS, Limits
 from bundles.sdk import ToolContext, ToolFailed
 from protocol.errors import ErrorCode
 
 
-async def execute(entry: ToolEntry, ctx: ToolContext, args: Any) -> ToolResult:
+async def execute(
+    entry: ToolEntry,
+    ctx: ToolContext,
+    args: Any,
+    default_timeout_ms: int | None = None,
+    limits: Limits = NO_LIMITS,
+) -> ToolResult:
+    """The handler's result as data. `default_timeout_ms` bounds an export with no
+    `timeoutMs` (Swarm.spec.policy.tools); `limits` (the agent's) say which failures are
+    breaches."""
     try:
         if entry.validator is not None:
             entry.validator.validate(args)
-        value = await _invoke(entry, ctx, args)
-        return _as_result(value)
+        value = await _invoke(entry, ctx, args, entry.timeout_ms or default_timeout_ms)
+        return cap_output(_as_result(value), entry.result_limit)
     except UnicodeEncodeError as exc:
         return result_from_exception(_unencodable(entry, args, exc), entry.error_message_limit)
-    except Exception as exc:
-        return result_from_exception(exc, entry.error_message_limit)
+    except Exception as exc:  # a breach of Agent.spec.limits is E_AGENT_LIMIT
+        return result_from_exception(as_limit_error(exc, limits), entry.error_message_limit)
 
 
 def _unencodable(entry: ToolEntry, args: Any, exc: UnicodeEncodeError) -> Exception:
@@ -48,19 +59,20 @@ def _unencodable(entry: ToolEntry, args: Any, exc: UnicodeEncodeError) -> Except
     return exc
 
 
-async def _invoke(entry: ToolEntry, ctx: ToolContext, args: Any) -> Any:
-    if entry.timeout_ms is None:
+async def _invoke(entry: ToolEntry, ctx: ToolContext, args: Any, timeout_ms: int | None) -> Any:
+    if timeout_ms is None:
         return await _call(entry, ctx, args)
     try:
-        async with asyncio.timeout(entry.timeout_ms / 1000) as scope:
+        async with asyncio.timeout(timeout_ms / 1000) as scope:
             return await _call(entry, ctx, args)
     except TimeoutError:
         if not scope.expired():
             raise  # the handler's own TimeoutError: an ordinary failure
         raise ToolFailed(
-            f"{entry.name} did not finish within its timeout of {entry.timeout_ms} ms",
+            f"{entry.name} did not finish within its timeout of {timeout_ms} ms",
             code=ErrorCode.E_TOOL_TIMEOUT,
-            suggestion="retry with a smaller request, or raise timeoutMs on the export",
+            suggestion="retry with a smaller request, or raise timeoutMs on the export "
+            "(or Swarm.spec.policy.tools.defaultTimeoutMs)",
         ) from None
 
 

@@ -55,6 +55,7 @@ class ToolEntry:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     timeout_ms: int | None = None
     error_message_limit: int = 1000
+    result_limit: int = 100_000
     config: dict[str, Any] = field(default_factory=dict)
     visible: bool = True
     """In the default catalog of every step; hidden tools can be added by step middleware."""

@@ -9,6 +9,7 @@ and the only place that cuts the message to the Tool's `errorMessageLimit`.
 from __future__ import annotations
 
 from enum import StrEnum
+from traceback import format_exception
 from typing import Any
 
 import msgspec
@@ -16,6 +17,8 @@ import msgspec
 from bundles.sdk import CallDeferred, MiddlewareError, Pending, ToolFailed
 from protocol.errors import ErrorCode, ErrorInfo
 
+TRACEBACK_CHARS = 8000
+"""The end of a traceback kept for the log and the runtime event."""
 TRUNCATION_SUFFIX = "... (truncated)"
 DEFAULT_ERROR_MESSAGE_LIMIT = 1000
 
@@ -43,10 +46,14 @@ class ToolResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     error: ErrorInfo | None = None
     deferred: DeferredRequest | None = None
     """Set (with status `pending`) until the deferred hook resolves the call; never sent."""
+    traceback: str | None = None
+    """Where an unexpected exception came from: for the log and the runtime event, never
+    for the model."""
 
     def to_model_text(self) -> str:
         """The JSON text the model receives as the tool message content."""
-        return _result_encoder.encode(msgspec.structs.replace(self, deferred=None)).decode()
+        shown = msgspec.structs.replace(self, deferred=None, traceback=None)
+        return _result_encoder.encode(shown).decode()
 
 
 def ok_result(value: Any) -> ToolResult:
@@ -89,6 +96,7 @@ def result_from_exception(exc: BaseException, limit: int) -> ToolResult:
         code, name = ErrorCode.E_TOOL.value, type(exc).__name__
         message = str(exc) or name
         suggestion = help_url = None
+    unexpected = not isinstance(exc, ToolFailed | MiddlewareError)
     return ToolResult(
         status=ResultStatus.ERROR,
         error=ErrorInfo(
@@ -98,4 +106,20 @@ def result_from_exception(exc: BaseException, limit: int) -> ToolResult:
             suggestion=suggestion,
             help_url=help_url,
         ),
+        traceback="".join(format_exception(exc))[-TRACEBACK_CHARS:] if unexpected else None,
     )
+
+
+def cap_output(result: ToolResult, limit: int) -> ToolResult:
+    """A result whose JSON is over `limit` characters: its start, as text, and a marker."""
+    if result.status is not ResultStatus.OK or result.output is None:
+        return result
+    text = result.output if isinstance(result.output, str) else _json(result.output)
+    if len(text) <= limit:
+        return result
+    marker = f"... (truncated: {limit} of {len(text)} characters; ask for less)"
+    return msgspec.structs.replace(result, output=text[: max(0, limit - len(marker))] + marker)
+
+
+def _json(value: Any) -> str:
+    return _result_encoder.encode(value).decode()

@@ -59,6 +59,8 @@ class AgentRuntime:
         self.extensions = parts.extensions
         self.paths = parts.paths
         self.mcp = parts.mcp
+        self.meter = parts.meter
+        """What the turns did since the child last reported it (the daemon's metrics)."""
         # None unless OTEL_* ask for OTLP export (and never for a runtime on a sink)
         self._otel = otel.install(parts.bus) if export_spans else None
         self._lock = asyncio.Lock()

@@ -15,7 +15,7 @@ Durability (why each write is what it is):
     directory fsynced.
   Only then is `events.jsonl` truncated (and fsynced). A crash between the base write and the
   truncation replays events that are already in the base; applying them is idempotent (see
-  `agent_process.messages`), so the result is the same. A crash in the middle of an append
+  `protocol.conversation`), so the result is the same. A crash in the middle of an append
   can leave a torn last line in the base, but the events of that fold are still in
   `events.jsonl` (truncated only after the fdatasync): the torn line is skipped, the events
   replayed, and the first fold of the next process is a rewrite, which repairs the file.
@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from agent_process.messages import (
+from protocol.conversation import (
     AppendEvent,
     Message,
     MessageEvent,
@@ -46,11 +46,10 @@ from agent_process.messages import (
 )
 from protocol.durable import write_atomic
 from protocol.private import open_private, private_dir
+from protocol.transcript import decode_base, decode_events
 
 _log = structlog.get_logger("goondan.store")
 _encoder = msgspec.json.Encoder()
-_event_decoder: msgspec.json.Decoder[MessageEvent] = msgspec.json.Decoder(MessageEvent)
-_message_decoder = msgspec.json.Decoder(Message)
 
 
 class ConversationStore:
@@ -184,32 +183,17 @@ class ConversationStore:
         the end): only a clean base may be appended to."""
         if not self._base_path.exists():
             return [], True
-        raw = self._base_path.read_bytes()
-        clean = not raw or raw.endswith(b"\n")
-        out = []
-        for lineno, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(_message_decoder.decode(line))
-            except msgspec.DecodeError as exc:
-                clean = False
-                _log.error("base_line_unreadable", line=lineno, error=str(exc))
-        return out, clean
+        messages, clean, bad = decode_base(self._base_path.read_bytes())
+        for line in bad:
+            _log.error("base_line_unreadable", line=line.line, error=line.error)
+        return messages, clean
 
     def _read_events(self) -> list[MessageEvent]:
         if not self._events_path.exists():
             return []
-        events = []
-        lines = self._events_path.read_bytes().split(b"\n")
-        for lineno, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                events.append(_event_decoder.decode(line))
-            except msgspec.DecodeError as exc:
-                torn = lineno == len(lines)  # no newline after it: cut by a crash mid-write
-                _log.warning("event_line_skipped", line=lineno, torn=torn, error=str(exc))
+        events, bad = decode_events(self._events_path.read_bytes())
+        for line in bad:
+            _log.warning("event_line_skipped", line=line.line, torn=line.torn, error=line.error)
         return events
 
 

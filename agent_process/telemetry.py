@@ -73,6 +73,8 @@ class EventBus:
         self._subscribers: list[tuple[str, Subscriber, str]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.current_trace_id: str | None = None
+        self.meter: Callable[[RuntimeEvent], None] | None = None
+        """Counts every event for the daemon's metrics (`agent_process.meter`)."""
 
     def open(self) -> None:
         if self._sink is not None:
@@ -92,11 +94,13 @@ class EventBus:
     @property
     def active(self) -> bool:
         """False when nothing records or listens: producers may skip building events."""
-        return self._fd is not None or bool(self._subscribers)
+        return self._fd is not None or bool(self._subscribers) or self.meter is not None
 
     def emit(self, event: RuntimeEvent) -> None:
         if event.type in _SPAN_EVENTS:
             _bind_log_span(event)
+        if self.meter is not None:
+            self.meter(event)
         if self._fd is not None:
             line = _encoder.encode(event)
             masker = redact.current()
@@ -110,6 +114,13 @@ class EventBus:
 
     def emit_custom(self, event_type: str, data: dict[str, Any] | None, *, owner: str) -> None:
         """An event emitted by an extension (`api.events.emit`)."""
+        self.record(event_type, {"extension": owner, **(data or {})})
+
+    def record(self, event_type: str, data: dict[str, Any]) -> None:
+        """A runtime event of this process's own (a model call's usage, a fallback), in the
+        current turn's trace."""
+        if not self.active:
+            return
         self.emit(
             RuntimeEvent(
                 type=event_type,
@@ -117,7 +128,7 @@ class EventBus:
                 agent=self.agent,
                 instance_key=self.instance_key,
                 trace_id=self.current_trace_id,
-                data={"extension": owner, **(data or {})},
+                data=data,
             )
         )
 

@@ -119,6 +119,7 @@ def _from_toolset(toolset: Toolset, spec: ToolSpec, origin: ToolOrigin) -> list[
             parameters=tool.parameters,
             timeout_ms=(export.timeout_ms if export else None) or tool.timeout_ms,
             error_message_limit=spec.error_message_limit,
+            result_limit=spec.result_limit,
             config=spec.config,
             idempotent=export.idempotent if export else False,
         )
@@ -142,6 +143,7 @@ def _entry(
         parameters=export.parameters,
         timeout_ms=export.timeout_ms,
         error_message_limit=spec.error_message_limit,
+        result_limit=spec.result_limit,
         config=spec.config,
         idempotent=export.idempotent,
     )

@@ -37,7 +37,6 @@ import structlog
 from agent_process.catalog import CatalogBuilder, names_of
 from agent_process.contexts import StepContext, StepResult, TurnContext, TurnResult
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox
-from agent_process.messages import Message, Role, ToolCall, dangling_calls, new_message
 from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.results import ToolResult, error_result
@@ -45,6 +44,7 @@ from agent_process.store import ConversationStore
 from agent_process.telemetry import EventBus, RuntimeEvent
 from agent_process.toolcall import ToolCallRunner
 from bundles.sdk import AgentsRuntime, MiddlewareError
+from protocol.conversation import Message, Role, ToolCall, dangling_calls, new_message
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, TraceContext
 from protocol.jsontypes import JsonObject
@@ -102,6 +102,9 @@ class Resumed:
     step: int
     answer: Callable[[ToolCall], Awaitable[ToolResult]]
     """The result of each unanswered tool call of the last assistant message."""
+    rerun: frozenset[str] = frozenset()
+    """Calls that run again through the tool-call pipeline instead (those waiting for a
+    person's approval: their gate takes over the pending call)."""
 
 
 class TurnEngine:
@@ -126,7 +129,10 @@ class TurnEngine:
         )
         d.bus.current_trace_id = span.trace_id
         started = time.perf_counter()
-        self._emit("turn.started", ctx, span, data={"eventType": event.type})
+        source = event.source  # who started it: Studio's swarm graph draws the edge
+        self._emit("turn.started", ctx, span, data={"eventType": event.type,
+                                                    "source": source.name,
+                                                    "sourceKind": source.kind.value})  # fmt: skip
         if resumed is not None:
             ctx.steps = resumed.step
         core = self._turn_core
@@ -213,6 +219,7 @@ class TurnEngine:
                     "eventId": event.id,
                     "eventType": event.type,
                     "source": event.source.name,
+                    "traceId": ctx.span.trace_id,  # for readers of the files (protocol.transcript)
                 },
             )
         return await self._steps(ctx, 1)
@@ -278,7 +285,11 @@ class TurnEngine:
 
     async def _resume_core(self, ctx: TurnContext, resumed: Resumed) -> TurnResult:
         for call in dangling_calls(self._d.store.messages):
-            self._append_result(ctx.turn_id, call, await resumed.answer(call))
+            if call.id in resumed.rerun:
+                result = await self._run_again(ctx, call)
+            else:
+                result = await resumed.answer(call)
+            self._append_result(ctx.turn_id, call, result)
         return await self._steps(ctx, resumed.step + 1)
 
     async def _steps(self, ctx: TurnContext, first: int) -> TurnResult:

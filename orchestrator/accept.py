@@ -89,6 +89,12 @@ class Acceptor:
             self._flush()
         return appended
 
+    @property
+    def lag(self) -> tuple[int, int]:
+        """(journaled events whose turn has not finished, events waiting for their append):
+        the journal's lag, for the metrics."""
+        return len(self._open), len(self._order)
+
     def bind(self, submit: Submit) -> None:
         """Submit to `submit` from now on (a composition root that builds the router after
         the acceptor)."""
@@ -147,6 +153,16 @@ class Acceptor:
         if self.journal is not None and event_id in self._open:
             self._open.discard(event_id)
             self._background(self.journal.complete(event_id, reply))
+
+    def keep(self, event_id: str, reply: AgentEvent) -> bool:
+        """For a stop: whether `event_id` stays open in the journal (it runs after the next
+        start). Clients attached to it hear `reply` now."""
+        if self.journal is None or event_id not in self._open:
+            return False
+        for future in self._attached.pop(event_id, []):
+            if not future.done():
+                future.set_result(reply)
+        return True
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -48,11 +48,12 @@ COMMANDS = (
     CommandInfo("run", "start the orchestrator in the foreground"),
     CommandInfo("send", "send text to an agent of the running daemon and print the reply"),
     CommandInfo("status", "show the orchestrator and its process table"),
-    CommandInfo("instance", "list or delete agent instances"),
+    CommandInfo("instance", "list, show (the conversation) or delete agent instances"),
     CommandInfo("restart", "gracefully restart agent processes, keeping history"),
     CommandInfo("stop", "stop the running daemon gracefully"),
     CommandInfo("logs", "read the logs and runtime events (merged by time; files only)"),
     CommandInfo("calls", "list or resolve pending client-side (deferred) tool calls"),
+    CommandInfo("studio", "serve the web dashboard (processes, graph, conversations, traces)"),
     CommandInfo("service", "systemd helpers: print-unit writes a unit file for a bundle to stdout"),
     CommandInfo("doctor", "check this machine and the bundle (exit 1 when a required check fails)"),
 )

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +59,39 @@ def _running(layout: StateLayout) -> list[OrchestratorInfo]:
     return found
 
 
-def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
+def swarms_here(directory: Path | None = None) -> list[str]:
+    """The swarms of the bundle in `directory` (default: the working directory), read from its
+    goondan.yaml alone (a quick look, not a load: a broken bundle just names none)."""
+    main = (directory or Path.cwd()) / "goondan.yaml"
+    try:
+        text = main.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    names = []
+    for doc in text.split("\n---"):
+        if re.search(r"^kind:\s*Swarm\s*$", doc, re.MULTILINE):
+            found = re.search(r"^metadata:\s*(?:\{\s*name:\s*([\w.-]+)|\n\s+name:\s*([\w.-]+))",
+                              doc, re.MULTILINE)  # fmt: skip
+            if found:
+                names.append(found.group(1) or found.group(2))
+    return names
+
+
+def pick_swarm(args: argparse.Namespace, known: list[str]) -> str | None:
+    """The swarm a command acts on without a daemon: --swarm, else the bundle's here, else the
+    only one `known`; None when that is ambiguous."""
+    chosen: str | None = getattr(args, "swarm", None)
+    if chosen:
+        return chosen
+    here = [s for s in swarms_here() if s in known] or swarms_here()
+    if len(here) == 1:
+        return here[0]
+    return known[0] if len(known) == 1 else None
+
+
+def find_daemons(args: argparse.Namespace) -> list[OrchestratorInfo]:
+    """The daemons a command means: the --swarm one, else inside a bundle directory that
+    bundle's, else every running one (at least one, or ClientError)."""
     layout = layout_of(args)
     swarm = getattr(args, "swarm", None)
     if swarm:
@@ -71,19 +105,28 @@ def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
                 f"no goondan daemon runs swarm {swarm!r} under {layout.root}",
                 "start it with `goondan run`, or pass the right --state-root",
             )
-        return info
+        return [info]
     running = _running(layout)
+    here = swarms_here()
+    if len(running) > 1 and here:  # inside a bundle directory: that bundle's swarm
+        running = [i for i in running if i.swarm in here] or running
     if not running:
         raise ClientError(
             ErrorCode.E_DAEMON_NOT_RUNNING,
             f"no goondan daemon is running under {layout.root}",
             "start one with `goondan run BUNDLE`, or pass --state-root / --swarm",
         )
+    return sorted(running, key=lambda i: i.swarm)
+
+
+def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
+    """The one daemon a command acts on (ClientError when several could be meant)."""
+    running = find_daemons(args)
     if len(running) > 1:
         names = ", ".join(i.swarm for i in running)
         raise ClientError(
             ErrorCode.E_CONTROL_BAD_REQUEST,
-            f"several daemons run under {layout.root}: {names}",
+            f"several daemons run under {layout_of(args).root}: {names}",
             "choose one with --swarm S",
         )
     return running[0]
@@ -94,20 +137,28 @@ def new_request_id() -> str:
 
 
 def call(info: OrchestratorInfo, req: ControlRequest, timeout: float = 10.0) -> ControlReply:
-    """One request, one reply (blocking pyzmq: the CLI has no event loop)."""
+    """One request, one final reply (blocking pyzmq: the CLI has no event loop). Interim
+    notices (why a send waits) go to stderr at once."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    deadline = time.monotonic() + timeout
     try:
         endpoint = info.endpoints["control"]
         sock.connect(endpoint)
         sock.send(encode(msgspec.structs.replace(req, token=read_token(endpoint))))
-        if not sock.poll(int(timeout * 1000)):
-            raise ClientError(
-                ErrorCode.E_CONTROL_TIMEOUT,
-                f"the daemon (pid {info.pid}) did not answer within {timeout:g} s",
-            )
-        return decode_control_reply(sock.recv())
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            if not sock.poll(int(left * 1000)):
+                raise ClientError(
+                    ErrorCode.E_CONTROL_TIMEOUT,
+                    f"the daemon (pid {info.pid}) did not answer within {timeout:g} s",
+                )
+            reply = decode_control_reply(sock.recv())
+            if reply.notice is None:
+                return reply
+            sys.stderr.write(f"goondan: {reply.notice}\n")
+            sys.stderr.flush()
     except ProtocolError as exc:
         raise ClientError(ErrorCode.E_PROTOCOL_DECODE, exc.message) from None
     finally:

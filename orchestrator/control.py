@@ -13,23 +13,28 @@ import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any, assert_never
 
 import structlog
 import zmq
 import zmq.asyncio
 
-from orchestrator import sending
+from orchestrator import localstate, sending
 from orchestrator.accept import Acceptor
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.peers import PeerWatch, descends_from, peer_pid
+from orchestrator.permits import Permits
 from orchestrator.router import Router
+from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
-from orchestrator.trees import is_aside, remove_tree
+from orchestrator.trees import remove_tree
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
     Attach,
+    CallsDecide,
     CallsList,
     CallsResolve,
     ControlReply,
@@ -38,17 +43,19 @@ from protocol.control import (
     InstanceList,
     OrchestratorInfo,
     Ping,
+    ProcessStop,
     Reload,
     Restart,
     SendText,
     StatusQuery,
     StatusResult,
     Stop,
+    StopReport,
 )
-from protocol.endpoints import StateLayout, path_segment
+from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
-from protocol.ids import ProcessKind
+from protocol.ids import Address, ProcessKind
 from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
@@ -83,6 +90,10 @@ class ControlContext:
     """Re-read the bundle, restart what changed (`orchestrator.reload.Reloader.answer`)."""
     deferred: DeferredIndex | None = None
     """The pending deferred calls of `goondan calls list|resolve`."""
+    permits: Permits | None = None
+    """Today's usage against budgets and the Models' rate limits, for `goondan status`."""
+    stopped: asyncio.Future[StopReport] | None = None
+    """Set by the daemon when its drain is over (what `goondan stop` waits for)."""
 
 
 async def _status(ctx: ControlContext) -> StatusResult:
@@ -92,36 +103,30 @@ async def _status(ctx: ControlContext) -> StatusResult:
         pending.update(entry.target for entry in await acceptor.journal.pending())
     now = ctx.supervisor.clock()
     rows = [e.info(now, pending[str(e.address)]) for e in ctx.supervisor.table]
-    return StatusResult(orchestrator=ctx.info, processes=rows)
+    if ctx.permits is None:
+        return StatusResult(orchestrator=ctx.info, processes=rows)
+    usage, models = ctx.permits.budgets.rows(), ctx.permits.limits.rows()
+    return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models)
 
 
 def _instances(ctx: ControlContext) -> list[JsonObject]:
-    swarm = ctx.info.swarm
-    root = ctx.layout.swarm_instances_dir(swarm)
+    """The instance directories (orchestrator/localstate.py) with their processes' status."""
     live = {
-        (path_segment(e.address.instance_key), path_segment(e.address.name)): e
+        ctx.layout.instance_paths(ctx.info.swarm, e.address.instance_key, e.address.name).root: e
         for e in ctx.supervisor.table
     }
-    found = []
-    for key_dir in sorted(root.iterdir()) if root.is_dir() else []:
-        if is_aside(key_dir.name):
-            continue  # being deleted
-        for agent_dir in sorted(p for p in key_dir.iterdir() if p.is_dir()):
-            if is_aside(agent_dir.name):
-                continue
-            entry = live.get((key_dir.name, agent_dir.name))
-            found.append(
-                {
-                    "instanceKey": entry.address.instance_key if entry else key_dir.name,
-                    "agent": entry.address.name if entry else agent_dir.name,
-                    "status": str(entry.status) if entry else "stopped",
-                    "path": str(agent_dir),
-                }
-            )
-    return found
+    rows = localstate.instances(ctx.layout, ctx.info.swarm)
+    for row in rows:
+        entry = live.get(Path(str(row["path"])))
+        if entry is not None:
+            row.update(instanceKey=entry.address.instance_key, agent=entry.address.name,
+                       status=str(entry.status))  # fmt: skip
+    return rows
 
 
-async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str]:
+async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObject:
+    """Stop the instance's processes and remove its state, workspace included; a coded error
+    when it has neither."""
     sup = ctx.supervisor
     chosen = [
         e
@@ -130,28 +135,54 @@ async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> list[str
         and e.address.instance_key == req.instance_key
         and (req.agent is None or e.address.name == req.agent)
     ]
+    target = localstate.instance_dir(ctx.layout, ctx.info.swarm, req.instance_key, req.agent)
+    if not chosen and not target.exists():
+        missing = f"swarm {ctx.info.swarm!r} has no instance {req.instance_key!r}"
+        raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND, missing)
     await asyncio.gather(*(sup.stop(e, ShutdownReason.RESTART) for e in chosen))
-    key_dir = ctx.layout.swarm_instances_dir(ctx.info.swarm) / path_segment(req.instance_key)
-    target = key_dir / path_segment(req.agent) if req.agent else key_dir
+    existed = target.exists()
     await remove_tree(target)
-    return [str(e.address) for e in chosen]
+    return {"stopped": [str(e.address) for e in chosen],
+            "deleted": [str(target)] if existed else []}  # fmt: skip
 
 
-async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
-    """`goondan calls list|resolve`: the daemon's pending deferred calls (ARCHITECTURE.md §10)."""
+async def _stop_process(ctx: ControlContext, req: ProcessStop) -> JsonObject:
+    """Stop one live agent process (Studio's stop button; its next event starts it again)."""
+    address = Address(kind=ProcessKind.AGENT, name=req.agent, instance_key=req.instance_key)
+    entry = ctx.supervisor.table.get(address)
+    if entry is None or not entry.live:
+        missing = f"no live process of agent {req.agent!r} instance {req.instance_key!r}"
+        raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND, missing)
+    killed = await ctx.supervisor.stop(entry, ShutdownReason.RESTART)
+    return {"stopped": [str(entry.address)], "killed": killed}
+
+
+CallsRequest = CallsList | CallsResolve | CallsDecide
+
+
+async def _calls(req: CallsRequest, ctx: ControlContext) -> Any:
+    """`goondan calls list|resolve|approve|deny`: the daemon's pending deferred calls
+    (ARCHITECTURE.md §10)."""
     index = ctx.deferred
     if index is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")
     if isinstance(req, CallsList):
         return {"calls": index.list()}
-    answer = answer_of(req.call_id, req.result, req.error_code, req.error_message, req.error_data)
     try:
+        if isinstance(req, CallsDecide):
+            by = req.by or "cli"
+            return await index.decide(
+                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000
+            )
+        answer = answer_of(
+            req.call_id, req.result, req.error_code, req.error_message, req.error_data
+        )
         return await index.resolve(req.call_id, answer, req.timeout_ms / 1000)
     except DeferredCallError as exc:
         raise ControlFailed(exc.code, exc.message) from None
 
 
-async def _reload_or_later(req: Reload | CallsList | CallsResolve, ctx: ControlContext) -> Any:
+async def _reload_or_later(req: Reload | CallsRequest, ctx: ControlContext) -> Any:
     if not isinstance(req, Reload):
         return await _calls(req, ctx)
     if ctx.reload is None:
@@ -162,34 +193,68 @@ async def _reload_or_later(req: Reload | CallsList | CallsResolve, ctx: ControlC
     return result
 
 
-async def _send(ctx: ControlContext, req: SendText | Attach) -> sending.Answer:
+async def _send(
+    ctx: ControlContext, req: SendText | Attach, notify: sending.Notify
+) -> sending.Answer:
     try:
-        return await sending.answer(ctx, req)
+        return await sending.answer(ctx, req, notify)
     except sending.SendFailed as exc:
         raise ControlFailed(exc.code, exc.message) from None
 
 
-async def handle(req: ControlRequest, ctx: ControlContext) -> Any:
+async def _say_who_is_busy(ctx: ControlContext, agent: str | None, notify: sending.Notify) -> None:
+    """A stop waits for turns in progress: say which, and for how long at most."""
+    busy = [
+        str(e.process_id)
+        for e in ctx.supervisor.table
+        if e.status is ProcessStatus.PROCESSING and agent in (None, e.address.name)
+    ]
+    if busy:
+        grace = ctx.supervisor.settings.grace_period
+        await notify(f"waiting up to {grace:g} s for the turn of {', '.join(busy)} to end, then "
+                     "SIGKILL")  # fmt: skip
+
+
+async def _restart(ctx: ControlContext, req: Restart, notify: sending.Notify) -> JsonObject:
+    """`goondan restart` (Studio's restart button: one instance)."""
+    if req.agent is not None and req.agent not in ctx.swarm.view.members:
+        raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {req.agent!r}")
+    await _say_who_is_busy(ctx, req.agent, notify)
+    restarted = await ctx.supervisor.restart(req.agent, fresh=req.fresh,
+                                             instance_key=req.instance_key)  # fmt: skip
+    return {"restarted": restarted, "graceSeconds": ctx.supervisor.settings.grace_period}
+
+
+async def _stop(ctx: ControlContext, req: Stop, notify: sending.Notify) -> Any:
+    ctx.request_stop()
+    if req.wait and ctx.stopped is not None:
+        await _say_who_is_busy(ctx, None, notify)
+        return await asyncio.shield(ctx.stopped)
+    return {"stopping": True, "pid": ctx.info.pid}
+
+
+async def handle(
+    req: ControlRequest, ctx: ControlContext, notify: sending.Notify = sending.quiet
+) -> Any:
     """The result of one request (raise ControlFailed for a coded error)."""
     match req:
         case Ping():
             return ctx.info
         case SendText() | Attach():
-            return await _send(ctx, req)
+            return await _send(ctx, req, notify)
         case StatusQuery():
             return await _status(ctx)
-        case Restart(agent=agent, fresh=fresh):
-            if agent is not None and agent not in ctx.swarm.view.members:
-                raise ControlFailed(ErrorCode.E_AGENT_NOT_IN_SWARM, f"no agent {agent!r}")
-            return {"restarted": await ctx.supervisor.restart(agent, fresh=fresh)}
+        case Restart():
+            return await _restart(ctx, req, notify)
+        case ProcessStop():
+            return await _stop_process(ctx, req)
         case Stop():
-            ctx.request_stop()
-            return {"stopping": True, "pid": ctx.info.pid}
+            return await _stop(ctx, req, notify)
         case InstanceList():
             return {"instances": _instances(ctx)}
         case InstanceDelete():
-            return {"stopped": await _delete_instance(ctx, req)}
-        case Reload() | CallsList() | CallsResolve():
+            return await _delete_instance(ctx, req)
+        case Reload() | CallsList() | CallsResolve() | CallsDecide():
             return await _reload_or_later(req, ctx)
         case _:
             assert_never(req)
@@ -241,6 +306,12 @@ class ControlServer:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    async def finish(self, limit: float) -> None:
+        """Let the requests in flight send their replies (a stop's report, the senders of
+        kept events) before the socket closes; what still waits after `limit` s is cut."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=limit)
+
     async def _serve(self, envelope: list[bytes], data: bytes, pid: int | None) -> None:
         try:
             req = decode_control_request(data)
@@ -257,7 +328,7 @@ class ControlServer:
                                                      error=refused))  # fmt: skip
             return
         try:
-            result = await handle(req, self.control)
+            result = await handle(req, self.control, partial(self._notice, envelope, req))
         except ControlFailed as exc:
             reply = ControlReply(request_id=req.request_id, ok=False, error=exc.error)
         except Exception as exc:  # a bug in a handler: the client still gets a coded reply
@@ -299,6 +370,10 @@ class ControlServer:
         self.dropped += 1
         if self.dropped <= 10 or self.dropped % 1000 == 0:
             log.warning("control_bad_request", reason=reason, dropped=self.dropped)
+
+    async def _notice(self, envelope: list[bytes], req: ControlRequest, text: str) -> None:
+        interim = ControlReply(request_id=req.request_id, ok=True, notice=text)
+        await self._reply(envelope, interim)
 
     async def _reply(self, envelope: list[bytes], reply: ControlReply) -> None:
         try:

@@ -28,6 +28,18 @@ def _failed(bundle: Path, why: str) -> list[Diagnostic]:
     return [Diagnostic(ErrorCode.E_CONFIG_ENTRY_CHECK, message, str(bundle), fix)]
 
 
+PROGRESS = "importing "
+"""The checker's line before each import (agent_process/check.py)."""
+
+
+def _why_it_died(stderr: str, code: int) -> str:
+    lines = stderr.strip().splitlines()
+    died = f"the checker exited with code {code}" if code >= 0 else f"killed by signal {-code}"
+    if lines and lines[-1].startswith(PROGRESS):  # the entry it was importing ended it
+        return f"{died} while {lines[-1]}"
+    return f"{lines[-1]} ({died})" if lines else died
+
+
 def deep_check(
     bundle: Path,
     *,
@@ -47,8 +59,7 @@ def deep_check(
     try:
         rows = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        tail = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        return _failed(bundle, tail[0])
+        return _failed(bundle, _why_it_died(done.stderr, done.returncode))
     return [
         Diagnostic(ErrorCode(r["code"]), r["message"], r["path"], r.get("suggestion"),
                    Severity(r.get("severity", "error")))

@@ -234,7 +234,7 @@ def merged(batches: Iterable[list[Record]]) -> Iterator[Record]:
     return heapq.merge(*batches, key=lambda r: r.at)
 
 
-def _clock(at: float) -> str:
+def clock(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -254,7 +254,7 @@ def render(record: Record, *, swarm: bool = False) -> str:
     if swarm:
         who = f"{_short(record.source.swarm)}:{who}"
     if data.get("event") == "_text":
-        return f"{_clock(record.at)} {who} | {data['text']}"
+        return f"{clock(record.at)} {who} | {data['text']}"
     if record.source.kind == "events":
         head = f"event {data.get('type', '?')}"
     else:
@@ -262,7 +262,7 @@ def render(record: Record, *, swarm: bool = False) -> str:
     skip = _SKIP - {"process"} if record.source.kind == "orchestrator" else _SKIP
     extra = " ".join(f"{k}={_short(v)}" for k, v in data.items() if k not in skip)
     trace = f" trace={record.trace[:8]}" if record.trace else ""
-    return f"{_clock(record.at)} {who} {head}{trace}" + (f" {extra}" if extra else "")
+    return f"{clock(record.at)} {who} {head}{trace}" + (f" {extra}" if extra else "")
 
 
 def _short(value: Any) -> str:
@@ -284,6 +284,6 @@ def as_json(record: Record) -> str:
     """The line as written (raw text wrapped), plus where it came from."""
     data = dict(record.data)
     if data.get("event") == "_text":
-        data.update(timestamp=_clock(record.at), agent=record.agent, instanceKey=record.instance)
+        data.update(timestamp=clock(record.at), agent=record.agent, instanceKey=record.instance)
     data["source"] = record.source.kind
     return json.dumps(data, separators=(",", ":"))

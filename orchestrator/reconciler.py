@@ -97,7 +97,7 @@ class Reconciler:
     def __init__(self, supervisor: Supervisor, settings: Settings) -> None:
         self.supervisor = supervisor
         self.settings = settings
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._stopping: set[asyncio.Task[bool]] = set()
 
     async def run(self) -> None:
         while True:

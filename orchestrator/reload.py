@@ -213,7 +213,7 @@ class Reloader:
             if entry.address.kind is ProcessKind.CONNECTOR and not entry.live:
                 # connectors are always up: out of the table, or the reconciler restarts it
                 self.supervisor.table.remove(entry.address)
-        restarted = await restarting
+        restarted = [str(row["started"]) for row in await restarting]
         if self.after_restart is not None:
             self.after_restart()
         stopped = [str(e.process_id) for e in gone if e.ever_started]

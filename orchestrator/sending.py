@@ -9,14 +9,18 @@ says how to attach to it again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import structlog
 
 from orchestrator.accept import Acceptor
+from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.journal import Appended, JournalError
 from orchestrator.router import Router
+from orchestrator.states import ProcessStatus
 from orchestrator.swarm import CurrentSwarm
 from protocol.control import Attach, SendText
 from protocol.errors import ErrorCode, ProtocolError
@@ -34,11 +38,39 @@ class SendContext(Protocol):
     def swarm(self) -> CurrentSwarm: ...
     @property
     def acceptor(self) -> Acceptor | None: ...
+    @property
+    def deferred(self) -> DeferredIndex | None: ...
 
 
 log = structlog.get_logger("goondan.control")
 CLI_SOURCE = Source(kind=SourceKind.CLI, name="goondan")
 Answer = AgentEvent | str | JsonObject
+
+
+Notify = Callable[[str], Awaitable[None]]
+
+
+async def quiet(_text: str) -> None:
+    """A Notify that tells no one (callers without a client to tell)."""
+    return None
+
+
+def why_waiting(ctx: SendContext, target: Address, event_id: str) -> str | None:
+    """Why an input for `target` will not be answered at once: a client-side call its
+    instance waits for, or a turn ahead of it."""
+    deferred = ctx.deferred
+    for call in deferred.list() if deferred is not None else []:
+        if (call["agent"], call["instanceKey"]) == (target.name, target.instance_key):
+            method = call["method"]
+            return f"waiting for call {call['id']} ({method}) to be answered (goondan calls list)"
+    entry = ctx.router.table.get(target)
+    box = ctx.router.mailboxes.get(target)
+    if entry is None or box is None or entry.status is not ProcessStatus.PROCESSING:
+        return None
+    if box.started == event_id:
+        return None
+    turn = f"turn {box.started}" if box.started else "the turn in progress"
+    return f"waiting behind {turn} of {target.name}@{target.instance_key}"
 
 
 class SendFailed(Exception):
@@ -48,13 +80,13 @@ class SendFailed(Exception):
         self.message = message
 
 
-async def answer(ctx: SendContext, req: SendText | Attach) -> Answer:
+async def answer(ctx: SendContext, req: SendText | Attach, notify: Notify = quiet) -> Answer:
     if isinstance(req, Attach):
         return await attach(ctx, req)
-    return await send_and_wait(ctx, req)
+    return await send_and_wait(ctx, req, notify)
 
 
-async def send_and_wait(ctx: SendContext, req: SendText) -> Answer:
+async def send_and_wait(ctx: SendContext, req: SendText, notify: Notify = quiet) -> Answer:
     """Accept one input (journaled before anything is said); with `wait`, return the response
     event, else the event id. A repeated `idempotency_key` is the first send."""
     target, event = _event_of(ctx, req)
@@ -72,6 +104,9 @@ async def send_and_wait(ctx: SendContext, req: SendText) -> Answer:
                                         timeout_ms=req.timeout_ms))  # fmt: skip
     if waiter is None:
         return event.id
+    why = why_waiting(ctx, target, event.id)
+    if why is not None:  # the client hears now why its reply is not there in a second
+        await notify(why)
     try:
         async with asyncio.timeout(req.timeout_ms / 1000):
             return await waiter
@@ -120,6 +155,29 @@ async def attach(ctx: SendContext, req: Attach) -> AgentEvent | JsonObject:
             why = f"event {req.event_id} is still running after {req.timeout_ms} ms"
             raise SendFailed(ErrorCode.E_AGENT_TIMEOUT, f"{why}; attach again later") from None
     return reply if reply is not None else {"eventId": req.event_id, "finished": True}
+
+
+def pending_call(reply: AgentEvent) -> JsonObject | None:
+    """The JSON-RPC request of a client-side call, when `reply` is its interim reply."""
+    deferred = (reply.metadata or {}).get("deferred")
+    return deferred if isinstance(deferred, dict) else None
+
+
+async def follow(ctx: SendContext, interim: AgentEvent, timeout_s: float) -> AgentEvent:
+    """The next reply of a turn whose last reply was a pending client-side call: its request
+    stays open in the book until the turn ends, so a new waiter hears what comes next (the
+    final reply, or the next call)."""
+    open_ = ctx.router.book.get(interim.in_reply_to or "")
+    if open_ is None:
+        raise SendFailed(ErrorCode.E_EVENT_NOT_FOUND, "the turn's request is no longer open")
+    waiter: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+    ctx.router.book.open(dataclasses.replace(open_, waiter=waiter))
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await waiter
+    except TimeoutError:
+        raise SendFailed(ErrorCode.E_AGENT_TIMEOUT, f"no answer to the pending call within "
+                         f"{timeout_s:g} s; it stays pending on disk") from None  # fmt: skip
 
 
 def _event_of(ctx: SendContext, req: SendText) -> tuple[Address, AgentEvent]:

@@ -32,13 +32,15 @@ from orchestrator.router import Router
 from orchestrator.settings import Settings
 from orchestrator.spawner import ChildHandle, ChildSpec, ExitStatus, Spawner, SpawnError
 from orchestrator.states import DOWN, ProcessStatus
+from orchestrator.stopping import park_queued
 from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry, ProcessTable
 from orchestrator.trees import remove_tree
-from protocol.control import ExitInfo
+from protocol.control import ExitInfo, StopReport
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.ids import ORCHESTRATOR, Address, ProcessKind
+from protocol.jsontypes import JsonObject
 from protocol.launch import ChildLaunch, LaunchSettings
 from protocol.messages import (
     PROTOCOL_VERSION,
@@ -92,10 +94,12 @@ class Supervisor:
         self.swarm = swarm
         self.clock = clock
         self.closing = False
+        self.forced = False
+        """A second signal forced the stop: every process still draining is killed."""
         self._handles: dict[Address, ChildHandle] = {}
         self._exited: dict[Address, asyncio.Event] = {}
         self._timers: dict[Address, asyncio.TimerHandle] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self._restart_listeners: list[RestartListener] = []
         self.capacity = capacity.Capacity(settings.max_live_instances, table, router.mailboxes.get)
 
@@ -177,7 +181,7 @@ class Supervisor:
         self.table.transition(entry, S.SPAWNING, expect=DOWN)
         self._task(self._launch(entry, entry.generation))
 
-    def _task(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _task(self, coro: Coroutine[Any, Any, object]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -245,9 +249,14 @@ class Supervisor:
         def fill(fut: asyncio.Future[ExitStatus]) -> None:
             # the status may come after a respawn: update only the record made for this exit
             status = fut.result()
+            why = reason
+            if status.signal == signal.SIGXCPU and reason == "crashed":
+                why = "cpu_limit"  # Agent.spec.limits.cpuSeconds (RLIMIT_CPU) ran out
+                log.warning("agent_limit", process=process, code=ErrorCode.E_AGENT_LIMIT,
+                            limit="cpuSeconds", exit=status.describe())  # fmt: skip
             if entry.last_exit is recorded:
                 entry.last_exit = ExitInfo(
-                    code=status.code, signal=status.signal, at=now, reason=reason
+                    code=status.code, signal=status.signal, at=now, reason=why
                 )
             log.info("exit_status", process=process, exit=status.describe())
 
@@ -366,10 +375,11 @@ class Supervisor:
             if handle is not None:
                 handle.send_signal(signal.SIGTERM)
 
-    async def stop(self, entry: ProcessEntry, reason: ShutdownReason) -> None:
-        """shutdown -> wait for exit up to the grace period -> SIGKILL."""
+    async def stop(self, entry: ProcessEntry, reason: ShutdownReason) -> bool:
+        """shutdown -> wait for exit up to the grace period -> SIGKILL. True when it was
+        killed (the grace period ran out, or a second signal forced the stop)."""
         if not entry.live:
-            return
+            return False
         if entry.status is not S.DRAINING:
             # spawning | idle | processing -> draining
             self.table.transition(entry, S.DRAINING, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
@@ -388,20 +398,30 @@ class Supervisor:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.5):
                         await exited.wait()
+            return True
+        return self.forced
 
-    async def shutdown_all(self) -> None:
-        """Stop every child in parallel; nothing respawns from now on."""
+    async def shutdown_all(self) -> StopReport:
+        """Stop every child in parallel; nothing respawns from now on. Queued events that
+        are journaled stay open for the next start (orchestrator/stopping.py)."""
         self.closing = True
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        stopping = reasons.shutting_down()
+        report = StopReport(grace_seconds=self.settings.grace_period)
         for entry in self.table:
-            self.router.fail_queued(entry.address, stopping)
             if entry.status is S.CRASH_LOOP_BACKOFF:
                 self.table.transition(entry, S.TERMINATED, expect=S.CRASH_LOOP_BACKOFF)
         live = self.table.live()
-        await asyncio.gather(*(self.stop(e, ShutdownReason.ORCHESTRATOR_SHUTDOWN) for e in live))
+        ids = [str(e.process_id) for e in live]
+        stops = (self.stop(e, ShutdownReason.ORCHESTRATOR_SHUTDOWN) for e in live)
+        for process, killed in zip(ids, await asyncio.gather(*stops), strict=True):
+            (report.killed if killed else report.drained).append(process)
+        # after the stops: a stopped child hands back the events it had not started
+        for entry in self.table:
+            kept, dropped = park_queued(self.router, self.router.services.acceptor, entry.address)
+            report.kept, report.dropped = report.kept + kept, report.dropped + dropped
+        return report
 
     def kill(self, entry: ProcessEntry) -> None:
         """SIGKILL the current process of `entry`; its death is handled as a crash."""
@@ -411,14 +431,21 @@ class Supervisor:
 
     def kill_all(self) -> None:
         """The second signal: no more waiting."""
+        self.forced = True
         for handle in list(self._handles.values()):
             handle.kill()
 
-    async def restart(self, agent: str | None, *, fresh: bool) -> list[str]:
+    async def restart(
+        self, agent: str | None, *, fresh: bool, instance_key: str | None = None
+    ) -> list[JsonObject]:
         """Stop the matching running instances (reason restart); start new generations."""
 
         def pick(e: ProcessEntry) -> bool:
-            return e.address.kind is ProcessKind.AGENT and agent in (None, e.address.name)
+            return (
+                e.address.kind is ProcessKind.AGENT
+                and agent in (None, e.address.name)
+                and instance_key in (None, e.address.instance_key)
+            )
 
         for listener in self._restart_listeners:
             listener.restart_started()
@@ -430,23 +457,28 @@ class Supervisor:
 
     async def restart_where(
         self, pick: Callable[[ProcessEntry], bool], reason: ShutdownReason, *, fresh: bool = False
-    ) -> list[str]:
-        """Restart the picked running/backing-off processes (e.g. reason config_change)."""
+    ) -> list[JsonObject]:
+        """Restart the picked running/backing-off processes (e.g. reason config_change): one
+        row per process (`process`: the stopped one, `killed`, `started`: the new one)."""
         chosen = [
             e
             for e in self.table
             if pick(e) and (e.live or e.status is S.CRASH_LOOP_BACKOFF or e.retry_at is not None)
         ]
-        await asyncio.gather(*(self.stop(e, reason) for e in chosen))
+        before = [str(e.process_id) for e in chosen]
+        killed = await asyncio.gather(*(self.stop(e, reason) for e in chosen))
         if fresh:  # renamed aside at once, deleted off the loop (orchestrator/trees.py)
+            # history and extension state only: the workspace (workdir/) and spawn record stay;
+            # deleting those is `goondan instance delete`
             swarm = self.launch.swarm
-            roots = [
-                self.layout.instance_paths(swarm, e.address.instance_key, e.address.name).root
-                for e in chosen
-            ]
-            await asyncio.gather(*(remove_tree(root) for root in roots))
-        restarted = []
-        for entry in chosen:
+            trees = []
+            for e in chosen:
+                paths = self.layout.instance_paths(swarm, e.address.instance_key, e.address.name)
+                trees += [paths.messages_dir, paths.extensions_dir, paths.pending_calls_dir,
+                          paths.inbox_dir]  # fmt: skip
+            await asyncio.gather(*(remove_tree(tree) for tree in trees))
+        restarted: list[JsonObject] = []
+        for entry, process, was_killed in zip(chosen, before, killed, strict=True):
             timer = self._timers.pop(entry.address, None)
             if timer is not None:
                 timer.cancel()
@@ -454,5 +486,7 @@ class Supervisor:
             entry.retry_at = None
             if entry.status in DOWN and not self.closing:
                 self._spawn(entry)
-                restarted.append(str(entry.process_id))
+            if entry.live:  # spawned here, or at once for the events queued behind its turn
+                restarted.append({"process": process, "killed": was_killed,
+                                  "started": str(entry.process_id)})  # fmt: skip
         return restarted

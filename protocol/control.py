@@ -55,6 +55,15 @@ class StatusQuery(_Request, frozen=True, tag="status"):
 class Restart(_Request, frozen=True, tag="restart"):
     agent: str | None = None
     fresh: bool = False
+    instance_key: str | None = None
+    """Only this instance of `agent` (Studio's per-row button); None: every instance."""
+
+
+class ProcessStop(_Request, frozen=True, tag="process_stop"):
+    """Stop one agent instance's process gracefully; the next event for it starts it again."""
+
+    agent: str
+    instance_key: str
 
 
 class Reload(_Request, frozen=True, tag="reload"):
@@ -62,7 +71,8 @@ class Reload(_Request, frozen=True, tag="reload"):
 
 
 class Stop(_Request, frozen=True, tag="stop"):
-    pass
+    wait: bool = False
+    """Answer after the drain with a StopReport (else at once, `{"stopping": true}`)."""
 
 
 class InstanceList(_Request, frozen=True, tag="instance_list"):
@@ -90,18 +100,31 @@ class CallsResolve(_Request, frozen=True, tag="calls_resolve"):
     """How long to wait for the resumed turn's reply (when the control client started it)."""
 
 
+class CallsDecide(_Request, frozen=True, tag="calls_decide"):
+    """`goondan calls approve|deny ID`: a person's decision on a `goondan.approve` call."""
+
+    call_id: str
+    approve: bool
+    message: str | None = None
+    by: str = ""
+    """Who decided (the CLI sends the OS user); recorded in the runtime events."""
+    timeout_ms: int = 120_000
+
+
 ControlRequest = (
     Ping
     | SendText
     | Attach
     | StatusQuery
     | Restart
+    | ProcessStop
     | Reload
     | Stop
     | InstanceList
     | InstanceDelete
     | CallsList
     | CallsResolve
+    | CallsDecide
 )
 
 CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
@@ -109,12 +132,14 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     SendText,
     StatusQuery,
     Restart,
+    ProcessStop,
     Reload,
     Stop,
     InstanceList,
     InstanceDelete,
     CallsList,
     CallsResolve,
+    CallsDecide,
 )
 
 
@@ -123,6 +148,9 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     ok: bool
     result: Any = None
     error: ErrorInfo | None = None
+    notice: str | None = None
+    """An interim reply: something the client should hear while the request goes on (e.g.
+    why a `send` waits). The final reply for the same `request_id` follows."""
 
 
 # -- typed results (what `status --json` prints) -----------------------------------------
@@ -165,6 +193,66 @@ FAILING = frozenset({"crashed", "crashLoopBackOff", "startFailed"})
 """Statuses that make `goondan status` exit non-zero."""
 
 
+class UsageInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Today's (UTC) usage of an agent or of the whole swarm, and its budget's limits."""
+
+    scope: str
+    """`agent` or `swarm`."""
+    name: str
+    day: str
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_usd: float = 0.0
+    turns_per_day: int | None = None
+    tokens_per_day: int | None = None
+    cost_usd_per_day: float | None = None
+    exceeded: str | None = None
+    """The limit that is used up (`turnsPerDay`, `tokensPerDay`, `costUsdPerDay`), if any."""
+
+
+class ModelLimitInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A Model's shared rate limit: calls waiting for a permit, and until when a provider's
+    429 holds everyone back."""
+
+    name: str
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    waiting: int = 0
+    blocked_for_seconds: float = 0.0
+    granted: int = 0
+
+
 class StatusResult(msgspec.Struct, frozen=True, kw_only=True):
     orchestrator: OrchestratorInfo
     processes: list[ProcessInfo] = msgspec.field(default_factory=list)
+    usage: list[UsageInfo] = msgspec.field(default_factory=list)
+    models: list[ModelLimitInfo] = msgspec.field(default_factory=list)
+
+
+class StopReport(msgspec.Struct, kw_only=True):
+    """What a stop did (`goondan stop` prints it; the daemon logs it as `drained`)."""
+
+    drained: list[str] = msgspec.field(default_factory=list)
+    """Processes that finished their turn and exited on their own."""
+    killed: list[str] = msgspec.field(default_factory=list)
+    """Processes SIGKILLed: the grace period ran out, or a second signal forced the stop."""
+    kept: int = 0
+    """Queued events left open in the journal: they run after the next start."""
+    dropped: int = 0
+    """Queued events answered with E_AGENT_SHUTTING_DOWN (no journal)."""
+    grace_seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        """The human summary, one fact per line."""
+        out = [f"{len(self.drained)} process(es) drained"]
+        if self.killed:
+            out.append(f"{len(self.killed)} killed after the {self.grace_seconds:g} s grace "
+                       "period (or a forced stop): " + ", ".join(self.killed))  # fmt: skip
+        if self.kept:
+            out.append(f"{self.kept} queued event(s) kept in the journal: they run after the "
+                       "next start")  # fmt: skip
+        if self.dropped:
+            out.append(f"{self.dropped} queued event(s) dropped (the journal is off)")
+        return out

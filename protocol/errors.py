@@ -65,6 +65,7 @@ class ErrorCode(StrEnum):
 
     # agents and the orchestrator
     E_EVENT_NOT_FOUND = "E_EVENT_NOT_FOUND"
+    E_INSTANCE_NOT_FOUND = "E_INSTANCE_NOT_FOUND"
     E_JOURNAL_CORRUPT = "E_JOURNAL_CORRUPT"
     E_JOURNAL_VERSION = "E_JOURNAL_VERSION"
     E_JOURNAL_WRITE = "E_JOURNAL_WRITE"
@@ -84,6 +85,8 @@ class ErrorCode(StrEnum):
     E_AGENT_INVALID_INSTANCE_KEY = "E_AGENT_INVALID_INSTANCE_KEY"
     E_AGENT_SPAWN_DENIED = "E_AGENT_SPAWN_DENIED"
     E_AGENT_CAPACITY = "E_AGENT_CAPACITY"
+    E_AGENT_BUDGET_EXCEEDED = "E_AGENT_BUDGET_EXCEEDED"
+    E_AGENT_LIMIT = "E_AGENT_LIMIT"
 
     # connectors and Connection ingress
     E_CONNECTOR_NO_ROUTE = "E_CONNECTOR_NO_ROUTE"
@@ -117,6 +120,16 @@ class ErrorCode(StrEnum):
     E_NOT_IMPLEMENTED = "E_NOT_IMPLEMENTED"
     E_CALL_NOT_FOUND = "E_CALL_NOT_FOUND"
     E_CALL_INVALID_ANSWER = "E_CALL_INVALID_ANSWER"
+    E_CALL_NOT_APPROVAL = "E_CALL_NOT_APPROVAL"
+    E_METRICS_UNAVAILABLE = "E_METRICS_UNAVAILABLE"
+    """The metrics endpoint cannot start (its port is taken, prometheus_client is missing)."""
+
+    # studio (orchestrator/studio/)
+    E_STUDIO_FORBIDDEN = "E_STUDIO_FORBIDDEN"
+    """A request without the token, from a foreign Host or Origin (DNS rebinding, CSRF)."""
+    E_STUDIO_READ_ONLY = "E_STUDIO_READ_ONLY"
+    """An action on a Studio started without --allow-actions."""
+    E_STUDIO_BAD_REQUEST = "E_STUDIO_BAD_REQUEST"
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):

@@ -84,6 +84,31 @@ class TurnOutcome(StrEnum):
     MAX_STEPS = "max_steps"
 
 
+class ToolSample(msgspec.Struct, frozen=True, array_like=True):
+    """One tool call: its full name, how long it took, its error code ("" when ok)."""
+
+    name: str
+    ms: float
+    code: str = ""
+
+
+class TurnMetrics(_Payload, frozen=True):
+    """What the agent's turns did since its last report: counter deltas the daemon adds to its
+    metrics (ARCHITECTURE.md §13), sent on the idle `status` that ends a turn, so the daemon
+    aggregates without scraping its children and the hot path gains no frame."""
+
+    model: str = ""
+    turns: dict[str, int] = msgspec.field(default_factory=dict)
+    """Outcome (`completed`, `failed`, `max_steps`) -> turns."""
+    turn_ms: list[float] = msgspec.field(default_factory=list)
+    steps: int = 0
+    tools: list[ToolSample] = msgspec.field(default_factory=list)
+    errors: dict[str, int] = msgspec.field(default_factory=dict)
+    """Error code of a failed turn -> turns (tool errors are in `tools`)."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 class StatusPayload(_Payload, frozen=True):
     state: ChildState
     turn_id: str | None = None
@@ -92,6 +117,8 @@ class StatusPayload(_Payload, frozen=True):
     queue_depth: int = 0
     last_turn: TurnOutcome | None = None
     """Set on the idle report that ends a turn; a completed turn resets the crash counter."""
+    metrics: TurnMetrics | None = None
+    """On the idle report that ends a turn: what it (and anything since the last report) did."""
 
 
 class Status(_Frame, frozen=True, tag="status"):
@@ -110,6 +137,12 @@ class CallOp(StrEnum):
     DEFERRED_RESOLVE = "deferred_resolve"
     SEND = "send"
     """`agents__send`: args {to, event}; answered once the daemon accepted (journaled) it."""
+    MODEL_PERMIT = "model_permit"
+    """Before a model call: args {model, eventId, estimatedTokens}; answered when the Model's
+    shared rate limit has room, or with E_AGENT_BUDGET_EXCEEDED (orchestrator/permits.py)."""
+    MODEL_USAGE = "model_usage"
+    """After a model call: args {model, eventId, inputTokens, outputTokens, cachedInputTokens,
+    costUsd, estimatedTokens, rateLimited, retryAfterSeconds}; never answered."""
 
 
 class CallPayload(_Payload, frozen=True):

@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from agent_process.messages import Message, Role, ToolCall
 from agent_process.models.base import ModelError, ModelRequest, ModelResponse, Usage
 from bundles.kinds import ScriptedOptions, ScriptRule
+from protocol.conversation import Message, Role, ToolCall
 from protocol.errors import ErrorCode
 
 

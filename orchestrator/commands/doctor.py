@@ -28,13 +28,14 @@ from types import ModuleType
 from typing import Any
 
 from bundles import refs
-from bundles.diagnostics import BundleError
+from bundles.diagnostics import BundleError, Severity
 from bundles.kinds import Kind, ModelSpec
 from bundles.loader import MAIN_FILES, BundleReport, inspect_bundle
 from bundles.model import Bundle, Resource
 from bundles.values import resolve_value
 from orchestrator import statecheck
 from orchestrator.client import layout_of
+from orchestrator.deepcheck import deep_check
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from orchestrator.journal import JournalError
 from orchestrator.journal import sqlite as journal_sqlite
@@ -256,7 +257,13 @@ def check_bundle(ctx: Context) -> Iterator[Check]:
         yield Check("bundle", Level.FAIL, f"no swarm named {ctx.swarm!r}", "check --swarm")
         return
     ctx.swarm = swarm
-    yield Check("bundle", Level.OK, f"{report.bundle.path} is valid (swarm {swarm})")
+    found = deep_check(report.bundle.path, env_files=ctx.env_files, swarm=swarm,
+                       state_root=ctx.layout.root)  # fmt: skip
+    for diag in found:
+        level = Level.FAIL if diag.severity is Severity.ERROR else Level.WARN
+        yield Check("bundle", level, f"{diag.path}: {diag.code} {diag.message}", diag.suggestion)
+    if not any(d.severity is Severity.ERROR for d in found):
+        yield Check("bundle", Level.OK, f"{report.bundle.path} is valid (swarm {swarm})")
     for warning in report.warnings:
         detail = f"{warning.path}: {warning.code} {warning.message}"
         yield Check("bundle", Level.WARN, detail, warning.suggestion)
@@ -329,7 +336,21 @@ def run_checks(ctx: Context) -> list[Check]:
     checks.append(check_journal(ctx))
     checks += check_api_keys(ctx)
     checks += check_tools()
-    return checks
+    return _one_verdict_per_bundle(checks)
+
+
+def _one_verdict_per_bundle(checks: list[Check]) -> list[Check]:
+    """A bundle its Models cannot run is not "valid": no `ok` beside a `fail` for it."""
+    failing = [c.name for c in checks if c.name.startswith("Model/") and c.status is Level.FAIL]
+    if not failing:
+        return checks
+    verdict = f"loads, but cannot run: {', '.join(failing)} failed (below)"
+    return [
+        Check("bundle", Level.FAIL, verdict, c.fix)
+        if c.name == "bundle" and c.status is Level.OK  # Models are only checked with a bundle
+        else c
+        for c in checks
+    ]
 
 
 def _print_human(checks: list[Check]) -> None:

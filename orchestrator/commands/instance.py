@@ -1,17 +1,29 @@
-"""`goondan instance list [--json]` and `goondan instance delete KEY [--agent A]`.
+"""`goondan instance list [--json]`, `goondan instance show KEY [--agent A] [--json]
+[--follow]` and `goondan instance delete KEY [--agent A] [--yes]`.
+
+`show` prints the conversation from the files (orchestrator/commands/instance_show.py).
 
 `list` shows every instance directory of the swarm with the live status of its process;
-`delete` stops that instance's processes and removes their state (conversation included).
+`delete` stops that instance's processes and removes its whole state: conversation, extension
+state and its workspace (`workdir/`). That cannot be undone, so on a terminal it asks first, and
+elsewhere it needs `--yes`; it says what it deleted, and exits 1 when there is no such
+instance. (`goondan restart --fresh` clears history only and keeps the workspace.) Both work
+from the state files when no daemon runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
-from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
-from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
+from orchestrator import localstate
+from orchestrator.client import ClientError, Printer, call, find_daemon, layout_of, new_request_id
+from orchestrator.client import pick_swarm as _pick_swarm
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import ControlRequest, InstanceDelete, InstanceList
+from protocol.errors import ErrorCode, ErrorInfo
+from protocol.jsontypes import JsonObject
 
 
 class _Instance:
@@ -21,25 +33,45 @@ class _Instance:
         sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
         listing = sub.add_parser("list", help="list instances and their status")
         listing.add_argument("--json", action="store_true")
-        delete = sub.add_parser("delete", help="stop an instance and delete its state")
+        delete = sub.add_parser(
+            "delete", help="stop an instance and delete its state, workspace included"
+        )
         delete.add_argument("instance_key", metavar="KEY")
         delete.add_argument("--agent", metavar="A", help="only this agent of the instance")
-        for action in (listing, delete):  # the common options after the action too;
+        delete.add_argument("--yes", action="store_true", help="do not ask (needed off a terminal)")
+        show = sub.add_parser(
+            "show", help="print an instance's conversation (with --follow, as it grows)"
+        )
+        show.add_argument("instance_key", metavar="KEY")
+        show.add_argument("--agent", metavar="A", help="only this agent of the instance")
+        show.add_argument("--json", action="store_true", help="one JSON object per message")
+        show.add_argument("--follow", "-f", action="store_true", help="keep printing new messages")
+        for action in (listing, delete, show):  # the common options after the action too;
             # SUPPRESS keeps a value given before it (`goondan instance --swarm S list`)
             action.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS)
             action.add_argument("--swarm", metavar="S", default=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer(self.name)
-        req: ControlRequest
-        if args.action == "list":
-            req = InstanceList(request_id=new_request_id())
-        else:
-            req = InstanceDelete(
-                request_id=new_request_id(), instance_key=args.instance_key, agent=args.agent
-            )
+        if args.action == "show":
+            from orchestrator.commands.instance_show import show
+
+            return show(args, printer)
+        if args.action == "delete" and not args.yes and not _confirmed(args):
+            return EXIT_USAGE
         try:
-            reply = call(find_daemon(args), req, timeout=60.0)
+            info = find_daemon(args)
+        except ClientError as exc:
+            if exc.error.code != ErrorCode.E_DAEMON_NOT_RUNNING:
+                printer.error(exc.error)
+                return EXIT_RUNTIME
+            return _from_files(args, printer)
+        req: ControlRequest = InstanceList(request_id=new_request_id())
+        if args.action == "delete":
+            req = InstanceDelete(request_id=new_request_id(), instance_key=args.instance_key,
+                                 agent=args.agent)  # fmt: skip
+        try:
+            reply = call(info, req, timeout=60.0)
         except ClientError as exc:
             printer.error(exc.error)
             return EXIT_RUNTIME
@@ -47,13 +79,61 @@ class _Instance:
             printer.reply_error(reply)
             return EXIT_RUNTIME
         if args.action == "delete":
-            print(f"deleted instance {args.instance_key}")
-        elif args.json:
-            print(json.dumps(reply.result["instances"], indent=2))
-        else:
-            for inst in reply.result["instances"]:
-                print(f"{inst['instanceKey']}\t{inst['agent']}\t{inst['status']}")
+            _print_deleted(reply.result)
+            return EXIT_OK
+        _print_list(reply.result["instances"], args.json)
         return EXIT_OK
+
+
+def _confirmed(args: argparse.Namespace) -> bool:
+    what = f"instance {args.instance_key!r}" + (f" (agent {args.agent})" if args.agent else "")
+    if not sys.stdin.isatty():
+        sys.stderr.write(f"goondan instance: deleting {what} removes its conversation and "
+                         "workspace for good; pass --yes to do it\n")  # fmt: skip
+        return False
+    answer = input(f"delete {what}: its conversation and workspace, for good? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _from_files(args: argparse.Namespace, printer: Printer) -> int:
+    layout = layout_of(args)
+    known = localstate.swarms(layout)
+    swarm = _pick_swarm(args, known)
+    if swarm is None:
+        message = f"no daemon runs, and several swarms have state: {', '.join(known)}"
+        printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=message,
+                                suggestion="choose one with --swarm S"))  # fmt: skip
+        return EXIT_USAGE
+    if args.action == "list":
+        _print_list(localstate.instances(layout, swarm), args.json)
+        return EXIT_OK
+    removed = localstate.delete(layout, swarm, args.instance_key, args.agent)
+    if removed is None:
+        printer.error(_not_found(args.instance_key, swarm))
+        return EXIT_RUNTIME
+    _print_deleted({"stopped": [], "deleted": [removed]})
+    return EXIT_OK
+
+
+def _not_found(key: str, swarm: str) -> ErrorInfo:
+    return ErrorInfo(code=ErrorCode.E_INSTANCE_NOT_FOUND,
+                     message=f"swarm {swarm!r} has no instance {key!r}",
+                     suggestion="see goondan instance list")  # fmt: skip
+
+
+def _print_deleted(result: JsonObject) -> None:
+    for process in result.get("stopped", []):
+        print(f"stopped {process}")
+    for path in result.get("deleted", []):
+        print(f"deleted {path}")
+
+
+def _print_list(rows: list[JsonObject], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for inst in rows:
+        print(f"{inst['instanceKey']}\t{inst['agent']}\t{inst['status']}")
 
 
 COMMAND = _Instance()

@@ -42,8 +42,23 @@ class _Restart:
             printer.reply_error(reply)
             return EXIT_RUNTIME
         restarted = reply.result.get("restarted", [])
-        print(f"restarted {len(restarted)} process(es)" + "".join(f"\n  {p}" for p in restarted))
+        if args.reload:
+            lines = [f"restarted {len(restarted)} process(es)"] + [f"  {p}" for p in restarted]
+            print("\n".join(lines))
+        else:
+            print("\n".join(describe(restarted, float(reply.result.get("graceSeconds", 0)))))
         return EXIT_OK
+
+
+def describe(rows: list[dict[str, object]], grace: float) -> list[str]:
+    """One line per restarted process: old -> new, and how the old one ended."""
+    lines = [f"restarted {len(rows)} process(es)"]
+    for row in rows:
+        how = "drained"
+        if row.get("killed"):
+            how = f"killed after the {grace:g} s grace period: its turn did not end"
+        lines.append(f"  {row.get('process')} -> {row.get('started')} ({how})")
+    return lines
 
 
 COMMAND = _Restart()

@@ -3,26 +3,32 @@
 Loads and validates the bundle (invalid: every error on stderr, exit 2, nothing started),
 then runs the daemon in the foreground until SIGTERM/SIGINT or `goondan stop`. With
 `--input`, it sends that one input to the entry agent, prints the reply and exits 0 after
-a graceful shutdown (1 if the reply is an error).
+a graceful shutdown (1 if the reply is an error). A turn that makes a client-side call keeps
+the daemon up until the call is answered (`goondan calls resolve` from another terminal; the
+command is printed on stderr), then prints the resumed turn's reply.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from bundles.diagnostics import BundleError
-from bundles.loader import load_bundle
+from bundles.diagnostics import BundleError, Severity
+from bundles.loader import inspect_bundle
+from bundles.model import Bundle
 from orchestrator import daemon
 from orchestrator.client import Printer, layout_of
 from orchestrator.control import ControlContext
+from orchestrator.deepcheck import deep_check
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from orchestrator.rundir import AlreadyRunning
-from orchestrator.sending import SendFailed, send_and_wait
+from orchestrator.sending import SendFailed, follow, pending_call, send_and_wait
 from protocol.control import SendText
 from protocol.errors import ErrorInfo, ProtocolError
 from protocol.events import AgentEvent
+from protocol.jsontypes import JsonObject
 
 
 def one_shot(text: str, printer: Printer) -> daemon.OnStarted:
@@ -32,6 +38,10 @@ def one_shot(text: str, printer: Printer) -> daemon.OnStarted:
             reply = await send_and_wait(
                 ctx, SendText(request_id="run-input", text=text, timeout_ms=timeout_ms)
             )
+            # a client-side call: the daemon stays up until it is answered from elsewhere
+            while isinstance(reply, AgentEvent) and (call := pending_call(reply)) is not None:
+                _say_how_to_answer(call)
+                reply = await follow(ctx, reply, CALL_WAIT_SECONDS)
         except SendFailed as exc:
             printer.error(ErrorInfo(code=exc.code, message=exc.message))
             return EXIT_RUNTIME
@@ -44,6 +54,33 @@ def one_shot(text: str, printer: Printer) -> daemon.OnStarted:
         return EXIT_OK
 
     return send
+
+
+CALL_WAIT_SECONDS = 24 * 3600.0
+"""How long `run --input` waits for a client-side call (the call's own TTL ends it sooner)."""
+
+
+def _say_how_to_answer(call: JsonObject) -> None:
+    method, call_id = call.get("method"), call.get("id")
+    params = json.dumps(call.get("params"), ensure_ascii=False)
+    sys.stderr.write(
+        f"goondan run: the turn waits for call {call_id} ({method} {params}); this run keeps the "
+        f"daemon up until it is answered from another terminal:\n"
+        f"  goondan calls resolve {call_id} --result JSON   (or --error CODE --message M)\n"
+        "Ctrl-C stops the daemon; the call stays pending on disk and the next run resumes it.\n"
+    )
+    sys.stderr.flush()
+
+
+def _check_entries(bundle: Bundle, swarm: str, env_files: tuple[Path, ...], root: Path) -> None:
+    """`validate --deep`'s import of every entry the swarm uses: a tool file without
+    `handlers` or an export without a handler stops the start, not the first turn."""
+    found = deep_check(bundle.path, env_files=env_files, swarm=swarm, state_root=root)
+    errors = [d for d in found if d.severity is Severity.ERROR]
+    for warning in (d for d in found if d.severity is not Severity.ERROR):
+        print(f"warning: {warning}", file=sys.stderr)
+    if errors:
+        raise BundleError(errors)
 
 
 def _read_input(args: argparse.Namespace) -> str | None:
@@ -73,6 +110,11 @@ class _Run:
             help="console output format; logs/<swarm>/orchestrator.log is always JSON lines",
         )  # fmt: skip
         parser.add_argument(
+            "--no-entry-check", action="store_true",
+            help="skip importing every tool/extension/connector entry in a throwaway process "
+            "before starting (about 0.3 s); a broken entry then shows as its agent's start error",
+        )  # fmt: skip
+        parser.add_argument(
             "--watch", action="store_true",
             help="reload the bundle when its files change; restart only the affected processes",
         )  # fmt: skip
@@ -86,9 +128,16 @@ class _Run:
             return EXIT_USAGE
         layout = layout_of(args)
         env_files = tuple(Path(f) for f in args.env_file)
+        report = inspect_bundle(args.bundle, env_files=env_files, state_root=layout.root)
+        for warning in report.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         try:
-            bundle = load_bundle(args.bundle, env_files=env_files, state_root=layout.root)
+            if report.bundle is None:
+                raise BundleError(report.errors)
+            bundle = report.bundle
             swarm = bundle.swarm(args.swarm)
+            if not args.no_entry_check:
+                _check_entries(bundle, swarm.name, env_files, layout.root)
         except BundleError as exc:
             for diag in exc.diagnostics:
                 print(str(diag), file=sys.stderr)

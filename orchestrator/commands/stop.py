@@ -1,6 +1,9 @@
 """`goondan stop [--no-wait]`: drain every child and stop the daemon (like SIGTERM).
 
-Waits until the daemon's process is gone (watched through a pidfd), unless `--no-wait`.
+Waits until the daemon's process is gone (watched through a pidfd) and prints what the stop did:
+which processes drained and which were killed after the grace period, and what became of the
+events still queued (kept in the journal for the next start, or dropped without one).
+`--no-wait` returns once the daemon is asked.
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ import argparse
 import os
 import select
 
+import msgspec
+
 from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
-from protocol.control import Stop
+from protocol.control import Stop, StopReport
 from protocol.errors import ErrorCode, ErrorInfo
 
 
@@ -38,7 +43,8 @@ class _Stop:
         printer = Printer(self.name)
         try:
             info = find_daemon(args)
-            reply = call(info, Stop(request_id=new_request_id()))
+            req = Stop(request_id=new_request_id(), wait=not args.no_wait)
+            reply = call(info, req, timeout=args.timeout)
         except ClientError as exc:
             printer.error(exc.error)
             return EXIT_RUNTIME
@@ -50,6 +56,9 @@ class _Stop:
             printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_TIMEOUT, message=message))
             return EXIT_RUNTIME
         print(f"stopped swarm {info.swarm} (pid {info.pid})")
+        if not args.no_wait and isinstance(reply.result, dict) and "drained" in reply.result:
+            report = msgspec.convert(reply.result, StopReport)
+            print("\n".join(f"  {line}" for line in report.lines()))
         return EXIT_OK
 
 

@@ -140,7 +140,7 @@ class _Validate:
             if report.bundle is not None:
                 print(summary(report.bundle))
             else:
-                print(f"{len(report.errors)} error(s); nothing was started", file=sys.stderr)
+                print(f"{len(report.errors)} error(s)", file=sys.stderr)
         return EXIT_OK if report.valid else EXIT_USAGE
 
 

@@ -49,7 +49,7 @@ async def _accepts(swarm: str, n: int, key: str) -> float:
     from protocol.codec import decode_control_reply, encode
     from protocol.control import SendText
     from protocol.endpoints import StateLayout
-    from tests.integration.harness import with_token
+    from tests.integration.harness import recv_final, with_token
 
     info = read_active(StateLayout.from_env().run_paths(swarm).active_json)
     assert info is not None
@@ -72,21 +72,24 @@ async def _accepts(swarm: str, n: int, key: str) -> float:
     # one more, waited for: its turn runs after the backlog's (one FIFO per instance)
     last = SendText(request_id="last", text="last", instance_key=key, timeout_ms=600_000)
     await sock.send(encode(with_token(last, endpoint)))
-    done = decode_control_reply(await sock.recv())
+    done = await recv_final(sock)
     assert done.ok, done.error
     sock.close()
     ctx.term()
     return n / elapsed
 
 
-def _daemon(bundle: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _daemon(
+    bundle: Path, env: dict[str, str], ready: bytes = b'"started"'
+) -> subprocess.Popen[bytes]:
+    """The daemon, once a line of its log has `ready` (by default: its sockets are bound)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", "run", str(bundle), "--log-format", "json"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None
-    for line in proc.stderr:  # its own "started" line says the sockets are bound
-        if b'"started"' in line:
+    for line in proc.stderr:
+        if ready in line:
             # keep reading its log: a full pipe would stop the daemon at its next line
             threading.Thread(target=proc.stderr.read, daemon=True).start()
             return proc

@@ -20,13 +20,13 @@ from typing import Any
 
 from agent_process.catalog import CatalogBuilder
 from agent_process.contexts import StepContext, ToolCallMwContext, TurnContext
-from agent_process.messages import Role, ToolCall, new_message
 from agent_process.pipeline import Pipelines
 from agent_process.registry import SourceKind, ToolEntry, ToolOrigin, ToolRegistry
 from agent_process.schema import ArgsValidator
 from agent_process.store import ConversationStore
 from agent_process.telemetry import EventBus
 from agent_process.toolcall import ToolCallRunner
+from protocol.conversation import Role, ToolCall, new_message
 from protocol.events import Source, TraceContext, new_event
 from protocol.events import SourceKind as EventSource
 from tests.bench.baselines import Row, print_rows

@@ -29,12 +29,12 @@ class Control:
 
     async def call(self, req: Any) -> float:
         """The round trip in µs; one request in flight at a time."""
-        from protocol.codec import decode_control_reply, encode
-        from tests.integration.harness import with_token
+        from protocol.codec import encode
+        from tests.integration.harness import recv_final, with_token
 
         start = time.perf_counter()
         await self.sock.send(encode(with_token(req, self.endpoint)))
-        reply = decode_control_reply(await self.sock.recv())
+        reply = await recv_final(self.sock)
         elapsed = (time.perf_counter() - start) * 1e6
         if reply.request_id != req.request_id or not reply.ok:
             raise RuntimeError(f"control {req.request_id}: {reply}")

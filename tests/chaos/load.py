@@ -30,10 +30,10 @@ import zmq
 import zmq.asyncio
 
 from orchestrator.rundir import read_active
-from protocol.codec import decode_control_reply, encode
+from protocol.codec import encode
 from protocol.control import ControlReply, ControlRequest, SendText, StatusQuery, StatusResult
 from protocol.endpoints import StateLayout
-from tests.integration.harness import with_token
+from tests.integration.harness import recv_final, with_token
 
 REQUEST_TIMEOUT_MS = 15_000
 GRACE = 5.0
@@ -112,7 +112,7 @@ class Control:
             sock.connect(self.endpoint)
             await sock.send(encode(with_token(req, self.endpoint)))
             async with asyncio.timeout(limit):
-                return decode_control_reply(await sock.recv())
+                return await recv_final(sock)
         finally:
             sock.close()
 

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent_process.messages import Role, ToolCall, new_message
 from agent_process.results import ResultStatus, ToolResult
+from protocol.conversation import Role, ToolCall, new_message
 from protocol.errors import ErrorCode
 from tests.fuzz.test_tool_args import make_runtime, step_of
 

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from agent_process.catalog import CatalogBuilder
 from agent_process.contexts import StepContext, TurnContext
-from agent_process.messages import Role, ToolCall, new_message
 from agent_process.results import ResultStatus
 from agent_process.runtime import AgentRuntime
+from protocol.conversation import Role, ToolCall, new_message
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from protocol.events import Source, SourceKind, TraceContext, new_event

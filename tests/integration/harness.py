@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,18 @@ LogLine = dict[str, Any]
 def with_token(req: ControlRequest, endpoint: str) -> ControlRequest:
     """The request as the CLI sends it: with the daemon's control token."""
     return msgspec.structs.replace(req, token=read_token(endpoint))
+
+
+async def recv_final(
+    sock: zmq.asyncio.Socket, on_notice: Callable[[str], None] | None = None
+) -> ControlReply:
+    """The next final reply on `sock`; interim notices (why a send waits) go to `on_notice`."""
+    while True:
+        reply = decode_control_reply(await sock.recv())
+        if reply.notice is None:
+            return reply
+        if on_notice is not None:
+            on_notice(reply.notice)
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -66,6 +78,21 @@ class Daemon:
         self._changed = asyncio.Condition()
         self._reader = asyncio.ensure_future(self._read())
         self._zctx = zmq.asyncio.Context()
+        self.notices: list[str] = []
+        """Interim notices the daemon sent while requests waited (why a send waits)."""
+        self._notice_seen = asyncio.Event()
+
+    def _noticed(self, text: str) -> None:
+        self.notices.append(text)
+        self._notice_seen.set()
+
+    async def wait_notices(self, count: int) -> list[str]:
+        """Until `count` notices came (a notice follows a send's acceptance, so this awaits
+        that sends were accepted and wait)."""
+        while len(self.notices) < count:
+            self._notice_seen.clear()
+            await self._notice_seen.wait()
+        return self.notices
 
     @property
     def pid(self) -> int:
@@ -80,8 +107,12 @@ class Daemon:
         env: dict[str, str] | None = None,
         args: Sequence[str] = (),
         umask: int = -1,
+        entry_check: bool = False,
     ) -> Daemon:
-        """`umask` is the daemon's (-1: this process's)."""
+        """`umask` is the daemon's (-1: this process's). The fixtures hold entries broken on
+        purpose (a tool that fails to import), so `run`'s entry check is off unless asked."""
+        if not entry_check:
+            args = ("--no-entry-check", *args)
         proc = await asyncio.create_subprocess_exec(
             PYTHON, "-m", "orchestrator", "run", str(bundle), "--log-format", "json", *args,
             env=child_env(env), stdin=asyncio.subprocess.DEVNULL,
@@ -148,7 +179,7 @@ class Daemon:
                 signed = msgspec.structs.replace(req, token=token)
             await sock.send(encode(signed))
             async with asyncio.timeout(limit):
-                return decode_control_reply(await sock.recv())
+                return await recv_final(sock, self._noticed)
         finally:
             sock.close()
 
@@ -175,7 +206,7 @@ class Daemon:
                 await sock.send(encode(with_token(req, info.endpoints["control"])))
             replies = {}
             while len(replies) < len(texts):
-                reply = decode_control_reply(await sock.recv())
+                reply = await recv_final(sock, self._noticed)
                 replies[reply.request_id] = reply
             return [replies[i] for i in ids]
         finally:

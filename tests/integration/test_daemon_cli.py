@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 from pathlib import Path
 
 import zmq
@@ -60,7 +61,7 @@ async def test_a_second_daemon_of_the_same_swarm_refuses_naming_the_pid(
 ) -> None:
     async with asyncio.timeout(30):
         daemon = await start_daemon()
-        code, _, err = await run_cli("run", str(SWARM))
+        code, _, err = await run_cli("run", str(SWARM), "--no-entry-check")
         assert code == 1
         assert "already running" in err and f"pid {daemon.pid}" in err
         assert f"goondan send --swarm {daemon.swarm}" in err  # what to do instead
@@ -134,15 +135,45 @@ async def test_send_status_restart_and_stop_through_the_cli(start_daemon: StartD
         assert paths.base_jsonl.exists()  # history kept
         alpha = await daemon.process("alpha")
         assert alpha.generation == 2, alpha  # only beta was restarted
+        (paths.workdir / "notes.txt").write_text("keep me")
         code, _, _ = await run_cli("restart", "--agent", "beta", "--fresh")
         assert code == 0 and not paths.base_jsonl.exists()
+        # --fresh clears history and extension state, never the workspace
+        assert (paths.workdir / "notes.txt").read_text() == "keep me"
 
         code, out, _ = await run_cli("instance", "list")
         assert code == 0 and "alpha" in out
+        code, _, err = await run_cli("instance", "delete", "probe", "--agent", "beta")
+        assert code == 2 and "--yes" in err and paths.workdir.exists()  # not a terminal
+        code, out, _ = await run_cli("instance", "delete", "probe", "--agent", "beta", "--yes")
+        assert code == 0 and "stopped agent:beta:probe" in out and "deleted " in out
+        assert not paths.root.exists()
+        code, _, err = await run_cli("instance", "delete", "nobody", "--yes")
+        assert code == 1 and "E_INSTANCE_NOT_FOUND" in err
 
         code, out, _ = await run_cli("stop")
         assert code == 0 and "stopped" in out
         assert await daemon.wait() == 0
+
+
+async def test_instances_are_listed_and_deleted_from_the_files_without_a_daemon(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        assert (await daemon.send("echo hi", "alpha")).ok
+        daemon.signal(signal.SIGTERM)
+        assert await daemon.wait() == 0
+        code, out, err = await run_cli("instance", "list", "--swarm", "probe")
+        assert code == 0, err
+        assert "probe\talpha\tstopped" in out
+        code, out, _ = await run_cli("calls", "list", "--swarm", "probe")
+        assert code == 0
+        code, out, _ = await run_cli("instance", "delete", "probe", "--yes", "--swarm", "probe")
+        assert code == 0 and "deleted " in out
+        assert not StateLayout.from_env().instance_paths("probe", "probe", "alpha").root.exists()
+        code, _, err = await run_cli("instance", "delete", "probe", "--yes", "--swarm", "probe")
+        assert code == 1 and "E_INSTANCE_NOT_FOUND" in err
 
 
 async def test_run_dir_is_private_and_active_json_names_the_daemon(
@@ -163,3 +194,19 @@ async def test_run_dir_is_private_and_active_json_names_the_daemon(
         daemon.signal(15)
         assert await daemon.wait() == 0
         assert not paths.active_json.exists() and not paths.pid_file.exists()
+
+
+async def test_status_lists_every_running_swarm(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(60):
+        await start_daemon()
+        await start_daemon(REPO / "tests" / "fixtures" / "deferred", swarm="deferred")
+        code, out, err = await run_cli("status")
+        assert code == 0, err
+        assert "swarm probe" in out and "swarm deferred" in out
+        code, out, _ = await run_cli("status", "--json")
+        assert sorted(s["orchestrator"]["swarm"] for s in json.loads(out)["swarms"]) == [
+            "deferred", "probe"]  # fmt: skip
+        code, out, _ = await run_cli("status", "--swarm", "deferred", "--json")
+        assert json.loads(out)["orchestrator"]["swarm"] == "deferred"
+        code, _, err = await run_cli("send", "hi")
+        assert code == 1 and "several daemons" in err and "--swarm" in err

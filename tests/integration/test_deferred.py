@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, Daemon, run_cli
+from tests.integration.harness import PYTHON, REPO, Daemon, child_env, run_cli
 
 BUNDLE = REPO / "tests" / "fixtures" / "deferred"
 SWARM = "deferred"
@@ -93,6 +93,54 @@ async def test_declared_deferred_export_and_events_queue_behind_it(
         assert tool_result(out)["output"] == {"events": []}
         reply = await later
         assert reply.ok and reply.result["input"] == "echo: after the calendar"
+
+
+async def test_send_behind_a_pending_call_says_why_it_waits(start_daemon: StartDaemon) -> None:
+    """`goondan send` to an instance held by a client-side call prints, on stderr and at
+    once, which call it waits for; its reply follows when the call is resolved."""
+    async with asyncio.timeout(60):
+        daemon = await start(start_daemon)
+        request = await defer(daemon, "confirm deploy?")
+        proc = await asyncio.create_subprocess_exec(
+            PYTHON, "-m", "orchestrator", "send", "after the call",
+            env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        notice = (await proc.stderr.readline()).decode()
+        assert request["id"] in notice and "ui.confirm" in notice and "calls list" in notice
+        code, _, err = await resolve(request["id"], "--result", '{"confirmed": true}')
+        assert code == 0, err
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0
+        assert out.decode().strip() == "echo: after the call"
+
+
+async def test_run_input_keeps_the_daemon_until_its_pending_call_is_answered() -> None:
+    """`goondan run --input` whose turn makes a client-side call says how to answer it, keeps
+    the daemon up, and prints the resumed turn's reply once `calls resolve` answers it."""
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON, "-m", "orchestrator", "run", str(BUNDLE), "--input", "confirm deploy?",
+        env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        async with asyncio.timeout(60):
+            said = ""
+            while "goondan calls resolve" not in said:
+                line = (await proc.stderr.readline()).decode()
+                assert line, f"run exited: {said}"
+                said += line
+            call_id = said.split("goondan calls resolve ")[1].split()[0]
+            assert f"the turn waits for call {call_id} (ui.confirm" in said
+            code, _, err = await resolve(call_id, "--result", '{"confirmed": true}')
+            assert code == 0, err
+            out, _ = await proc.communicate()
+            assert proc.returncode == 0
+            assert tool_result(out.decode()) == {"status": "ok", "output": {"confirmed": True}}
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 @pytest.mark.parametrize(
@@ -220,6 +268,6 @@ async def test_webhook_request_out_answer_in_on_post_rpc(start_daemon: StartDaem
         assert json.loads(resumed.json()["reply"])["error"]["code"] == "E_TOOL_PERMISSION_DENIED"
         # a stale id and a malformed answer are refused with a coded error
         stale = await post(url + "/rpc", {"jsonrpc": "2.0", "id": rpc["id"], "result": 1})
-        assert stale.json()["error"]["code"] == "E_CALL_NOT_FOUND"
+        assert (stale.status_code, stale.json()["error"]["code"]) == (404, "E_CALL_NOT_FOUND")
         bad = await post(url + "/rpc", {"jsonrpc": "2.0", "id": "x"})
         assert bad.status_code == 400

@@ -66,3 +66,17 @@ async def test_six_accepted_sends_survive_an_orchestrator_sigkill(
     finals = [m for m in messages if m["role"] == "assistant" and not m.get("toolCalls")]
     done = [json.loads(str(m["content"]))["output"] for m in finals]
     assert done == [f"slept 0.{i + 3}" for i in range(6)]
+
+
+async def test_send_to_a_busy_instance_says_which_turn_it_waits_behind(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        first = await daemon.send("sleep 1.5", "alpha", wait=False)
+        assert first.ok, first.error
+        await daemon.wait_for("transition", target="processing")
+        reply = await daemon.send("sleep 0.1", "alpha")
+        assert reply.ok, reply.error
+        [notice] = daemon.notices
+        assert notice.startswith("waiting behind") and "alpha@" in notice

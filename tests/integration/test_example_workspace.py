@@ -95,6 +95,27 @@ async def test_the_example_webhook_answers_a_post(start_daemon: StartDaemon) -> 
         assert agent.instance_key == "tester"
 
 
+async def test_the_example_routes_a_post_without_instance_key_to_the_swarm_key(
+    start_daemon: StartDaemon,
+) -> None:
+    """`POST /events {"text": "run pwd"}` gave 422 E_CONNECTOR_NO_ROUTE although the rule
+    matched; and a body without text ran a turn on empty input."""
+    port = free_port()
+    async with asyncio.timeout(60):
+        daemon = await start_example(start_daemon, port)
+        url = f"http://127.0.0.1:{port}/events"
+        async with httpx.AsyncClient(timeout=30) as client:
+            body = json.dumps({"text": "run echo routed"}).encode()
+            answer = await client.post(url, content=body, headers=signed(body))
+            empty = json.dumps({"event": "message"}).encode()
+            nothing = await client.post(url, content=empty, headers=signed(empty))
+        assert answer.status_code == 200, answer.text
+        assert json.loads(answer.json()["reply"])["output"]["stdout"] == "routed\n"
+        assert (await daemon.process("operator")).instance_key == "workspace"
+        assert nothing.status_code == 400
+        assert nothing.json()["error"]["code"] == "E_WEBHOOK_BAD_BODY"
+
+
 async def test_a_web_page_cannot_run_commands_through_the_example(
     start_daemon: StartDaemon, tmp_path: Path
 ) -> None:

@@ -62,14 +62,16 @@ def agent(
     return resource("Agent", name, spec)
 
 
-def swarm(name: str = "s", *, agents: list[str], max_steps: int = 32) -> Resource[Any]:
+def swarm(
+    name: str = "s", *, agents: list[str], max_steps: int = 32, **policy: Any
+) -> Resource[Any]:
     return resource(
         "Swarm",
         name,
         {
             "entryAgent": f"Agent/{agents[0]}",
             "agents": [f"Agent/{a}" for a in agents],
-            "policy": {"maxStepsPerTurn": max_steps},
+            "policy": {"maxStepsPerTurn": max_steps, **policy},
         },
     )
 

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent_process.messages import Role
 from agent_process.models.scripted import ScriptedModel
 from agent_process.runtime import AgentRuntime, TurnResult
 from bundles.model import Bundle, Resource
+from protocol.conversation import Role
 from protocol.endpoints import StateLayout
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 from protocol.launch import LaunchSettings
@@ -52,8 +52,9 @@ def tool_results(runtime: AgentRuntime) -> list[dict[str, Any]]:
 
 
 def scripted(runtime: AgentRuntime) -> ScriptedModel:
-    assert isinstance(runtime.model, ScriptedModel)
-    return runtime.model
+    model = getattr(runtime.model, "inner", runtime.model)  # under its models/governed.py wrapper
+    assert isinstance(model, ScriptedModel)
+    return model
 
 
 def launch_for(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from agent_process.messages import Role
+from protocol.conversation import Role
 from protocol.endpoints import StateLayout
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 
-from agent_process.messages import Role, ToolCall
+from protocol.conversation import Role, ToolCall
 from protocol.events import AgentEvent
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_process.messages import Role, new_message
 from agent_process.models import ModelError, ModelRequest, ModelResponse
 from agent_process.models.scripted import ScriptedModel
+from protocol.conversation import Role, new_message
 
 
 def model(script: list[dict[str, object]], **options: object) -> ScriptedModel:

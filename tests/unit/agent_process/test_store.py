@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agent_process.messages import Role
 from agent_process.store import ConversationStore
+from protocol.conversation import Role
 
 
 def opened(path: Path) -> ConversationStore:

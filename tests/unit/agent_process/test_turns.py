@@ -6,7 +6,7 @@ import json
 
 import msgspec
 
-from agent_process.messages import Role
+from protocol.conversation import Role
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime, scripted, tool_results, turn
@@ -73,10 +73,12 @@ async def test_runtime_events_carry_trace_spans_durations_and_usage() -> None:
     assert types == [
         "turn.started",
         "step.started",
+        "model.usage",
         "tool.called",
         "tool.completed",
         "step.completed",
         "step.started",
+        "model.usage",
         "step.completed",
         "turn.completed",
     ]

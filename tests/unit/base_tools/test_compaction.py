@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_process.messages import Role, ToolCall, new_message
+from protocol.conversation import Role, ToolCall, new_message
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime, scripted, turn

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_process.messages import Role
+from protocol.conversation import Role
 from protocol.events import ReplyTo, Source, SourceKind, new_event
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b

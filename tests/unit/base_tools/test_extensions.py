@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import structlog
 
-from agent_process.messages import Role, new_message
+from protocol.conversation import Role, new_message
 from protocol.messages import TurnOutcome
 from tests.unit.agent_process import builders as b
 from tests.unit.agent_process.helpers import make_runtime, scripted, tool_results, turn

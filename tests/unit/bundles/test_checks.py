@@ -62,6 +62,15 @@ CASES = [
     ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
      "  policy: {shutdown: {gracePeriodSeconds: -1}}\n",
      E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.policy.shutdown.gracePeriodSeconds"),
+    ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
+     "  observability: {metrics: {port: 70000}}\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.observability.metrics.port"),
+    ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
+     "  observability: {metrics: {port: 9464, host: ' '}}\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.observability.metrics.host"),
+    ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
+     "  observability: {metrics: {host: 127.0.0.1}}\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.observability.metrics"),
     ("kind: Agent\nmetadata: {name: a2}\nspec:\n  modelConfig: {modelRef: Model/fake}\n"
      "  prompt: {systemRef: /etc/passwd}\n",
      E.E_CONFIG_PATH_ESCAPE, "goondan.yaml:30 spec.prompt.systemRef"),

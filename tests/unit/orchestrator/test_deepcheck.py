@@ -106,3 +106,9 @@ def test_validate_deep_exits_2_where_plain_validate_says_valid(
     assert main(["validate", str(bundle)]) == 0
     assert main(["validate", "--deep", str(bundle)]) == 2
     assert "E_TOOL_LOAD" in capsys.readouterr().err
+
+
+def test_an_entry_that_ends_the_checker_is_named(tmp_path: Path) -> None:
+    found = deep_check(_bundle(tmp_path, calc_py="import os\nos._exit(3)\n"))
+    assert [d.code for d in found] == [ErrorCode.E_CONFIG_ENTRY_CHECK]
+    assert "code 3 while importing Tool/calc" in found[0].message

@@ -130,6 +130,31 @@ def test_missing_api_key_env_var_fails_and_names_it(
     assert check["status"] == "fail"
     assert "DOCTOR_TEST_KEY" in check["detail"]
     assert "DOCTOR_TEST_KEY" in check["fix"]
+    # never "ok" and "fail" about the same bundle: it loads, but its Model cannot run
+    assert "ok" not in _status(report, "bundle")
+    [verdict] = [c for c in report["checks"] if c["name"] == "bundle" and c["status"] == "fail"]
+    assert "Model/m" in verdict["detail"]
+
+
+def test_an_entry_that_fails_to_import_fails_the_bundle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = _bundle(tmp_path / "b")
+    tool = """---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: t}
+spec: {entry: ./t.py, exports: [{name: go, parameters: {type: object}}]}
+"""
+    main_file = directory / "goondan.yaml"
+    main_file.write_text(main_file.read_text().replace(
+        "spec: {modelConfig: {modelRef: Model/m}}", "spec: {modelConfig: {modelRef: Model/m}, "
+        "tools: [Tool/t]}") + tool)  # fmt: skip
+    (directory / "t.py").write_text("handlers = {}\n")
+    code, report = _doctor(capsys, str(directory))
+    assert code == EXIT_RUNTIME
+    assert _status(report, "bundle") == ["fail"]
+    assert "E_TOOL_LOAD" in _check(report, "bundle")["detail"]
 
 
 def test_present_api_key_passes_and_is_never_printed(

@@ -1,0 +1,68 @@
+"""`goondan instance show KEY [--agent A] [--json] [--follow]`: an instance's conversation.
+
+Roles, tool calls and their results, timestamps and each turn's trace id (`goondan logs
+--trace ID` takes the short id printed), read from the files with or without a daemon
+(orchestrator/conversations.py). `--follow` keeps printing messages as they are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from orchestrator import localstate
+from orchestrator.client import ClientError, Printer, find_daemon, layout_of, pick_swarm
+from orchestrator.conversations import InstanceConversation, Line, NoSuchInstance, TextRenderer
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from protocol.errors import ErrorCode, ErrorInfo
+
+FOLLOW_INTERVAL = 0.25
+"""Seconds between looks at the files when following (as `goondan logs -f`, same reasons)."""
+
+
+def _swarm(args: argparse.Namespace) -> str | None:
+    """--swarm, else the running daemon's, else the one the files and the directory name."""
+    if getattr(args, "swarm", None):
+        return str(args.swarm)
+    try:
+        return find_daemon(args).swarm
+    except ClientError:
+        return pick_swarm(args, localstate.swarms(layout_of(args)))
+
+
+def show(args: argparse.Namespace, printer: Printer) -> int:
+    swarm = _swarm(args)
+    if swarm is None:
+        known = ", ".join(localstate.swarms(layout_of(args))) or "none"
+        printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST,
+                                message=f"several swarms or none have state ({known})",
+                                suggestion="choose one with --swarm S"))  # fmt: skip
+        return EXIT_USAGE
+    try:
+        conversation = InstanceConversation(layout_of(args), swarm, args.instance_key, args.agent)
+    except NoSuchInstance as exc:
+        printer.error(exc.error)
+        return EXIT_RUNTIME
+    renderer = TextRenderer(agent_width=conversation.agent_width)
+
+    def emit(lines: list[Line]) -> None:
+        for line in lines:
+            if args.json:
+                sys.stdout.write(json.dumps(line.as_json(), ensure_ascii=False) + "\n")
+            else:
+                sys.stdout.writelines(text + "\n" for text in renderer.render(line))
+        sys.stdout.flush()
+
+    try:
+        emit(conversation.poll())
+        while args.follow:
+            time.sleep(FOLLOW_INTERVAL)
+            emit(conversation.poll())
+    except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C, or `| head` has seen enough
+        return EXIT_OK
+    if conversation.bad_lines:
+        sys.stderr.write(f"goondan instance: skipped {conversation.bad_lines} unreadable "
+                         "line(s) of the conversation files\n")  # fmt: skip
+    return EXIT_OK

@@ -1,0 +1,181 @@
+"""`goondan studio [--listen 127.0.0.1:8791] [--swarm S] [--allow-actions] [--token-file F]
+[--allowed-host NAME]`: the web dashboard (orchestrator/studio/, ARCHITECTURE.md §14).
+
+A separate process: it talks to the running daemon through the control socket and reads the
+state files, so it works with a daemon or without (then the process table is empty and actions
+fail with E_DAEMON_NOT_RUNNING). Read-only unless --allow-actions. It binds to loopback by
+default; bound elsewhere it needs a token (printed at start in the URL to open, or the first
+line of --token-file), and a --token-file guards a loopback Studio too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import secrets
+import socket
+import sys
+from pathlib import Path
+
+from orchestrator import localstate
+from orchestrator.client import ClientError, find_daemon, layout_of, pick_swarm
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+
+DEFAULT_LISTEN = "127.0.0.1:8791"
+
+
+class _Studio:
+    name = "studio"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--listen",
+            metavar="HOST:PORT",
+            default=DEFAULT_LISTEN,
+            help=f"where to serve (default {DEFAULT_LISTEN}; port 0: any)",
+        )
+        parser.add_argument(
+            "--allow-actions",
+            action="store_true",
+            help="allow restart/stop and answering calls from the page",
+        )
+        parser.add_argument(
+            "--token-file", metavar="F", help="the token (its first line) that guards the page"
+        )
+        parser.add_argument(
+            "--allowed-host",
+            metavar="NAME",
+            action="append",
+            default=[],
+            help="a Host name to accept besides IP addresses and localhost "
+            "(a reverse proxy's public name)",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        try:
+            import starlette  # noqa: F401
+            import uvicorn  # noqa: F401
+        except ImportError as exc:
+            _say(f"E_NOT_IMPLEMENTED {exc.name} is not installed: pip install 'goondan[studio]'")
+            return EXIT_RUNTIME
+        parsed = _listen(args.listen)
+        if parsed is None:
+            _say(f"--listen {args.listen!r} is not HOST:PORT (e.g. {DEFAULT_LISTEN})")
+            return EXIT_USAGE
+        host, port = parsed
+        swarm = _swarm(args)
+        if swarm is None:
+            known = ", ".join(localstate.swarms(layout_of(args))) or "none"
+            _say(
+                f"no daemon runs and the files name several swarms or none ({known}): "
+                "choose one with --swarm S"
+            )
+            return EXIT_USAGE
+        token = _token(args, host)
+        if isinstance(token, int):
+            return token
+        try:
+            sock = _bind(host, port)
+        except OSError as exc:
+            _say(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+            return EXIT_RUNTIME
+        url = _url(sock, token)
+        mode = "actions allowed" if args.allow_actions else "read-only"
+        print(f"goondan studio: {url} (swarm {swarm}, {mode}; Ctrl-C to stop)", flush=True)
+        return _serve(args, swarm, token, sock)
+
+
+def _serve(args: argparse.Namespace, swarm: str, token: str | None, sock: socket.socket) -> int:
+    from orchestrator.studio.app import Studio
+    from orchestrator.studio.guard import Policy
+    from orchestrator.studio.hub import ProcessHub
+    from orchestrator.studio.link import DaemonLink
+    from orchestrator.studio.runtime import RuntimeIndex
+    from orchestrator.studio.serve import serve
+
+    layout = layout_of(args)
+    link = DaemonLink(layout, swarm)
+    studio = Studio(
+        layout=layout,
+        swarm=swarm,
+        link=link,
+        index=RuntimeIndex(layout, swarm),
+        hub=ProcessHub(link),
+        allow_actions=args.allow_actions,
+    )
+    policy = Policy(
+        token=token,
+        allow_actions=args.allow_actions,
+        allowed_hosts=frozenset(h.lower() for h in args.allowed_host),
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(studio, policy, sock)
+    return EXIT_OK
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"goondan studio: {text}\n")
+
+
+def _listen(text: str) -> tuple[str, int] | None:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _token(args: argparse.Namespace, host: str) -> str | int | None:
+    """The token the page needs (None: none), or an exit code."""
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").splitlines()[0].strip()
+        except (OSError, IndexError, UnicodeDecodeError) as exc:
+            _say(f"--token-file {args.token_file}: cannot read a token from it ({exc})")
+            return EXIT_USAGE
+        if len(token) < 16:
+            _say(f"--token-file {args.token_file}: the token must be at least 16 characters")
+            return EXIT_USAGE
+        return token
+    return None if _loopback(host) else secrets.token_urlsafe(24)
+
+
+def _swarm(args: argparse.Namespace) -> str | None:
+    if args.swarm:
+        return str(args.swarm)
+    try:
+        return find_daemon(args).swarm
+    except ClientError:
+        return pick_swarm(args, localstate.swarms(layout_of(args)))
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(128)
+    sock.set_inheritable(False)
+    return sock
+
+
+def _url(sock: socket.socket, token: str | None) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+
+
+COMMAND = _Studio()

@@ -1,0 +1,292 @@
+"""Studio's HTTP routes (Starlette): JSON for each view, server-sent events for live ones, the
+static page (`static/`: plain HTML, CSS and JS, no build step, nothing from a CDN)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from orchestrator import localstate, logview
+from orchestrator.client import new_request_id
+from orchestrator.conversations import InstanceConversation, NoSuchInstance
+from orchestrator.studio import views
+from orchestrator.studio.hub import ProcessHub, sse, sse_loop
+from orchestrator.studio.link import DaemonLink
+from orchestrator.studio.runtime import RuntimeIndex
+from protocol.control import CallsResolve, ControlReply
+from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode, ErrorInfo
+
+STATIC = Path(__file__).parent / "static"
+CONVERSATION_INTERVAL = 0.3
+LOGS_INTERVAL = 0.5
+LOG_LINES = 300
+APPROVE_METHOD = "goondan.approve"
+
+
+class BadRequest(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class Studio:
+    layout: StateLayout
+    swarm: str
+    link: DaemonLink
+    index: RuntimeIndex
+    hub: ProcessHub
+    allow_actions: bool
+
+
+def _error(status: int, code: str, message: str, suggestion: str | None = None) -> JSONResponse:
+    info = ErrorInfo(code=code, message=message, suggestion=suggestion)
+    return JSONResponse({"error": msgspec.to_builtins(info)}, status_code=status)
+
+
+def _reply(reply: ControlReply) -> JSONResponse:
+    if reply.ok:
+        return JSONResponse({"result": reply.result})
+    error = reply.error or ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message="failed")
+    status = 503 if error.code == ErrorCode.E_DAEMON_NOT_RUNNING else 409
+    return _error(status, error.code, error.message, error.suggestion)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        data = await request.json()
+    except ValueError:
+        raise BadRequest("the body is not JSON") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    return data
+
+
+def _text(data: dict[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value or len(value) > 512:
+        raise BadRequest(f"{key!r} must be a non-empty string")
+    return value
+
+
+class _Handlers:
+    def __init__(self, studio: Studio) -> None:
+        self.s = studio
+
+    async def index(self, _: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    async def info(self, _: Request) -> Response:
+        s = self.s
+        daemon = s.link.info()
+        return JSONResponse(
+            {
+                "swarm": s.swarm,
+                "allowActions": s.allow_actions,
+                "daemon": msgspec.to_builtins(daemon) if daemon else None,
+            }
+        )
+
+    async def processes(self, _: Request) -> Response:
+        s = self.s
+        return JSONResponse(await s.hub.snapshot())
+
+    async def processes_stream(self, request: Request) -> Response:
+        s = self.s
+        return _stream(s.hub.subscribe(request))
+
+    async def restart(self, request: Request) -> Response:
+        s = self.s
+        data = await _body(request)
+        key = _text(data, "instanceKey") if data.get("instanceKey") is not None else None
+        return _reply(await s.link.restart(_text(data, "agent"), key))
+
+    async def stop(self, request: Request) -> Response:
+        s = self.s
+        data = await _body(request)
+        agent, key = _text(data, "agent"), _text(data, "instanceKey")
+        return _reply(await s.link.stop_process(agent, key))
+
+    async def instances(self, _: Request) -> Response:
+        s = self.s
+        return JSONResponse({"instances": localstate.instances(s.layout, s.swarm)})
+
+    async def conversation_stream(self, request: Request) -> Response:
+        s = self.s
+        key, agent = request.query_params.get("key", ""), request.query_params.get("agent")
+        try:
+            conversation = InstanceConversation(s.layout, s.swarm, key, agent or None)
+        except NoSuchInstance as exc:
+            return _error(404, exc.error.code, exc.error.message, exc.error.suggestion)
+
+        async def added() -> str | None:
+            lines = conversation.poll()
+            return sse("messages", [line.as_json() for line in lines]) if lines else None
+
+        return _stream(sse_loop(request, added, CONVERSATION_INTERVAL))
+
+    async def trace(self, request: Request) -> Response:
+        s = self.s
+        s.index.refresh()
+        trace_id = request.path_params["trace_id"]
+        rows = views.waterfall(s.index.of_trace(trace_id))
+        if not rows:
+            return _error(
+                404,
+                ErrorCode.E_EVENT_NOT_FOUND,
+                f"no runtime events of trace "
+                f"{trace_id!r} (Studio keeps the newest {s.index.events.maxlen})",
+            )
+        return JSONResponse({"traceId": trace_id, "spans": rows})
+
+    async def graph(self, _: Request) -> Response:
+        s = self.s
+        s.index.refresh()
+        agents = {str(r["agent"]) for r in localstate.instances(s.layout, s.swarm)}
+        snapshot = await s.hub.snapshot()
+        connectors = {p["name"] for p in snapshot["processes"] if p["kind"] == "connector"}
+        agents |= {p["name"] for p in snapshot["processes"] if p["kind"] == "agent"}
+        return JSONResponse(views.graph(s.index.events, agents, connectors))
+
+    async def charts(self, _: Request) -> Response:
+        s = self.s
+        s.index.refresh()
+        now = time.time()
+        return JSONResponse(views.charts(s.index.since(now - 3600), now))
+
+    async def calls(self, _: Request) -> Response:
+        s = self.s
+        reply = await s.link.calls()
+        rows = reply.result["calls"] if reply.ok else localstate.pending_calls(s.layout, s.swarm)
+        for row in rows:
+            row["approval"] = row.get("method") == APPROVE_METHOD
+        return JSONResponse({"calls": rows, "daemon": reply.ok})
+
+    async def resolve(self, request: Request) -> Response:
+        s = self.s
+        return _reply(
+            await s.link.resolve(_resolution(request.path_params["call_id"], await _body(request)))
+        )
+
+    async def logs(self, request: Request) -> Response:
+        s = self.s
+        keep = _log_filter(request)
+        readers = _log_readers(s)
+        records = [r for r in logview.merged([rd.read_new() for rd in readers]) if keep(r)]
+        return JSONResponse({"lines": [_log_row(r) for r in records[-LOG_LINES:]]})
+
+    async def logs_stream(self, request: Request) -> Response:
+        s = self.s
+        keep = _log_filter(request)
+        readers = _log_readers(s)
+        for reader in readers:  # from the end: the page asked /api/logs for what was there
+            reader.read_new()
+
+        async def new_lines() -> str | None:
+            readers.extend(_log_readers(s, known={str(r.source.path) for r in readers}))
+            records = [r for r in logview.merged([rd.read_new() for rd in readers]) if keep(r)]
+            return sse("lines", [_log_row(r) for r in records]) if records else None
+
+        return _stream(sse_loop(request, new_lines, LOGS_INTERVAL))
+
+
+def build(studio: Studio) -> Starlette:
+    h = _Handlers(studio)
+    routes = [
+        Route("/", h.index),
+        Route("/api/info", h.info),
+        Route("/api/processes", h.processes),
+        Route("/api/stream/processes", h.processes_stream),
+        Route("/api/processes/restart", h.restart, methods=["POST"]),
+        Route("/api/processes/stop", h.stop, methods=["POST"]),
+        Route("/api/instances", h.instances),
+        Route("/api/stream/conversation", h.conversation_stream),
+        Route("/api/trace/{trace_id}", h.trace),
+        Route("/api/graph", h.graph),
+        Route("/api/charts", h.charts),
+        Route("/api/calls", h.calls),
+        Route("/api/calls/{call_id}", h.resolve, methods=["POST"]),
+        Route("/api/logs", h.logs),
+        Route("/api/stream/logs", h.logs_stream),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={BadRequest: _bad_request})
+    return app
+
+
+async def _bad_request(_: Request, exc: Exception) -> Response:
+    return _error(400, ErrorCode.E_STUDIO_BAD_REQUEST, str(exc))
+
+
+def _stream(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+    )
+
+
+def _resolution(call_id: str, data: dict[str, Any]) -> CallsResolve:
+    """`{"result": ...}` or `{"error": {"code": int, "message": str, "data"?: ...}}`."""
+    if ("result" in data) == ("error" in data):
+        raise BadRequest("send exactly one of result and error")
+    if "result" in data:
+        return CallsResolve(
+            request_id=new_request_id(), call_id=call_id, result=data["result"], timeout_ms=30_000
+        )
+    error = data["error"]
+    if not isinstance(error, dict) or type(error.get("code")) is not int:
+        raise BadRequest("error must be {code: integer, message: string}")
+    return CallsResolve(
+        request_id=new_request_id(),
+        call_id=call_id,
+        error_code=error["code"],
+        error_message=str(error.get("message") or ""),
+        error_data=error.get("data"),
+        timeout_ms=30_000,
+    )
+
+
+def _log_filter(request: Request) -> logview.Filter:
+    q = request.query_params
+    try:
+        since = logview.parse_since(q["since"], time.time()) if q.get("since") else None
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return logview.Filter(
+        agent=q.get("agent") or None,
+        instance=q.get("instance") or None,
+        trace=q.get("trace") or None,
+        since=since,
+    )
+
+
+def _log_readers(s: Studio, known: set[str] | None = None) -> list[logview.Reader]:
+    return [
+        logview.Reader(src)
+        for src in logview.discover(s.layout, s.swarm)
+        if known is None or str(src.path) not in known
+    ]
+
+
+def _log_row(record: logview.Record) -> dict[str, Any]:
+    return {
+        "at": record.at,
+        "agent": record.agent,
+        "instance": record.instance,
+        "trace": record.trace,
+        "kind": record.source.kind,
+        "text": logview.render(record),
+        "data": json.loads(logview.as_json(record)),
+    }
+
+
+Poll = Callable[[], Awaitable[str | None]]

@@ -1,0 +1,68 @@
+"""Studio's side of the control socket: the running daemon of one swarm, found again at each
+request (a daemon restarted meanwhile is picked up), asked in a worker thread (the CLI's
+blocking client, `orchestrator/client.py`) so the web server's loop never waits on it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+
+from orchestrator.client import ClientError, call, new_request_id, pid_alive
+from orchestrator.rundir import read_active
+from protocol.control import (
+    CallsList,
+    CallsResolve,
+    ControlReply,
+    ControlRequest,
+    OrchestratorInfo,
+    ProcessStop,
+    Restart,
+    StatusQuery,
+    StatusResult,
+)
+from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode, ErrorInfo
+
+
+class DaemonLink:
+    def __init__(self, layout: StateLayout, swarm: str) -> None:
+        self.layout = layout
+        self.swarm = swarm
+
+    def info(self) -> OrchestratorInfo | None:
+        info = read_active(self.layout.run_paths(self.swarm).active_json)
+        return info if info is not None and pid_alive(info.pid) else None
+
+    async def ask(self, req: ControlRequest, limit: float = 10.0) -> ControlReply:
+        """The daemon's reply; a coded error reply when no daemon runs or it does not answer."""
+        info = self.info()
+        if info is None:
+            error = ErrorInfo(
+                code=ErrorCode.E_DAEMON_NOT_RUNNING,
+                message=f"no goondan daemon runs swarm {self.swarm!r}",
+                suggestion="start it with `goondan run`",
+            )
+            return ControlReply(request_id="", ok=False, error=error)
+        try:
+            return await asyncio.to_thread(call, info, req, limit)
+        except ClientError as exc:
+            return ControlReply(request_id=req.request_id, ok=False, error=exc.error)
+
+    async def status(self) -> StatusResult | None:
+        reply = await self.ask(StatusQuery(request_id=new_request_id()))
+        return msgspec.convert(reply.result, StatusResult) if reply.ok else None
+
+    async def restart(self, agent: str, instance_key: str | None) -> ControlReply:
+        req = Restart(request_id=new_request_id(), agent=agent, instance_key=instance_key)
+        return await self.ask(req, limit=60.0)
+
+    async def stop_process(self, agent: str, instance_key: str) -> ControlReply:
+        req = ProcessStop(request_id=new_request_id(), agent=agent, instance_key=instance_key)
+        return await self.ask(req, limit=60.0)
+
+    async def calls(self) -> ControlReply:
+        return await self.ask(CallsList(request_id=new_request_id()))
+
+    async def resolve(self, req: CallsResolve) -> ControlReply:
+        return await self.ask(req, limit=req.timeout_ms / 1000 + 5)

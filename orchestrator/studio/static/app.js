@@ -1,0 +1,327 @@
+// goondan studio: plain JavaScript, no build step. One page, hash routes (#/processes, ...),
+// JSON from /api/*, live updates through server-sent events (/api/stream/*).
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const view = () => $("#view");
+let info = { allowActions: false, swarm: "" };
+let live = [];  // EventSources and timers of the current view, closed on navigation
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (v !== null && v !== undefined) node.setAttribute(k, v);
+  }
+  for (const c of children.flat()) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+  return node;
+}
+const svgEl = (tag, attrs = {}) => {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+};
+const clock = (at) => at ? new Date(at * 1000).toISOString().replace("T", " ").slice(0, 23) : "";
+const ms = (v) => v === null || v === undefined ? "" : v >= 1000 ? (v / 1000).toFixed(2) + " s" : v.toFixed(1) + " ms";
+const ago = (sec) => sec === null || sec === undefined ? "" :
+  sec < 60 ? Math.round(sec) + "s" : sec < 3600 ? Math.round(sec / 60) + "m" : (sec / 3600).toFixed(1) + "h";
+
+async function api(path, body) {
+  const opts = body === undefined ? {} : {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+  const res = await fetch(path, opts);
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(data.error ? `${data.error.code}: ${data.error.message}` : res.statusText);
+  return data;
+}
+function stream(path, handlers) {
+  const source = new EventSource(path);
+  for (const [name, fn] of Object.entries(handlers)) source.addEventListener(name, (e) => fn(JSON.parse(e.data)));
+  live.push({ close: () => source.close() });
+  return source;
+}
+function every(seconds, fn) {
+  fn();
+  const id = setInterval(fn, seconds * 1000);
+  live.push({ close: () => clearInterval(id) });
+}
+function flash(where, error) { where.replaceChildren(el("span", { class: "error" }, String(error.message || error))); }
+
+// -- Processes ----------------------------------------------------------------------------
+
+function processes() {
+  const banner = el("div");
+  const body = el("tbody");
+  const table = el("table", { id: "processes" },
+    el("thead", {}, el("tr", {}, ["process", "kind", "name", "instance", "state", "pid", "gen",
+      "restarts", "last exit", "uptime", "USS MiB", "pending", ""].map((h) => el("th", {}, h)))), body);
+  const message = el("div", { class: "muted", id: "action-result" });
+  view().replaceChildren(el("h2", {}, "Processes"), banner, message, table);
+  const render = (snap) => {
+    banner.replaceChildren(snap.daemon ? "" : el("div", { class: "banner" }, "No daemon runs this swarm: start it with goondan run."));
+    $("#daemon").textContent = snap.daemon ? `swarm ${snap.daemon.swarm} · daemon pid ${snap.daemon.pid}` : `swarm ${info.swarm} · no daemon`;
+    const now = Date.now() / 1000;
+    body.replaceChildren(...snap.processes.map((p) => {
+      const exit = p.lastExit ? `${p.lastExit.reason || ""} ${p.lastExit.code ?? ""}${p.lastExit.signal ? " sig " + p.lastExit.signal : ""}` : "";
+      const retry = p.retryInSeconds !== null && p.retryInSeconds !== undefined ? ` (retry in ${p.retryInSeconds}s)` : "";
+      const actions = info.allowActions && p.kind === "agent" ? [
+        el("button", { class: "restart", onclick: () => act("/api/processes/restart", { agent: p.name, instanceKey: p.instanceKey }) }, "restart"),
+        " ",
+        el("button", { class: "stop danger", onclick: () => act("/api/processes/stop", { agent: p.name, instanceKey: p.instanceKey }) }, "stop"),
+      ] : [];
+      return el("tr", { "data-id": `${p.kind}:${p.name}:${p.instanceKey}` },
+        el("td", { class: "mono" }, p.id), el("td", {}, p.kind), el("td", {}, p.name),
+        el("td", {}, p.kind === "agent" ? el("a", { href: `#/conversation?key=${encodeURIComponent(p.instanceKey)}&agent=${encodeURIComponent(p.name)}` }, p.instanceKey) : p.instanceKey),
+        el("td", {}, el("span", { class: `status ${p.status}` }, p.status + retry)),
+        el("td", { class: "num pid" }, p.pid ?? ""), el("td", { class: "num gen" }, p.generation),
+        el("td", { class: "num restarts" }, p.restarts), el("td", { class: "exit" }, exit),
+        el("td", { class: "num uptime" }, p.startedAt ? ago(now - p.startedAt) : ""),
+        el("td", { class: "num uss" }, p.ussMiB ?? ""), el("td", { class: "num" }, p.pending || ""),
+        el("td", {}, actions));
+    }));
+  };
+  async function act(path, body) {
+    message.textContent = "…";
+    try { const r = await api(path, body); message.textContent = JSON.stringify(r.result); }
+    catch (e) { flash(message, e); }
+  }
+  stream("/api/stream/processes", { processes: render });
+}
+
+// -- Swarm graph ---------------------------------------------------------------------------
+
+function graph() {
+  const holder = el("div");
+  view().replaceChildren(el("h2", {}, "Swarm graph"),
+    el("p", { class: "muted" }, "Who started whose turns (from the traces): counts and p50/p99 latency of the turns started."), holder);
+  every(5, async () => {
+    try { drawGraph(holder, await api("/api/graph")); } catch (e) { flash(holder, e); }
+  });
+}
+function drawGraph(holder, g) {
+  const W = 900, H = 460, columns = { cli: 90, connector: 90, agent: 560 };
+  const byKind = { cli: [], connector: [], agent: [] };
+  for (const n of g.nodes) (byKind[n.kind] || byKind.agent).push(n);
+  const pos = {};
+  const place = (list, x) => list.forEach((n, i) => { pos[n.id] = [x, (H / (list.length + 1)) * (i + 1)]; });
+  place([...byKind.cli, ...byKind.connector], columns.cli);
+  // agents in a circle on the right, so edges between agents stay visible
+  byKind.agent.forEach((n, i, all) => {
+    const a = (2 * Math.PI * i) / Math.max(all.length, 1) - Math.PI / 2, r = all.length > 1 ? 170 : 0;
+    pos[n.id] = [columns.agent + r * Math.cos(a), H / 2 + r * Math.sin(a)];
+  });
+  const svg = svgEl("svg", { id: "graph", viewBox: `0 0 ${W} ${H}`, width: "100%" });
+  const defs = svgEl("defs");
+  const marker = svgEl("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 28, refY: 5, markerWidth: 8, markerHeight: 8, orient: "auto" });
+  marker.append(svgEl("path", { d: "M0,0 L10,5 L0,10 z", fill: "#64748b" }));
+  defs.append(marker); svg.append(defs);
+  for (const e of g.edges) {
+    const [x1, y1] = pos[e.source] || [0, 0], [x2, y2] = pos[e.target] || [0, 0];
+    const group = svgEl("g", { class: "edge", "data-source": e.source, "data-target": e.target });
+    group.append(svgEl("line", { x1, y1, x2, y2, stroke: "#94a3b8", "stroke-width": 1 + Math.log2(1 + e.count), "marker-end": "url(#arrow)" }));
+    const label = svgEl("text", { x: (x1 + x2) / 2, y: (y1 + y2) / 2 - 6, "text-anchor": "middle", fill: "#334155" });
+    label.textContent = `${e.count}× p50 ${ms(e.p50Ms)} p99 ${ms(e.p99Ms)}`;
+    group.append(label); svg.append(group);
+  }
+  for (const n of g.nodes) {
+    const [x, y] = pos[n.id];
+    const group = svgEl("g", { class: `node ${n.kind}`, "data-id": n.id });
+    const fill = n.kind === "agent" ? "#dbeafe" : n.kind === "connector" ? "#fef3c7" : "#e5e7eb";
+    group.append(svgEl("circle", { cx: x, cy: y, r: 24, fill, stroke: "#475569" }));
+    const t = svgEl("text", { x, y: y + 40, "text-anchor": "middle" });
+    t.textContent = n.kind === "agent" ? n.name : `${n.kind} ${n.name}`;
+    group.append(t); svg.append(group);
+  }
+  holder.replaceChildren(svg);
+}
+
+// -- Conversation ------------------------------------------------------------------------
+
+async function conversation(params) {
+  const keyInput = el("select", { id: "conv-key" });
+  const list = el("div", { id: "conversation" });
+  view().replaceChildren(el("h2", {}, "Conversation"), el("div", { class: "toolbar" }, "instance", keyInput), list);
+  const rows = (await api("/api/instances")).instances;
+  const choices = rows.map((r) => `${r.instanceKey}\u0000${r.agent}`);
+  keyInput.append(el("option", { value: "" }, "choose an instance…"),
+    ...rows.map((r, i) => el("option", { value: choices[i] }, `${r.instanceKey} · ${r.agent}`)));
+  const current = params.get("key") !== null ? `${params.get("key")}\u0000${params.get("agent") || ""}` : "";
+  keyInput.value = choices.includes(current) ? current : "";
+  keyInput.addEventListener("change", () => {
+    const [key, agent] = keyInput.value.split("\u0000");
+    location.hash = `#/conversation?key=${encodeURIComponent(key)}&agent=${encodeURIComponent(agent)}`;
+  });
+  if (params.get("key") === null) return;
+  let turn = null;
+  const q = `key=${encodeURIComponent(params.get("key"))}&agent=${encodeURIComponent(params.get("agent") || "")}`;
+  stream(`/api/stream/conversation?${q}`, {
+    messages: (msgs) => {
+      for (const m of msgs) {
+        if (m.turnId && m.turnId !== turn) {
+          turn = m.turnId;
+          list.append(el("div", { class: "turn-head" }, `turn ${m.turnId} · `,
+            m.traceId ? el("a", { class: "trace", href: `#/trace/${m.traceId}` }, `trace ${m.traceId.slice(0, 8)}`) : "no trace"));
+        }
+        list.append(message(m));
+      }
+      window.scrollTo(0, document.body.scrollHeight);
+    },
+  });
+}
+function message(m) {
+  const body = [];
+  if (m.role === "tool") body.push(el("div", { class: "call" }, `${m.toolName} [${(m.metadata || {}).status || "?"}]`));
+  if (m.content) body.push(el("pre", {}, m.content));
+  for (const c of m.toolCalls || []) body.push(el("div", { class: "call" }, `→ ${c.name} ${c.invalidArgs ?? JSON.stringify(c.args || {})}`));
+  return el("div", { class: `msg ${m.role}`, "data-id": m.id },
+    el("div", { class: "head" }, `${clock(m.createdAt)} · ${m.agent} · ${m.role}`), body);
+}
+
+// -- Trace -----------------------------------------------------------------------------
+
+async function trace(params, id) {
+  const input = el("input", { id: "trace-id", placeholder: "trace id (a prefix works)", size: 36, value: id || "" });
+  const holder = el("div", { id: "trace" });
+  view().replaceChildren(el("h2", {}, "Trace"),
+    el("div", { class: "toolbar" }, input, el("button", { onclick: () => { location.hash = `#/trace/${input.value.trim()}`; } }, "show")), holder);
+  if (!id) { holder.replaceChildren(el("p", { class: "muted" }, "Open a trace from a conversation or the logs, or paste its id.")); return; }
+  try { drawTrace(holder, await api(`/api/trace/${encodeURIComponent(id)}`)); } catch (e) { flash(holder, e); }
+}
+function drawTrace(holder, t) {
+  const spans = t.spans;
+  const t0 = Math.min(...spans.map((s) => s.start));
+  const t1 = Math.max(...spans.map((s) => s.end ?? s.start));
+  const total = Math.max(t1 - t0, 1e-6);
+  const agents = [...new Set(spans.filter((s) => s.kind === "turn").map((s) => s.agent))];
+  const rows = spans.map((s) => {
+    const left = ((s.start - t0) / total) * 100, width = (((s.end ?? t1) - s.start) / total) * 100;
+    const usage = s.usage ? ` · ${s.usage.inputTokens ?? 0}/${s.usage.outputTokens ?? 0} tok` : "";
+    return el("div", { class: `span ${s.kind} ${s.status || ""}`, "data-agent": s.agent, "data-kind": s.kind },
+      el("div", { class: "label", style: `padding-left:${0.4 + s.depth * 1.1}rem`, title: `${s.agent} ${s.instanceKey}` },
+        s.kind === "turn" ? `${s.label} (${s.instanceKey})` : s.label),
+      el("div", { class: "track" }, el("div", { class: "bar", style: `left:${left}%;width:${width}%` })),
+      el("div", { class: "meta" }, `${ms(s.ms)}${usage}${s.error ? " · " + s.error : ""}`));
+  });
+  holder.replaceChildren(
+    el("p", { class: "muted" }, `trace ${t.traceId} · ${ms(total * 1000)} · agents: ${agents.join(", ")} · `,
+      el("a", { href: `#/logs?trace=${t.traceId}` }, "its log lines")),
+    el("div", { class: "wf" }, rows));
+}
+
+// -- Calls -----------------------------------------------------------------------------
+
+function calls() {
+  const holder = el("div", { id: "calls" });
+  const message = el("div", { class: "muted", id: "action-result" });
+  view().replaceChildren(el("h2", {}, "Pending calls"), message, holder);
+  const answer = async (id, body) => {
+    message.textContent = "…";
+    try { const r = await api(`/api/calls/${encodeURIComponent(id)}`, body); message.textContent = "answered: " + JSON.stringify(r.result); refresh(); }
+    catch (e) { flash(message, e); }
+  };
+  const refresh = async () => {
+    let data;
+    try { data = await api("/api/calls"); } catch (e) { flash(holder, e); return; }
+    if (!data.calls.length) { holder.replaceChildren(el("p", { class: "muted" }, "No call waits for a client.")); return; }
+    holder.replaceChildren(el("table", {}, el("thead", {}, el("tr", {}, ["id", "agent", "instance", "method", "params", "age", "answer"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, data.calls.map((c) => {
+        const result = el("textarea", { class: "result", rows: 2, cols: 30, placeholder: '{"result": ...} as JSON' });
+        const forms = !info.allowActions ? [el("span", { class: "muted" }, "read-only")] : c.approval ? [
+          el("button", { class: "approve", onclick: () => answer(c.id, { result: { approved: true } }) }, "approve"), " ",
+          el("button", { class: "deny danger", onclick: () => answer(c.id, { error: { code: -32001, message: "denied in Studio" } }) }, "deny"),
+        ] : [result, " ", el("button", { class: "resolve", onclick: () => {
+          let value; try { value = JSON.parse(result.value || "null"); } catch (e) { flash(message, new Error("the result is not JSON")); return; }
+          answer(c.id, { result: value });
+        } }, "resolve")];
+        return el("tr", { "data-id": c.id }, el("td", { class: "mono" }, c.id), el("td", {}, c.agent), el("td", {}, c.instanceKey),
+          el("td", { class: "mono" }, c.method), el("td", { class: "mono" }, JSON.stringify(c.params)), el("td", {}, ago(c.ageSeconds)), el("td", {}, forms));
+      }))));
+  };
+  every(2, refresh);
+}
+
+// -- Logs --------------------------------------------------------------------------------
+
+async function logs(params) {
+  const fields = ["agent", "instance", "trace", "since"];
+  const inputs = Object.fromEntries(fields.map((f) => [f, el("input", { id: `log-${f}`, placeholder: f === "since" ? "since (10m, ISO time)" : f, value: params.get(f) || "", size: f === "trace" ? 34 : 14 })]));
+  const out = el("div", { class: "logs", id: "logs" });
+  const apply = () => { location.hash = "#/logs?" + new URLSearchParams(Object.entries(inputs).filter(([, i]) => i.value).map(([k, i]) => [k, i.value])); };
+  view().replaceChildren(el("h2", {}, "Logs"), el("div", { class: "toolbar" }, Object.values(inputs), el("button", { onclick: apply }, "filter")), out);
+  const q = new URLSearchParams(fields.filter((f) => params.get(f)).map((f) => [f, params.get(f)])).toString();
+  const add = (lines) => {
+    for (const l of lines) {
+      const line = el("div", { class: "line" }, l.text);
+      if (l.trace) line.append(" ", el("a", { href: `#/trace/${l.trace}` }, "trace"));
+      out.append(line);
+    }
+    out.scrollTop = out.scrollHeight;
+  };
+  try { add((await api(`/api/logs?${q}`)).lines); } catch (e) { flash(out, e); return; }
+  stream(`/api/stream/logs?${q}`, { lines: add });
+}
+
+// -- Charts ------------------------------------------------------------------------------
+
+function charts() {
+  const grid = el("div", { class: "charts" });
+  view().replaceChildren(el("h2", {}, "Last hour"), grid);
+  every(10, async () => {
+    let c;
+    try { c = await api("/api/charts"); } catch (e) { flash(grid, e); return; }
+    grid.replaceChildren(
+      chart("Turns per minute", c.minutes, [{ values: c.turns, color: "#2563eb" }], "bars"),
+      chart("Turn latency p50 / p99 (ms)", c.minutes, [{ values: c.p50Ms, color: "#16a34a" }, { values: c.p99Ms, color: "#dc2626" }], "lines"),
+      chart("Tokens per minute", c.minutes, [{ values: c.tokens, color: "#f59e0b" }], "bars"),
+      errors(c.errors));
+  });
+}
+function chart(title, minutes, series, kind) {
+  const W = 420, H = 150, P = 28;
+  const all = series.flatMap((s) => s.values.filter((v) => v !== null));
+  const max = Math.max(1, ...all);
+  const x = (i) => P + (i / (minutes.length - 1)) * (W - P - 6), y = (v) => H - 18 - (v / max) * (H - 30);
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", class: "chart-svg" });
+  svg.append(svgEl("line", { x1: P, y1: H - 18, x2: W - 6, y2: H - 18, stroke: "#cbd5e1" }));
+  const top = svgEl("text", { x: 2, y: 14, fill: "#64748b" }); top.textContent = String(Math.round(max)); svg.append(top);
+  for (const [i, label] of [[0, "-60m"], [minutes.length - 1, "now"]]) {
+    const t = svgEl("text", { x: x(i), y: H - 4, "text-anchor": "middle", fill: "#64748b" }); t.textContent = label; svg.append(t);
+  }
+  for (const s of series) {
+    if (kind === "bars") {
+      const w = (W - P) / minutes.length - 1;
+      s.values.forEach((v, i) => { if (v) svg.append(svgEl("rect", { x: x(i) - w / 2, y: y(v), width: w, height: H - 18 - y(v), fill: s.color })); });
+    } else {
+      const pts = s.values.map((v, i) => v === null ? null : `${x(i)},${y(v)}`).filter(Boolean);
+      if (pts.length) svg.append(svgEl("polyline", { points: pts.join(" "), fill: "none", stroke: s.color, "stroke-width": 2 }));
+    }
+  }
+  return el("div", { class: "chart" }, el("h3", {}, title), svg);
+}
+function errors(byCode) {
+  const entries = Object.entries(byCode);
+  const body = entries.length ? el("table", {}, el("tbody", {}, entries.map(([code, n]) => el("tr", {}, el("td", { class: "mono" }, code), el("td", { class: "num" }, n)))))
+    : el("p", { class: "muted" }, "No errors in the last hour.");
+  return el("div", { class: "chart", id: "errors" }, el("h3", {}, "Errors by code"), body);
+}
+
+// -- router ------------------------------------------------------------------------------
+
+const routes = { processes, graph, conversation, trace, calls, logs, charts };
+async function route() {
+  for (const item of live) item.close();
+  live = [];
+  const [path, query] = (location.hash.slice(2) || "processes").split("?");
+  const [name, ...rest] = path.split("/");
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.getAttribute("href") === `#/${name}`);
+  const show = routes[name] || processes;
+  try { await show(new URLSearchParams(query || ""), decodeURIComponent(rest.join("/"))); }
+  catch (e) { flash(view(), e); }
+}
+(async () => {
+  try { info = await api("/api/info"); } catch (e) { flash(view(), e); return; }
+  $("#daemon").textContent = info.daemon ? `swarm ${info.swarm} · daemon pid ${info.daemon.pid}` : `swarm ${info.swarm} · no daemon`;
+  window.addEventListener("hashchange", route);
+  route();
+})();

@@ -1,0 +1,123 @@
+"""`goondan studio` over HTTP (a real Studio process, httpx as the client): who may read, who may
+act, and what bad input gets (coded errors naming the fix)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+
+from tests.integration.conftest import StartDaemon
+from tests.integration.harness import run_cli
+from tests.integration.studio_harness import studio
+
+
+def code_of(response: httpx.Response) -> str:
+    return str(response.json()["error"]["code"])
+
+
+async def test_read_only_by_default_and_actions_need_the_page_origin_and_json(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        assert (await daemon.send("hi", "alpha")).ok
+        async with studio() as s, httpx.AsyncClient(base_url=s.base) as http:
+            info = await http.get("/api/info")
+            assert info.status_code == 200 and info.json()["allowActions"] is False
+            refused = await http.post("/api/processes/restart", json={"agent": "alpha"})
+            assert refused.status_code == 403 and code_of(refused) == "E_STUDIO_READ_ONLY"
+            rebinding = await http.get("/api/info", headers={"Host": "attacker.example:8791"})
+            assert rebinding.status_code == 403 and code_of(rebinding) == "E_STUDIO_FORBIDDEN"
+        async with studio("--allow-actions") as s, httpx.AsyncClient(base_url=s.base) as http:
+            origin = {"Origin": s.base}
+            for headers, body in (
+                ({}, {"agent": "alpha"}),  # no Origin: not from the page
+                ({"Origin": "http://evil.example"}, {"agent": "alpha"}),
+            ):
+                r = await http.post("/api/processes/restart", json=body, headers=headers)
+                assert r.status_code == 403 and code_of(r) == "E_STUDIO_FORBIDDEN"
+            form = await http.post(
+                "/api/processes/restart",
+                content=b"agent=alpha",
+                headers={**origin, "Content-Type": "text/plain"},
+            )
+            assert form.status_code == 403
+            for body in ({"agent": 5}, [1], {"agent": "x" * 600}):
+                r = await http.post("/api/processes/restart", json=body, headers=origin)
+                assert r.status_code == 400 and code_of(r) == "E_STUDIO_BAD_REQUEST"
+            bad_json = await http.post(
+                "/api/processes/restart",
+                content=b"{",
+                headers={**origin, "Content-Type": "application/json"},
+            )
+            assert bad_json.status_code == 400
+            both = await http.post("/api/calls/x", json={"result": 1, "error": {}}, headers=origin)
+            assert both.status_code == 400 and "exactly one" in both.json()["error"]["message"]
+            unknown = await http.post(
+                "/api/processes/stop",
+                headers=origin,
+                json={"agent": "alpha", "instanceKey": "nope"},
+            )
+            assert unknown.status_code == 409 and code_of(unknown) == "E_INSTANCE_NOT_FOUND"
+            ok = await http.post(
+                "/api/processes/stop",
+                headers=origin,
+                json={"agent": "alpha", "instanceKey": "probe"},
+            )
+            assert ok.status_code == 200 and ok.json()["result"]["stopped"] == ["agent:alpha:probe"]
+            missing = await http.get("/api/trace/0123456789abcdef")
+            assert missing.status_code == 404 and code_of(missing) == "E_EVENT_NOT_FOUND"
+            logs = await http.get("/api/logs", params={"since": "yesterday-ish"})
+            assert logs.status_code == 400 and "--since" in logs.json()["error"]["message"]
+
+
+async def test_beyond_loopback_the_token_guards_every_page(tmp_path: Path) -> None:
+    async with asyncio.timeout(60):
+        async with studio("--listen", "0.0.0.0:0", "--swarm", "none") as s:
+            # --listen is given twice: the harness's loopback one, then this one wins
+            assert "?token=" in s.url
+            token = s.url.split("?token=")[1]
+            async with httpx.AsyncClient(base_url=s.base.replace("0.0.0.0", "127.0.0.1")) as http:
+                denied = await http.get("/api/info")
+                assert denied.status_code == 403 and "token" in denied.json()["error"]["message"]
+                wrong = await http.get("/api/info", headers={"Authorization": "Bearer nope"})
+                assert wrong.status_code == 403
+                bearer = await http.get("/api/info", headers={"Authorization": f"Bearer {token}"})
+                assert bearer.status_code == 200
+                opened = await http.get("/", params={"token": token})
+                assert opened.status_code == 303 and opened.headers["location"] == "/"
+                assert "HttpOnly" in opened.headers["set-cookie"]
+                http.cookies.set("goondan_studio", token)
+                assert (await http.get("/api/info")).status_code == 200
+        short = tmp_path / "token"
+        short.write_text("short\n")
+        code, _, err = await run_cli("studio", "--token-file", str(short), "--swarm", "x")
+        assert code == 2 and "at least 16" in err
+        code, _, err = await run_cli("studio", "--listen", "nowhere", "--swarm", "x")
+        assert code == 2 and "HOST:PORT" in err
+
+
+async def test_without_a_daemon_the_files_are_shown_and_actions_say_why_not(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        assert (await daemon.send("hi", "alpha", key="k1")).ok
+        await run_cli("stop")
+        await daemon.wait()
+        async with (
+            studio("--allow-actions", "--swarm", "probe") as s,
+            httpx.AsyncClient(base_url=s.base) as http,
+        ):
+            snap = (await http.get("/api/processes")).json()
+            assert snap == {"daemon": None, "processes": []}
+            rows = (await http.get("/api/instances")).json()["instances"]
+            assert {(r["instanceKey"], r["agent"]) for r in rows} == {("k1", "alpha")}
+            r = await http.post(
+                "/api/processes/restart", json={"agent": "alpha"}, headers={"Origin": s.base}
+            )
+            assert r.status_code == 503 and code_of(r) == "E_DAEMON_NOT_RUNNING"
+            calls = (await http.get("/api/calls")).json()
+            assert calls == {"calls": [], "daemon": False}

@@ -1,0 +1,120 @@
+"""Studio in a real headless Chromium against a real daemon and a real `goondan studio`: the
+process table follows a send and a restart from the page, a conversation follows a new
+message, a trace shows both agents of an `agents__request`, and answering a pending call (and
+approving one) from the page resumes its turn. Each view's screenshot is saved under
+tests/artifacts/studio/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from protocol.control import SendText
+from tests.integration.conftest import StartDaemon
+from tests.integration.harness import REPO, run_cli
+from tests.integration.studio_harness import browser_page, chromium_path, screenshot, studio
+
+AGENTS = REPO / "tests" / "fixtures" / "agents"
+DEFERRED = REPO / "tests" / "fixtures" / "deferred"
+
+
+async def test_process_table_follows_a_send_and_restart_bumps_the_generation(
+    start_daemon: StartDaemon,
+) -> None:
+    chromium_path()
+    async with asyncio.timeout(120):
+        await start_daemon()
+        assert (await run_cli("send", "--agent", "alpha", "hi"))[0] == 0
+        async with studio("--allow-actions") as s, browser_page() as page:
+            await page.goto(s.url + "#/processes")
+            await page.wait_for_selector('tr[data-id="agent:alpha:probe"]')
+            code, _, err = await run_cli("send", "--agent", "beta", "hello")
+            assert code == 0, err
+            beta = page.locator('tr[data-id="agent:beta:probe"]')
+            await beta.wait_for()
+            assert await beta.locator(".gen").inner_text() == "1"
+            await beta.locator("button.restart").click()
+            await page.wait_for_function(
+                """() => document.querySelector('tr[data-id="agent:beta:probe"] .gen')
+                         ?.textContent === '2'"""
+            )
+            assert "idle" in await beta.locator(".status").inner_text()
+            await screenshot(page, "processes")
+
+
+async def test_conversation_view_follows_a_new_message(start_daemon: StartDaemon) -> None:
+    chromium_path()
+    async with asyncio.timeout(120):
+        daemon = await start_daemon()
+        assert (await daemon.send("pid", "alpha", key="k1")).ok
+        async with studio() as s, browser_page() as page:
+            await page.goto(s.url + "#/conversation?key=k1&agent=alpha")
+            messages = page.locator("#conversation .msg")
+            await page.wait_for_function("document.querySelectorAll('#conversation .msg')"
+                                         ".length === 4")  # fmt: skip
+            assert (await daemon.send("a new message", "alpha", key="k1")).ok
+            await page.wait_for_function("document.querySelectorAll('#conversation .msg')"
+                                         ".length === 6")  # fmt: skip
+            assert "a new message" in await messages.nth(4).inner_text()
+            assert await page.locator("#conversation a.trace").count() == 2
+            await screenshot(page, "conversation")
+
+
+async def test_trace_view_shows_both_agents_of_a_request(start_daemon: StartDaemon) -> None:
+    chromium_path()
+    async with asyncio.timeout(120):
+        daemon = await start_daemon(AGENTS, swarm="agents")
+        reply = await daemon.send("sync summarise", "caller")
+        assert reply.ok, reply.error
+        code, out, _ = await run_cli("instance", "show", "agents", "--agent", "caller", "--json")
+        assert code == 0
+        trace_id = json.loads(out.splitlines()[0])["traceId"]
+        async with studio() as s, browser_page() as page:
+            await page.goto(f"{s.url}#/trace/{trace_id}")
+            await page.locator('.span.turn[data-agent="caller"]').wait_for()
+            await page.locator('.span.turn[data-agent="worker"]').wait_for()
+            assert await page.locator('.span.tool[data-agent="caller"]').count() == 1
+            assert await page.locator(".span.model").count() >= 3
+            await screenshot(page, "trace")
+            await page.goto(s.url + "#/graph")
+            await page.locator('g.edge[data-source="agent:caller"]'
+                               '[data-target="agent:worker"]').wait_for()  # fmt: skip
+            await screenshot(page, "graph")
+            await page.goto(s.url + "#/charts")
+            await page.locator("#errors").wait_for()
+            assert await page.locator(".chart rect").count() >= 1
+            await screenshot(page, "charts")
+            await page.goto(f"{s.url}#/logs?trace={trace_id[:8]}")
+            await page.wait_for_function("document.querySelectorAll('#logs .line').length > 3")
+            await screenshot(page, "logs")
+
+
+async def test_answering_and_approving_pending_calls_from_the_page_resume_their_turns(
+    start_daemon: StartDaemon,
+) -> None:
+    chromium_path()
+    async with asyncio.timeout(120):
+        daemon = await start_daemon(DEFERRED, swarm="deferred")
+        for text, key in (("calendar", "c1"), ("approve deploy", "c2")):
+            req = SendText(request_id=key, text=text, agent="alpha", instance_key=key, wait=False)
+            assert (await daemon.request(req)).ok
+        async with studio("--allow-actions") as s, browser_page() as page:
+            await page.goto(s.url + "#/calls")
+            await page.locator("#calls tbody tr").nth(1).wait_for()
+            await screenshot(page, "calls")
+            row = page.locator("#calls tr", has_text="calendar.read")
+            await row.locator("textarea.result").fill('{"events": ["standup"]}')
+            mark = daemon.mark()
+            await row.locator("button.resolve").click()
+            await daemon.wait_for("transition", since=mark, target="idle")
+            await (
+                page.locator("#calls tr", has_text="goondan.approve")
+                .locator("button.approve")
+                .click()
+            )
+            await daemon.wait_for("transition", since=mark + 1, target="idle")
+            await page.locator("#calls", has_text="No call waits").wait_for()
+        for key, expected in (("c1", "standup"), ("c2", "approved")):
+            code, out, _ = await run_cli("instance", "show", key, "--json")
+            last = json.loads(out.splitlines()[-1])
+            assert code == 0 and last["role"] == "assistant" and expected in last["content"]
