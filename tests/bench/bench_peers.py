@@ -71,6 +71,7 @@ CLOCK = """async def now(ctx, input):
 handlers = {"now": now}
 """
 PEERS = ("pydantic_ai", "agents")
+"""The peers' sides in the samples, named after their modules (the `bench` extra)."""
 Turn = Callable[[int], Awaitable[float]]
 """One measured turn (its index) -> µs."""
 
@@ -276,11 +277,12 @@ def _rows(out: dict[str, list[float]]) -> list[Row]:
     rows = []
     for kind, what in KINDS.items():
         base = statistics.median(out[f"bare.{kind}"])
+        best = min(statistics.median(out[f"{peer}.{kind}"]) for peer in PEERS) / base
         for name, label in LABELS.items():
             values = out[f"{name}.{kind}"]
             median = statistics.median(values)
             added = "" if name == "bare" else f" (+{median - base:.0f} µs)"
-            goal = "ahead of the peers" if name == "goondan" else ""
+            goal = f"≤ {best:.2f}x" if name == "goondan" else ""  # ahead of the best peer
             rows.append(Row(f"{what}: {label}{added}", median, p99(values), "µs", base, goal,
                             stalls(values)))  # fmt: skip
     return rows
