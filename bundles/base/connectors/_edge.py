@@ -89,19 +89,19 @@ class Piece:
 class Shown:
     """What a stream has shown so far, to turn deltas into pieces and end with the rest."""
 
-    __slots__ = ("step", "text")
+    __slots__ = ("parts", "step")
 
     def __init__(self) -> None:
         self.step: int | None = None
-        self.text = ""
-        """The text of the latest step that wrote some."""
+        self.parts: list[str] = []
+        """The text of the latest step that wrote some (joined once, at the end)."""
 
     def piece(self, delta: StreamDelta) -> Piece:
         if delta.kind is DeltaKind.TEXT:
             fresh = delta.step != self.step and self.step is not None
             if delta.step != self.step:
-                self.step, self.text = delta.step, ""
-            self.text += delta.text
+                self.step, self.parts = delta.step, []
+            self.parts.append(delta.text)
             return Piece(text=delta.text, fresh=fresh)
         status = None if delta.kind is DeltaKind.TOOL_STARTED else (delta.status or "ok")
         return Piece(tool=Tool(delta.tool or "", delta.tool_call_id or "", status))
@@ -112,8 +112,9 @@ class Shown:
             return Piece(done=done)
         if self.step is None:
             return Piece(text=done.text, done=done)
-        if done.text.startswith(self.text):
-            return Piece(text=done.text[len(self.text) :], done=done)
+        shown = "".join(self.parts)
+        if done.text.startswith(shown):
+            return Piece(text=done.text[len(shown) :], done=done)
         return Piece(text=done.text, fresh=True, done=done)
 
 
