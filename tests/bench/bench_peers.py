@@ -21,9 +21,9 @@ journal: `run_in_harness`), drives, alternately so the machine's drift hits all:
 Each row is a ratio to the bare SDK doing the same model calls in the same run; what a
 framework adds is its median minus the baseline's. The baseline, like the peers, uses the SDK's
 typed `chat.completions.create`; goondan's `openai` adapter posts the same request and decodes
-the reply with msgspec instead (agent_process/models/openai_chat.py), part of what it saves. Needs the `bench` extra (`pip install
-'goondan[bench]'`); without it the table says it skipped. `BENCH_PEERS_TURNS` (default 300)
-makes a run shorter.
+the reply with msgspec instead (agent_process/models/openai_chat.py), part of what it saves.
+Needs the `bench` extra (`pip install 'goondan[bench]'`); without it the table says it
+skipped. `BENCH_PEERS_TURNS` (default 300) makes a run shorter.
 
 Run: `python -m tests.bench bench_peers`.
 """
