@@ -386,14 +386,21 @@ def run_in_harness(
         llm.wait()
 
 
-def warm_hop() -> list[Row]:
+def role_samples(module: str, role: str, timeout: float = 600) -> dict[str, list[float]]:
+    """Run `python -m tests.bench.<module> <role>` (a process of its own, so its samples are
+    not taken in this one's heap); the samples its last line prints as JSON."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.bench.bench_broker", "hop"],
-        capture_output=True, text=True, timeout=600, check=False,
+        [sys.executable, "-m", f"tests.bench.{module}", role],
+        capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
-        raise RuntimeError(f"warm hop failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"{module} {role} failed:\n{proc.stderr[-3000:]}")
+    result: dict[str, list[float]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def warm_hop() -> list[Row]:
+    result = role_samples("bench_broker", "hop")
     bare = statistics.median(result["bare"])
     return [
         Row(

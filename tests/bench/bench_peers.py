@@ -35,14 +35,13 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tests.bench.baselines import Row, p99, print_rows, stalls
-from tests.bench.bench_broker import HOP_BUNDLE, run_in_harness
+from tests.bench.bench_broker import HOP_BUNDLE, role_samples, run_in_harness
 from tests.bench.bench_stream import _first_token
 
 TURNS = int(os.environ.get("BENCH_PEERS_TURNS", "300"))
@@ -296,13 +295,7 @@ def _role() -> None:
 
 
 def run() -> list[Row]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.bench.bench_peers", "role"],
-        capture_output=True, text=True, timeout=1200, check=False,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench_peers failed:\n{proc.stderr[-3000:]}")
-    return _rows(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return _rows(role_samples("bench_peers", "role", timeout=1200))
 
 
 def main() -> list[Row]:
