@@ -139,7 +139,7 @@ def start_fork_server(
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the fork server
+    if pid == 0:  # runs in the fork server
         code = 1
         try:
             parent_end.close()
@@ -265,7 +265,7 @@ class _Server:
         log_fd = os.open(req.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         server_pid = os.getpid()
         pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the agent child
+        if pid == 0:  # runs in the agent child
             self._become_child(req, log_fd, server_pid)
         os.close(log_fd)
         return pid
