@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import REPO, child_env as unmeasured_env
+from tests.integration.harness import REPO, unmeasured_env
 
 FIXTURE = REPO / "tests" / "fixtures" / "reload" / "two"
 EXAMPLES = REPO / "bundles" / "examples"
