@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bundles.sdk import ConnectorContext, load_sibling
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
 
 guard = load_sibling(__file__, "_httpguard")
 http = load_sibling(__file__, "_http")
@@ -259,6 +259,21 @@ class Slack:
         if text is not None:
             await self.post({"channel": channel, "threadTs": record.get("threadTs")}, text)
 
+    async def on_resumed(self, reply: ConnectorReply) -> None:
+        """A turn from one of our channels whose approval was decided elsewhere (`goondan
+        calls`, Studio, a webhook): its reply goes to that thread, as after a press."""
+        record = self.pending.take_call(reply.resumed_call)
+        if record is None:
+            self.ctx.logger.info("slack_resumed_unknown", call_id=reply.resumed_call)
+            return
+        props = {"channel": record.get("chat"), "threadTs": record.get("threadTs")}
+        if approvals.is_approval(reply.deferred) and reply.deferred is not None:
+            await self.ask(props, reply.deferred)  # the resumed turn asks again
+            return
+        text = approvals.resumed_text(self.ctx, reply)
+        if text is not None:
+            await self.post(props, text)
+
     async def _api(self, method: str, body: dict[str, Any]) -> None:
         try:
             await chatbot.call_json(self.client, f"{self.api}/{method}", method, body,
@@ -294,6 +309,7 @@ async def start(ctx: ConnectorContext) -> None:
 
 async def run(ctx: ConnectorContext) -> None:
     slack: Slack = ctx.state["slack"]
+    ctx.on_resumed(slack.on_resumed)
     try:
         await ctx.state["http"].serve()
     finally:

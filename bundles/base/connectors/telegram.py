@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from bundles.sdk import ConnectorContext, load_sibling
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
 
 chatbot = load_sibling(__file__, "_chatbot")
 approvals = load_sibling(__file__, "_approvals")
@@ -151,7 +151,8 @@ class Telegram:
     # -- approvals (ARCHITECTURE.md §10): inline buttons in the chat the turn came from ------
 
     async def ask(self, props: dict[str, Any], request: Mapping[str, Any]) -> None:
-        where = {"messageId": props["messageId"], "threadId": props.get("threadId")}
+        where = {"messageId": props["messageId"], "threadId": props.get("threadId"),
+                 "chatId": props["chatId"]}  # fmt: skip
         token = self.pending.add(str(request.get("id")), str(props["chatId"]), **where)
         keyboard = [[{"text": "Approve", "callback_data": f"{CALLBACK_PREFIX}{token}:y"},
                      {"text": "Deny", "callback_data": f"{CALLBACK_PREFIX}{token}:n"}]]  # fmt: skip
@@ -187,6 +188,21 @@ class Telegram:
         if text is not None:
             props = {"chatId": chat.get("id"), "messageId": record.get("messageId"),
                      "threadId": record.get("threadId")}  # fmt: skip
+            await self.answer(props, text)
+
+    async def on_resumed(self, reply: ConnectorReply) -> None:
+        """A turn from one of our chats whose approval was decided elsewhere (`goondan
+        calls`, Studio, a webhook): its reply goes to that chat, as after a press."""
+        record = self.pending.take_call(reply.resumed_call)
+        if record is None:
+            self.ctx.logger.info("telegram_resumed_unknown", call_id=reply.resumed_call)
+            return
+        props = {key: record.get(key) for key in ("chatId", "messageId", "threadId")}
+        if approvals.is_approval(reply.deferred) and reply.deferred is not None:
+            await self.ask(props, reply.deferred)  # the resumed turn asks again
+            return
+        text = approvals.resumed_text(self.ctx, reply)
+        if text is not None:
             await self.answer(props, text)
 
     async def _ack(self, query: dict[str, Any], refused: str | None) -> None:
@@ -251,6 +267,7 @@ async def start(ctx: ConnectorContext) -> None:
 
 async def run(ctx: ConnectorContext) -> None:
     bot: Telegram = ctx.state["telegram"]
+    ctx.on_resumed(bot.on_resumed)
     try:
         await bot.serve()
     finally:
