@@ -259,8 +259,8 @@ async def test_slack_turn_denied_on_a_webhooks_rpc_gets_its_reply_in_the_thread(
                                        headers=slack_headers(body))  # fmt: skip
             assert answer.status_code == 200, answer.text
             await fake.until_call("chat.postMessage")  # the buttons
-            rpc = {"jsonrpc": "2.0", "id": await pending_approval(),
-                   "error": {"code": -32001, "message": "no", "data": {"by": "auditor"}}}  # fmt: skip
+            error = {"code": -32001, "message": "no", "data": {"by": "auditor"}}
+            rpc = {"jsonrpc": "2.0", "id": await pending_approval(), "error": error}
             resumed = await client.post(f"http://127.0.0.1:{hook_port}/rpc",
                                         content=json.dumps(rpc).encode(),
                                         headers={"Content-Type": "application/json"})  # fmt: skip
