@@ -279,9 +279,17 @@ class DeferredIndex:
             )
 
     async def decide(
-        self, call_id: str, approve: bool, by: str, message: str | None, wait_s: float
+        self,
+        call_id: str,
+        approve: bool,
+        by: str,
+        message: str | None,
+        wait_s: float,
+        *,
+        via: str = "cli",
     ) -> Any:
-        """`goondan calls approve|deny`: a person's decision on a `goondan.approve` call."""
+        """`goondan calls approve|deny` (and Studio's buttons, `via` studio): a person's
+        decision on a `goondan.approve` call."""
         call = self._find(call_id).call
         if call.method != APPROVE_METHOD:
             raise DeferredCallError(
@@ -290,9 +298,9 @@ class DeferredIndex:
                 "`goondan calls resolve ID --result JSON | --error CODE`",
             )
         answer = approval_answer(
-            call_id, approved=approve, by=by, via="cli", at=self.clock(), message=message
+            call_id, approved=approve, by=by, via=via, at=self.clock(), message=message
         )
-        return await self.resolve(call_id, answer, wait_s, via="cli")
+        return await self.resolve(call_id, answer, wait_s, via=via)
 
     async def resolve(
         self,
