@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
@@ -102,13 +102,34 @@ def refusal(
     return None
 
 
-def resumed_text(ctx: ConnectorContext, reply: ConnectorReply) -> str | None:
-    """What to post of a resumed turn's reply (None: nothing; a failed turn is logged)."""
+Where = dict[str, Any]
+"""Where in the chat to post (the connector's own props: chat, thread, message)."""
+
+
+async def on_resumed(
+    ctx: ConnectorContext,
+    pending: Pending,
+    reply: ConnectorReply,
+    where: Callable[[dict[str, Any]], Where],
+    ask: Callable[[Where, Mapping[str, Any]], Awaitable[None]],
+    post: Callable[[Where, str], Awaitable[None]],
+) -> None:
+    """A turn from this connector's chat whose approval was decided elsewhere (`goondan
+    calls`, Studio, a webhook): its reply goes to the chat (`where` of the request's record),
+    as after a press; a resumed turn that asks again gets new buttons."""
+    record = pending.take_call(reply.resumed_call)
+    if record is None:
+        ctx.logger.info("approval_resumed_unknown", call_id=reply.resumed_call)
+        return
+    if reply.deferred is not None and is_approval(reply.deferred):
+        await ask(where(record), reply.deferred)
+        return
     if reply.error_code is not None:
         ctx.logger.error("approval_resumed_turn_failed", call_id=reply.resumed_call,
                          code=reply.error_code, message=reply.error_message)  # fmt: skip
-        return None
-    return reply.text if reply.text.strip() else None
+        return
+    if reply.text.strip():
+        await post(where(record), reply.text)
 
 
 async def decide(

@@ -260,19 +260,12 @@ class Slack:
             await self.post({"channel": channel, "threadTs": record.get("threadTs")}, text)
 
     async def on_resumed(self, reply: ConnectorReply) -> None:
-        """A turn from one of our channels whose approval was decided elsewhere (`goondan
-        calls`, Studio, a webhook): its reply goes to that thread, as after a press."""
-        record = self.pending.take_call(reply.resumed_call)
-        if record is None:
-            self.ctx.logger.info("slack_resumed_unknown", call_id=reply.resumed_call)
-            return
-        props = {"channel": record.get("chat"), "threadTs": record.get("threadTs")}
-        if approvals.is_approval(reply.deferred) and reply.deferred is not None:
-            await self.ask(props, reply.deferred)  # the resumed turn asks again
-            return
-        text = approvals.resumed_text(self.ctx, reply)
-        if text is not None:
-            await self.post(props, text)
+        """The reply of a turn whose approval was decided elsewhere: to its thread."""
+        await approvals.on_resumed(
+            self.ctx, self.pending, reply,
+            lambda r: {"channel": r.get("chat"), "threadTs": r.get("threadTs")},
+            self.ask, self.post,
+        )  # fmt: skip
 
     async def _api(self, method: str, body: dict[str, Any]) -> None:
         try:

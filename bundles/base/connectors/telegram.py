@@ -191,19 +191,12 @@ class Telegram:
             await self.answer(props, text)
 
     async def on_resumed(self, reply: ConnectorReply) -> None:
-        """A turn from one of our chats whose approval was decided elsewhere (`goondan
-        calls`, Studio, a webhook): its reply goes to that chat, as after a press."""
-        record = self.pending.take_call(reply.resumed_call)
-        if record is None:
-            self.ctx.logger.info("telegram_resumed_unknown", call_id=reply.resumed_call)
-            return
-        props = {key: record.get(key) for key in ("chatId", "messageId", "threadId")}
-        if approvals.is_approval(reply.deferred) and reply.deferred is not None:
-            await self.ask(props, reply.deferred)  # the resumed turn asks again
-            return
-        text = approvals.resumed_text(self.ctx, reply)
-        if text is not None:
-            await self.answer(props, text)
+        """The reply of a turn whose approval was decided elsewhere: to its chat."""
+        await approvals.on_resumed(
+            self.ctx, self.pending, reply,
+            lambda r: {key: r.get(key) for key in ("chatId", "messageId", "threadId")},
+            self.ask, self.answer,
+        )  # fmt: skip
 
     async def _ack(self, query: dict[str, Any], refused: str | None) -> None:
         body: dict[str, Any] = {"callback_query_id": query.get("id")}
