@@ -72,8 +72,11 @@ class Reply:
 
     @classmethod
     def of(cls, event_id: str, response: AgentEvent) -> Reply:
+        """`event_id` is the emitted event's; the daemon names another (`metadata.eventId`)
+        when the emit repeated an idempotency key: the first event's, the one it took."""
         error = response.error
         deferred = response.metadata.get("deferred")
+        first = response.metadata.get("eventId")
         usage = response.metadata.get("usage")
         resumed = response.metadata.get(RESUMED_CALL)
         return cls(
@@ -82,7 +85,7 @@ class Reply:
             usage={k: v for k, v in usage.items() if isinstance(v, int)}
             if isinstance(usage, dict)
             else {},
-            event_id=event_id,
+            event_id=first if isinstance(first, str) and first else event_id,
             text=response.input,
             accepted=bool(response.metadata.get("accepted")),
             error_code=str(error.code) if error is not None else None,
