@@ -85,9 +85,9 @@ fuzz: ## long fuzz runs: frames at the daemon's sockets, hostile tool args, bund
 	FUZZ_BUNDLE_EXAMPLES=$${FUZZ_BUNDLE_EXAMPLES:-2000} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/fuzz tests/unit/bundles/test_fuzz.py tests/unit/protocol/test_codec.py $(PYTEST_ARGS)
 
-chaos: ## long chaos run: SIGKILL monkey under inter-agent load (CHAOS_SECONDS, default 120)
-	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
-		--timeout=0 tests/chaos $(PYTEST_ARGS)
+chaos: ## long chaos runs: SIGKILL of agents and of the orchestrator (CHAOS_SECONDS, default 120), power cuts under the journal (POWER_CUTS, default 300)
+	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} POWER_CUTS=$${POWER_CUTS:-300} $(BIN)/python -m pytest -q -s \
+		-p no:cacheprovider --timeout=0 tests/chaos $(PYTEST_ARGS)
 
 soak: ## steady traffic; fails on sustained RSS growth (SOAK_SECONDS, default 60)
 	SOAK_SECONDS=$${SOAK_SECONDS:-60} $(BIN)/python -m pytest -q -s -p no:cacheprovider \

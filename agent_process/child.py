@@ -282,11 +282,14 @@ class Child:
             return  # the replies were taken by a turn that ran in between
         self.busy = True
         self.bridge.current = event
+        if isinstance(self.runner, AgentRuntime):  # before the status frame: it goes out first
+            await self.runner.ask_ahead(event)
         await self._status(ChildState.PROCESSING, event.id)
         try:
             turn = await self._turn(event)
             if turn is None:  # parked by a drain: its pending call stays for the next process
                 self.busy = False
+                await self.bridge.drop_ahead()  # an unused permit asked ahead goes back
                 self.bridge.current = None
                 await self._status(ChildState.IDLE, event.id)
                 return
@@ -302,6 +305,7 @@ class Child:
             reply = response_to(event, source=self.source, text=text, error=error, metadata=meta)
             await self.send(Event(from_=self.me, to=event.reply_to.target, payload=reply))
         self.busy = False
+        await self.bridge.drop_ahead()
         self.bridge.current = None
         await self._status(ChildState.IDLE, event.id, outcome)
         self._wake()

@@ -248,6 +248,10 @@ class TurnEngine:
         ctx.steps = sum(1 for m in mine if m.role is Role.ASSISTANT)
         _log.info("turn_resumed", event_id=ctx.event.id, turn_id=ctx.turn_id, step=ctx.steps)
         self._emit("turn.resumed", ctx, ctx.span, step=ctx.steps)
+        last = mine[-1] if mine else None
+        if last is not None and last.role is Role.ASSISTANT and not last.tool_calls:
+            # cut after its final answer, before the outcome was recorded: that answer ends it
+            return self._result(ctx, TurnOutcome.COMPLETED, last.content, None)
         for call in dangling_calls(d.store.messages):
             if d.tool_calls.idempotent(call.name):
                 result = await self._run_again(ctx, call)

@@ -170,9 +170,9 @@ async def _calls(req: CallsRequest, ctx: ControlContext) -> Any:
         return {"calls": index.list()}
     try:
         if isinstance(req, CallsDecide):
-            by = req.by or "cli"
+            by = req.by or req.via
             return await index.decide(
-                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000
+                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000, via=req.via
             )
         answer = answer_of(
             req.call_id, req.result, req.error_code, req.error_message, req.error_data

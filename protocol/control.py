@@ -7,7 +7,7 @@ dropped connection.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -109,6 +109,8 @@ class CallsDecide(_Request, frozen=True, tag="calls_decide"):
     by: str = ""
     """Who decided (the CLI sends the OS user); recorded in the runtime events."""
     timeout_ms: int = 120_000
+    via: Literal["cli", "studio"] = "cli"
+    """Where the person decided (`goondan calls`, Studio's approve/deny buttons)."""
 
 
 ControlRequest = (
