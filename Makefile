@@ -54,9 +54,12 @@ lock-upgrade: $(UV) ## re-resolve uv.lock to the newest versions pyproject.toml 
 lock-check: $(UV) ## fail when uv.lock does not match pyproject.toml
 	$(UV) lock --check
 
-# Line coverage of the in-process tests over our four packages (children in their own processes
-# are not measured); `make test` fails below COV_FLOOR. PYTEST_COV= runs without coverage.
-COV_FLOOR ?= 80
+# Line coverage of our four packages by every Python process of the run: pytest's and those the
+# tests start (daemons, fork servers, forked and cold agents, CLI calls; pyproject.toml
+# [tool.coverage.run] patch), combined. A process killed by SIGKILL saves nothing. `make test`
+# fails below COV_FLOOR: the figure measured on 3.13 (89.4 % on 2026-11-25; 75.5 % counting the
+# pytest process alone), rounded down. PYTEST_COV= runs without coverage.
+COV_FLOOR ?= 89
 PYTEST_COV ?= --cov=protocol --cov=bundles --cov=orchestrator --cov=agent_process \
 	--cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
 

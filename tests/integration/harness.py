@@ -52,10 +52,31 @@ async def recv_final(
             on_notice(reply.notice)
 
 
+COVERAGE_VARS = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+"""What makes a Python started under `make test` measure itself (coverage's `patch =
+["subprocess"]`, pyproject.toml): set by the test run, inherited by every process it starts."""
+
+
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO)
     env.update(extra or {})
+    # Last in the block: coverage sets its variable again as the process starts (a new
+    # string outside the exec'd block), and setproctitle blanks the block (orchestrator/
+    # proctitle.py) only up to the first variable that moved; what follows stays readable
+    # in /proc/<pid>/environ, which test_attacks_secrets checks for keys.
+    for name in COVERAGE_VARS:
+        if name in env:
+            env[name] = env.pop(name)
+    return env
+
+
+def unmeasured_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """`child_env` for a process whose own costs a test measures (memory budgets): without
+    the coverage variables, so neither it nor what it starts carries a tracer."""
+    env = child_env(extra)
+    for name in COVERAGE_VARS:
+        env.pop(name, None)
     return env
 
 
