@@ -35,15 +35,19 @@ install: $(UV) ## create .venv from uv.lock (exact versions, hashes) with the de
 	@$(MAKE) --no-print-directory system-deps
 	@echo "installed: $$($(BIN)/goondan --version) on $$($(BIN)/python -V)"
 
-# Debian's chromium for Studio's browser tests (Playwright drives it; no browser is downloaded).
-# Best effort: as root with apt it is installed, otherwise the tests skip saying how (and fail
-# under CI=true).
-system-deps: ## as root with apt-get: install chromium (Studio's browser tests) if it is missing
-	@if command -v chromium >/dev/null 2>&1; then :; \
+# Debian's packages the tests drive: chromium for Studio's browser tests (Playwright drives it;
+# no browser is downloaded) and nats-server for cluster mode's tests (a 3-server cluster on
+# loopback). Best effort: as root with apt they are installed, otherwise those tests skip
+# saying how (and fail under CI=true).
+SYSTEM_DEPS := chromium:chromium nats-server:nats-server
+system-deps: ## as root with apt-get: install chromium (Studio) and nats-server (cluster) if missing
+	@missing=""; for dep in $(SYSTEM_DEPS); do cmd=$${dep%%:*}; pkg=$${dep#*:}; \
+		command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
-			|| echo "install: chromium could not be installed (apt-get install -y chromium)"; \
-	else echo "install: no chromium: Studio's browser tests skip (as root: apt-get install -y chromium)"; fi
+		(apt-get update -qq && apt-get install -y -qq $$missing) >/dev/null 2>&1 \
+			|| echo "install: could not install$$missing (apt-get install -y$$missing)"; \
+	else echo "install: missing$$missing: their tests skip (as root: apt-get install -y$$missing)"; fi
 
 lock: $(UV) ## re-resolve uv.lock from the ranges in pyproject.toml (newest allowed versions)
 	$(UV) lock --upgrade

@@ -1,0 +1,243 @@
+"""Partition leases: which node owns which partition, in the `leases` KV bucket.
+
+Every `ttl/3` seconds a node
+1. beats: puts its record in the `nodes` bucket (entries expire after `ttl`: a dead node
+   leaves the live set by itself);
+2. plans: rendezvous hashing over the live, not draining nodes (`names.plan`);
+3. renews each lease it holds with `update(last=revision)` (compare-and-set: a lease someone
+   else took cannot be renewed), releases gracefully the ones the plan gives away (the
+   partition handler finishes its work first, then `delete(last=revision)`), and takes the
+   ones the plan gives it with `create` (fails while another node's lease lives).
+
+A lease is trusted locally only until `sent + ttl - margin`, where `sent` is the moment the
+renewal that succeeded was sent (the server's own TTL counts from later). A node paused past
+that (SIGSTOP, a long GC, a frozen VM) finds, before anything else, that it lost every lease
+it held and drops the partitions' work at once (`PartitionHandler.lost`); the history
+stream's sequence check fences any write it had already started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import msgspec
+import nats.errors
+import nats.js.errors
+import structlog
+
+from orchestrator.cluster.link import Nats
+from orchestrator.cluster.names import plan, token, untoken
+
+log = structlog.get_logger("goondan.cluster.leases")
+
+
+class PartitionHandler(Protocol):
+    async def gained(self, partition: int) -> None:
+        """The lease is ours: start consuming the partition."""
+
+    async def release(self, partition: int) -> None:
+        """The plan gives it away: stop taking events, finish what runs (bounded)."""
+
+    def lost(self, partition: int) -> None:
+        """The lease lapsed under us: drop its work now (another node may own it already)."""
+
+
+class NodeRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    node: str
+    host: str
+    pid: int
+    started_at: float
+    beat_at: float
+    partitions: list[int] = msgspec.field(default_factory=list)
+    live: int = 0
+    draining: bool = False
+    control: str = ""
+    """This node's control socket, for a `goondan` command on the same machine."""
+
+
+@dataclass(slots=True)
+class Lease:
+    revision: int
+    sent: float
+    """Monotonic time the renewal (or creation) that gave `revision` was sent."""
+
+
+@dataclass(slots=True)
+class LeaseKeeper:
+    nats: Nats
+    node: str
+    partitions: int
+    ttl: float
+    handler: PartitionHandler
+    live_count: Callable[[], int] = lambda: 0
+    control: str = ""
+    clock: Callable[[], float] = time.monotonic
+    held: dict[int, Lease] = field(default_factory=dict)
+    draining: bool = False
+    started_at: float = field(default_factory=time.time)
+    live_nodes: list[str] = field(default_factory=list)
+    releasing: set[int] = field(default_factory=set)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def margin(self) -> float:
+        return self.ttl / 6
+
+    @property
+    def interval(self) -> float:
+        return self.ttl / 3
+
+    def holds(self, partition: int) -> bool:
+        """Whether this node may act for `partition` now (its lease is valid locally)."""
+        lease = self.held.get(partition)
+        return lease is not None and self.clock() < lease.sent + self.ttl - self.margin
+
+    def drain(self) -> None:
+        """Give every partition away (`goondan cluster drain`): the others stop counting us."""
+        self.draining = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except (nats.errors.Error, TimeoutError, OSError) as exc:
+                # NATS unreachable (a leader election, a reconnect): leases lapse on their own
+                log.warning("lease_tick_failed", error=type(exc).__name__)
+                self._drop_lapsed()
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(self.interval):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def tick(self) -> None:
+        self._drop_lapsed()
+        await self._beat()
+        nodes = await self._live_nodes()
+        self.live_nodes = nodes
+        owners = plan(self.partitions, [] if self.draining else nodes)
+        want = {p for p, n in owners.items() if n == self.node}
+        await asyncio.gather(*(self._renew(p) for p in list(self.held)))
+        for p in [p for p in self.held if p not in want and p not in self.releasing]:
+            self.releasing.add(p)
+            task = asyncio.ensure_future(self._release(p))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        missing = [p for p in want if p not in self.held]
+        await asyncio.gather(*(self._take(p) for p in missing))
+
+    def _drop_lapsed(self) -> None:
+        now = self.clock()
+        for p, lease in list(self.held.items()):
+            if now >= lease.sent + self.ttl - self.margin:
+                del self.held[p]
+                log.warning("lease_lapsed", partition=p, late=round(now - lease.sent, 3))
+                self.handler.lost(p)
+
+    async def _beat(self) -> None:
+        record = NodeRecord(
+            node=self.node, host=socket.gethostname(), pid=os.getpid(),
+            started_at=self.started_at, beat_at=time.time(), partitions=sorted(self.held),
+            live=self.live_count(), draining=self.draining, control=self.control,
+        )  # fmt: skip
+        await self.nats.nodes.put(token(self.node), msgspec.json.encode(record))
+
+    async def _live_nodes(self) -> list[str]:
+        records = await nodes_of(self.nats)
+        return sorted(r.node for r in records if not r.draining)
+
+    async def _renew(self, p: int) -> None:
+        lease = self.held.get(p)
+        if lease is None:
+            return
+        sent = self.clock()
+        key = self.nats.names.lease_key(p)
+        try:
+            revision = await self.nats.leases.update(key, self.node.encode(), last=lease.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            if self.held.pop(p, None) is not None:
+                log.warning("lease_taken", partition=p)
+                self.handler.lost(p)
+            return
+        if p in self.held:
+            self.held[p] = Lease(revision, sent)
+
+    async def _take(self, p: int) -> None:
+        sent = self.clock()
+        key = self.nats.names.lease_key(p)
+        try:
+            revision = await self.nats.leases.create(key, self.node.encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return  # another node's lease still lives: it expires or is released
+        self.held[p] = Lease(revision, sent)
+        log.info("partition_gained", partition=p)
+        await self.handler.gained(p)
+
+    async def _release(self, p: int) -> None:
+        try:
+            await self.handler.release(p)
+            lease = self.held.pop(p, None)
+            if lease is not None:
+                key = self.nats.names.lease_key(p)
+                # it may have lapsed and been taken meanwhile: then nothing of ours is left
+                with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+                    await self.nats.leases.delete(key, last=lease.revision)
+                log.info("partition_released", partition=p)
+        finally:
+            self.releasing.discard(p)
+            self._wake.set()
+
+    async def release_all(self) -> None:
+        """At a graceful stop: hand every partition over now instead of after the TTL."""
+        self.draining = True
+        for p in list(self.held):
+            if p not in self.releasing:
+                self.releasing.add(p)
+                await self._release(p)
+        with contextlib.suppress(nats.errors.Error, nats.js.errors.KeyWrongLastSequenceError):
+            await self.nats.nodes.delete(token(self.node))
+
+
+async def nodes_of(nats_: Nats) -> list[NodeRecord]:
+    """The live nodes' records (their entries expire with the lease TTL)."""
+    try:
+        keys = await nats_.nodes.keys()
+    except nats.js.errors.NoKeysError:
+        return []
+    records = []
+    for key in keys:
+        try:
+            entry = await nats_.nodes.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            continue
+        try:
+            records.append(msgspec.json.decode(entry.value or b"", type=NodeRecord))
+        except msgspec.DecodeError:
+            log.warning("node_record_unreadable", key=untoken(key))
+    return records
+
+
+async def owners_of(nats_: Nats) -> dict[int, str]:
+    """Partition -> the node whose lease holds it now."""
+    try:
+        keys = await nats_.leases.keys()
+    except nats.js.errors.NoKeysError:
+        return {}
+    owners: dict[int, str] = {}
+    for key in keys:
+        try:
+            entry = await nats_.leases.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            continue
+        owners[int(key.split(".", 1)[1])] = (entry.value or b"").decode()
+    return owners
