@@ -86,6 +86,8 @@ class LeaseKeeper:
     releasing: set[int] = field(default_factory=set)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _settled_for: list[str] | None = None
+    """The live nodes when this node last held exactly what the plan gives it."""
 
     @property
     def margin(self) -> float:
@@ -135,6 +137,10 @@ class LeaseKeeper:
             task.add_done_callback(self._tasks.discard)
         missing = [p for p in want if p not in self.held]
         await asyncio.gather(*(self._take(p) for p in missing))
+        settled = set(self.held) == want and not self.releasing
+        if settled and self._settled_for != nodes:
+            log.info("cluster_settled", nodes=len(nodes), partitions=len(want))
+        self._settled_for = nodes if settled else None
 
     def _drop_lapsed(self) -> None:
         now = self.clock()
@@ -200,10 +206,9 @@ class LeaseKeeper:
     async def release_all(self) -> None:
         """At a graceful stop: hand every partition over now instead of after the TTL."""
         self.draining = True
-        for p in list(self.held):
-            if p not in self.releasing:
-                self.releasing.add(p)
-                await self._release(p)
+        mine = [p for p in self.held if p not in self.releasing]
+        self.releasing.update(mine)
+        await asyncio.gather(*(self._release(p) for p in mine))
         with contextlib.suppress(nats.errors.Error, nats.js.errors.KeyWrongLastSequenceError):
             await self.nats.nodes.delete(token(self.node))
 

@@ -130,7 +130,7 @@ class NatsCluster:
                     await asyncio.sleep(0.2)
 
     async def stream_leader(self, stream: str) -> Server:
-        nc = await nats.connect(self.urls)
+        nc = await nats.connect(self.urls.split(","))
         try:
             info = await nc.jetstream().stream_info(stream)
         finally:

@@ -34,6 +34,8 @@ from protocol.messages import (
     HeartbeatPayload,
     Hello,
     HelloPayload,
+    History,
+    HistoryPayload,
     Message,
     Ready,
     ReadyPayload,
@@ -78,6 +80,7 @@ SAMPLES: list[Message] = [
     Heartbeat(**FR, payload=HeartbeatPayload(seq=7, sent_at=1.5)),
     Shutdown(**FR, payload=ShutdownPayload(grace_period_ms=5, reason=ShutdownReason.CONFIG_CHANGE)),
     ShutdownAck(**FR, payload=ShutdownAckPayload(undelivered_events=["e1"])),
+    History(**FR, payload=HistoryPayload(line=b'{"type":"append"}\n')),
 ]
 
 
