@@ -3,6 +3,7 @@ all on one machine against the 3-server NATS cluster of `natsd.py`."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -33,6 +34,8 @@ def unique_swarm_bundle(tmp: Path) -> Path:
     target = tmp / "bundle"
     target.mkdir(exist_ok=True)
     (target / "goondan.yaml").write_text(text)
+    for extra in BUNDLE.glob("*.py"):
+        (target / extra.name).write_text(extra.read_text())
     return target
 
 
@@ -97,6 +100,30 @@ async def read_history(cluster: NatsCluster, swarm: str, agent: str, key: str) -
     for event in events:
         apply_event(messages, event)
     return messages
+
+
+class Progress:
+    """A count that load loops raise and a test awaits (no polling)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._changed = asyncio.Condition()
+
+    async def add(self) -> None:
+        async with self._changed:
+            self.count += 1
+            self._changed.notify_all()
+
+    async def reached(self, count: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.count >= count)
+
+
+def owner_of(nodes: list[Daemon], agent: str, key: str) -> Daemon:
+    """The node where the instance's process was started (its log says so); one only."""
+    found = [n for n in nodes if n.find("spawned", process=f"agent:{agent}:{key}:1")]
+    assert len(found) == 1, [n.pid for n in found]
+    return found[0]
 
 
 def user_texts(messages: list[Message]) -> list[str]:

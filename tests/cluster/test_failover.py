@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.cluster.harness import (
     StartDaemon,
+    owner_of,
     read_history,
     start_nodes,
     swarm_of,
@@ -20,13 +21,6 @@ from tests.cluster.natsd import NatsCluster
 from tests.integration.harness import Daemon
 
 KEYS = [f"k{i}" for i in range(12)]
-
-
-def owner(nodes: list[Daemon], key: str) -> Daemon:
-    """The node whose caller instance of `key` last started (its log says so)."""
-    found = [n for n in nodes if n.find("spawned", process=f"agent:caller:{key}:1")]
-    assert len(found) == 1, [n.pid for n in found]
-    return found[0]
 
 
 async def send_round(nodes: list[Daemon], label: str, keys: list[str]) -> None:
@@ -49,7 +43,7 @@ async def test_a_killed_node_s_instances_answer_elsewhere_with_their_history(
             await send_round(nodes, label, KEYS)
         before = {k: user_texts(await read_history(nats_cluster, swarm, "caller", k)) for k in KEYS}
     assert all(texts == [f"a {k}", f"b {k}"] for k, texts in before.items()), before
-    owners = {k: owner(nodes, k) for k in KEYS}
+    owners = {k: owner_of(nodes, "caller", k) for k in KEYS}
     victim = max(nodes, key=lambda n: sum(1 for o in owners.values() if o is n))
     moved = [k for k in KEYS if owners[k] is victim]
     survivors = [n for n in nodes if n is not victim]
