@@ -104,6 +104,11 @@ class Consumers:
             room.set()
         return True
 
+    def hand_back(self, target: Address) -> None:
+        """Refuse (nak) the held events of one instance: they are delivered again."""
+        for event_id in [i for i, h in self.held.items() if h.target == target]:
+            self._background(_nak(self.held.pop(event_id).msg))
+
     def holds(self, event_id: str) -> bool:
         return event_id in self.held
 

@@ -59,6 +59,8 @@ Step = Callable[[], Awaitable[None] | None]
 class InstanceLog:
     last_seq: int | None
     """The subject's last sequence as this node knows it (None: not read yet)."""
+    generation: int = -1
+    """The process generation whose frames are taken (-1: none, steps only)."""
     items: deque[bytes | Step] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
     fenced: bool = False
@@ -90,7 +92,7 @@ class HistoryWriter:
 
     # -- activation --------------------------------------------------------------------------
 
-    async def prepare(self, address: Address) -> None:
+    async def prepare(self, address: Address, generation: int) -> None:
         """Before the instance's process starts: its files end where the stream ends.
         Raises SpawnError when the stream cannot be read (the spawn fails like a fork would)."""
         earlier = self.logs.get(address)
@@ -104,7 +106,7 @@ class HistoryWriter:
                 await self._rebuild(address, paths, last)
         except (nats.errors.Error, TimeoutError, OSError) as exc:
             raise SpawnError(f"history of {address} unreadable: {type(exc).__name__}") from exc
-        self.logs[address] = InstanceLog(last_seq=last)
+        self.logs[address] = InstanceLog(last_seq=last, generation=generation)
 
     async def _last_seq(self, address: Address) -> int:
         subject = self.nats.names.history_subject(address)
@@ -153,7 +155,13 @@ class HistoryWriter:
     # -- appends and the steps behind them -----------------------------------------------------
 
     def append(self, entry: ProcessEntry, line: bytes) -> None:
-        """The router's `history` frame handler."""
+        """The router's `history` frame handler. Only the process this node prepared may
+        append: a frame of an earlier generation, or of an instance dropped here, is not
+        written (its turn is redelivered and runs again from the stream's history)."""
+        log_ = self.logs.get(entry.address)
+        if log_ is None or log_.generation != entry.generation:
+            log.warning("history_frame_dropped", process=entry.id_text)
+            return
         self._push(entry.address, line)
 
     def after(self, address: Address, step: Step) -> None:
@@ -178,6 +186,7 @@ class HistoryWriter:
                 if not await self._publish(address, entry, b"".join(lines)):  # type: ignore[arg-type]
                     entry.fenced = True
                     entry.items.clear()
+                    _invalidate(self.paths(address))
                     self.fenced(address)
                     return
                 continue
@@ -218,15 +227,25 @@ class HistoryWriter:
             await asyncio.sleep(0.1)
         entry.last_seq = ack.seq
         entry.published += 1
-        _write_seq(self.paths(address), ack.seq)
+        if not entry.fenced:  # forgotten meanwhile: the cache stays marked stale
+            _write_seq(self.paths(address), ack.seq)
         return True
 
+    async def flush(self, address: Address) -> None:
+        """Until what is queued for the instance is written (or refused)."""
+        entry = self.logs.get(address)
+        if entry is not None and entry.task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await entry.task
+
     def forget(self, address: Address) -> None:
-        """The instance is not ours any more: drop what is queued for it."""
+        """The instance is not ours any more: drop what is queued for it. Frames of its
+        process still on their way are not written (no log, or another generation's)."""
         entry = self.logs.pop(address, None)
         if entry is not None:
             entry.fenced = True
             entry.items.clear()
+        _invalidate(self.paths(address))
 
 
 def _cache_fresh(paths: InstancePaths, last: int) -> bool:
@@ -245,6 +264,14 @@ def _write_cache(paths: InstancePaths, base: bytes, last: int) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(paths.events_jsonl)
     _write_seq(paths, last)
+
+
+def _invalidate(paths: InstancePaths) -> None:
+    """The local files may hold turns the stream refused (the child wrote them, and folds
+    them into base.jsonl at its shutdown): without the sequence hint the next activation
+    rebuilds them from the stream."""
+    with contextlib.suppress(OSError):
+        os.unlink(paths.messages_dir / SEQ_FILE)
 
 
 def _write_seq(paths: InstancePaths, seq: int) -> None:

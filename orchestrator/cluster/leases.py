@@ -36,6 +36,8 @@ from orchestrator.cluster.link import Nats
 from orchestrator.cluster.names import plan, token, untoken
 
 log = structlog.get_logger("goondan.cluster.leases")
+CONFIRM_WAIT = 0.1
+"""Seconds a new lease waits before its read-back (see `LeaseKeeper._confirmed`)."""
 
 
 class PartitionHandler(Protocol):
@@ -108,9 +110,24 @@ class LeaseKeeper:
         self._wake.set()
 
     async def run(self) -> None:
+        watch = asyncio.ensure_future(self._watch_lapses())
+        try:
+            await self._ticks()
+        finally:
+            watch.cancel()
+
+    async def _watch_lapses(self) -> None:
+        """A lease lapses on time even while a tick waits on NATS (an election, a reconnect):
+        this node stops acting for it at once."""
+        while True:
+            await asyncio.sleep(self.margin / 2)
+            self._drop_lapsed()
+
+    async def _ticks(self) -> None:
         while True:
             try:
-                await self.tick()
+                async with asyncio.timeout(self.ttl):
+                    await self.tick()
             except (nats.errors.Error, TimeoutError, OSError) as exc:
                 # NATS unreachable (a leader election, a reconnect): leases lapse on their own
                 log.warning("lease_tick_failed", error=type(exc).__name__)
@@ -175,8 +192,9 @@ class LeaseKeeper:
                 log.warning("lease_taken", partition=p)
                 self.handler.lost(p)
             return
-        if p in self.held:
-            self.held[p] = Lease(revision, sent)
+        if p not in self.held:
+            return  # lapsed while the renewal was on its way: dropped already
+        self.held[p] = Lease(revision, sent)
 
     async def _take(self, p: int) -> None:
         sent = self.clock()
@@ -185,9 +203,28 @@ class LeaseKeeper:
             revision = await self.nats.leases.create(key, self.node.encode())
         except nats.js.errors.KeyWrongLastSequenceError:
             return  # another node's lease still lives: it expires or is released
+        if not await self._confirmed(key, revision):
+            log.warning("lease_race_lost", partition=p, revision=revision)
+            return
+        if self.clock() >= sent + self.ttl - self.margin:
+            return  # the confirmation took too long to trust the lease: the next tick renews
         self.held[p] = Lease(revision, sent)
         log.info("partition_gained", partition=p)
         await self.handler.gained(p)
+
+    async def _confirmed(self, key: str, revision: int) -> bool:
+        """Whether our `create` is still the key's last write once concurrent writes are in.
+
+        nats-server before 2.9.21 checks the expected last sequence before the Raft proposal,
+        not in it (nats-io/nats-server#4320): two nodes racing for a released partition can
+        both be told they created it. The later write is the one the bucket keeps, so after
+        the proposals in flight have been applied (CONFIRM_WAIT, far above a commit on a LAN)
+        the stream leader's last message for the key names the one owner; the other yields.
+        """
+        await asyncio.sleep(CONFIRM_WAIT)
+        bucket = self.nats.names.bucket("leases")  # a KV bucket is stream KV_<b>, $KV.<b>.<k>
+        last = await self.nats.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{key}")
+        return last.seq == revision
 
     async def _release(self, p: int) -> None:
         try:

@@ -98,7 +98,9 @@ class ClusterNode:
     async def prepare(self, target: Address) -> None:
         """The supervisor's hook before a process starts: its files from the history."""
         if self.history is not None and target.kind is ProcessKind.AGENT:
-            await self.history.prepare(target)
+            assert self.supervisor is not None
+            entry = self.supervisor.table.entry(target)
+            await self.history.prepare(target, entry.generation)
 
     def history_frame(self, entry: ProcessEntry, line: bytes) -> None:
         assert self.history is not None
@@ -122,14 +124,17 @@ class ClusterNode:
             self._background(forward())
 
     def _fenced(self, target: Address) -> None:
-        """Another node owns the instance now: stop its process here, drop its work."""
+        """An append was refused (another node wrote, or our lease lapsed): stop the process
+        here and give its events back to the stream (refused, so whoever owns the partition
+        runs them again from the history's end; this node too, on a fresh activation)."""
         assert self.supervisor is not None
+        assert self.consumers is not None
         entry = self.supervisor.table.get(target)
-        if entry is None:
-            return
-        self._forget_work(entry)
-        if entry.live:
-            self.supervisor.evict(entry)
+        if entry is not None:
+            self._forget_work(entry)
+            if entry.live:
+                self.supervisor.evict(entry)
+        self.consumers.hand_back(target)
 
     # -- the consumers' callbacks --------------------------------------------------------
 
@@ -184,6 +189,8 @@ class ClusterNode:
             entries = self._instances(partition)
             stops = [self.supervisor.stop(e, ShutdownReason.RESTART) for e in entries if e.live]
             await asyncio.gather(*stops)
+            if self.history is not None:  # the turns that ran are in the stream before we go
+                await asyncio.gather(*(self.history.flush(e.address) for e in entries))
             for entry in entries:
                 self._forget_work(entry)
         finally:
