@@ -49,7 +49,10 @@ system-deps: ## as root with apt-get: install chromium (Studio) and nats-server 
 			|| echo "install: could not install$$missing (apt-get install -y$$missing)"; \
 	else echo "install: missing$$missing: their tests skip (as root: apt-get install -y$$missing)"; fi
 
-lock: $(UV) ## re-resolve uv.lock from the ranges in pyproject.toml (newest allowed versions)
+lock: $(UV) ## update uv.lock after editing pyproject.toml, keeping every pin that still fits
+	$(UV) lock
+
+lock-upgrade: $(UV) ## re-resolve uv.lock to the newest versions pyproject.toml allows
 	$(UV) lock --upgrade
 
 lock-check: $(UV) ## fail when uv.lock does not match pyproject.toml
@@ -83,9 +86,9 @@ fuzz: ## long fuzz runs: frames at the daemon's sockets, hostile tool args, bund
 	FUZZ_BUNDLE_EXAMPLES=$${FUZZ_BUNDLE_EXAMPLES:-2000} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/fuzz tests/unit/bundles/test_fuzz.py tests/unit/protocol/test_codec.py $(PYTEST_ARGS)
 
-chaos: ## long chaos run: SIGKILL monkey under inter-agent load (CHAOS_SECONDS, default 120)
-	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
-		--timeout=0 tests/chaos $(PYTEST_ARGS)
+chaos: ## long chaos runs: SIGKILL of agents and of the orchestrator (CHAOS_SECONDS, default 120), power cuts under the journal (POWER_CUTS, default 300)
+	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} POWER_CUTS=$${POWER_CUTS:-300} $(BIN)/python -m pytest -q -s \
+		-p no:cacheprovider --timeout=0 tests/chaos $(PYTEST_ARGS)
 
 soak: ## steady traffic; fails on sustained RSS growth (SOAK_SECONDS, default 60)
 	SOAK_SECONDS=$${SOAK_SECONDS:-60} $(BIN)/python -m pytest -q -s -p no:cacheprovider \

@@ -102,6 +102,9 @@ class Resumed:
     step: int
     answer: Callable[[ToolCall], Awaitable[ToolResult]]
     """The result of each unanswered tool call of the last assistant message."""
+    rerun: frozenset[str] = frozenset()
+    """Calls that run again through the tool-call pipeline instead (those waiting for a
+    person's approval: their gate takes over the pending call)."""
 
 
 class TurnEngine:
@@ -245,6 +248,10 @@ class TurnEngine:
         ctx.steps = sum(1 for m in mine if m.role is Role.ASSISTANT)
         _log.info("turn_resumed", event_id=ctx.event.id, turn_id=ctx.turn_id, step=ctx.steps)
         self._emit("turn.resumed", ctx, ctx.span, step=ctx.steps)
+        last = mine[-1] if mine else None
+        if last is not None and last.role is Role.ASSISTANT and not last.tool_calls:
+            # cut after its final answer, before the outcome was recorded: that answer ends it
+            return self._result(ctx, TurnOutcome.COMPLETED, last.content, None)
         for call in dangling_calls(d.store.messages):
             if d.tool_calls.idempotent(call.name):
                 result = await self._run_again(ctx, call)
@@ -278,7 +285,11 @@ class TurnEngine:
 
     async def _resume_core(self, ctx: TurnContext, resumed: Resumed) -> TurnResult:
         for call in dangling_calls(self._d.store.messages):
-            self._append_result(ctx.turn_id, call, await resumed.answer(call))
+            if call.id in resumed.rerun:
+                result = await self._run_again(ctx, call)
+            else:
+                result = await resumed.answer(call)
+            self._append_result(ctx.turn_id, call, result)
         return await self._steps(ctx, resumed.step + 1)
 
     async def _steps(self, ctx: TurnContext, first: int) -> TurnResult:

@@ -146,15 +146,15 @@ async def attach(ctx: SendContext, req: Attach) -> AgentEvent | JsonObject:
             "than 10 minutes ago (its reply is in the conversation: goondan instance show)",
         )
     entry, future = found
-    if future is None:
-        return entry.reply if entry.reply is not None else {"eventId": req.event_id,
-                                                             "finished": True}  # fmt: skip
-    try:
-        async with asyncio.timeout(req.timeout_ms / 1000):
-            return await future
-    except TimeoutError:
-        raise SendFailed(ErrorCode.E_AGENT_TIMEOUT, f"event {req.event_id} is still running "
-                            f"after {req.timeout_ms} ms; attach again later") from None  # fmt: skip
+    reply = entry.reply
+    if future is not None:
+        try:
+            async with asyncio.timeout(req.timeout_ms / 1000):
+                reply = await future
+        except TimeoutError:
+            why = f"event {req.event_id} is still running after {req.timeout_ms} ms"
+            raise SendFailed(ErrorCode.E_AGENT_TIMEOUT, f"{why}; attach again later") from None
+    return reply if reply is not None else {"eventId": req.event_id, "finished": True}
 
 
 def pending_call(reply: AgentEvent) -> JsonObject | None:

@@ -260,9 +260,14 @@ class Supervisor:
         def fill(fut: asyncio.Future[ExitStatus]) -> None:
             # the status may come after a respawn: update only the record made for this exit
             status = fut.result()
+            why = reason
+            if status.signal == signal.SIGXCPU and reason == "crashed":
+                why = "cpu_limit"  # Agent.spec.limits.cpuSeconds (RLIMIT_CPU) ran out
+                log.warning("agent_limit", process=process, code=ErrorCode.E_AGENT_LIMIT,
+                            limit="cpuSeconds", exit=status.describe())  # fmt: skip
             if entry.last_exit is recorded:
                 entry.last_exit = ExitInfo(
-                    code=status.code, signal=status.signal, at=now, reason=reason
+                    code=status.code, signal=status.signal, at=now, reason=why
                 )
             log.info("exit_status", process=process, exit=status.describe())
 

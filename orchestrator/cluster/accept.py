@@ -76,7 +76,9 @@ class ClusterAcceptor(Acceptor):
             self._unwait(event.id)  # the caller attaches to the first event instead
         return appended
 
-    async def _wait_reply(self, event_id: str, waiter: asyncio.Future[AgentEvent]) -> None:
+    async def _wait_reply(
+        self, event_id: str, waiter: asyncio.Future[AgentEvent] | asyncio.Future[AgentEvent | None]
+    ) -> None:
         nc = self.cluster_journal.nats.nc
         subject = self.cluster_journal.nats.names.reply_subject(event_id)
 
@@ -104,7 +106,7 @@ class ClusterAcceptor(Acceptor):
 
     def finished(self, event_id: str, reply: AgentEvent | None = None) -> None:
         for future in self._attached.pop(event_id, []):
-            if not future.done() and reply is not None:
+            if not future.done():
                 future.set_result(reply)
         held = self.consumers.held.get(event_id)
         if held is None:
@@ -141,11 +143,11 @@ class ClusterAcceptor(Acceptor):
 
     async def attach(
         self, event_id: str
-    ) -> tuple[JournalEntry, asyncio.Future[AgentEvent] | None] | None:
+    ) -> tuple[JournalEntry, asyncio.Future[AgentEvent | None] | None] | None:
         """Finished (its reply kept 10 minutes), or waited for on the reply subject. An id
         this swarm never accepted waits until the client's timeout (the stream is not
         searched by event id)."""
-        future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[AgentEvent | None] = asyncio.get_running_loop().create_future()
         await self._wait_reply(event_id, future)
         entry = await self.cluster_journal.lookup(event_id)
         if entry is not None:
