@@ -387,6 +387,7 @@ class Daemon:
             acceptor=parts.acceptor,
             permits=parts.permits,
             stopped=loop.create_future(),
+            cluster=node,
         )
         control = ControlServer(
             zctx, self.endpoints[1], control_ctx, rundir.write_token(self.paths)

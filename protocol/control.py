@@ -111,6 +111,16 @@ class CallsDecide(_Request, frozen=True, tag="calls_decide"):
     timeout_ms: int = 120_000
 
 
+class ClusterStatusQuery(_Request, frozen=True, tag="cluster_status"):
+    """`goondan cluster status`: the swarm's nodes, partitions and lag (cluster mode)."""
+
+
+class ClusterDrain(_Request, frozen=True, tag="cluster_drain"):
+    """`goondan cluster drain NODE`: move the node's partitions away before maintenance."""
+
+    node: str
+
+
 ControlRequest = (
     Ping
     | SendText
@@ -125,6 +135,8 @@ ControlRequest = (
     | CallsList
     | CallsResolve
     | CallsDecide
+    | ClusterStatusQuery
+    | ClusterDrain
 )
 
 CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
@@ -140,6 +152,8 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     CallsList,
     CallsResolve,
     CallsDecide,
+    ClusterStatusQuery,
+    ClusterDrain,
 )
 
 

@@ -23,7 +23,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -80,6 +80,8 @@ class LeaseKeeper:
     handler: PartitionHandler
     live_count: Callable[[], int] = lambda: 0
     control: str = ""
+    asked_to_drain: Callable[[], Awaitable[bool]] | None = None
+    """Whether `goondan cluster drain` asked this node to give its partitions away."""
     clock: Callable[[], float] = time.monotonic
     held: dict[int, Lease] = field(default_factory=dict)
     draining: bool = False
@@ -141,6 +143,9 @@ class LeaseKeeper:
 
     async def tick(self) -> None:
         self._drop_lapsed()
+        if not self.draining and self.asked_to_drain is not None and await self.asked_to_drain():
+            log.warning("cluster_draining", node=self.node, partitions=len(self.held))
+            self.draining = True
         await self._beat()
         nodes = await self._live_nodes()
         self.live_nodes = nodes

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from orchestrator.cluster import admin
 from orchestrator.cluster.accept import ClusterAcceptor
 from orchestrator.cluster.consumers import Consumers
 from orchestrator.cluster.history import HistoryWriter
@@ -25,13 +26,16 @@ from orchestrator.cluster.leases import LeaseKeeper
 from orchestrator.cluster.link import Nats, open_swarm
 from orchestrator.cluster.names import partition_of
 from orchestrator.cluster.options import ClusterOptions
+from orchestrator.control import ControlFailed
 from orchestrator.journal import JournalError
 from orchestrator.router import Router
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
 from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode
 from protocol.events import AgentEvent
 from protocol.ids import Address, ProcessKind
+from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
 log = structlog.get_logger("goondan.cluster")
@@ -79,6 +83,7 @@ class ClusterNode:
         self.leases = LeaseKeeper(
             self.nats, self.node, self.opts.policy.partitions, ttl, self.consumers,
             live_count=lambda: len(supervisor.table.live()), control=control,
+            asked_to_drain=lambda: admin.drain_requested(self.nats, self.node),
         )  # fmt: skip
         return self.acceptor
 
@@ -196,11 +201,25 @@ class ClusterNode:
         finally:
             self.leaving.discard(partition)
 
+    # -- goondan cluster status|drain ---------------------------------------------------------
+
+    async def status(self) -> JsonObject:
+        result = await admin.cluster_status(self.nats, self.opts.policy.partitions)
+        result["answeredBy"] = self.node
+        return result
+
+    async def drain(self, node: str) -> JsonObject:
+        try:
+            return await admin.request_drain(self.nats, node)
+        except admin.UnknownNode as exc:
+            raise ControlFailed(ErrorCode.E_CLUSTER_NODE_UNKNOWN, str(exc)) from None
+
     # -- running -----------------------------------------------------------------------------
 
     async def run(self) -> None:
         assert self.leases is not None
         assert self.consumers is not None
+        await admin.clear_drain(self.nats, self.node)  # a (re)start ends an earlier drain
         log.info("cluster_joined", node=self.node, servers=self.opts.redacted(),
                  partitions=self.opts.policy.partitions)  # fmt: skip
         async with asyncio.TaskGroup() as group:
