@@ -20,7 +20,7 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 
-.PHONY: help install system-deps lock lock-check test test-latest lint typecheck imports bench run-example clean fuzz chaos soak
+.PHONY: help install system-deps lock lock-check test test-latest lint typecheck imports bench run-example clean fuzz chaos soak cluster-chaos
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -89,6 +89,10 @@ fuzz: ## long fuzz runs: frames at the daemon's sockets, hostile tool args, bund
 chaos: ## long chaos runs: SIGKILL of agents and of the orchestrator (CHAOS_SECONDS, default 120), power cuts under the journal (POWER_CUTS, default 300)
 	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} POWER_CUTS=$${POWER_CUTS:-300} $(BIN)/python -m pytest -q -s \
 		-p no:cacheprovider --timeout=0 tests/chaos $(PYTEST_ARGS)
+
+cluster-chaos: ## long cluster runs on 3 NATS servers + 3 nodes: load with cross-node requests, node SIGKILL, NATS leader kill, zombie, join (CLUSTER_LOAD_SECONDS, default 120)
+	CLUSTER_LOAD_SECONDS=$${CLUSTER_LOAD_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		--timeout=0 tests/cluster $(PYTEST_ARGS)
 
 soak: ## steady traffic; fails on sustained RSS growth (SOAK_SECONDS, default 60)
 	SOAK_SECONDS=$${SOAK_SECONDS:-60} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
