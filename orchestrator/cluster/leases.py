@@ -36,6 +36,9 @@ from orchestrator.cluster.link import Nats
 from orchestrator.cluster.names import plan, token, untoken
 
 log = structlog.get_logger("goondan.cluster.leases")
+TAKES_PER_TICK = 16
+"""Partitions taken in one tick: each starts a consumer (a Raft operation in JetStream), and a
+tick that takes all 64 of a fresh swarm at once outlived the TTL on a busy machine."""
 CONFIRM_WAIT = 0.1
 """Seconds a new lease waits before its read-back (see `LeaseKeeper._confirmed`)."""
 
@@ -90,6 +93,9 @@ class LeaseKeeper:
     releasing: set[int] = field(default_factory=set)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _gaining: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    """Partitions whose handler is still starting (a consumer to create): off the tick, so a
+    slow start never keeps the leases from being renewed."""
     _settled_for: list[str] | None = None
     """The live nodes when this node last held exactly what the plan gives it."""
 
@@ -117,6 +123,8 @@ class LeaseKeeper:
             await self._ticks()
         finally:
             watch.cancel()
+            for starting in self._gaining.values():
+                starting.cancel()
 
     async def _watch_lapses(self) -> None:
         """A lease lapses on time even while a tick waits on NATS (an election, a reconnect):
@@ -127,6 +135,7 @@ class LeaseKeeper:
 
     async def _ticks(self) -> None:
         while True:
+            self._wake.clear()  # a wake-up asked during the tick starts the next one at once
             try:
                 async with asyncio.timeout(self.ttl):
                     await self.tick()
@@ -134,7 +143,6 @@ class LeaseKeeper:
                 # NATS unreachable (a leader election, a reconnect): leases lapse on their own
                 log.warning("lease_tick_failed", error=type(exc).__name__)
                 self._drop_lapsed()
-            self._wake.clear()
             try:
                 async with asyncio.timeout(self.interval):
                     await self._wake.wait()
@@ -157,8 +165,10 @@ class LeaseKeeper:
             task = asyncio.ensure_future(self._release(p))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        missing = [p for p in want if p not in self.held]
-        await asyncio.gather(*(self._take(p) for p in missing))
+        missing = sorted(p for p in want if p not in self.held)
+        await asyncio.gather(*(self._take(p) for p in missing[:TAKES_PER_TICK]))
+        if len(missing) > TAKES_PER_TICK:
+            self._wake.set()  # the rest at once, in the next tick (after renewing these)
         settled = set(self.held) == want and not self.releasing
         if settled and self._settled_for != nodes:
             log.info("cluster_settled", nodes=len(nodes), partitions=len(want))
@@ -170,7 +180,7 @@ class LeaseKeeper:
             if now >= lease.sent + self.ttl - self.margin:
                 del self.held[p]
                 log.warning("lease_lapsed", partition=p, late=round(now - lease.sent, 3))
-                self.handler.lost(p)
+                self._lose(p)
 
     async def _beat(self) -> None:
         record = NodeRecord(
@@ -182,7 +192,13 @@ class LeaseKeeper:
 
     async def _live_nodes(self) -> list[str]:
         records = await nodes_of(self.nats)
-        return sorted(r.node for r in records if not r.draining)
+        live = {r.node for r in records if not r.draining}
+        if not self.draining:
+            # our own record was just written, but a read can be served by a replica that has
+            # not applied it yet (seen under load: a node planned without itself and released
+            # every partition for one tick)
+            live.add(self.node)
+        return sorted(live)
 
     async def _renew(self, p: int) -> None:
         lease = self.held.get(p)
@@ -195,7 +211,7 @@ class LeaseKeeper:
         except nats.js.errors.KeyWrongLastSequenceError:
             if self.held.pop(p, None) is not None:
                 log.warning("lease_taken", partition=p)
-                self.handler.lost(p)
+                self._lose(p)
             return
         if p not in self.held:
             return  # lapsed while the renewal was on its way: dropped already
@@ -215,7 +231,24 @@ class LeaseKeeper:
             return  # the confirmation took too long to trust the lease: the next tick renews
         self.held[p] = Lease(revision, sent)
         log.info("partition_gained", partition=p)
-        await self.handler.gained(p)
+        self._gaining[p] = asyncio.ensure_future(self._gain(p))
+
+    async def _gain(self, p: int) -> None:
+        try:
+            await self.handler.gained(p)
+        except (nats.errors.Error, TimeoutError, OSError) as exc:
+            # no consumer: give the lease up, the next tick (or another node) takes it again
+            log.warning("partition_start_failed", partition=p, error=type(exc).__name__)
+            if self.held.pop(p, None) is not None:
+                self.handler.lost(p)
+        finally:
+            self._gaining.pop(p, None)
+
+    def _lose(self, p: int) -> None:
+        starting = self._gaining.pop(p, None)
+        if starting is not None:
+            starting.cancel()
+        self.handler.lost(p)
 
     async def _confirmed(self, key: str, revision: int) -> bool:
         """Whether our `create` is still the key's last write once concurrent writes are in.
@@ -233,6 +266,10 @@ class LeaseKeeper:
 
     async def _release(self, p: int) -> None:
         try:
+            starting = self._gaining.get(p)
+            if starting is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
             await self.handler.release(p)
             lease = self.held.pop(p, None)
             if lease is not None:
