@@ -243,6 +243,8 @@ class Daemon:
         connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
                                   acceptor=acceptor)  # fmt: skip
         deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
+        if node is not None:
+            deferred.mirror = node.call_mirror
         permits = self._permits(router)
         reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
         agents = self._agents_service(table, supervisor)

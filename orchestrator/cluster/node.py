@@ -15,10 +15,12 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import nats.errors
 import structlog
 
 from orchestrator.cluster import admin
 from orchestrator.cluster.accept import ClusterAcceptor
+from orchestrator.cluster.calls import CallMirror
 from orchestrator.cluster.consumers import Consumers
 from orchestrator.cluster.history import HistoryWriter
 from orchestrator.cluster.ingress import Envelope, NatsJournal
@@ -29,6 +31,7 @@ from orchestrator.cluster.options import ClusterOptions
 from orchestrator.control import ControlFailed
 from orchestrator.journal import JournalError
 from orchestrator.router import Router
+from orchestrator.spawner import SpawnError
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
 from protocol.endpoints import StateLayout
@@ -52,6 +55,7 @@ class ClusterNode:
     acceptor: ClusterAcceptor | None = None
     leases: LeaseKeeper | None = None
     history: HistoryWriter | None = None
+    call_mirror: CallMirror | None = None
     leaving: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -78,6 +82,7 @@ class ClusterNode:
         self.consumers = Consumers(self.nats, ttl, self._deliver, self._drop, self._settle)
         self.history = HistoryWriter(self.nats, layout, self.nats.names.swarm, self._writes,
                                      self._fenced)  # fmt: skip
+        self.call_mirror = CallMirror(self.nats)
         self.acceptor = ClusterAcceptor(self.journal, self.consumers)
         self.acceptor.after = self.history.after
         self.leases = LeaseKeeper(
@@ -106,6 +111,12 @@ class ClusterNode:
             assert self.supervisor is not None
             entry = self.supervisor.table.entry(target)
             await self.history.prepare(target, entry.generation)
+            if self.call_mirror is not None:  # calls it left suspended on a node that died
+                try:
+                    await self.call_mirror.restore(target, self.history.paths(target))
+                except (nats.errors.Error, TimeoutError, OSError) as exc:
+                    raise SpawnError(f"pending calls of {target} unreadable: "
+                                     f"{type(exc).__name__}") from exc  # fmt: skip
 
     def history_frame(self, entry: ProcessEntry, line: bytes) -> None:
         assert self.history is not None
@@ -240,6 +251,8 @@ class ClusterNode:
                 await task
         if self.consumers is not None:
             await self.consumers.close()
+        if self.call_mirror is not None:
+            await self.call_mirror.close()
         await self.nats.close()
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
