@@ -208,6 +208,7 @@ class Daemon:
             version=_version(),
             state_root=str(self.opts.layout.root),
             endpoints={"agents": self.endpoints[0], "control": self.endpoints[1]},
+            node=self.opts.cluster.node if self.opts.cluster is not None else "",
         )
 
     def _build(

@@ -178,6 +178,8 @@ class OrchestratorInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
     version: str
     state_root: str
     endpoints: dict[str, str] = msgspec.field(default_factory=dict)
+    node: str = ""
+    """Cluster mode: this node's name (empty on one machine)."""
 
 
 class ExitInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):

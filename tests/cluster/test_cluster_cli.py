@@ -53,6 +53,10 @@ async def test_status_and_drain_from_any_node(
         assert view["unowned"] == []
     code, out, _ = await run_cli(*cli_args(nodes[1], "status"))
     assert code == 0 and "n3" in out and "ingress stream" in out
+    assert nodes[1].state_root is not None
+    code, out, _ = await run_cli("status", "--state-root", str(nodes[1].state_root),
+                                 "--swarm", nodes[1].swarm)  # fmt: skip
+    assert code == 0 and "node n2" in out  # a node's own table says which node it is
 
     victim = nodes[2]
     mark = victim.mark()
