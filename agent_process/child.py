@@ -51,6 +51,8 @@ from protocol.messages import (
     Event,
     Heartbeat,
     Hello,
+    History,
+    HistoryPayload,
     Message,
     Ready,
     Shutdown,
@@ -220,6 +222,8 @@ class Child:
             self.runner = runner = await factory(self.launch, self.bridge)
             if isinstance(runner, AgentRuntime):  # test runners defer no calls
                 deferred.install(runner, self.deferred)
+                if self.launch.settings.history_frames:  # cluster mode (ARCHITECTURE.md §15)
+                    runner.store.mirror = self._mirror
             return list(runner.tool_names)
 
         if not await self.link.handshake(load, start_error_info):
@@ -229,6 +233,11 @@ class Child:
             self.queue.put_nowait(resume)
         self._wake()  # async replies stored by an earlier process of this instance
         return True
+
+    def _mirror(self, line: bytes) -> None:
+        """Each conversation event, in order, to the node (which publishes it)."""
+        payload = HistoryPayload(line=line)
+        self.link.post(History(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
     async def _submit_deferred(self, call: PendingCall) -> None:
         await self.send(deferred.submit_frame(self.me, call))
@@ -348,7 +357,7 @@ class Child:
                 self.link.on_shutdown(payload)
             case Heartbeat():
                 pass
-            case Hello() | Ready() | StartError() | Status() | Call() | ShutdownAck():
+            case Hello() | Ready() | StartError() | Status() | Call() | ShutdownAck() | History():
                 log.warning("frame_unexpected", type=type(msg).__name__)
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -69,6 +69,16 @@ PASSED_ON = frozenset({"deferred", "pendingCall", "usage"})
 client-side call when the turn made another, and the token counts."""
 log = structlog.get_logger("goondan.deferred")
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
+
+
+class CallMirror(Protocol):
+    """Cluster mode: where pending calls are kept beyond this node (orchestrator/cluster/)."""
+
+    def pending(self, call: PendingCall, then: Callable[[], None]) -> None:
+        """Keep `call`, then run `then` (announce it): a client never hears of a call that
+        another node could not resume."""
+
+    def answered(self, call: PendingCall) -> None: ...
 
 
 class DeferredCallError(Exception):
@@ -132,6 +142,7 @@ class DeferredIndex:
         self._held: dict[Address, set[str]] = {}
         """Resolutions for a process that is not ready yet: sent when it is."""
         self._tasks: set[asyncio.Future[None]] = set()
+        self.mirror: CallMirror | None = None
 
     # -- the index --------------------------------------------------------------------
 
@@ -202,9 +213,16 @@ class DeferredIndex:
         paths = self.layout.instance_paths(self.swarm, call.instance_key, call.agent)
         path = paths.pending_calls_dir / (path_segment(call.id) + PENDING_SUFFIX)
         self.calls[call.id] = Found(call, path)
-        log.info("deferred_call_pending", call_id=call.id, method=call.method,
-                 agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
-        self._notify_client(event, call)
+
+        def announce() -> None:
+            log.info("deferred_call_pending", call_id=call.id, method=call.method,
+                     agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
+            self._notify_client(event, call)
+
+        if self.mirror is not None:
+            self.mirror.pending(call, announce)
+        else:
+            announce()
 
     def on_death(self, address: Address, event: AgentEvent) -> bool:
         """The process of `address` died running `event`. If that turn had suspended on a
@@ -325,6 +343,8 @@ class DeferredIndex:
         data = msgspec.json.encode(answer)
         write_atomic(found.path.with_name(path_segment(call.id) + ANSWER_SUFFIX), data)
         self.calls.pop(call_id, None)
+        if self.mirror is not None:
+            self.mirror.answered(call)
         waiter = self._reopen(call, wait, via)
         self._route(address, call.id)
         log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)

@@ -113,6 +113,16 @@ class CallsDecide(_Request, frozen=True, tag="calls_decide"):
     """Where the person decided (`goondan calls`, Studio's approve/deny buttons)."""
 
 
+class ClusterStatusQuery(_Request, frozen=True, tag="cluster_status"):
+    """`goondan cluster status`: the swarm's nodes, partitions and lag (cluster mode)."""
+
+
+class ClusterDrain(_Request, frozen=True, tag="cluster_drain"):
+    """`goondan cluster drain NODE`: move the node's partitions away before maintenance."""
+
+    node: str
+
+
 ControlRequest = (
     Ping
     | SendText
@@ -127,6 +137,8 @@ ControlRequest = (
     | CallsList
     | CallsResolve
     | CallsDecide
+    | ClusterStatusQuery
+    | ClusterDrain
 )
 
 CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
@@ -142,6 +154,8 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     CallsList,
     CallsResolve,
     CallsDecide,
+    ClusterStatusQuery,
+    ClusterDrain,
 )
 
 
@@ -166,6 +180,8 @@ class OrchestratorInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
     version: str
     state_root: str
     endpoints: dict[str, str] = msgspec.field(default_factory=dict)
+    node: str = ""
+    """Cluster mode: this node's name (empty on one machine)."""
 
 
 class ExitInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):

@@ -35,6 +35,8 @@ from protocol.messages import (
     HeartbeatPayload,
     Hello,
     HelloPayload,
+    History,
+    HistoryPayload,
     Message,
     Ready,
     ReadyPayload,
@@ -79,6 +81,7 @@ SAMPLES: list[Message] = [
     Heartbeat(**FR, payload=HeartbeatPayload(seq=7, sent_at=1.5)),
     Shutdown(**FR, payload=ShutdownPayload(grace_period_ms=5, reason=ShutdownReason.CONFIG_CHANGE)),
     ShutdownAck(**FR, payload=ShutdownAckPayload(undelivered_events=["e1"])),
+    History(**FR, payload=HistoryPayload(line=b'{"type":"append"}\n')),
 ]
 
 
