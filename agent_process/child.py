@@ -52,6 +52,8 @@ from protocol.messages import (
     Event,
     Heartbeat,
     Hello,
+    History,
+    HistoryPayload,
     Message,
     Ready,
     Shutdown,
@@ -223,6 +225,8 @@ class Child:
             if isinstance(runner, AgentRuntime):  # test runners defer and stream nothing
                 deferred.install(runner, self.deferred)
                 runner.stream_to(self._send_delta)
+                if self.launch.settings.history_frames:  # cluster mode (ARCHITECTURE.md §15)
+                    runner.store.mirror = self._mirror
             return list(runner.tool_names)
 
         if not await self.link.handshake(load, start_error_info):
@@ -236,6 +240,11 @@ class Child:
     def _send_delta(self, delta: StreamDelta) -> bool:
         """A turn's delta for its requester: sent now, or dropped (never waited for)."""
         return self.link.send_nowait(Delta(from_=self.me, to=ORCHESTRATOR, payload=delta))
+
+    def _mirror(self, line: bytes) -> None:
+        """Each conversation event, in order, to the node (which publishes it)."""
+        payload = HistoryPayload(line=line)
+        self.link.post(History(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
     async def _submit_deferred(self, call: PendingCall) -> None:
         await self.send(deferred.submit_frame(self.me, call))
@@ -289,11 +298,14 @@ class Child:
             return  # the replies were taken by a turn that ran in between
         self.busy = True
         self.bridge.current = event
+        if isinstance(self.runner, AgentRuntime):  # before the status frame: it goes out first
+            await self.runner.ask_ahead(event)
         await self._status(ChildState.PROCESSING, event.id)
         try:
             turn = await self._turn(event)
             if turn is None:  # parked by a drain: its pending call stays for the next process
                 self.busy = False
+                await self.bridge.drop_ahead()  # an unused permit asked ahead goes back
                 self.bridge.current = None
                 await self._status(ChildState.IDLE, event.id)
                 return
@@ -309,6 +321,7 @@ class Child:
             reply = response_to(event, source=self.source, text=text, error=error, metadata=meta)
             await self.send(Event(from_=self.me, to=event.reply_to.target, payload=reply))
         self.busy = False
+        await self.bridge.drop_ahead()
         self.bridge.current = None
         await self._status(ChildState.IDLE, event.id, outcome)
         self._wake()
@@ -351,7 +364,16 @@ class Child:
                 self.link.on_shutdown(payload)
             case Heartbeat():
                 pass
-            case Hello() | Ready() | StartError() | Status() | Call() | ShutdownAck() | Delta():
+            case (
+                Hello()
+                | Ready()
+                | StartError()
+                | Status()
+                | Call()
+                | ShutdownAck()
+                | Delta()
+                | History()
+            ):
                 log.warning("frame_unexpected", type=type(msg).__name__)
 
 

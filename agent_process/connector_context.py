@@ -34,6 +34,7 @@ from bundles.values import ValueProblem, value_of
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import ORCHESTRATOR, ProcessId, agent_address
+from protocol.jsonrpc import RESUMED_CALL
 from protocol.messages import Event, Message
 from protocol.stream import StreamDelta
 
@@ -67,6 +68,8 @@ class Reply:
     §10): the client answers it (webhook: `POST /rpc`) and the turn resumes."""
     usage: Mapping[str, int] = field(default_factory=dict)
     """The turn's token counts, when the agent reported them."""
+    resumed_call: str | None = None
+    """The call whose answer (given elsewhere) resumed the turn (`HostContext.on_resumed`)."""
 
     @classmethod
     def of(cls, event_id: str, response: AgentEvent) -> Reply:
@@ -76,7 +79,9 @@ class Reply:
         deferred = response.metadata.get("deferred")
         first = response.metadata.get("eventId")
         usage = response.metadata.get("usage")
+        resumed = response.metadata.get(RESUMED_CALL)
         return cls(
+            resumed_call=resumed if isinstance(resumed, str) else None,
             deferred=deferred if isinstance(deferred, dict) else None,
             usage={k: v for k, v in usage.items() if isinstance(v, int)}
             if isinstance(usage, dict)
@@ -87,6 +92,9 @@ class Reply:
             error_code=str(error.code) if error is not None else None,
             error_message=error.message if error is not None else None,
         )
+
+
+OnResumed = Callable[[Reply], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +239,8 @@ class HostContext:
     _pending: dict[str, asyncio.Future[AgentEvent]] = field(default_factory=dict)
     _deltas: dict[str, Callable[[StreamDelta], None]] = field(default_factory=dict)
     """The `on_delta` of each waiting emit that asked for a stream, by correlation id."""
+    _on_resumed: OnResumed | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def connection(self) -> str:
@@ -304,12 +314,31 @@ class HostContext:
                               exc_info=exc)  # fmt: skip
         return True
 
+    def on_resumed(self, handler: OnResumed) -> None:
+        self._on_resumed = handler
+
     def deliver(self, response: AgentEvent) -> bool:
         fut = self._pending.pop(response.in_reply_to or "", None)
         if fut is None or fut.done():
-            return False
+            return self._resumed(response)
         fut.set_result(response)
         return True
+
+    def _resumed(self, response: AgentEvent) -> bool:
+        """A turn's reply after its emit was answered: the connector's `on_resumed`."""
+        call = response.metadata.get(RESUMED_CALL)
+        if self._on_resumed is None or not isinstance(call, str) or self.closed:
+            return False
+        task = asyncio.ensure_future(self._hand_on(self._on_resumed, Reply.of("", response)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _hand_on(self, handler: OnResumed, reply: Reply) -> None:
+        try:
+            await handler(reply)
+        except Exception:  # the connector's bug must not end its process's receive loop
+            self.logger.error("resumed_reply_failed", call_id=reply.resumed_call, exc_info=True)
 
     def _closed_reply(self) -> Reply:
         return Reply(

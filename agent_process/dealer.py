@@ -48,8 +48,8 @@ class Dealer:
             self._on_events()  # the send may have taken the wake-up of an inbound frame
             return
 
-    def try_send(self, data: bytes) -> bool:
-        """Queue one frame if the high-water mark allows it now; False (not sent) if not."""
+    def send_nowait(self, data: bytes) -> bool:
+        """Queue one frame if the high-water mark allows it now; False otherwise."""
         try:
             self.sock.send(data, _NOBLOCK)
         except zmq.Again:

@@ -14,6 +14,7 @@ even a SIGKILL of the daemon. What frames mean beyond this is the caller's `disp
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import functools
@@ -34,6 +35,7 @@ from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.ids import ORCHESTRATOR, routing_id
 from protocol.launch import ChildLaunch
 from protocol.messages import (
+    FEATURE_HISTORY,
     Event,
     Heartbeat,
     HeartbeatPayload,
@@ -66,7 +68,7 @@ class FrameSocket(Protocol):
     """Single frames to and from the orchestrator: the `Dealer`, or a stand-in."""
 
     async def send(self, data: bytes) -> None: ...
-    def try_send(self, data: bytes) -> bool: ...
+    def send_nowait(self, data: bytes) -> bool: ...
     async def recv(self) -> bytes: ...
 
 
@@ -96,8 +98,20 @@ class Link:
         self.on_drain: Callable[[], None] = lambda: None
         """Called once the drain is asked, e.g. to wake a loop parked on its own queue."""
         self.last_heard = time.monotonic()
+        self._backlog: collections.deque[bytes] = collections.deque()
+        """Frames `post` could not queue at once; `send` sends them first (order kept)."""
+
+    def post(self, msg: Message) -> None:
+        """Send without awaiting, in order with `send`: queued in the socket now when the
+        high-water mark allows, else held for the next `send` (a turn always ends with one)."""
+        data = encode(msg)
+        nowait = getattr(self.sock, "send_nowait", None)
+        if self._backlog or nowait is None or not nowait(data):
+            self._backlog.append(data)
 
     async def send(self, msg: Message) -> None:
+        while self._backlog:
+            await self.sock.send(self._backlog.popleft())
         data = encode(msg)
         limit = self.launch.settings.max_frame_bytes
         if len(data) > limit:
@@ -116,7 +130,7 @@ class Link:
         if len(data) > self.launch.settings.max_frame_bytes:
             too_large(msg, len(data), self.launch.settings.max_frame_bytes)
             return False
-        return self.sock.try_send(data)
+        return self.sock.send_nowait(data)
 
     async def handshake(
         self, load: Callable[[], Awaitable[list[str]]], failure: Callable[[Exception], ErrorInfo]
@@ -130,6 +144,7 @@ class Link:
             name=pid.name,
             instance_key=pid.instance_key,
             generation=pid.generation,
+            features=[FEATURE_HISTORY] if self.launch.settings.history_frames else [],
         )
         await self.send(Hello(from_=self.me, to=ORCHESTRATOR, payload=hello))
         try:

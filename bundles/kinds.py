@@ -275,6 +275,20 @@ class IngressPolicy(_Spec):
     accepted events live in memory only."""
 
 
+class ClusterPolicy(_Spec):
+    """Cluster mode only (`goondan run --cluster`, ARCHITECTURE.md §15); ignored on one machine."""
+
+    partitions: int = 64
+    """Instances are spread over this many partitions (each owned by one node at a time);
+    fixed for the life of the swarm's streams."""
+    lease_ttl_seconds: float = 3.0
+    """A node that has not renewed its leases for this long loses them to the others."""
+    replicas: int = 3
+    """JetStream replicas of the swarm's streams and buckets (1 for a single NATS server)."""
+    dedupe_window_seconds: float = 3600.0
+    """How long an idempotency key maps a retry to its first event (`Nats-Msg-Id`)."""
+
+
 class ToolsPolicy(_Spec):
     default_timeout_ms: int = 300_000
     """The timeout of an export that sets no `timeoutMs`: a hanging tool ends its call with
@@ -292,6 +306,7 @@ class SwarmPolicy(_Spec):
     the machine's memory / 16 MiB (at least 16)."""
     spawn: SpawnPolicy = msgspec.field(default_factory=SpawnPolicy)
     ingress: IngressPolicy = msgspec.field(default_factory=IngressPolicy)
+    cluster: ClusterPolicy = msgspec.field(default_factory=ClusterPolicy)
     tools: ToolsPolicy = msgspec.field(default_factory=ToolsPolicy)
     shutdown: ShutdownPolicy = msgspec.field(default_factory=ShutdownPolicy)
     restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)

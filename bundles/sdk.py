@@ -338,12 +338,20 @@ class ConnectorReply(Protocol):
     def deferred(self) -> Mapping[str, Any] | None:
         """The JSON-RPC 2.0 request of a client-side tool call (or an approval,
         `goondan.approve`) the turn waits for (ARCHITECTURE.md §10); answer it with the event
-        `deferred.answer`. Its final reply comes to whoever answers it."""
+        `deferred.answer`. Its final reply comes to whoever answers it, and, when someone
+        else answers it (`goondan calls`, Studio, a webhook's `/rpc`), also to this connector
+        through `ConnectorContext.on_resumed`."""
         ...
 
     @property
     def usage(self) -> Mapping[str, int]:
         """The turn's token counts (`input_tokens`, `output_tokens`, ...), empty if unknown."""
+        ...
+
+    @property
+    def resumed_call(self) -> str | None:
+        """On a reply handed to `on_resumed`: the id of the client-side call (the `id` of
+        `deferred`) whose answer resumed the turn; None on an emit's own answer."""
         ...
 
 
@@ -457,6 +465,13 @@ class ConnectorContext(Protocol):
         each `StreamDelta` (text as the model writes it, tool calls starting and ending) before
         the reply comes back. It must not block (hand the work to a task); deltas are
         best-effort, the reply is the whole answer."""
+        ...
+
+    def on_resumed(self, handler: Callable[[ConnectorReply], Awaitable[None]]) -> None:
+        """Where the final replies of this connector's turns go when their emit was already
+        answered with a client-side call (`deferred`) that someone else answered: the handler
+        gets each reply, whose `resumed_call` names the call (e.g. to post it to the chat the
+        turn came from). Without a handler such replies are logged and dropped."""
         ...
 
 

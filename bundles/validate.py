@@ -206,6 +206,15 @@ class Checks:
             bad.append((("shutdown", "gracePeriodSeconds"), "gracePeriodSeconds must be >= 0"))
         if policy.lifecycle.reconcile_interval_seconds <= 0:
             bad.append((("lifecycle", "reconcileIntervalSeconds"), "must be > 0"))
+        cluster = policy.cluster
+        if not 1 <= cluster.partitions <= 4096:
+            bad.append((("cluster", "partitions"), "partitions must be 1..4096"))
+        if cluster.lease_ttl_seconds < 1:
+            bad.append((("cluster", "leaseTtlSeconds"), "leaseTtlSeconds must be >= 1"))
+        if not 1 <= cluster.replicas <= 5:
+            bad.append((("cluster", "replicas"), "replicas must be 1..5 (JetStream's limit)"))
+        if cluster.dedupe_window_seconds <= 0:
+            bad.append((("cluster", "dedupeWindowSeconds"), "must be > 0"))
         self._metrics(res)
         if res.spec.instance_key is not None and not res.spec.instance_key:
             self.rep.error(

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import structlog
 import zmq
@@ -41,6 +41,8 @@ from protocol.control import (
     CallsDecide,
     CallsList,
     CallsResolve,
+    ClusterDrain,
+    ClusterStatusQuery,
     ControlReply,
     ControlRequest,
     InstanceDelete,
@@ -100,6 +102,28 @@ class ControlContext:
     """Today's usage against budgets and the Models' rate limits, for `goondan status`."""
     stopped: asyncio.Future[StopReport] | None = None
     """Set by the daemon when its drain is over (what `goondan stop` waits for)."""
+    cluster: ClusterControl | None = None
+    """This node's view of the swarm's cluster (None on one machine)."""
+
+
+class ClusterControl(Protocol):
+    """What `goondan cluster status|drain` asks a node (orchestrator/cluster/node.py)."""
+
+    async def status(self) -> JsonObject: ...
+
+    async def drain(self, node: str) -> JsonObject: ...
+
+
+async def _cluster(ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain) -> JsonObject:
+    if ctx.cluster is None:
+        raise ControlFailed(
+            ErrorCode.E_CLUSTER_CONFIG,
+            "this daemon runs on one machine: "
+            "start it with --cluster URLS --node NAME to join a cluster",
+        )
+    if isinstance(req, ClusterDrain):
+        return await ctx.cluster.drain(req.node)
+    return await ctx.cluster.status()
 
 
 async def _status(ctx: ControlContext) -> StatusResult:
@@ -128,6 +152,12 @@ def _instances(ctx: ControlContext) -> list[JsonObject]:
             row.update(instanceKey=entry.address.instance_key, agent=entry.address.name,
                        status=str(entry.status))  # fmt: skip
     return rows
+
+
+async def _instance_request(ctx: ControlContext, req: InstanceList | InstanceDelete) -> Any:
+    if isinstance(req, InstanceDelete):
+        return await _delete_instance(ctx, req)
+    return {"instances": _instances(ctx)}
 
 
 async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObject:
@@ -176,9 +206,9 @@ async def _calls(req: CallsRequest, ctx: ControlContext) -> Any:
         return {"calls": index.list()}
     try:
         if isinstance(req, CallsDecide):
-            by = req.by or "cli"
+            by = req.by or req.via
             return await index.decide(
-                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000
+                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000, via=req.via
             )
         answer = answer_of(
             req.call_id, req.result, req.error_code, req.error_message, req.error_data
@@ -264,12 +294,12 @@ async def handle(
             return await _stop_process(ctx, req)
         case Stop():
             return await _stop(ctx, req, notify)
-        case InstanceList():
-            return {"instances": _instances(ctx)}
-        case InstanceDelete():
-            return await _delete_instance(ctx, req)
+        case InstanceList() | InstanceDelete():
+            return await _instance_request(ctx, req)
         case Reload() | CallsList() | CallsResolve() | CallsDecide():
             return await _reload_or_later(req, ctx)
+        case ClusterStatusQuery() | ClusterDrain():
+            return await _cluster(ctx, req)
         case _:
             assert_never(req)
 

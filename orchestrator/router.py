@@ -63,6 +63,7 @@ from protocol.messages import (
     Event,
     Heartbeat,
     Hello,
+    History,
     Message,
     Ready,
     Shutdown,
@@ -103,6 +104,11 @@ class Services:
     """Model-call permits and usage: budgets and shared rate limits."""
     metrics: Callable[[ProcessEntry, TurnMetrics], None] | None = None
     """Counter deltas of agents' turns, for the metrics endpoint (orchestrator/metrics.py)."""
+    remote: Callable[[Address, AgentEvent, Address | None], None] | None = None
+    """Cluster mode: a response for an agent goes to whichever node owns it, after the
+    serving instance's conversation appends (orchestrator/cluster/node.py)."""
+    history: Callable[[ProcessEntry, bytes], None] | None = None
+    """Cluster mode: a child's conversation event, for the history stream."""
 
 
 @dataclass(slots=True)
@@ -238,12 +244,8 @@ class Router:
             case Status(payload=payload):
                 self._on_status(entry, payload)
                 lifecycle.on_status(entry, payload)
-            case Hello(payload=payload):
-                lifecycle.on_hello(entry, payload)
-            case Ready(payload=payload):
-                lifecycle.on_ready(entry, payload)
-            case StartError(payload=payload):
-                lifecycle.on_start_error(entry, payload)
+            case Hello() | Ready() | StartError():
+                self._handshake(entry, msg, lifecycle)
             case ShutdownAck(payload=payload):
                 self.mailbox(entry.address).requeue(payload.undelivered_events)
                 lifecycle.on_shutdown_ack(entry, payload)
@@ -253,7 +255,9 @@ class Router:
                 # each child's beat is answered: children beat on their own timers (spread by
                 # when they started), so no broadcast wakes 1,000 of them in the same instant
                 self.send(entry, Heartbeat(from_=ORCHESTRATOR, to=entry.id_text, payload=beat))
-            case CallResult() | Shutdown():
+            case History(payload=payload) if services.history is not None:
+                services.history(entry, payload.line)  # cluster mode (ARCHITECTURE.md §15)
+            case CallResult() | Shutdown() | History():
                 log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:
                 assert_never(msg)
@@ -264,6 +268,18 @@ class Router:
             self._on_child_event(entry, msg.to, msg.payload)
         else:
             self.deltas.route(entry, msg.payload)
+
+    @staticmethod
+    def _handshake(
+        entry: ProcessEntry, msg: Hello | Ready | StartError, lifecycle: Lifecycle
+    ) -> None:
+        match msg:
+            case Hello(payload=payload):
+                lifecycle.on_hello(entry, payload)
+            case Ready(payload=payload):
+                lifecycle.on_ready(entry, payload)
+            case StartError(payload=payload):
+                lifecycle.on_start_error(entry, payload)
 
     def _on_call(self, entry: ProcessEntry, payload: CallPayload, services: Services) -> None:
         if payload.op is CallOp.SEND and services.sends is not None:
@@ -450,6 +466,14 @@ class Router:
         except ProtocolError:
             log.warning("response_bad_requester", requester=request.requester)
             return
+        remote = self.services.remote
+        if remote is not None and requester.kind is ProcessKind.AGENT:
+            remote(requester, response, request.server)  # cluster mode: its owner may be elsewhere
+            return
+        self.deliver_response(requester, response)
+
+    def deliver_response(self, requester: Address, response: AgentEvent) -> None:
+        """A response for a process of this daemon: to it now, or queued while it starts."""
         entry = self.ready(requester)
         if entry is None:
             if requester.kind is ProcessKind.AGENT:
@@ -458,7 +482,7 @@ class Router:
                 self.mailbox(requester).queue.append(response)
                 self.services.lifecycle.ensure(requester)
                 return
-            log.info("response_requester_gone", requester=request.requester)
+            log.info("response_requester_gone", requester=str(requester))
             return
         self.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=response))
 

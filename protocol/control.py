@@ -7,7 +7,7 @@ dropped connection.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -124,6 +124,18 @@ class CallsDecide(_Request, frozen=True, tag="calls_decide"):
     by: str = ""
     """Who decided (the CLI sends the OS user); recorded in the runtime events."""
     timeout_ms: int = 120_000
+    via: Literal["cli", "studio"] = "cli"
+    """Where the person decided (`goondan calls`, Studio's approve/deny buttons)."""
+
+
+class ClusterStatusQuery(_Request, frozen=True, tag="cluster_status"):
+    """`goondan cluster status`: the swarm's nodes, partitions and lag (cluster mode)."""
+
+
+class ClusterDrain(_Request, frozen=True, tag="cluster_drain"):
+    """`goondan cluster drain NODE`: move the node's partitions away before maintenance."""
+
+    node: str
 
 
 ControlRequest = (
@@ -141,6 +153,8 @@ ControlRequest = (
     | CallsResolve
     | CallsDecide
     | StreamAck
+    | ClusterStatusQuery
+    | ClusterDrain
 )
 
 CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
@@ -157,6 +171,8 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     CallsResolve,
     CallsDecide,
     StreamAck,
+    ClusterStatusQuery,
+    ClusterDrain,
 )
 
 
@@ -188,6 +204,8 @@ class OrchestratorInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
     version: str
     state_root: str
     endpoints: dict[str, str] = msgspec.field(default_factory=dict)
+    node: str = ""
+    """Cluster mode: this node's name (empty on one machine)."""
 
 
 class ExitInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):

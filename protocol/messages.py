@@ -45,6 +45,9 @@ class HelloPayload(_Payload, frozen=True, omit_defaults=False):
     instance_key: str
     generation: int
     protocol_version: int = PROTOCOL_VERSION
+    features: list[str] = msgspec.field(default_factory=list)
+    """Optional frames this child sends: `history` (cluster mode asks for it in the launch
+    settings; a node refuses a child that does not say it will)."""
 
 
 class ReadyPayload(_Payload, frozen=True):
@@ -128,6 +131,23 @@ class StatusPayload(_Payload, frozen=True):
 
 class Status(_Frame, frozen=True, tag="status"):
     payload: StatusPayload
+
+
+# -- cluster mode: the conversation's appends -------------------------------------------
+
+FEATURE_HISTORY = "history"
+
+
+class HistoryPayload(_Payload, frozen=True):
+    """One conversation event (append/replace/remove/truncate) as the JSON line the child
+    wrote to its `events.jsonl`; in cluster mode the node publishes it to the history
+    stream (ARCHITECTURE.md §15). Sent only when the launch asks (`historyFrames`)."""
+
+    line: bytes
+
+
+class History(_Frame, frozen=True, tag="history"):
+    payload: HistoryPayload
 
 
 # -- runtime calls that are not events ---------------------------------------------------
@@ -236,6 +256,7 @@ Message = (
     | Shutdown
     | ShutdownAck
     | Delta
+    | History
 )
 """The closed union of every frame. Dispatch with `match` ending in `assert_never`."""
 
@@ -251,4 +272,5 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     Shutdown,
     ShutdownAck,
     Delta,
+    History,
 )

@@ -71,7 +71,7 @@ class NullSocket:
     async def send(self, data: bytes) -> None:
         self.sent.append(type(decode_message(data)).__name__)
 
-    def try_send(self, data: bytes) -> bool:
+    def send_nowait(self, data: bytes) -> bool:
         self.sent.append(type(decode_message(data)).__name__)
         return True
 

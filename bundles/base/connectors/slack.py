@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bundles.sdk import ConnectorContext, load_sibling
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
 
 guard = load_sibling(__file__, "_httpguard")
 http = load_sibling(__file__, "_http")
@@ -266,6 +266,14 @@ class Slack:
         if text is not None:
             await self.post({"channel": channel, "threadTs": record.get("threadTs")}, text)
 
+    async def on_resumed(self, reply: ConnectorReply) -> None:
+        """The reply of a turn whose approval was decided elsewhere: to its thread."""
+        await approvals.on_resumed(
+            self.ctx, self.pending, reply,
+            lambda r: {"channel": r.get("chat"), "threadTs": r.get("threadTs")},
+            self.ask, self.post,
+        )  # fmt: skip
+
     async def _api(self, method: str, body: dict[str, Any]) -> None:
         try:
             await self.call_api(method, body)
@@ -322,6 +330,7 @@ async def start(ctx: ConnectorContext) -> None:
 
 async def run(ctx: ConnectorContext) -> None:
     slack: Slack = ctx.state["slack"]
+    ctx.on_resumed(slack.on_resumed)
     try:
         await ctx.state["http"].serve()
     finally:

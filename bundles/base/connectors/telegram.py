@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from bundles.sdk import ConnectorContext, load_sibling
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
 
 chatbot = load_sibling(__file__, "_chatbot")
 drafts = load_sibling(__file__, "_draft")
@@ -150,7 +150,8 @@ class Telegram:
     # -- approvals (ARCHITECTURE.md §10): inline buttons in the chat the turn came from ------
 
     async def ask(self, props: dict[str, Any], request: Mapping[str, Any]) -> None:
-        where = {"messageId": props["messageId"], "threadId": props.get("threadId")}
+        where = {"messageId": props["messageId"], "threadId": props.get("threadId"),
+                 "chatId": props["chatId"]}  # fmt: skip
         token = self.pending.add(str(request.get("id")), str(props["chatId"]), **where)
         keyboard = [[{"text": "Approve", "callback_data": f"{CALLBACK_PREFIX}{token}:y"},
                      {"text": "Deny", "callback_data": f"{CALLBACK_PREFIX}{token}:n"}]]  # fmt: skip
@@ -187,6 +188,14 @@ class Telegram:
             props = {"chatId": chat.get("id"), "messageId": record.get("messageId"),
                      "threadId": record.get("threadId")}  # fmt: skip
             await self.answer(props, text)
+
+    async def on_resumed(self, reply: ConnectorReply) -> None:
+        """The reply of a turn whose approval was decided elsewhere: to its chat."""
+        await approvals.on_resumed(
+            self.ctx, self.pending, reply,
+            lambda r: {key: r.get(key) for key in ("chatId", "messageId", "threadId")},
+            self.ask, self.answer,
+        )  # fmt: skip
 
     async def _ack(self, query: dict[str, Any], refused: str | None) -> None:
         body: dict[str, Any] = {"callback_query_id": query.get("id")}
@@ -281,6 +290,7 @@ async def start(ctx: ConnectorContext) -> None:
 
 async def run(ctx: ConnectorContext) -> None:
     bot: Telegram = ctx.state["telegram"]
+    ctx.on_resumed(bot.on_resumed)
     try:
         await bot.serve()
     finally:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from protocol import codec
 from protocol.control import (
     CONTROL_REQUEST_TYPES,
+    CallsDecide,
     CallsResolve,
     ControlReply,
     Ping,
@@ -36,6 +37,8 @@ from protocol.messages import (
     HeartbeatPayload,
     Hello,
     HelloPayload,
+    History,
+    HistoryPayload,
     Message,
     Ready,
     ReadyPayload,
@@ -85,6 +88,7 @@ SAMPLES: list[Message] = [
         **FR,
         payload=StreamDelta(correlation_id="c1", seq=3, kind=DeltaKind.TEXT, step=1, text="par"),
     ),
+    History(**FR, payload=HistoryPayload(line=b'{"type":"append"}\n')),
 ]
 
 
@@ -198,3 +202,13 @@ def test_trace_child_keeps_trace_id() -> None:
     assert child.trace_id == root.trace_id
     assert child.parent_span_id == root.span_id
     assert child.span_id != root.span_id
+
+
+def test_calls_decide_says_where_a_person_decided_from_a_closed_set() -> None:
+    studio = CallsDecide(request_id="r", call_id="c", approve=True, via="studio")
+    assert codec.decode_control_request(codec.encode(studio)) == studio
+    assert CallsDecide(request_id="r", call_id="c", approve=True).via == "cli"  # older clients
+    fields = msgspec.msgpack.decode(codec.encode(studio))
+    forged = codec.encode({**fields, "via": "connector:tg"})
+    with pytest.raises(ProtocolError):
+        codec.decode_control_request(forged)
