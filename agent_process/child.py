@@ -48,6 +48,7 @@ from protocol.messages import (
     CallOp,
     CallResult,
     ChildState,
+    Delta,
     Event,
     Heartbeat,
     Hello,
@@ -62,6 +63,7 @@ from protocol.messages import (
     StatusPayload,
     TurnOutcome,
 )
+from protocol.stream import StreamDelta
 
 ENV_TURN_RUNNER = "GOONDAN_TURN_RUNNER"
 log = structlog.get_logger("goondan.child")
@@ -220,8 +222,9 @@ class Child:
 
         async def load() -> list[str]:
             self.runner = runner = await factory(self.launch, self.bridge)
-            if isinstance(runner, AgentRuntime):  # test runners defer no calls
+            if isinstance(runner, AgentRuntime):  # test runners defer and stream nothing
                 deferred.install(runner, self.deferred)
+                runner.stream_to(self._send_delta)
                 if self.launch.settings.history_frames:  # cluster mode (ARCHITECTURE.md §15)
                     runner.store.mirror = self._mirror
             return list(runner.tool_names)
@@ -233,6 +236,10 @@ class Child:
             self.queue.put_nowait(resume)
         self._wake()  # async replies stored by an earlier process of this instance
         return True
+
+    def _send_delta(self, delta: StreamDelta) -> bool:
+        """A turn's delta for its requester: sent now, or dropped (never waited for)."""
+        return self.link.send_nowait(Delta(from_=self.me, to=ORCHESTRATOR, payload=delta))
 
     def _mirror(self, line: bytes) -> None:
         """Each conversation event, in order, to the node (which publishes it)."""
@@ -357,7 +364,16 @@ class Child:
                 self.link.on_shutdown(payload)
             case Heartbeat():
                 pass
-            case Hello() | Ready() | StartError() | Status() | Call() | ShutdownAck() | History():
+            case (
+                Hello()
+                | Ready()
+                | StartError()
+                | Status()
+                | Call()
+                | ShutdownAck()
+                | Delta()
+                | History()
+            ):
                 log.warning("frame_unexpected", type=type(msg).__name__)
 
 

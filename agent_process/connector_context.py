@@ -36,6 +36,7 @@ from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import ORCHESTRATOR, ProcessId, agent_address
 from protocol.jsonrpc import RESUMED_CALL
 from protocol.messages import Event, Message
+from protocol.stream import StreamDelta
 
 Send = Callable[[Message], Awaitable[None]]
 RunFn = Callable[[Any], Coroutine[Any, Any, None]]
@@ -236,6 +237,8 @@ class HostContext:
     """Emits answered without an error (the host reports them as completed turns)."""
     closed: bool = False
     _pending: dict[str, asyncio.Future[AgentEvent]] = field(default_factory=dict)
+    _deltas: dict[str, Callable[[StreamDelta], None]] = field(default_factory=dict)
+    """The `on_delta` of each waiting emit that asked for a stream, by correlation id."""
     _on_resumed: OnResumed | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -258,6 +261,7 @@ class HostContext:
         *,
         reply: bool = True,
         idempotency_key: str | None = None,
+        on_delta: Callable[[StreamDelta], None] | None = None,
         agent: str | None = None,
         instance_key: str | None = None,
     ) -> Reply | None:
@@ -268,7 +272,8 @@ class HostContext:
         if agent is not None:
             to = str(agent_address(agent, instance_key or self.swarm.instance_key))
         correlation_id = uuid.uuid4().hex
-        reply_to = ReplyTo(target=str(self.process_id.address), correlation_id=correlation_id)
+        reply_to = ReplyTo(target=str(self.process_id.address), correlation_id=correlation_id,
+                           stream=on_delta is not None)  # fmt: skip
         frame = new_event(
             type=event,
             input=text,
@@ -284,6 +289,8 @@ class HostContext:
             return None
         fut: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = fut
+        if on_delta is not None:
+            self._deltas[correlation_id] = on_delta
         try:
             await self.send(Event(from_=str(self.process_id), to=to, payload=frame))
             answer = Reply.of(frame.id, await fut)
@@ -292,6 +299,20 @@ class HostContext:
             return answer
         finally:  # also when the caller's own timeout cancels the wait
             self._pending.pop(correlation_id, None)
+            self._deltas.pop(correlation_id, None)
+
+    def deliver_delta(self, delta: StreamDelta) -> bool:
+        """A delta of a waiting emit's turn, to its `on_delta`; False when none waits for it.
+        A failing callback is logged, never the host's problem."""
+        on_delta = self._deltas.get(delta.correlation_id)
+        if on_delta is None:
+            return False
+        try:
+            on_delta(delta)
+        except Exception as exc:
+            self.logger.error("connector_delta_failed", error=f"{type(exc).__name__}: {exc}",
+                              exc_info=exc)  # fmt: skip
+        return True
 
     def on_resumed(self, handler: OnResumed) -> None:
         self._on_resumed = handler

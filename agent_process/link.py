@@ -68,6 +68,7 @@ class FrameSocket(Protocol):
     """Single frames to and from the orchestrator: the `Dealer`, or a stand-in."""
 
     async def send(self, data: bytes) -> None: ...
+    def send_nowait(self, data: bytes) -> bool: ...
     async def recv(self) -> bytes: ...
 
 
@@ -121,6 +122,15 @@ class Link:
                 return
             data = encode(instead)
         await self.sock.send(data)
+
+    def send_nowait(self, msg: Message) -> bool:
+        """Send now or not at all (False): for what may be dropped (`delta` frames), so the
+        sender never waits on a full socket."""
+        data = encode(msg)
+        if len(data) > self.launch.settings.max_frame_bytes:
+            too_large(msg, len(data), self.launch.settings.max_frame_bytes)
+            return False
+        return self.sock.send_nowait(data)
 
     async def handshake(
         self, load: Callable[[], Awaitable[list[str]]], failure: Callable[[Exception], ErrorInfo]

@@ -41,6 +41,7 @@ from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.results import ToolResult, error_result
 from agent_process.store import ConversationStore
+from agent_process.streaming import DeltaOut, stream_of
 from agent_process.telemetry import EventBus, RuntimeEvent
 from agent_process.toolcall import ToolCallRunner
 from bundles.sdk import AgentsRuntime, MiddlewareError
@@ -110,6 +111,8 @@ class Resumed:
 class TurnEngine:
     def __init__(self, deps: TurnDeps) -> None:
         self._d = deps
+        self.deltas: DeltaOut | None = None
+        """How a turn streams to a requester that asked (the child's link); None: never."""
 
     async def run(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
         d = self._d
@@ -126,6 +129,7 @@ class TurnEngine:
             conversation=d.store,
             span=span,
             agents=d.agents,
+            stream=stream_of(self.deltas, event),
         )
         d.bus.current_trace_id = span.trace_id
         started = time.perf_counter()
@@ -341,14 +345,20 @@ class TurnEngine:
         turn = step.turn
         self._take_inbox(turn)
         step.catalog_names = names_of(step.tool_catalog)
+        stream = turn.stream
+        if stream is not None:
+            stream.step = step.index
         response = await d.model.complete(
             ModelRequest(
                 system=d.system_prompt or None,
                 messages=d.store.messages,
                 tools=list(step.tool_catalog),
                 params=d.model_params,
+                on_text=stream.text if stream is not None else None,
             )
         )
+        if stream is not None:
+            stream.flush()  # the step's text goes before anything that follows it
         assistant = d.store.append(
             Role.ASSISTANT.value,
             response.text,

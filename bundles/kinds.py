@@ -162,6 +162,10 @@ class ScriptRule(_Spec):
     reply: str | None = None
     tool_calls: list[ScriptToolCall] = msgspec.field(default_factory=list)
     delay_ms: int = 0
+    stream_chunk_chars: int | None = None
+    """Overrides the model's `streamChunkChars` for this rule's reply."""
+    stream_delay_ms: int | None = None
+    """Overrides the model's `streamDelayMs` for this rule's reply."""
 
 
 class ScriptedOptions(_Spec):
@@ -170,6 +174,11 @@ class ScriptedOptions(_Spec):
     script: list[ScriptRule] = msgspec.field(default_factory=list)
     script_file: str | None = None
     default_reply: str = "{input}"
+    stream_chunk_chars: int = 0
+    """When the turn is streamed: the reply goes out in pieces of this many characters (0: in
+    one piece)."""
+    stream_delay_ms: int = 0
+    """When the turn is streamed: the wait between two pieces."""
 
 
 # -- Agent -------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 from bundles import codecache
 from protocol.jsontypes import JsonObject as JsonObject
 from protocol.jsontypes import JsonValue as JsonValue
+from protocol.stream import DeltaKind as DeltaKind
+from protocol.stream import StreamDelta as StreamDelta
 
 
 class Logger(Protocol):
@@ -446,6 +448,7 @@ class ConnectorContext(Protocol):
         *,
         reply: bool = True,
         idempotency_key: str | None = None,
+        on_delta: Callable[[StreamDelta], None] | None = None,
         agent: str | None = None,
         instance_key: str | None = None,
     ) -> ConnectorReply | None:
@@ -456,7 +459,12 @@ class ConnectorContext(Protocol):
         makes a repeat within 24 h the first event: same event id, same reply. With `agent`
         (and `instance_key`, default the swarm's), the event goes to that agent instance
         instead: allowed for any of the swarm's agents when the Connection has no rules,
-        else only when a rule that fits routes to that agent."""
+        else only when a rule that fits routes to that agent.
+
+        `on_delta` (with `reply`) asks for the turn as it happens: it is called in order with
+        each `StreamDelta` (text as the model writes it, tool calls starting and ending) before
+        the reply comes back. It must not block (hand the work to a task); deltas are
+        best-effort, the reply is the whole answer."""
         ...
 
     def on_resumed(self, handler: Callable[[ConnectorReply], Awaitable[None]]) -> None:

@@ -35,6 +35,7 @@ from orchestrator.broker import Lifecycle
 from orchestrator.connections import Connections
 from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
+from orchestrator.deltas import DeltaRoutes
 from orchestrator.peers import PeerWatch
 from orchestrator.permits import PERMIT_OPS, Permits
 from orchestrator.states import READY, ProcessStatus
@@ -58,6 +59,7 @@ from protocol.messages import (
     CallPayload,
     CallResult,
     CallResultPayload,
+    Delta,
     Event,
     Heartbeat,
     Hello,
@@ -142,6 +144,8 @@ class Router:
         self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_routing_id)
         self.address = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_address)
         """Parse an address (cached); raise ProtocolError."""
+        self.deltas = DeltaRoutes(self.book, self.ready, self.send, self.address)
+        """Turns' `delta` frames to whoever waits for their reply (ARCHITECTURE.md §4)."""
         self._services: Services | None = None
 
     def attach(self, services: Services) -> None:
@@ -235,8 +239,8 @@ class Router:
         services = self.services
         lifecycle = services.lifecycle
         match msg:
-            case Event(payload=event):
-                self._on_child_event(entry, msg.to, event)
+            case Event() | Delta():
+                self._on_flow(entry, msg)
             case Status(payload=payload):
                 self._on_status(entry, payload)
                 lifecycle.on_status(entry, payload)
@@ -257,6 +261,13 @@ class Router:
                 log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:
                 assert_never(msg)
+
+    def _on_flow(self, entry: ProcessEntry, msg: Event | Delta) -> None:
+        """An event, or a piece of the turn in progress for whoever waits for its reply."""
+        if isinstance(msg, Event):
+            self._on_child_event(entry, msg.to, msg.payload)
+        else:
+            self.deltas.route(entry, msg.payload)
 
     @staticmethod
     def _handshake(

@@ -44,6 +44,7 @@ from protocol.jsontypes import JsonObject
 from protocol.launch import ChildLaunch, LaunchSettings
 from protocol.messages import (
     FEATURE_HISTORY,
+    MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     CallPayload,
     ChildState,
@@ -181,6 +182,7 @@ class Supervisor:
         entry.ever_started = True
         entry.generation += 1
         entry.nonce = secrets.token_hex(16)
+        entry.protocol = 0
         entry.pid = None
         entry.start_error = None
         entry.retry_at = None
@@ -344,11 +346,12 @@ class Supervisor:
             if handle is not None:
                 handle.kill()
             return
-        if payload.protocol_version != PROTOCOL_VERSION:
+        entry.protocol = payload.protocol_version  # what it reads: `delta` frames from 2 on
+        if not MIN_PROTOCOL_VERSION <= payload.protocol_version <= PROTOCOL_VERSION:
             entry.start_error = ErrorInfo(
                 code=ErrorCode.E_PROTOCOL_VERSION,
                 message=f"child speaks protocol {payload.protocol_version}, "
-                f"we speak {PROTOCOL_VERSION}",
+                f"we speak {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}",
             )
             handle = self._handles.get(entry.address)
             if handle is not None:

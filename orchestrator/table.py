@@ -48,6 +48,8 @@ class ProcessEntry:
     ever_started: bool = False
     nonce: str = ""
     """The current generation's spawn secret (part of its routing identity)."""
+    protocol: int = 0
+    """The protocol version the current generation said in `hello` (0: not yet)."""
     _ids: tuple[int, ProcessId, str, bytes] | None = field(default=None, repr=False)
     """(generation, id, text, routing bytes), rebuilt when the generation changes."""
 

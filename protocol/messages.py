@@ -15,8 +15,13 @@ import msgspec
 from protocol.errors import ErrorInfo
 from protocol.events import AgentEvent
 from protocol.jsontypes import JsonObject
+from protocol.stream import StreamDelta
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: the `delta` frame. A child says its version in `hello`; the orchestrator sends `delta`
+frames only to a child of STREAM_PROTOCOL or later, and serves any version it still reads."""
+MIN_PROTOCOL_VERSION = 1
+STREAM_PROTOCOL = 2
 
 
 class _Payload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
@@ -190,6 +195,17 @@ class CallResult(_Frame, frozen=True, tag="call_result"):
     payload: CallResultPayload
 
 
+# -- streamed turn progress ------------------------------------------------------------
+
+
+class Delta(_Frame, frozen=True, tag="delta"):
+    """A piece of a turn in progress (protocol.stream): agent -> orchestrator for a request
+    whose `replyTo.stream` is set, orchestrator -> connector for the connector's own emits.
+    Best-effort and never journaled; the reply that follows is the whole answer."""
+
+    payload: StreamDelta
+
+
 # -- liveness and shutdown ---------------------------------------------------------------
 
 
@@ -239,6 +255,7 @@ Message = (
     | Heartbeat
     | Shutdown
     | ShutdownAck
+    | Delta
     | History
 )
 """The closed union of every frame. Dispatch with `match` ending in `assert_never`."""
@@ -254,5 +271,6 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     Heartbeat,
     Shutdown,
     ShutdownAck,
+    Delta,
     History,
 )

@@ -43,12 +43,13 @@ def with_token(req: ControlRequest, endpoint: str) -> ControlRequest:
 async def recv_final(
     sock: zmq.asyncio.Socket, on_notice: Callable[[str], None] | None = None
 ) -> ControlReply:
-    """The next final reply on `sock`; interim notices (why a send waits) go to `on_notice`."""
+    """The next final reply on `sock`; interim notices (why a send waits) go to `on_notice`,
+    interim deltas (of a streaming send) are skipped."""
     while True:
         reply = decode_control_reply(await sock.recv())
-        if reply.notice is None:
+        if not reply.interim:
             return reply
-        if on_notice is not None:
+        if on_notice is not None and reply.notice is not None:
             on_notice(reply.notice)
 
 
