@@ -45,13 +45,16 @@ class ButtonTelegram(FakeTelegram):
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.buttons: list[tuple[str, dict[str, Any]]] = []
+        """(method, body) of answerCallbackQuery and editMessageText (`calls` is the base's)."""
 
     async def handle(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any]:
         method = path.rpartition("/")[2]
+        if method == "sendChatAction":  # typing while the tool runs: not what these tests see
+            return 200, {"ok": True, "result": True}
         if method in ("answerCallbackQuery", "editMessageText"):
             async with self.changed:
-                self.calls.append((method, body))
+                self.buttons.append((method, body))
                 self.changed.notify_all()
             return 200, {"ok": True, "result": True}
         return await super().handle(path, headers, body)
@@ -136,8 +139,8 @@ async def test_telegram_buttons_from_the_right_chat_and_user(start_daemon: Start
 
         await fake.press(101, 43, 7, approve["callback_data"])  # another chat
         await fake.press(102, 42, 8, approve["callback_data"])  # not an approver
-        await fake.until(lambda: len(fake.calls) == 2)
-        assert all(m == "answerCallbackQuery" and b["show_alert"] for m, b in fake.calls)
+        await fake.until(lambda: len(fake.buttons) == 2)
+        assert all(m == "answerCallbackQuery" and b["show_alert"] for m, b in fake.buttons)
         assert ran("telegram:42") == []
 
         await fake.press(103, 42, 7, approve["callback_data"])
@@ -147,15 +150,15 @@ async def test_telegram_buttons_from_the_right_chat_and_user(start_daemon: Start
         assert json.loads(reply["text"]) == {"status": "ok", "output": {"sent": 500}}
         assert ran("telegram:42") == ["transfer 500"]
         assert ("editMessageText", {"chat_id": 42, "message_id": 77,
-                                    "text": "Approved by telegram:u7"}) in fake.calls  # fmt: skip
+                                    "text": "Approved by telegram:u7"}) in fake.buttons  # fmt: skip
         [record] = decisions("telegram:42")
         assert (record["decision"], record["by"], record["via"]) == (
             "approved", "telegram:u7", "connector:tg",
         )  # fmt: skip
 
         await fake.press(104, 42, 7, approve["callback_data"])  # decided already: refused
-        await fake.until(lambda: len(fake.calls) == 5)
-        assert fake.calls[-1][1]["text"] == "this request is no longer pending"
+        await fake.until(lambda: len(fake.buttons) == 5)
+        assert fake.buttons[-1][1]["text"] == "this request is no longer pending"
 
 
 def action(user: str, value: str, channel: str = "C1") -> bytes:
@@ -239,8 +242,8 @@ async def test_telegram_turn_approved_with_goondan_calls_gets_its_reply_in_the_c
         await daemon.wait_for("resumed_reply_to_origin", connector=f"{TG}")
         data = fake.sent[0]["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
         await fake.press(101, 42, 7, data)  # its buttons were for a request decided elsewhere
-        await fake.until(lambda: len(fake.calls) == 1)
-        assert fake.calls[0][1]["text"] == "this request is no longer pending"
+        await fake.until(lambda: len(fake.buttons) == 1)
+        assert fake.buttons[0][1]["text"] == "this request is no longer pending"
 
 
 async def test_slack_turn_denied_on_a_webhooks_rpc_gets_its_reply_in_the_thread(
