@@ -236,6 +236,8 @@ class DeferredCalls:
         self._waiting: dict[str, tuple[PendingCall, asyncio.Future[ToolResult]]] = {}
         self.parked = asyncio.Event()
         """Set while a turn waits for a client: a draining child may stop it then."""
+        self.on_park: Callable[[], None] = lambda: None
+        """Called after `parked` is set or cleared (the child stops or resumes beating)."""
         self._resuming: tuple[str, list[PendingCall]] | None = None
 
     async def hook(self, ctx: ToolCallMwContext, request: DeferredRequest) -> ToolResult:
@@ -289,6 +291,7 @@ class DeferredCalls:
         future: asyncio.Future[ToolResult] = loop.create_future()
         self._waiting[call.id] = (call, future)
         self.parked.set()
+        self.on_park()
         timer = loop.call_later(max(0.0, call.expires_at - self._clock()), self._expire, call.id)
         try:
             self.on_answer(call.id)  # answered while no process was running
@@ -298,6 +301,7 @@ class DeferredCalls:
             self._waiting.pop(call.id, None)
             if not self._waiting:
                 self.parked.clear()
+                self.on_park()
         self.store.remove(call.id)
         log.info("deferred_resolved", call_id=call.id, status=result.status.value)
         return result

@@ -3,12 +3,17 @@
     connect: DEALER whose routing identity is the process id; SIGTERM starts a drain
     handshake: hello -> load() -> ready | start_error (logged `start_error`)
     serve: body runs while frames are decoded and dispatched (a bad one is logged
-      `frame_dropped` and skipped) and heartbeats go out; orchestrator silent for
-      `heartbeat_timeout` -> `orchestrator_lost`, exit 4 (EXIT_ORPHANED)
+      `frame_dropped` and skipped) and, while the link is active, heartbeats go out;
+      orchestrator silent for `heartbeat_timeout` then -> `orchestrator_lost`, exit 4
+      (EXIT_ORPHANED). A probe from the orchestrator (a heartbeat that is not an answer) is
+      answered whether active or not.
     shutdown frame -> `shutdown` logged, drain; the body ends with `shutdown_ack`
 
-A child also dies with its parent (`die_with_parent`: PR_SET_PDEATHSIG), so no orphan outlives
-even a SIGKILL of the daemon. What frames mean beyond this is the caller's `dispatch`.
+An agent is active only while it runs a turn that does not wait for a client: an idle agent
+sends nothing and wakes for nothing, so a thousand idle agents cost no CPU (the orchestrator
+probes idle children itself, rarely). A connector host is always active. A child also dies
+with its parent (`die_with_parent`: PR_SET_PDEATHSIG), so no orphan outlives even a SIGKILL of
+the daemon, busy or idle. What frames mean beyond this is the caller's `dispatch`.
 """
 
 from __future__ import annotations
@@ -86,7 +91,7 @@ def too_large(msg: Message, size: int, limit: int) -> Message | None:
 class Link:
     """The child's end: send and receive frames, handshake, heartbeats, the drain signal."""
 
-    def __init__(self, launch: ChildLaunch, sock: FrameSocket) -> None:
+    def __init__(self, launch: ChildLaunch, sock: FrameSocket, *, active: bool = True) -> None:
         self.launch = launch
         self.sock = sock
         self.me = str(launch.process)
@@ -95,6 +100,21 @@ class Link:
         self.on_drain: Callable[[], None] = lambda: None
         """Called once the drain is asked, e.g. to wake a loop parked on its own queue."""
         self.last_heard = time.monotonic()
+        self._active = asyncio.Event()
+        """Set while heartbeats go out (see the module docstring)."""
+        if active:
+            self._active.set()
+        self._say_quiet = False
+
+    def set_active(self, active: bool, *, mid_turn: bool = False) -> None:
+        """Beat (a turn runs) or go silent: idle, or, with `mid_turn`, a turn that waits for
+        its client, which one last beat tells the orchestrator (`quiet`): silent mid-turn
+        would otherwise look wedged."""
+        self._say_quiet = not active and mid_turn
+        if active:
+            self._active.set()
+        else:
+            self._active.clear()
 
     async def send(self, msg: Message) -> None:
         data = encode(msg)
@@ -176,15 +196,33 @@ class Link:
             except ProtocolError as exc:
                 log.warning("frame_dropped", sender=ORCHESTRATOR, reason=exc.message)
                 continue
+            if isinstance(msg, Heartbeat) and not msg.payload.answer:
+                await self._answer(msg.payload)
             dispatch(msg)
+
+    async def _answer(self, probe: HeartbeatPayload) -> None:
+        answer = HeartbeatPayload(seq=probe.seq, sent_at=time.time(), answer=True)
+        await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=answer))
 
     async def _heartbeat_loop(self, on_beat: OnBeat | None) -> None:
         seq = 0
+        active = self._active
         while True:
+            if not active.is_set():
+                await active.wait()
+                # silence while idle says nothing about the orchestrator: the deadline starts
+                # now (the frame that woke us, if any, already moved it)
+                self.last_heard = max(self.last_heard, time.monotonic())
             await asyncio.sleep(self.launch.settings.heartbeat_interval)
+            quiet = not active.is_set()
+            if quiet and not self._say_quiet:
+                continue  # gone idle while asleep: the idle status frame said it already
+            self._say_quiet = False
             seq += 1
-            beat = HeartbeatPayload(seq=seq, sent_at=time.time())
+            beat = HeartbeatPayload(seq=seq, sent_at=time.time(), quiet=quiet)
             await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=beat))
+            if quiet:
+                continue
             if on_beat is not None:
                 await on_beat()
             timeout = self.launch.settings.heartbeat_timeout
