@@ -32,6 +32,7 @@ from agent_process.telemetry import EventBus, RuntimeEvent
 from bundles.sdk import AgentsRuntime, MiddlewareError
 from protocol.conversation import Message, ToolCall
 from protocol.errors import ErrorCode
+from protocol.private import private_dir
 
 DeferredHook = Callable[[ToolCallMwContext, DeferredRequest], Awaitable[ToolResult]]
 
@@ -58,6 +59,7 @@ class ToolCallRunner:
         secret_values: frozenset[str],
         deferred_hook: DeferredHook = reject_deferred,
         default_timeout_ms: int | None = None,
+        make_workdir: bool = True,
     ) -> None:
         self._registry = registry
         self._pipelines = pipelines
@@ -68,6 +70,9 @@ class ToolCallRunner:
         self._secret_values = secret_values
         self.deferred_hook = deferred_hook
         self._default_timeout_ms = default_timeout_ms
+        self._make_workdir = make_workdir
+        """Create the workdir before the first handler runs (not at start: an instance
+        that never calls a tool leaves no empty directory)."""
 
     def idempotent(self, name: str) -> bool:
         """Whether a call of `name` cut by a crash may simply run again."""
@@ -126,6 +131,9 @@ class ToolCallRunner:
         return result
 
     def _tool_context(self, entry: ToolEntry, ctx: ToolCallMwContext) -> ToolCallContext:
+        if self._make_workdir:
+            private_dir(self._workdir)
+            self._make_workdir = False
         turn = ctx.step.turn
         return ToolCallContext(
             workdir=self._workdir,
