@@ -183,6 +183,12 @@ class Checks:
             bad.append((("shutdown", "gracePeriodSeconds"), "gracePeriodSeconds must be >= 0"))
         if policy.lifecycle.reconcile_interval_seconds <= 0:
             bad.append((("lifecycle", "reconcileIntervalSeconds"), "must be > 0"))
+        if policy.max_live_instances is not None and policy.max_live_instances < 1:
+            bad.append((("maxLiveInstances",), "maxLiveInstances must be >= 1"))
+        idle = policy.lifecycle.idle_timeout_seconds
+        if idle is not None and idle <= 0:
+            bad.append((("lifecycle", "idleTimeoutSeconds"),
+                        "must be > 0 (null keeps idle instances live)"))  # fmt: skip
         self._metrics(res)
         if res.spec.instance_key is not None and not res.spec.instance_key:
             self.rep.error(

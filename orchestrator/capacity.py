@@ -3,9 +3,10 @@
 Anyone who can send an event with a new instance key (a webhook client, a chat user) can make
 the daemon start a process; unbounded, that exhausts the machine. `Swarm.spec.policy.
 maxLiveInstances` bounds the live agent processes (connectors do not count). At the bound, the
-least recently used idle instance is stopped to make room: its conversation stays on disk and it
-starts again on its next event. Only when every live instance is busy does a new one wait for a
-slot, and a request to it is answered at once with E_AGENT_CAPACITY rather than left waiting.
+least recently used idle instance is deactivated to make room (a turn parked on a client-side
+call counts as idle since it parked): its state stays on disk and it starts again on its next
+event. Only when every live instance is busy does a new one wait for a slot, and a request to
+it is answered at once with E_AGENT_CAPACITY rather than left waiting.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Capacity:
         """Instances that want a process, in the order they asked (a set that keeps order)."""
 
     def _agents(self) -> list[ProcessEntry]:
-        return [e for e in self._table if e.address.kind is ProcessKind.AGENT and e.live]
+        return [e for e in self._table.live() if e.address.kind is ProcessKind.AGENT]
 
     def room(self) -> bool:
         return len(self._agents()) < self.limit
@@ -66,12 +67,15 @@ class Capacity:
 
     def victim(self) -> ProcessEntry | None:
         """The least recently used idle instance with nothing queued, if any."""
-        idle = []
+        idle: list[tuple[float, ProcessEntry]] = []
         for entry in self._agents():
             box = self._mailbox(entry.address)
             if entry.status is S.IDLE and (box is None or box.empty):
-                idle.append(entry)
-        return min(idle, key=lambda e: e.changed_at, default=None)
+                idle.append((entry.changed_at, entry))
+            elif entry.parked_at is not None and entry.status is S.PROCESSING:
+                if box is None or not box.queue:  # its parked turn resumes from the files
+                    idle.append((entry.parked_at, entry))
+        return min(idle, key=lambda pair: pair[0], default=(0.0, None))[1]
 
 
 class Admitted:

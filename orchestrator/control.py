@@ -29,6 +29,7 @@ from orchestrator.router import Router
 from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
+from orchestrator.table import DEACTIVATED
 from orchestrator.trees import remove_tree
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
@@ -103,17 +104,20 @@ async def _status(ctx: ControlContext) -> StatusResult:
 
 
 def _instances(ctx: ControlContext) -> list[JsonObject]:
-    """The instance directories (orchestrator/localstate.py) with their processes' status."""
-    live = {
+    """The instance directories (orchestrator/localstate.py) with their processes' status; one
+    the daemon holds no process for is `deactivated` (its next event starts it)."""
+    known = {
         ctx.layout.instance_paths(ctx.info.swarm, e.address.instance_key, e.address.name).root: e
         for e in ctx.supervisor.table
     }
     rows = localstate.instances(ctx.layout, ctx.info.swarm)
     for row in rows:
-        entry = live.get(Path(str(row["path"])))
-        if entry is not None:
-            row.update(instanceKey=entry.address.instance_key, agent=entry.address.name,
-                       status=str(entry.status))  # fmt: skip
+        entry = known.get(Path(str(row["path"])))
+        if entry is None:
+            row["status"] = DEACTIVATED
+            continue
+        row.update(instanceKey=entry.address.instance_key, agent=entry.address.name,
+                   status=entry.info().status)  # fmt: skip
     return rows
 
 

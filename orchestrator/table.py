@@ -18,6 +18,10 @@ from protocol.ids import Address, ProcessId, routing_id
 
 Clock = Callable[[], float]
 TransitionListener = Callable[["ProcessEntry", ProcessStatus, ProcessStatus], None]
+DEACTIVATED = "deactivated"
+"""How `goondan status` shows a terminated instance that was deactivated (not a failure)."""
+GONE_PIDS = 4096
+"""Exited pids remembered: a connection closes just after its process exits."""
 
 
 class TransitionError(AssertionError):
@@ -48,6 +52,15 @@ class ProcessEntry:
     ever_started: bool = False
     nonce: str = ""
     """The current generation's spawn secret (part of its routing identity)."""
+    probed_at: float = 0.0
+    """Monotonic time the orchestrator last asked a silent process for a sign of life (an
+    idle one beats no more; ARCHITECTURE.md §4). Answered when `last_seen` is later."""
+    parked_at: float | None = None
+    """Monotonic time the process said its turn waits for a client (a `quiet` beat): it is
+    processing and silent. Any status change or beat ends it."""
+    deactivated: bool = False
+    """The last stop was a deactivation (idle timeout, or room made at the live bound): its
+    state is on disk and its next event starts it again."""
     _ids: tuple[int, ProcessId, str, bytes] | None = field(default=None, repr=False)
     """(generation, id, text, routing bytes), rebuilt when the generation changes."""
 
@@ -84,6 +97,8 @@ class ProcessEntry:
         status = str(self.status)
         if self.status is ProcessStatus.TERMINATED and self.retry_at is not None:
             status = "startFailed"
+        elif self.status is ProcessStatus.TERMINATED and self.deactivated:
+            status = DEACTIVATED
         retry = None
         if self.retry_at is not None and now is not None:
             retry = round(max(0.0, self.retry_at - now), 1)
@@ -107,6 +122,12 @@ class ProcessTable:
     clock: Clock = time.monotonic
     listener: TransitionListener | None = None
     _entries: dict[Address, ProcessEntry] = field(default_factory=dict)
+    _live: dict[Address, ProcessEntry] = field(default_factory=dict)
+    """The entries in a LIVE status, kept by `transition()`: the capacity check and the
+    shutdown look at these, not at every instance ever seen."""
+    _pids: set[int] = field(default_factory=set)
+    _gone_pids: dict[int, None] = field(default_factory=dict)
+    """The last GONE_PIDS exited pids, oldest first (a dict keeps order)."""
 
     def get(self, address: Address) -> ProcessEntry | None:
         return self._entries.get(address)
@@ -132,7 +153,22 @@ class ProcessTable:
         return len(self._entries)
 
     def live(self) -> list[ProcessEntry]:
-        return [e for e in self._entries.values() if e.live]
+        return list(self._live.values())
+
+    # -- pids: whose connections these were (orchestrator/peers.py) ---------------------
+
+    def pid_started(self, pid: int) -> None:
+        self._pids.add(pid)
+
+    def pid_gone(self, pid: int) -> None:
+        self._pids.discard(pid)
+        self._gone_pids[pid] = None
+        if len(self._gone_pids) > GONE_PIDS:
+            del self._gone_pids[next(iter(self._gone_pids))]
+
+    def had_pid(self, pid: int) -> bool:
+        """Whether `pid` is, or just was, one of our children."""
+        return pid in self._pids or pid in self._gone_pids
 
     def transition(
         self,
@@ -152,5 +188,10 @@ class ProcessTable:
             raise TransitionError(f"{entry.process_id}: {source} -> {target} is not allowed")
         entry.status = target
         entry.changed_at = self.clock()
+        entry.parked_at = None
+        if target in LIVE:
+            self._live[entry.address] = entry
+        else:
+            self._live.pop(entry.address, None)
         if self.listener is not None:
             self.listener(entry, source, target)

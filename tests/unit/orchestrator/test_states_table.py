@@ -79,3 +79,21 @@ def test_info_reports_pid_only_while_live() -> None:
         "k:1",
         "agent:coder:k:1:0",
     )
+
+
+def test_the_table_keeps_its_live_entries_apart_and_remembers_exited_pids() -> None:
+    from orchestrator.table import GONE_PIDS
+
+    table = ProcessTable()
+    entry = table.entry(agent_address("a", "k"))
+    assert table.live() == []
+    table.transition(entry, ProcessStatus.SPAWNING, expect=ProcessStatus.TERMINATED)
+    assert table.live() == [entry]
+    table.pid_started(4242)
+    assert table.had_pid(4242)
+    table.transition(entry, ProcessStatus.CRASHED, expect=ProcessStatus.SPAWNING)
+    table.pid_gone(4242)
+    assert table.live() == [] and table.had_pid(4242)  # its connection closes after its exit
+    for pid in range(10_000, 10_000 + GONE_PIDS):
+        table.pid_gone(pid)
+    assert not table.had_pid(4242)  # only the last GONE_PIDS are kept
