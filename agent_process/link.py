@@ -50,6 +50,7 @@ from protocol.messages import (
     ShutdownAck,
     ShutdownAckPayload,
     ShutdownPayload,
+    ShutdownReason,
     StartError,
     StartErrorPayload,
 )
@@ -169,8 +170,11 @@ class Link:
                 beat.cancel()
 
     def on_shutdown(self, payload: ShutdownPayload) -> None:
-        """The `shutdown` frame: the caller's dispatch hands it here."""
-        log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
+        """The `shutdown` frame: the caller's dispatch hands it here. A deactivation (reason
+        `idle`) is not logged here: the daemon's log says it, and an instance that logs
+        nothing else keeps no log file (a million hibernated instances, a million files)."""
+        if payload.reason is not ShutdownReason.IDLE:
+            log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
         self.drain()
 
     def drain(self) -> None:

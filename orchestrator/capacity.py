@@ -72,10 +72,14 @@ class Capacity:
             box = self._mailbox(entry.address)
             if entry.status is S.IDLE and (box is None or box.empty):
                 idle.append((entry.changed_at, entry))
-            elif entry.parked_at is not None and entry.status is S.PROCESSING:
-                if box is None or not box.queue:  # its parked turn resumes from the files
-                    idle.append((entry.parked_at, entry))
+            elif _parked(entry) and (box is None or not box.queue):
+                idle.append((entry.parked_at or 0.0, entry))  # resumed from its files later
         return min(idle, key=lambda pair: pair[0], default=(0.0, None))[1]
+
+
+def _parked(entry: ProcessEntry) -> bool:
+    """A turn that waits for its client (it said so with a `quiet` beat)."""
+    return entry.status is S.PROCESSING and entry.parked_at is not None
 
 
 class Admitted:

@@ -29,10 +29,10 @@ from orchestrator.router import Router
 from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
-from orchestrator.table import DEACTIVATED
 from orchestrator.trees import remove_tree
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
+    DEACTIVATED,
     Attach,
     CallsList,
     CallsResolve,

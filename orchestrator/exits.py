@@ -14,8 +14,8 @@ import structlog
 
 from orchestrator.spawner import ChildHandle, ExitStatus
 from orchestrator.states import ProcessStatus
-from orchestrator.table import DEACTIVATED, ProcessEntry
-from protocol.control import ExitInfo
+from orchestrator.table import ProcessEntry
+from protocol.control import DEACTIVATED, ExitInfo
 
 log = structlog.get_logger("goondan.supervisor")
 

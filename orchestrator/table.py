@@ -12,14 +12,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from orchestrator.states import LIVE, ProcessStatus, is_allowed
-from protocol.control import ExitInfo, ProcessInfo
+from protocol.control import DEACTIVATED, ExitInfo, ProcessInfo
 from protocol.errors import ErrorInfo
 from protocol.ids import Address, ProcessId, routing_id
 
 Clock = Callable[[], float]
 TransitionListener = Callable[["ProcessEntry", ProcessStatus, ProcessStatus], None]
-DEACTIVATED = "deactivated"
-"""How `goondan status` shows a terminated instance that was deactivated (not a failure)."""
 GONE_PIDS = 4096
 """Exited pids remembered: a connection closes just after its process exits."""
 

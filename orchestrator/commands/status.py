@@ -3,7 +3,9 @@
 `--json` prints `{"orchestrator": {...}, "processes": [{"id", "kind", "name", "instanceKey",
 "pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending"}, ...]}`.
 Exit 0 when every process is well, 1 when one is crashed, in crashLoopBackOff or startFailed
-(so a health check can run it), or when no daemon answers.
+(so a health check can run it), or when no daemon answers. A `deactivated` instance (idle
+timeout, or room made at the live bound) is well: its next event starts it again; the daemon
+lists only the most recent ones (orchestrator/hibernation.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 
 from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
-from protocol.control import FAILING, StatusQuery
+from protocol.control import DEACTIVATED, FAILING, StatusQuery
 from protocol.jsontypes import JsonObject
 
 
@@ -53,6 +55,12 @@ def render(result: JsonObject) -> str:
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    deactivated = sum(1 for p in result["processes"] if p["status"] == DEACTIVATED)
+    if deactivated:
+        lines.append(
+            f"{deactivated} deactivated: no process, state on disk, started by the next event "
+            "(only the most recent are listed; goondan instance list shows every instance)"
+        )
     return "\n".join(lines)
 
 

@@ -10,7 +10,6 @@ from orchestrator.table import ProcessTable
 from protocol.errors import ErrorCode
 from protocol.ids import Address, agent_address
 
-
 PATHS = {
     S.SPAWNING: [S.SPAWNING],
     S.IDLE: [S.SPAWNING, S.IDLE],
