@@ -66,20 +66,20 @@ class Capacity:
         return sum(1 for e in self._agents() if e.status is S.DRAINING)
 
     def victim(self) -> ProcessEntry | None:
-        """The least recently used idle instance with nothing queued, if any."""
-        idle: list[tuple[float, ProcessEntry]] = []
-        for entry in self._agents():
-            box = self._mailbox(entry.address)
-            if entry.status is S.IDLE and (box is None or box.empty):
-                idle.append((entry.changed_at, entry))
-            elif _parked(entry) and (box is None or not box.queue):
-                idle.append((entry.parked_at or 0.0, entry))  # resumed from its files later
-        return min(idle, key=lambda pair: pair[0], default=(0.0, None))[1]
+        """The least recently used idle instance with nothing queued, if any: idle since its
+        last turn, or parked on a client-side call since it parked (resumed from its files)."""
+        idle = next((e for e in self._table.idle() if self._free(e, queued_only=False)), None)
+        parked = next((e for e in self._table.parked() if self._free(e, queued_only=True)), None)
+        if idle is None or parked is None:
+            return idle or parked
+        return parked if (parked.parked_at or 0.0) < idle.changed_at else idle
 
-
-def _parked(entry: ProcessEntry) -> bool:
-    """A turn that waits for its client (it said so with a `quiet` beat)."""
-    return entry.status is S.PROCESSING and entry.parked_at is not None
+    def _free(self, entry: ProcessEntry, *, queued_only: bool) -> bool:
+        """An agent with nothing waiting for it (a parked turn's own event is in flight)."""
+        if entry.address.kind is not ProcessKind.AGENT:
+            return False
+        box = self._mailbox(entry.address)
+        return box is None or (not box.queue if queued_only else box.empty)
 
 
 class Admitted:

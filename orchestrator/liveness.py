@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from orchestrator.settings import Settings
 from orchestrator.states import ProcessStatus
-from orchestrator.table import ProcessEntry
+from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.ids import ORCHESTRATOR, Address, ProcessKind
 from protocol.messages import Heartbeat, HeartbeatPayload, Message
 
@@ -42,12 +42,12 @@ class KillWedged:
     silent_for: float
 
 
-def on_beat(entry: ProcessEntry, beat: HeartbeatPayload, send: Send) -> None:
+def on_beat(table: ProcessTable, entry: ProcessEntry, beat: HeartbeatPayload, send: Send) -> None:
     """A heartbeat from the child of `entry` (the frame itself is the sign of life): its own
     beat is answered, an answer to our probe asks for nothing."""
     if beat.answer:
         return
-    entry.parked_at = time.monotonic() if beat.quiet else None
+    table.park(entry, time.monotonic() if beat.quiet else None)
     answer = HeartbeatPayload(seq=beat.seq, sent_at=beat.sent_at, answer=True)
     send(entry, Heartbeat(from_=ORCHESTRATOR, to=entry.id_text, payload=answer))
 

@@ -102,7 +102,6 @@ class Reconciler:
     def __init__(self, supervisor: Supervisor, settings: Settings) -> None:
         self.supervisor = supervisor
         self.settings = settings
-        self._stopping: set[asyncio.Task[bool]] = set()
         self.keep = hibernation.kept(settings.max_live_instances)
         """Deactivated instances the daemon keeps in its table (and `goondan status`)."""
 
@@ -129,9 +128,7 @@ class Reconciler:
                 sup.respawn_if_due(entry)
             case StopIdle():
                 log.info("idle_stop", process=str(entry.process_id))
-                task = asyncio.ensure_future(sup.deactivate(entry))
-                self._stopping.add(task)
-                task.add_done_callback(self._stopping.discard)
+                sup.deactivate(entry)
             case Probe():
                 liveness.probe(entry, sup.router.send)
             case KillWedged(silent_for=silent):

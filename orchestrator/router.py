@@ -244,7 +244,7 @@ class Router:
             case Call(payload=payload):
                 self._on_call(entry, payload, services)
             case Heartbeat(payload=beat):
-                liveness.on_beat(entry, beat, self.send)
+                liveness.on_beat(self.table, entry, beat, self.send)
             case CallResult() | Shutdown():
                 log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:

@@ -13,7 +13,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -58,6 +58,7 @@ from protocol.messages import (
 )
 
 S = ProcessStatus
+T = TypeVar("T")
 log = structlog.get_logger("goondan.supervisor")
 
 
@@ -95,7 +96,7 @@ class Supervisor:
         self._handles: dict[Address, ChildHandle] = {}
         self._exited: dict[Address, asyncio.Event] = {}
         self._timers: dict[Address, asyncio.TimerHandle] = {}
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._restart_listeners: list[RestartListener] = []
         self._deactivation_listeners: list[Callable[[Address], None]] = []
         self.capacity = capacity.Capacity(settings.max_live_instances, table, router.mailboxes.get)
@@ -143,7 +144,7 @@ class Supervisor:
                 return True
             case capacity.Evict(victim=victim):
                 log.info("instance_evicted", process=victim.id_text, for_=str(entry.address))
-                self._task(self.deactivate(victim))
+                self.deactivate(victim)
             case capacity.Busy(error=error):
                 self.router.fail_queued(entry.address, error, requests_only=True)
         return False
@@ -179,10 +180,11 @@ class Supervisor:
         self.table.transition(entry, S.SPAWNING, expect=DOWN)
         self._task(self._launch(entry, entry.generation))
 
-    def _task(self, coro: Coroutine[Any, Any, object]) -> None:
+    def _task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _launch(self, entry: ProcessEntry, generation: int) -> None:
         pid = entry.address.with_generation(generation)
@@ -356,11 +358,7 @@ class Supervisor:
         killed (the grace period ran out, or a second signal forced the stop)."""
         if not entry.live:
             return False
-        if entry.status is not S.DRAINING:
-            # spawning | idle | processing -> draining
-            self.table.transition(entry, S.DRAINING, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
-            if entry.address in self._handles:
-                self._send_shutdown(entry, reason)
+        self._begin_stop(entry, reason)
         exited = self._exited[entry.address]
         try:
             async with asyncio.timeout(self.settings.grace_period):
@@ -379,16 +377,24 @@ class Supervisor:
 
     # -- virtual actors: deactivation (orchestrator/hibernation.py) ------------------------
 
-    async def deactivate(self, entry: ProcessEntry) -> bool:
+    def _begin_stop(self, entry: ProcessEntry, reason: ShutdownReason) -> None:
+        """A stop's first step, at once: draining (so the live bound counts the slot as
+        leaving before anyone else decides), then the shutdown frame."""
+        if entry.status is not S.DRAINING:
+            # spawning | idle | processing -> draining
+            self.table.transition(entry, S.DRAINING, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
+            if entry.address in self._handles:
+                self._send_shutdown(entry, reason)
+
+    def deactivate(self, entry: ProcessEntry) -> asyncio.Future[bool]:
         """Stop the live agent instance of `entry` so that it comes back on its next event:
         the idle timeout, room made at the live bound, or a caller that moves it elsewhere.
-        Its state is its files; `goondan status` shows it `deactivated`. True when it had to
-        be killed (see `stop`)."""
-        if not entry.live:
-            return False
-        if entry.status is not S.DRAINING:  # a stop already under way keeps its own reason
+        Its state is its files; `goondan status` shows it `deactivated`. It is draining when
+        this returns; the future says whether it had to be killed (see `stop`)."""
+        if entry.live and entry.status is not S.DRAINING:  # a stop under way keeps its reason
             entry.deactivated = True
-        return await self.stop(entry, ShutdownReason.IDLE)
+            self._begin_stop(entry, ShutdownReason.IDLE)
+        return self._task(self.stop(entry, ShutdownReason.IDLE))
 
     def add_deactivation_listener(self, listener: Callable[[Address], None]) -> None:
         """Told when a deactivated instance's process has exited (its files are final)."""

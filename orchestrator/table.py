@@ -123,6 +123,11 @@ class ProcessTable:
     _live: dict[Address, ProcessEntry] = field(default_factory=dict)
     """The entries in a LIVE status, kept by `transition()`: the capacity check and the
     shutdown look at these, not at every instance ever seen."""
+    _idle: dict[Address, ProcessEntry] = field(default_factory=dict)
+    """The idle entries, least recently used first (a dict keeps insertion order, and an
+    entry is inserted when it becomes idle): where room is made at the live bound."""
+    _parked: dict[Address, ProcessEntry] = field(default_factory=dict)
+    """Processing entries whose turn waits for its client (`park`), in the order they parked."""
     _pids: set[int] = field(default_factory=set)
     _gone_pids: dict[int, None] = field(default_factory=dict)
     """The last GONE_PIDS exited pids, oldest first (a dict keeps order)."""
@@ -152,6 +157,22 @@ class ProcessTable:
 
     def live(self) -> list[ProcessEntry]:
         return list(self._live.values())
+
+    def idle(self) -> Iterator[ProcessEntry]:
+        """The idle entries, least recently used first."""
+        return iter(list(self._idle.values()))
+
+    def parked(self) -> Iterator[ProcessEntry]:
+        """The entries whose turn waits for its client, the longest waiting first."""
+        return iter(list(self._parked.values()))
+
+    def park(self, entry: ProcessEntry, at: float | None) -> None:
+        """Its turn waits for its client since `at` (None: it goes on); any status change
+        ends a park too."""
+        entry.parked_at = at
+        self._parked.pop(entry.address, None)
+        if at is not None:
+            self._parked[entry.address] = entry
 
     # -- pids: whose connections these were (orchestrator/peers.py) ---------------------
 
@@ -186,10 +207,14 @@ class ProcessTable:
             raise TransitionError(f"{entry.process_id}: {source} -> {target} is not allowed")
         entry.status = target
         entry.changed_at = self.clock()
-        entry.parked_at = None
+        self.park(entry, None)
+        address = entry.address
         if target in LIVE:
-            self._live[entry.address] = entry
+            self._live[address] = entry
         else:
-            self._live.pop(entry.address, None)
+            self._live.pop(address, None)
+        self._idle.pop(address, None)
+        if target is ProcessStatus.IDLE:
+            self._idle[address] = entry
         if self.listener is not None:
             self.listener(entry, source, target)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -96,16 +97,33 @@ class BareZygote:
 
 
 def cpu_seconds(pids: Iterable[int]) -> float:
+    """CPU time of the processes, every thread counted. From /proc/PID/task/*/schedstat
+    (nanoseconds on the CPU) where Linux has it: user+system times are counted in clock
+    ticks, too coarse for a process that runs a few hundred microseconds a minute."""
     import psutil
 
     total = 0.0
     for pid in pids:
+        try:
+            total += _schedstat_seconds(pid)
+            continue
+        except OSError:
+            pass
         try:
             cpu = psutil.Process(pid).cpu_times()
         except psutil.NoSuchProcess:
             continue
         total += cpu.user + cpu.system
     return total
+
+
+def _schedstat_seconds(pid: int) -> float:
+    tasks = Path(f"/proc/{pid}/task")
+    ns = 0
+    for task in tasks.iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            ns += int((task / "schedstat").read_text().split()[0])
+    return ns / 1e9
 
 
 def memory(pids: list[int]) -> tuple[list[float], list[float]]:

@@ -87,11 +87,11 @@ def test_the_new_instance_bucket_refills_over_a_minute() -> None:
 def test_a_turn_parked_on_its_client_makes_room_like_an_idle_instance() -> None:
     table = table_of(("parked", S.PROCESSING, 1.0), ("idle", S.IDLE, 5.0))
     parked = table.entry(agent_address("a", "parked"))
-    parked.parked_at = 3.0  # parked before the other one went idle: it is the older
+    table.park(parked, 3.0)  # parked before the other one went idle: it is the older
     decision = capacity.decide(cap(table), agent_address("a", "new"))
     assert isinstance(decision, capacity.Evict)
     assert decision.victim is parked
     # a turn still working (not parked) never makes room
-    parked.parked_at = None
+    table.park(parked, None)
     decision = capacity.decide(cap(table), agent_address("a", "new2"))
     assert isinstance(decision, capacity.Evict) and decision.victim.address.instance_key == "idle"

@@ -7,7 +7,7 @@ import pytest
 from orchestrator.liveness import KillWedged, Probe, check, on_beat, probe_unless_beating
 from orchestrator.settings import Settings
 from orchestrator.states import ProcessStatus
-from orchestrator.table import ProcessEntry
+from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.ids import Address, ProcessKind, agent_address
 from protocol.messages import Heartbeat, HeartbeatPayload, Message
 
@@ -64,17 +64,17 @@ def test_a_connector_host_always_beats_so_its_silence_is_a_wedge() -> None:
 
 def test_a_childs_beat_is_answered_and_an_answer_is_not() -> None:
     entry, sent = _entry(status=S.PROCESSING), Sent()
-    on_beat(entry, HeartbeatPayload(seq=7, sent_at=1.0), sent)
-    on_beat(entry, HeartbeatPayload(seq=8, answer=True), sent)
+    on_beat(ProcessTable(), entry, HeartbeatPayload(seq=7, sent_at=1.0), sent)
+    on_beat(ProcessTable(), entry, HeartbeatPayload(seq=8, answer=True), sent)
     assert [(b.seq, b.answer) for b in sent.beats()] == [(7, True)]
 
 
 def test_a_quiet_beat_marks_the_turn_parked_and_the_next_beat_ends_it() -> None:
-    entry, sent = _entry(status=S.PROCESSING), Sent()
-    on_beat(entry, HeartbeatPayload(seq=1, quiet=True), sent)
-    assert entry.parked_at is not None
-    on_beat(entry, HeartbeatPayload(seq=2), sent)
-    assert entry.parked_at is None
+    entry, sent, table = _entry(status=S.PROCESSING), Sent(), ProcessTable()
+    on_beat(table, entry, HeartbeatPayload(seq=1, quiet=True), sent)
+    assert entry.parked_at is not None and list(table.parked()) == [entry]
+    on_beat(table, entry, HeartbeatPayload(seq=2), sent)
+    assert entry.parked_at is None and list(table.parked()) == []
 
 
 def test_events_for_an_idle_process_come_with_one_probe_until_it_answers() -> None:
