@@ -45,7 +45,10 @@ system-deps: ## as root with apt-get: install chromium (Studio's browser tests) 
 			|| echo "install: chromium could not be installed (apt-get install -y chromium)"; \
 	else echo "install: no chromium: Studio's browser tests skip (as root: apt-get install -y chromium)"; fi
 
-lock: $(UV) ## re-resolve uv.lock from the ranges in pyproject.toml (newest allowed versions)
+lock: $(UV) ## update uv.lock after editing pyproject.toml, keeping every pin that still fits
+	$(UV) lock
+
+lock-upgrade: $(UV) ## re-resolve uv.lock to the newest versions pyproject.toml allows
 	$(UV) lock --upgrade
 
 lock-check: $(UV) ## fail when uv.lock does not match pyproject.toml

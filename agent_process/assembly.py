@@ -7,13 +7,14 @@ built once every source has registered, and the conversation log is replayed las
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from agent_process import resolve
+from agent_process import resolve, secretenv
+from agent_process.approvals import Approval, approvals_of
 from agent_process.catalog import CatalogBuilder
 from agent_process.context import NotConnectedRuntime, agent_logger
 from agent_process.extensions import ExtensionHandle, load_extension
@@ -21,6 +22,8 @@ from agent_process.inbox import Inbox
 from agent_process.mcp import McpBridge
 from agent_process.meter import Meter
 from agent_process.models import Model, create_model
+from agent_process.models.fallback import FallbackChain
+from agent_process.models.governed import Governed, PermitDesk
 from agent_process.pipeline import Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
 from agent_process.store import ConversationStore
@@ -28,7 +31,7 @@ from agent_process.telemetry import EventBus
 from agent_process.tool_loader import load_tool_resource
 from agent_process.toolcall import ToolCallRunner
 from agent_process.turn import TurnDeps, TurnEngine
-from bundles.kinds import AgentSpec
+from bundles.kinds import AgentSpec, ToolSpec
 from bundles.model import Bundle, Resource
 from bundles.sdk import AgentsRuntime
 from protocol.endpoints import InstancePaths, StateLayout
@@ -85,16 +88,27 @@ async def assemble(req: StartRequest) -> Parts:
     """
     agent = resolve.agent(req.bundle, req.agent)
     tools = resolve.tools(req.bundle, agent)
-    tool_entries = [list(load_tool_resource(t)) for t in tools]
+    tool_entries = [_with_credentials(req, t, list(load_tool_resource(t))) for t in tools]
     servers: list[Resource[Any]] = [*tools, *resolve.extensions(req.bundle, agent)]
     mcp = await McpBridge.start(req.bundle, servers, state_root=req.layout.root)
     try:
         for entries, tool in zip(tool_entries, tools, strict=True):
             entries.extend(mcp.entries("Tool", tool.name))
-        return await _assemble(req, agent, tool_entries, mcp)
+        return await _assemble(req, agent, tool_entries, mcp, approvals_of(tools))
     except BaseException:
         await mcp.close()
         raise
+
+
+def _with_credentials(
+    req: StartRequest, tool: Resource[ToolSpec], entries: list[ToolEntry]
+) -> list[ToolEntry]:
+    """The Tool's credentials are read now, once (`secretenv.tool_config`); entries whose config
+    has none stay the very objects the fork server built."""
+    config = secretenv.tool_config(req.bundle, tool.spec.config, req.layout.root)
+    if config is tool.spec.config:
+        return entries
+    return [replace(entry, config=dict(config)) for entry in entries]
 
 
 async def _assemble(
@@ -102,6 +116,7 @@ async def _assemble(
     agent: Resource[AgentSpec],
     tool_entries: list[list[ToolEntry]],
     mcp: McpBridge,
+    approval_rules: dict[str, Approval],
 ) -> Parts:
     paths = req.paths
     # only the conversation's directory: extension state and the workdir are made when first
@@ -118,18 +133,16 @@ async def _assemble(
         extensions = await _load_extensions(req, agent, pipelines, bus, logger)
         ext_entries = [[*e.tool_entries(), *mcp.entries("Extension", e.name)] for e in extensions]
         registry = ToolRegistry.build([*tool_entries, *ext_entries])
-        model_res = resolve.model(req.bundle, agent)
-        api_key = resolve.api_key(req.bundle, model_res, req.layout.root)
-        model = create_model(model_res, api_key=api_key)
+        model = _model(req, agent, bus)
     except BaseException:
         bus.close()
         raise
-    meter = Meter(model_res.spec.model)
+    meter = Meter(model.name)  # the primary Model's `spec.model`
     if req.sink is None:  # the fork server's rehearsal reports to no daemon
         bus.meter = meter.observe
     store = ConversationStore(paths.messages_dir, sink=req.sink)
     store.open()
-    tool_calls = _tool_calls(req, registry, pipelines, bus, logger)
+    tool_calls = _tool_calls(req, registry, pipelines, bus, logger, approval_rules)
     engine = TurnEngine(
         TurnDeps(
             agent_name=req.agent,
@@ -149,6 +162,21 @@ async def _assemble(
         )
     )
     return Parts(engine, model, registry, store, bus, extensions, paths, tool_calls, mcp, meter)
+
+
+def _model(req: StartRequest, agent: Resource[AgentSpec], bus: EventBus) -> Model:
+    """The agent's Model and its fallbacks, each metered by the orchestrator (models/governed.py:
+    permits when a budget or a rate limit applies, usage always)."""
+    desk = req.agents if isinstance(req.agents, PermitDesk) else None
+    budgeted = agent.spec.policy.budget is not None
+    budgeted = budgeted or resolve.swarm_policy(req.bundle, req.swarm).budget is not None
+    links = []
+    for res in resolve.model_chain(req.bundle, agent):
+        inner = create_model(res, api_key=resolve.api_key(req.bundle, res, req.layout.root))
+        asks = budgeted or res.spec.rate_limit is not None
+        links.append(Governed(inner, resource=res.name, pricing=res.spec.pricing, desk=desk,
+                              asks=asks, record=bus.record))  # fmt: skip
+    return links[0] if len(links) == 1 else FallbackChain(links, bus.record)
 
 
 def _turn_end(store: ConversationStore, extensions: list[ExtensionHandle], bus: EventBus) -> None:
@@ -177,7 +205,12 @@ async def _load_extensions(
 
 
 def _tool_calls(
-    req: StartRequest, registry: ToolRegistry, pipelines: Pipelines, bus: EventBus, logger: Any
+    req: StartRequest,
+    registry: ToolRegistry,
+    pipelines: Pipelines,
+    bus: EventBus,
+    logger: Any,
+    approval_rules: dict[str, Approval],
 ) -> ToolCallRunner:
     workdir = req.workdir if req.workdir is not None else req.paths.workdir
     return ToolCallRunner(
@@ -190,4 +223,6 @@ def _tool_calls(
         secret_values=req.bundle.secret_values,
         default_timeout_ms=resolve.swarm_policy(req.bundle, req.swarm).tools.default_timeout_ms,
         make_workdir=req.sink is None,
+        approval_rules=approval_rules,
+        limits=resolve.limits(req.bundle, req.agent),
     )

@@ -235,6 +235,30 @@ class Bridge:
         value: JsonObject = to_builtins(result.result)
         return value
 
+    # -- model calls: permits and usage (orchestrator/permits.py); models/governed.py ----
+
+    def turn_key(self) -> str | None:
+        """The event whose turn runs (a turn is counted once per event against budgets)."""
+        return self.current.id if self.current is not None else None
+
+    async def permit(self, args: JsonObject) -> CallResultPayload:
+        """Ask before a model call; the answer may wait for the Model's shared rate limit,
+        so there is no timeout here (the child dies with the orchestrator anyway)."""
+        call_id = uuid.uuid4().hex
+        fut: asyncio.Future[CallResultPayload] = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = fut
+        payload = CallPayload(call_id=call_id, op=CallOp.MODEL_PERMIT, args=args)
+        try:
+            await self._send(Call(from_=self._me, to=ORCHESTRATOR, payload=payload))
+            return await fut
+        finally:
+            self._calls.pop(call_id, None)
+
+    async def report(self, args: JsonObject) -> None:
+        """Tell the orchestrator what a model call used; no answer comes back."""
+        payload = CallPayload(call_id=uuid.uuid4().hex, op=CallOp.MODEL_USAGE, args=args)
+        await self._send(Call(from_=self._me, to=ORCHESTRATOR, payload=payload))
+
     async def spawn(
         self, target: str, *, instance_key: str | None = None, cwd: str | None = None
     ) -> JsonObject:

@@ -20,10 +20,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import setproctitle
 import structlog
 import uvloop
 
-from agent_process import deferred, logs
+from agent_process import deferred, logs, resolve, secretenv
+from agent_process import limits as agent_limits
 from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
@@ -37,8 +39,9 @@ from bundles.model import Bundle
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, new_event, response_to
-from protocol.ids import ORCHESTRATOR, ProcessKind
+from protocol.ids import ORCHESTRATOR, ProcessId, ProcessKind
 from protocol.jsonrpc import PendingCall
+from protocol.jsontypes import JsonObject
 from protocol.launch import ChildLaunch, decode_launch
 from protocol.messages import (
     Call,
@@ -71,6 +74,8 @@ class TurnReport(Protocol):
     def text(self) -> str: ...
     @property
     def error(self) -> ErrorInfo | None: ...
+    @property
+    def usage(self) -> dict[str, int]: ...
 
 
 class TurnRunner(Protocol):
@@ -105,8 +110,15 @@ async def runtime_factory(launch: ChildLaunch, bridge: Bridge) -> TurnRunner:
                 suggestion="fix the bundle (goondan validate), then `goondan restart`",
             )
         ) from exc
+    # Agent.spec.limits hold for everything this process loads and starts from here on
+    agent_limits.apply(resolve.limits(bundle, launch.process.name), launch.settings.cgroup)
     redact.install(bundle.secret_values)  # from here on, logs and stdout/stderr mask them
-    return await create_runtime(launch, bridge, bundle)
+    runtime = await create_runtime(launch, bridge, bundle)
+    # the model client, tools and MCP servers hold what they need: no subprocess inherits it
+    dropped = secretenv.drop_secret_variables(bundle.secret_values)
+    if dropped:
+        log.info("secret_variables_removed", names=dropped)
+    return runtime
 
 
 async def create_runtime(
@@ -289,12 +301,14 @@ class Child:
                 return
             report = turn
             outcome, text, error = report.outcome, report.text, turn_error(report)
+            usage = report.usage
         except Exception as exc:  # the runtime promises not to raise; never go silent anyway
             log.exception("turn_raised", event_id=event.id)
-            outcome, text = TurnOutcome.FAILED, ""
+            outcome, text, usage = TurnOutcome.FAILED, "", {}
             error = ErrorInfo(code=ErrorCode.E_AGENT_TURN_FAILED, message=f"{exc}")
         if event.reply_to is not None:
-            reply = response_to(event, source=self.source, text=text, error=error)
+            meta: JsonObject = {"usage": dict(usage)} if usage else {}  # e.g. OpenAI's `usage`
+            reply = response_to(event, source=self.source, text=text, error=error, metadata=meta)
             await self.send(Event(from_=self.me, to=event.reply_to.target, payload=reply))
         self.busy = False
         self._beat_if_working()
@@ -373,11 +387,21 @@ def parse_launch(argv: Sequence[str]) -> ChildLaunch | int:
         return 2
 
 
+def process_title(pid: ProcessId) -> str:
+    """`goondan: agent <name>@<instanceKey>`, `goondan: connector <name>`."""
+    if pid.kind is ProcessKind.CONNECTOR:
+        return f"goondan: connector {pid.name}"
+    return f"goondan: {pid.kind} {pid.name}@{pid.instance_key}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     launch = parse_launch(sys.argv[1:] if argv is None else argv)
     if isinstance(launch, int):
         return launch
     die_with_parent(launch.parent_pid)
+    # what `ps` shows; a cold child also overwrites the environment block it was exec'd with
+    # (with API keys) that /proc/<pid>/environ would show (a forked one has an empty one)
+    setproctitle.setproctitle(process_title(launch.process))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the orchestrator decides when we stop
     logs.configure(launch.settings.log_format)
     # print() in tools, warnings and tracebacks land in the log file too: mask them as well

@@ -22,12 +22,18 @@ from agent_process.loading import EntryLoadError, load_entry
 from bundles.diagnostics import BundleError
 from bundles.kinds import ConnectionSpec, ConnectorSpec, Kind, ValueSource
 from bundles.model import Bundle, Resource
-from bundles.refs import connection_connector
+from bundles.refs import (
+    connection_connector,
+    connection_swarm,
+    entry_agent,
+    resolve_tools,
+    swarm_agents,
+)
 from bundles.sdk import Logger
 from bundles.values import ValueProblem, value_of
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
-from protocol.ids import ORCHESTRATOR, ProcessId
+from protocol.ids import ORCHESTRATOR, ProcessId, agent_address
 from protocol.messages import Event, Message
 
 Send = Callable[[Message], Awaitable[None]]
@@ -58,18 +64,73 @@ class Reply:
     deferred: dict[str, Any] | None = None
     """The JSON-RPC 2.0 request of a deferred tool call that suspended the turn (ARCHITECTURE.md
     §10): the client answers it (webhook: `POST /rpc`) and the turn resumes."""
+    usage: Mapping[str, int] = field(default_factory=dict)
+    """The turn's token counts, when the agent reported them."""
 
     @classmethod
     def of(cls, event_id: str, response: AgentEvent) -> Reply:
         error = response.error
         deferred = response.metadata.get("deferred")
+        usage = response.metadata.get("usage")
         return cls(
             deferred=deferred if isinstance(deferred, dict) else None,
+            usage={k: v for k, v in usage.items() if isinstance(v, int)}
+            if isinstance(usage, dict)
+            else {},
             event_id=event_id,
             text=response.input,
             accepted=bool(response.metadata.get("accepted")),
             error_code=str(error.code) if error is not None else None,
             error_message=error.message if error is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    """`bundles.sdk.ToolSummary`."""
+
+    name: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """`bundles.sdk.AgentSummary`."""
+
+    name: str
+    description: str = ""
+    tools: tuple[ToolInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmInfo:
+    """`bundles.sdk.SwarmSummary`."""
+
+    name: str
+    entry_agent: str
+    instance_key: str
+    agents: tuple[AgentInfo, ...] = ()
+
+    @classmethod
+    def of(cls, bundle: Bundle, connection: Resource[ConnectionSpec]) -> SwarmInfo:
+        swarm = connection_swarm(bundle, connection)
+        agents = tuple(
+            AgentInfo(
+                name=agent.name,
+                description=agent.spec.description or "",
+                tools=tuple(
+                    ToolInfo(f"{tool.name}__{export.name}", export.description)
+                    for tool in resolve_tools(bundle, agent)
+                    for export in tool.spec.exports
+                ),
+            )
+            for agent in swarm_agents(bundle, swarm)
+        )
+        return cls(
+            name=swarm.name,
+            entry_agent=entry_agent(bundle, swarm).name,
+            instance_key=swarm.spec.instance_key or swarm.name,
+            agents=agents,
         )
 
 
@@ -82,6 +143,15 @@ class LoadedConnector:
     start: RunFn | None
     config: dict[str, Any]
     secrets: dict[str, str]
+    swarm: SwarmInfo
+
+
+def _resolve_all(
+    bundle: Bundle, raw: str | ValueSource | list[str | ValueSource], state_root: Path, where: str
+) -> str | list[str]:
+    if isinstance(raw, list):
+        return [_resolve(bundle, item, state_root, f"{where}[{i}]") for i, item in enumerate(raw)]
+    return _resolve(bundle, raw, state_root, where)
 
 
 def _resolve(bundle: Bundle, raw: str | ValueSource, state_root: Path, where: str) -> str:
@@ -111,7 +181,7 @@ def load_connector(bundle: Bundle, connection_name: str, state_root: Path) -> Lo
     where = f"Connection/{connection.name}"
     config = dict(connector.spec.config)
     for key, raw in connection.spec.config.items():
-        config[key] = _resolve(bundle, raw, state_root, f"{where} spec.config.{key}")
+        config[key] = _resolve_all(bundle, raw, state_root, f"{where} spec.config.{key}")
     secrets = {
         key: _resolve(bundle, raw, state_root, f"{where} spec.secrets.{key}")
         for key, raw in connection.spec.secrets.items()
@@ -127,8 +197,12 @@ def load_connector(bundle: Bundle, connection_name: str, state_root: Path) -> Lo
             f"Connector/{connector.name}: {connector.spec.entry} exports no `run(ctx)`",
             "define `async def run(ctx)` in the connector's entry file",
         )
+    try:
+        swarm = SwarmInfo.of(bundle, connection)
+    except BundleError as exc:
+        raise _fail(str(exc), "fix the Connection's swarm (goondan validate)") from None
     return LoadedConnector(connection, connector, module, run,
-                           start if callable(start) else None, config, secrets)  # fmt: skip
+                           start if callable(start) else None, config, secrets, swarm)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -140,6 +214,7 @@ class HostContext:
     config: Mapping[str, Any]
     secrets: Mapping[str, str]
     connector: str
+    swarm: SwarmInfo = field(default_factory=lambda: SwarmInfo("", "", ""))
     logger: Logger = field(default_factory=lambda: structlog.get_logger("goondan.connector"))
     state: dict[str, Any] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -170,10 +245,15 @@ class HostContext:
         *,
         reply: bool = True,
         idempotency_key: str | None = None,
+        agent: str | None = None,
+        instance_key: str | None = None,
     ) -> Reply | None:
         props = dict(properties or {})
         if self.closed:
             return self._closed_reply()
+        to = ORCHESTRATOR  # the Connection's ingress rules decide, or the addressed agent:
+        if agent is not None:
+            to = str(agent_address(agent, instance_key or self.swarm.instance_key))
         correlation_id = uuid.uuid4().hex
         reply_to = ReplyTo(target=str(self.process_id.address), correlation_id=correlation_id)
         frame = new_event(
@@ -187,12 +267,12 @@ class HostContext:
             idempotency_key=idempotency_key,
         )
         if not reply:
-            await self.send(Event(from_=str(self.process_id), to=ORCHESTRATOR, payload=frame))
+            await self.send(Event(from_=str(self.process_id), to=to, payload=frame))
             return None
         fut: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = fut
         try:
-            await self.send(Event(from_=str(self.process_id), to=ORCHESTRATOR, payload=frame))
+            await self.send(Event(from_=str(self.process_id), to=to, payload=frame))
             answer = Reply.of(frame.id, await fut)
             if answer.error_code is None:
                 self.answered += 1

@@ -19,6 +19,7 @@ from pathlib import Path
 import structlog
 
 from agent_process import preload as preloaded
+from agent_process import secretenv
 from agent_process.connector_context import (
     ConnectorStartFailed,
     HostContext,
@@ -79,6 +80,7 @@ class ConnectorHost:
         self.ctx: HostContext | None = None
         self.draining = link.draining
         self._reported = 0
+        self.loaded_secrets: frozenset[str] = frozenset()
 
     def _load(self) -> LoadedConnector:
         settings = self.launch.settings
@@ -93,6 +95,7 @@ class ConnectorHost:
                 )
             ) from exc
         redact.install(bundle.secret_values)  # e.g. a signing secret never reaches the log
+        self.loaded_secrets = bundle.secret_values
         return load_connector(bundle, self.launch.process.name, Path(settings.state_root))
 
     async def _start_connector(self) -> list[str]:
@@ -106,6 +109,7 @@ class ConnectorHost:
             config=loaded.config,
             secrets=loaded.secrets,
             connector=loaded.connector.name,
+            swarm=loaded.swarm,
             orchestrator_pid=daemon_pid,
             run_id=run_id,
             state_dir=StateLayout.from_env(
@@ -114,6 +118,10 @@ class ConnectorHost:
         )
         if loaded.start is not None:
             await loaded.start(self.ctx)
+        # started: the connector holds its credentials; no subprocess inherits them
+        dropped = secretenv.drop_secret_variables(self.loaded_secrets)
+        if dropped:
+            log.info("secret_variables_removed", names=dropped)
         return []
 
     async def start(self) -> bool:

@@ -41,6 +41,7 @@ import jsonschema
 import msgspec
 import structlog
 
+from agent_process import approvals
 from agent_process.contexts import ToolCallMwContext
 from agent_process.results import (
     DEFAULT_ERROR_MESSAGE_LIMIT,
@@ -53,7 +54,7 @@ from agent_process.results import (
 )
 from agent_process.toolcall import DeferredHook
 from agent_process.turn import Resumed
-from bundles.kinds import Kind
+from bundles.kinds import ApprovalSpec, Kind
 from bundles.model import Bundle
 from protocol.conversation import ToolCall
 from protocol.durable import write_atomic
@@ -63,6 +64,7 @@ from protocol.events import AgentEvent
 from protocol.ids import ORCHESTRATOR
 from protocol.jsonrpc import (
     ANSWER_SUFFIX,
+    APPROVE_METHOD,
     PENDING_SUFFIX,
     DeferredErrorCode,
     JsonRpcError,
@@ -124,6 +126,8 @@ def policy_from_bundle(bundle: Bundle, swarm: str) -> DeferredPolicy:
     for res in bundle.of_kind(Kind.TOOL):
         for export in getattr(res.spec, "exports", None) or []:
             ttl = export.deferred.ttl_seconds if export.deferred is not None else None
+            if isinstance(export.approval, ApprovalSpec) and ttl is None:
+                ttl = export.approval.ttl_seconds
             if ttl is not None or export.result_schema is not None:
                 spec = ToolDeferral(ttl, export.result_schema)
                 policy.tools[f"{res.name}__{export.name}"] = spec
@@ -190,6 +194,8 @@ def client_error_result(error: JsonRpcError, method: str) -> ToolResult:
 
 
 def answer_result(answer: JsonRpcResponse, call: PendingCall, schema: Any) -> ToolResult:
+    if call.method == APPROVE_METHOD:
+        return approvals.answer_record(answer)
     if answer.error is not None:
         return client_error_result(answer.error, call.method)
     if schema is not None:
@@ -239,9 +245,15 @@ class DeferredCalls:
         self.on_park: Callable[[], None] = lambda: None
         """Called after `parked` is set or cleared (the child stops or resumes beating)."""
         self._resuming: tuple[str, list[PendingCall]] | None = None
+        self._carried: dict[str, PendingCall] = {}
+        """Approval calls of a resumed turn: the tool call runs again through its pipeline and
+        its approval gate waits here on the call an earlier process made."""
 
     async def hook(self, ctx: ToolCallMwContext, request: DeferredRequest) -> ToolResult:
         """The `DeferredHook`: suspend the turn until the client answers or the TTL passes."""
+        carried = self._carried.pop(ctx.call.id, None)
+        if carried is not None and carried.method == request.method:
+            return await self.wait(carried)
         turn = ctx.step.turn
         now = self._clock()
         call = PendingCall(
@@ -331,8 +343,11 @@ class DeferredCalls:
     def resumed(self, calls: list[PendingCall]) -> Resumed:
         """How a new process continues the turn `calls` suspended: await each call's answer
         (or its expiry); a later call of the same step that never ran is answered with a
-        coded error (its handler was not run)."""
+        coded error (its handler was not run). A call waiting for approval runs again through
+        the tool-call pipeline, whose approval gate takes over its pending call (`hook`)."""
         by_id = {c.id: c for c in calls}
+        approving = {c.id: c for c in calls if c.method == APPROVE_METHOD}
+        self._carried.update(approving)
 
         async def answer(call: ToolCall) -> ToolResult:
             pending = by_id.get(call.id)
@@ -345,7 +360,12 @@ class DeferredCalls:
                 suggestion="call it again if it is still needed",
             )
 
-        return Resumed(turn_id=calls[0].turn_id, step=calls[0].step, answer=answer)
+        return Resumed(
+            turn_id=calls[0].turn_id,
+            step=calls[0].step,
+            answer=answer,
+            rerun=frozenset(approving),
+        )
 
 
 class Deferring(Protocol):

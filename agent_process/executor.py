@@ -14,16 +14,24 @@ import inspect
 import json
 from typing import Any
 
+from agent_process.limits import as_limit_error
 from agent_process.registry import ToolEntry
 from agent_process.results import ToolResult, cap_output, ok_result, result_from_exception
+from bundles.limits import NO_LIMITS, Limits
 from bundles.sdk import ToolContext, ToolFailed
 from protocol.errors import ErrorCode
 
 
 async def execute(
-    entry: ToolEntry, ctx: ToolContext, args: Any, default_timeout_ms: int | None = None
+    entry: ToolEntry,
+    ctx: ToolContext,
+    args: Any,
+    default_timeout_ms: int | None = None,
+    limits: Limits = NO_LIMITS,
 ) -> ToolResult:
-    """`default_timeout_ms` bounds an export with no `timeoutMs` (Swarm.spec.policy.tools)."""
+    """The handler's result as data. `default_timeout_ms` bounds an export with no
+    `timeoutMs` (Swarm.spec.policy.tools); `limits` (the agent's) say which failures are
+    breaches."""
     try:
         if entry.validator is not None:
             entry.validator.validate(args)
@@ -31,8 +39,8 @@ async def execute(
         return cap_output(_as_result(value), entry.result_limit)
     except UnicodeEncodeError as exc:
         return result_from_exception(_unencodable(entry, args, exc), entry.error_message_limit)
-    except Exception as exc:
-        return result_from_exception(exc, entry.error_message_limit)
+    except Exception as exc:  # a breach of Agent.spec.limits is E_AGENT_LIMIT
+        return result_from_exception(as_limit_error(exc, limits), entry.error_message_limit)
 
 
 def _unencodable(entry: ToolEntry, args: Any, exc: UnicodeEncodeError) -> Exception:

@@ -1,5 +1,6 @@
-"""structlog for an agent or connector child: JSON lines (or console) on its stdout, which is
-its own log file, with secrets masked and the bound context (agent, instanceKey, trace ids)."""
+"""structlog for an agent or connector child: JSON lines (or console) on its stdout, a pipe the
+daemon reads into the child's log file (`orchestrator/childlog.py`, which masks secrets again,
+line by line), with secrets masked and the bound context (agent, instanceKey, trace ids)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def configure(log_format: str) -> None:
             redact.processor,
             renderer,
         ],
-        # stdout is looked up per call: a forked child's fd 1 is its own log file
+        # stdout is looked up per call: a forked child's fd 1 is its own pipe
         logger_factory=structlog.PrintLoggerFactory(),
         cache_logger_on_first_use=True,
     )

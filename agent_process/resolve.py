@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bundles import limits as bundle_limits
 from bundles import refs, values
 from bundles.diagnostics import BundleError
 from bundles.kinds import AgentSpec, ExtensionSpec, Kind, ModelSpec, SwarmPolicy, ToolSpec
+from bundles.limits import Limits
 from bundles.model import Bundle, Resource
 from protocol.errors import ErrorCode, ErrorInfo
 
@@ -49,6 +51,13 @@ def agent(bundle: Bundle, name: str) -> Resource[AgentSpec]:
     return found
 
 
+def limits(bundle: Bundle, name: str) -> Limits:
+    """The agent's `spec.limits` (none when it is not in the bundle: its start reports that).
+    The bundle was validated, so every size parses."""
+    found = bundle.find(Kind.AGENT, name)
+    return bundle_limits.resolved(found.spec.limits) if found is not None else Limits()
+
+
 def tools(bundle: Bundle, agent: Resource[AgentSpec]) -> list[Resource[ToolSpec]]:
     try:
         return refs.resolve_tools(bundle, agent)
@@ -66,6 +75,14 @@ def extensions(bundle: Bundle, agent: Resource[AgentSpec]) -> list[Resource[Exte
 def model(bundle: Bundle, agent: Resource[AgentSpec]) -> Resource[ModelSpec]:
     try:
         return refs.resolve_model(bundle, agent)
+    except BundleError as exc:
+        raise _problem(exc) from None
+
+
+def model_chain(bundle: Bundle, agent: Resource[AgentSpec]) -> list[Resource[ModelSpec]]:
+    """The agent's Model and its fallbacks, in order."""
+    try:
+        return refs.model_chain(bundle, agent)
     except BundleError as exc:
         raise _problem(exc) from None
 

@@ -114,6 +114,13 @@ class EventBus:
 
     def emit_custom(self, event_type: str, data: dict[str, Any] | None, *, owner: str) -> None:
         """An event emitted by an extension (`api.events.emit`)."""
+        self.record(event_type, {"extension": owner, **(data or {})})
+
+    def record(self, event_type: str, data: dict[str, Any]) -> None:
+        """A runtime event of this process's own (a model call's usage, a fallback), in the
+        current turn's trace."""
+        if not self.active:
+            return
         self.emit(
             RuntimeEvent(
                 type=event_type,
@@ -121,7 +128,7 @@ class EventBus:
                 agent=self.agent,
                 instance_key=self.instance_key,
                 trace_id=self.current_trace_id,
-                data={"extension": owner, **(data or {})},
+                data=data,
             )
         )
 

@@ -10,10 +10,12 @@ channel keeps `reject_deferred`, which answers with a coded error.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agent_process import approvals
+from agent_process.approvals import Approval
 from agent_process.bridge import CURRENT_SPAN
 from agent_process.context import ToolCallContext
 from agent_process.contexts import StepContext, ToolCallMwContext
@@ -29,6 +31,7 @@ from agent_process.results import (
     result_from_exception,
 )
 from agent_process.telemetry import EventBus, RuntimeEvent
+from bundles.limits import NO_LIMITS, Limits
 from bundles.sdk import AgentsRuntime, MiddlewareError
 from protocol.conversation import Message, ToolCall
 from protocol.errors import ErrorCode
@@ -60,6 +63,8 @@ class ToolCallRunner:
         deferred_hook: DeferredHook = reject_deferred,
         default_timeout_ms: int | None = None,
         make_workdir: bool = True,
+        approval_rules: Mapping[str, Approval] | None = None,
+        limits: Limits = NO_LIMITS,
     ) -> None:
         self._registry = registry
         self._pipelines = pipelines
@@ -73,6 +78,8 @@ class ToolCallRunner:
         self._make_workdir = make_workdir
         """Create the workdir before the first handler runs (not at start: an instance
         that never calls a tool leaves no empty directory)."""
+        self._approvals = dict(approval_rules or {})
+        self._limits = limits
 
     def idempotent(self, name: str) -> bool:
         """Whether a call of `name` cut by a crash may simply run again."""
@@ -119,16 +126,36 @@ class ToolCallRunner:
                 limit=entry.error_message_limit,
                 suggestion="send the arguments as one JSON object",
             )
+        rule = self._approvals.get(call.name)
+        if rule is not None:
+            refused = await self._approve(ctx, entry, rule)
+            if refused is not None:
+                return refused
         token = CURRENT_SPAN.set(ctx.span)  # an `agents` call made here is this span's child
         try:
-            result = await execute(
-                entry, self._tool_context(entry, ctx), ctx.args, self._default_timeout_ms
-            )
+            result = await execute(entry, self._tool_context(entry, ctx), ctx.args,
+                                   self._default_timeout_ms, self._limits)  # fmt: skip
         finally:
             CURRENT_SPAN.reset(token)
         if result.deferred is not None:
             result = await self.deferred_hook(ctx, result.deferred)
         return result
+
+    async def _approve(
+        self, ctx: ToolCallMwContext, entry: ToolEntry, rule: Approval
+    ) -> ToolResult | None:
+        """None when the call may run: its rule does not apply to these arguments, or a person
+        approved it; else the result the model gets (denied, expired, invalid arguments)."""
+        if entry.validator is not None:  # nobody is asked about a call that could not run
+            try:
+                entry.validator.validate(ctx.args)
+            except Exception as exc:
+                return result_from_exception(exc, entry.error_message_limit)
+        if not rule.applies(ctx.args):
+            return None
+        answer = await self.deferred_hook(ctx, rule.request(ctx.call.name, ctx.args))
+        self._emit("tool.approval", ctx, None, None, data=approvals.record(answer))
+        return approvals.decided(answer, ctx.call.name)
 
     def _tool_context(self, entry: ToolEntry, ctx: ToolCallMwContext) -> ToolCallContext:
         if self._make_workdir:
@@ -155,10 +182,13 @@ class ToolCallRunner:
         ctx: ToolCallMwContext,
         result: ToolResult | None,
         duration_ms: float | None,
+        data: dict[str, Any] | None = None,
     ) -> None:
         if not self._bus.active:
             return
         turn = ctx.step.turn
+        if result is not None and result.traceback:
+            data = {"traceback": result.traceback}
         self._bus.emit(
             RuntimeEvent(
                 type=kind,
@@ -175,7 +205,7 @@ class ToolCallRunner:
                 status=result.status.value if result is not None else None,
                 duration_ms=duration_ms,
                 error=result.error if result is not None else None,
-                data={"traceback": result.traceback} if result and result.traceback else None,
+                data=data,
             )
         )
 

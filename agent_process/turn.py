@@ -102,6 +102,9 @@ class Resumed:
     step: int
     answer: Callable[[ToolCall], Awaitable[ToolResult]]
     """The result of each unanswered tool call of the last assistant message."""
+    rerun: frozenset[str] = frozenset()
+    """Calls that run again through the tool-call pipeline instead (those waiting for a
+    person's approval: their gate takes over the pending call)."""
 
 
 class TurnEngine:
@@ -278,7 +281,11 @@ class TurnEngine:
 
     async def _resume_core(self, ctx: TurnContext, resumed: Resumed) -> TurnResult:
         for call in dangling_calls(self._d.store.messages):
-            self._append_result(ctx.turn_id, call, await resumed.answer(call))
+            if call.id in resumed.rerun:
+                result = await self._run_again(ctx, call)
+            else:
+                result = await resumed.answer(call)
+            self._append_result(ctx.turn_id, call, result)
         return await self._steps(ctx, resumed.step + 1)
 
     async def _steps(self, ctx: TurnContext, first: int) -> TurnResult:

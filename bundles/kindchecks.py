@@ -12,6 +12,7 @@ import msgspec
 from bundles.convert import error_location
 from bundles.diagnostics import closest
 from bundles.kinds import (
+    ApprovalSpec,
     ConnectorSpec,
     ExtensionSpec,
     Kind,
@@ -140,11 +141,35 @@ def _check_export(rep: Reporter, res: Resource[ToolSpec], i: int, export: ToolEx
     ):
         if schema is not None:
             _check_schema(rep, res, (*path, field), schema)
+    if isinstance(export.approval, ApprovalSpec):
+        _check_approval(rep, res, path, export)
+    if export.approval is not None and export.deferred is not None:
+        rep.error(
+            res, (*path, "approval"), _SCHEMA,
+            "approval on a deferred export: a client-side call never runs here, so there is "
+            "nothing to approve", "remove approval, or make the export run a handler",
+        )  # fmt: skip
     if export.parameters.get("type") != "object":
         rep.error(
             res, (*path, "parameters"), _SCHEMA,
             "export parameters must be a JSON Schema with `type: object`",
             "wrap the arguments in {type: object, properties: {...}}",
+        )  # fmt: skip
+
+
+def _check_approval(
+    rep: Reporter, res: Resource[ToolSpec], path: tuple[str | int, ...], export: ToolExport
+) -> None:
+    approval = export.approval
+    assert isinstance(approval, ApprovalSpec)
+    if approval.when is not None:
+        _check_schema(rep, res, (*path, "approval", "when"), approval.when)
+    if approval.ttl_seconds is not None and approval.ttl_seconds <= 0:
+        rep.error(
+            res, (*path, "approval", "ttlSeconds"), _SCHEMA,
+            f"approval.ttlSeconds must be > 0 (got {approval.ttl_seconds})",
+            "give the seconds a person has to decide, or leave it out for the Swarm's "
+            "deferredTtlSeconds",
         )  # fmt: skip
 
 

@@ -111,6 +111,22 @@ class PackageSpec(_Spec):
 # -- Model -------------------------------------------------------------------------------
 
 
+class Pricing(_Spec):
+    """US dollars per million tokens: what a call costs (budgets, `goondan status`)."""
+
+    input_per_m_tok: float
+    output_per_m_tok: float
+    cached_input_per_m_tok: float | None = None
+    """Input tokens read from the provider's prompt cache (default: the input price)."""
+
+
+class RateLimit(_Spec):
+    """One bucket for every agent process that uses this Model, kept by the orchestrator."""
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+
+
 class ModelSpec(_Spec):
     provider: str
     """`openai`, `anthropic` or `scripted`."""
@@ -119,6 +135,11 @@ class ModelSpec(_Spec):
     api_key: ValueSource | None = None
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     capabilities: dict[str, bool] = msgspec.field(default_factory=dict)
+    pricing: Pricing | None = None
+    rate_limit: RateLimit | None = None
+    fallback: list[str | ObjectRef] = msgspec.field(default_factory=list)
+    """Models a step is retried on, in order, when this one is rate limited, overloaded,
+    fails with a 5xx or times out."""
 
 
 class ScriptToolCall(_Spec):
@@ -164,12 +185,48 @@ class Prompt(_Spec):
     system_ref: str | None = None
 
 
+class Budget(_Spec):
+    """Limits per UTC day, counted by the orchestrator across instances and restarts."""
+
+    turns_per_day: int | None = None
+    tokens_per_day: int | None = None
+    cost_usd_per_day: float | None = None
+    """Needs `pricing` on every Model the budget's agents use."""
+
+
+class AgentPolicy(_Spec):
+    budget: Budget | None = None
+
+
+class AgentLimits(_Spec):
+    """What one agent process and the processes its tools start may use (`bundles.limits`,
+    applied by `agent_process.limits`); unset fields are not limited."""
+
+    memory: int | str | None = None
+    """Bytes, or a size such as "512Mi" or "2G": each process's private writable memory
+    (RLIMIT_DATA); the agent's cgroup memory.max where its cgroup is delegated."""
+    cpu_seconds: int | None = None
+    """CPU time of each process over its life (RLIMIT_CPU): past it the process is killed."""
+    open_files: int | None = None
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+    processes: int | None = None
+    """Processes and threads (RLIMIT_NPROC counts all of the user's, not the agent's alone,
+    and does not bind root); the agent cgroup's pids.max where delegated."""
+    cpus: float | None = None
+    """CPUs' worth of time per period (cgroup cpu.max), only where the cgroup is delegated."""
+
+
 class AgentSpec(_Spec):
     model_config: ModelConfig
+    description: str | None = None
+    """What the agent does, for clients that discover it (the `api` connector's A2A card and
+    MCP tool)."""
     prompt: Prompt = msgspec.field(default_factory=Prompt)
     tools: list[RefLike] = msgspec.field(default_factory=list)
     extensions: list[RefLike] = msgspec.field(default_factory=list)
     required_tools: list[str] = msgspec.field(default_factory=list)
+    policy: AgentPolicy = msgspec.field(default_factory=AgentPolicy)
+    limits: AgentLimits = msgspec.field(default_factory=AgentLimits)
 
 
 # -- Swarm -------------------------------------------------------------------------------
@@ -235,6 +292,8 @@ class SwarmPolicy(_Spec):
     shutdown: ShutdownPolicy = msgspec.field(default_factory=ShutdownPolicy)
     restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)
     lifecycle: LifecyclePolicy = msgspec.field(default_factory=LifecyclePolicy)
+    budget: Budget | None = None
+    """The whole swarm's daily limits (every agent together)."""
 
 
 class MetricsEndpoint(_Spec):
@@ -269,6 +328,17 @@ class DeferredSpec(_Spec):
     ttl_seconds: float | None = None
 
 
+class ApprovalSpec(_Spec):
+    """`approval: {when, message, ttlSeconds}` on an export: a person must approve a call
+    before it runs (ARCHITECTURE.md §10). `when` is a JSON Schema over the call's arguments:
+    only calls whose arguments match it need approval (absent: every call)."""
+
+    when: dict[str, Any] | None = None
+    message: str | None = None
+    ttl_seconds: float | None = None
+    """How long the call waits for the decision (default: the Swarm's deferredTtlSeconds)."""
+
+
 class ToolExport(_Spec):
     name: str
     description: str = ""
@@ -278,6 +348,9 @@ class ToolExport(_Spec):
     timeout_ms: int | None = None
     result_schema: dict[str, Any] | None = None
     deferred: DeferredSpec | None = None
+    approval: Literal["required"] | ApprovalSpec | None = None
+    """`required` or `{when, message, ttlSeconds}`: the call waits for a person's approval
+    (`goondan calls approve|deny`, the webhook's /rpc, chat buttons) before it runs."""
     idempotent: bool = False
     """Running it twice has the effect of running it once: a call cut by a crash is run again
     when its turn resumes. False (the default): the cut call gets E_AGENT_CRASHED instead."""
@@ -361,7 +434,10 @@ class Ingress(_Spec):
 class ConnectionSpec(_Spec):
     connector_ref: str | ObjectRef
     swarm_ref: str | ObjectRef | None = None
-    config: dict[str, str | ValueSource] = msgspec.field(default_factory=dict)
+    config: dict[str, str | ValueSource | list[str | ValueSource]] = msgspec.field(
+        default_factory=dict
+    )
+    """Strings, ValueSources, or lists of them (e.g. the api connector's bearer `tokens`)."""
     secrets: dict[str, ValueSource] = msgspec.field(default_factory=dict)
     ingress: Ingress = msgspec.field(default_factory=Ingress)
 

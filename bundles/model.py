@@ -73,7 +73,8 @@ class Bundle:
     env: dict[str, str] = field(default_factory=dict)
     """Variables from .env / .env.local / --env-file, never overriding the process env."""
     secret_values: frozenset[str] = frozenset()
-    """Every value resolved from a ValueSource, for redaction in logs."""
+    """What the bundle marks as secret (`bundles.credentials`): masked in logs, kept from
+    subprocesses."""
 
     def of_kind(self, kind: Kind, *, user_only: bool = False) -> Iterator[Resource[Any]]:
         """Resources of `kind`; with `user_only`, those of the user's bundle (not packages)."""

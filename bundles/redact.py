@@ -1,4 +1,4 @@
-"""Mask resolved secrets (every ValueSource value, `Bundle.secret_values`) in logged text.
+"""Mask the bundle's secrets (`Bundle.secret_values`, see `bundles.credentials`) in logged text.
 
 Both the orchestrator and the agent processes redact their own logs, so the masking lives
 here, below both. A process installs its secret set once the bundle is loaded (`install`);
@@ -25,7 +25,7 @@ class Redactor:
     """One alternation of every secret, longest first (a secret containing another one is
     masked whole)."""
 
-    __slots__ = ("_bytes", "_pattern")
+    __slots__ = ("_bytes", "_pattern", "longest")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         values = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True)
@@ -34,6 +34,8 @@ class Redactor:
         forms = {f for v in values for f in (v.encode(), msgspec.json.encode(v)[1:-1])}
         ordered = sorted(forms, key=len, reverse=True)
         self._bytes = re.compile(b"|".join(map(re.escape, ordered))) if ordered else None
+        self.longest = len(ordered[0]) if ordered else 0
+        """Bytes of the longest form of a secret: how far past a cut a secret may reach."""
 
     def __bool__(self) -> bool:
         return self._pattern is not None
@@ -44,10 +46,28 @@ class Redactor:
         return self._pattern.sub(MASK, text)
 
     def json_bytes(self, data: bytes) -> bytes:
-        """Mask secrets inside an encoded JSON document (a runtime-events line)."""
+        """Mask secrets in bytes, as they are or JSON-escaped (a runtime-events line, a line
+        of a child's output)."""
         if self._bytes is None:
             return data
         return self._bytes.sub(MASK.encode(), data)
+
+    def head(self, data: bytes, limit: int) -> bytes:
+        """The first `limit` bytes of `data`, masked; a secret that begins before the cut is
+        masked whole, never left as a prefix (so `data` should run `longest` bytes past it)."""
+        if self._bytes is None:
+            return data[:limit]
+        out = bytearray()
+        pos = 0
+        for match in self._bytes.finditer(data):
+            if match.start() >= limit:
+                break
+            out += data[pos : match.start()]
+            out += MASK.encode()
+            pos = match.end()
+        if pos < limit:
+            out += data[pos:limit]
+        return bytes(out)
 
     def value(self, value: Any) -> Any:
         """`value` with every string inside (dict keys and values, list items) masked."""
@@ -97,10 +117,12 @@ def processor(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> Any:
 
 
 class RedactingStream:
-    """A text stream that masks secrets on the way to `target` (a child's stdout/stderr, where
-    `print()` in a tool and library warnings would otherwise land unmasked).
+    """A text stream that masks secrets on the way to `target` (a child's stdout/stderr).
 
-    Text written through the file descriptor directly (C extensions) bypasses it.
+    Each write is masked alone, so a secret written in pieces, or through the file descriptor
+    directly (C extensions, `os.write`, subprocesses), passes it: the daemon masks the child's
+    output again, line by line (`orchestrator/childlog.py`). This layer keeps whole secrets out
+    of the pipe in the first place.
     """
 
     def __init__(self, target: TextIO) -> None:

@@ -100,6 +100,16 @@ def resolve_model(bundle: Bundle, agent: Resource[AgentSpec]) -> Resource[ModelS
     return find(bundle, ref, Kind.MODEL, owner=agent, at=("spec", "modelConfig", "modelRef"))
 
 
+def model_chain(bundle: Bundle, agent: Resource[AgentSpec]) -> list[Resource[ModelSpec]]:
+    """The agent's Model, then its `spec.fallback` Models in order (a fallback's own fallback
+    list is not followed: the chain is the one the agent's Model declares)."""
+    model = resolve_model(bundle, agent)
+    return [model] + [
+        find(bundle, ref, Kind.MODEL, owner=model, at=("spec", "fallback", i))
+        for i, ref in enumerate(model.spec.fallback)
+    ]
+
+
 def swarm_agents(bundle: Bundle, swarm: Resource[SwarmSpec]) -> list[Resource[AgentSpec]]:
     """The swarm's agents in `spec.agents` order (overrides applied)."""
     return _list(bundle, swarm, swarm.spec.agents, Kind.AGENT, "agents")

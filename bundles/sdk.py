@@ -11,7 +11,7 @@ to hand the call to the client (ARCHITECTURE.md §10); any other exception is re
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
@@ -99,7 +99,8 @@ class ToolContext(Protocol):
 
     @property
     def secret_values(self) -> frozenset[str]:
-        """Every value resolved from a ValueSource: never hand these to child processes."""
+        """The bundle's secrets (API keys, tokens, secretRef values): never hand them to child
+        processes."""
         ...
 
 
@@ -331,6 +332,58 @@ class ConnectorReply(Protocol):
     def error_code(self) -> str | None: ...
     @property
     def error_message(self) -> str | None: ...
+    @property
+    def deferred(self) -> Mapping[str, Any] | None:
+        """The JSON-RPC 2.0 request of a client-side tool call (or an approval,
+        `goondan.approve`) the turn waits for (ARCHITECTURE.md §10); answer it with the event
+        `deferred.answer`. Its final reply comes to whoever answers it."""
+        ...
+
+    @property
+    def usage(self) -> Mapping[str, int]:
+        """The turn's token counts (`input_tokens`, `output_tokens`, ...), empty if unknown."""
+        ...
+
+
+class ToolSummary(Protocol):
+    @property
+    def name(self) -> str:
+        """The name the model sees (`<tool>__<export>`)."""
+        ...
+
+    @property
+    def description(self) -> str: ...
+
+
+class AgentSummary(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str:
+        """`Agent.spec.description`, or "" when the bundle says nothing."""
+        ...
+
+    @property
+    def tools(self) -> Sequence[ToolSummary]:
+        """The tools its Agent resource declares (MCP-bridged tools are known only once the
+        agent runs, and are not listed)."""
+        ...
+
+
+class SwarmSummary(Protocol):
+    """The swarm a connector serves, as the bundle declares it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def entry_agent(self) -> str: ...
+    @property
+    def instance_key(self) -> str:
+        """`Swarm.spec.instanceKey`, else the swarm's name."""
+        ...
+
+    @property
+    def agents(self) -> Sequence[AgentSummary]: ...
 
 
 class ConnectorContext(Protocol):
@@ -374,6 +427,9 @@ class ConnectorContext(Protocol):
     @property
     def logger(self) -> Logger: ...
 
+    @property
+    def swarm(self) -> SwarmSummary: ...
+
     async def emit(
         self,
         event: str,
@@ -382,12 +438,17 @@ class ConnectorContext(Protocol):
         *,
         reply: bool = True,
         idempotency_key: str | None = None,
+        agent: str | None = None,
+        instance_key: str | None = None,
     ) -> ConnectorReply | None:
         """Send an event through the Connection's ingress rules. With `reply`, wait for the
         agent's answer (or the rule's acceptance, or a coded error); else return None at
         once. Bound the wait with `asyncio.timeout(...)` around the call. An
         `idempotency_key` (the sender's own id of this input: a delivery id, an update id)
-        makes a repeat within 24 h the first event: same event id, same reply."""
+        makes a repeat within 24 h the first event: same event id, same reply. With `agent`
+        (and `instance_key`, default the swarm's), the event goes to that agent instance
+        instead: allowed for any of the swarm's agents when the Connection has no rules,
+        else only when a rule that fits routes to that agent."""
         ...
 
 

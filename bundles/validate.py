@@ -8,11 +8,12 @@ that validates cannot fail resolution later.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bundles import kindchecks
+from bundles import costchecks, credentials, kindchecks, limits
+from bundles.credentials import Setting
 from bundles.diagnostics import Collector, FieldPath
 from bundles.kinds import (
     AgentSpec,
@@ -53,7 +54,8 @@ class Checks:
         self.secrets: set[str] = set()
 
     def run(self) -> frozenset[str]:
-        """Run every check; returns every value resolved from a ValueSource (for redaction)."""
+        """Run every check; returns the bundle's secrets (`bundles.credentials`), for
+        redaction and for keeping them from child processes."""
         self._duplicates()
         self._swarm_present()
         for res in self.bundle.resources:
@@ -64,6 +66,8 @@ class Checks:
         match res.kind:
             case Kind.MODEL:
                 kindchecks.check_model(self.rep, res)
+                costchecks.check_model(self.rep, res)
+                costchecks.check_fallback_refs(self.bundle, res, self._report)
             case Kind.TOOL:
                 kindchecks.check_tool(self.rep, res)
             case Kind.EXTENSION:
@@ -78,8 +82,8 @@ class Checks:
                 self._connection(res)
             case Kind.PACKAGE:
                 pass
-        for path, vs in _value_sources(res):
-            self._value(res, path, vs)
+        for item in _settings(res):
+            self._setting(res, item)
 
     # -- names -----------------------------------------------------------------------------
 
@@ -146,13 +150,29 @@ class Checks:
     def _agent(self, res: Resource[AgentSpec]) -> None:
         spec = res.spec
         self._ref(res, ("spec", "modelConfig", "modelRef"), spec.model_config.model_ref, Kind.MODEL)
-        self._items(res, "tools", spec.tools, Kind.TOOL)
-        self._items(res, "extensions", spec.extensions, Kind.EXTENSION)
+        used = [
+            *self._items(res, "tools", spec.tools, Kind.TOOL),
+            *self._items(res, "extensions", spec.extensions, Kind.EXTENSION),
+        ]
+        own = {id(r) for r in self.bundle.resources}
+        for overridden in (r for r in used if id(r) not in own):
+            # `overrides: {spec: {config: {tokenEnv: X}}}` may bring credentials of its own;
+            # problems of the resource itself are reported on it, once
+            for item in _settings(overridden):
+                self._setting(overridden, item, report=False)
+        costchecks.check_budget(
+            self.rep, self.bundle, res, ("spec", "policy", "budget"), spec.policy.budget
+        )
         if spec.prompt.system_ref is not None:
             try:
                 file_inside(res.root, spec.prompt.system_ref, what="systemRef")
             except PathProblem as problem:
                 self.rep.failure(res, ("spec", "prompt", "systemRef"), problem)
+        for field, message in limits.problems(spec.limits):
+            self.rep.error(
+                res, ("spec", "limits", field), ErrorCode.E_CONFIG_SCHEMA_INVALID, message,
+                "fix the value or remove it (unset limits are not applied)",
+            )  # fmt: skip
 
     def _swarm(self, res: Resource[SwarmSpec]) -> None:
         spec = res.spec
@@ -173,6 +193,9 @@ class Checks:
                 + ", ".join(m.name for m in members),
             )
         self._policy(res)
+        costchecks.check_budget(
+            self.rep, self.bundle, res, ("spec", "policy", "budget"), spec.policy.budget
+        )
 
     def _policy(self, res: Resource[SwarmSpec]) -> None:
         policy = res.spec.policy
@@ -263,9 +286,18 @@ class Checks:
 
     # -- value sources ---------------------------------------------------------------------
 
-    def _value(self, res: Resource[Any], path: FieldPath, vs: ValueSource) -> None:
+    def _setting(self, res: Resource[Any], item: Setting, *, report: bool = True) -> None:
+        if item.literal is not None:
+            self._secret(item.literal)
+        elif item.source is not None:
+            self._value(res, item, item.source, report=report)
+
+    def _value(self, res: Resource[Any], item: Setting, vs: ValueSource, *, report: bool) -> None:
+        path = item.path
         problem = shape_problem(vs)
         if problem is not None:
+            if not report:
+                return
             self.rep.error(
                 res, path, ErrorCode.E_CONFIG_VALUE_SOURCE, problem.message, problem.suggestion
             )
@@ -273,26 +305,50 @@ class Checks:
         try:
             value = value_of(self.bundle, vs, state_root=self.options.state_root)
         except ValueProblem as missing:
-            report = self.rep.warn if missing.missing else self.rep.error
-            report(res, path, ErrorCode.E_CONFIG_VALUE_SOURCE, missing.message, missing.suggestion)
+            if not report or (item.optional and missing.missing):
+                return  # `tokenEnv: X` with X unset: the tool says so when it is called
+            say = self.rep.warn if missing.missing else self.rep.error
+            say(res, path, ErrorCode.E_CONFIG_VALUE_SOURCE, missing.message, missing.suggestion)
             return
+        if item.secret:
+            self._secret(value)
+
+    def _secret(self, value: str) -> None:
         if value:
             self.secrets.add(value)
 
 
-def _value_sources(res: Resource[Any]) -> Iterator[tuple[FieldPath, ValueSource]]:
-    """Every ValueSource of a resource with its field path."""
+def _settings(res: Resource[Any]) -> Iterator[Setting]:
+    """The ValueSources and credentials of a resource (`bundles.credentials`), with their
+    field paths and whether each value is a secret."""
     spec = res.spec
     if res.kind is Kind.MODEL and spec.api_key is not None:
-        yield ("spec", "apiKey"), spec.api_key
+        yield Setting(("spec", "apiKey"), True, source=spec.api_key)
     mcp = getattr(spec, "mcp", None) if res.kind in (Kind.TOOL, Kind.EXTENSION) else None
     if mcp is not None:
         for field in ("env", "headers"):
-            for key, value in getattr(mcp, field).items():
-                if isinstance(value, ValueSource):
-                    yield ("spec", "mcp", field, key), value
+            yield from _typed(getattr(mcp, field), ("spec", "mcp", field))
+    if res.kind in (Kind.TOOL, Kind.EXTENSION, Kind.CONNECTOR):
+        for item in credentials.settings(spec.config):
+            yield replace(item, path=("spec", "config", *item.path))
     if res.kind is Kind.CONNECTION:
-        for field in ("config", "secrets"):
-            for key, value in getattr(spec, field).items():
-                if isinstance(value, ValueSource):
-                    yield ("spec", field, key), value
+        yield from _typed(spec.config, ("spec", "config"))
+        for key, vs in spec.secrets.items():
+            yield Setting(("spec", "secrets", key), True, source=vs)
+
+
+def _typed(values: dict[str, Any], path: FieldPath) -> Iterator[Setting]:
+    """A map whose values are strings or ValueSources, or lists of them (MCP env and headers,
+    Connection config, e.g. the api connector's `tokens`): a secret by its name, or by coming
+    from a secret file."""
+    for key, value in values.items():
+        listed = isinstance(value, list)
+        named = credentials.is_credential_list_name if listed else credentials.is_credential_name
+        credential = named(key)
+        for index, item in enumerate(value if listed else [value]):
+            at = (*path, key, index) if listed else (*path, key)
+            if isinstance(item, ValueSource):
+                secret = credential or credentials.is_secret_ref(item)
+                yield Setting(at, secret, source=item)
+            elif credential and isinstance(item, str):
+                yield Setting(at, True, literal=item)

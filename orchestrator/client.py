@@ -89,7 +89,9 @@ def pick_swarm(args: argparse.Namespace, known: list[str]) -> str | None:
     return known[0] if len(known) == 1 else None
 
 
-def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
+def find_daemons(args: argparse.Namespace) -> list[OrchestratorInfo]:
+    """The daemons a command means: the --swarm one, else inside a bundle directory that
+    bundle's, else every running one (at least one, or ClientError)."""
     layout = layout_of(args)
     swarm = getattr(args, "swarm", None)
     if swarm:
@@ -103,7 +105,7 @@ def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
                 f"no goondan daemon runs swarm {swarm!r} under {layout.root}",
                 "start it with `goondan run`, or pass the right --state-root",
             )
-        return info
+        return [info]
     running = _running(layout)
     here = swarms_here()
     if len(running) > 1 and here:  # inside a bundle directory: that bundle's swarm
@@ -114,11 +116,17 @@ def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
             f"no goondan daemon is running under {layout.root}",
             "start one with `goondan run BUNDLE`, or pass --state-root / --swarm",
         )
+    return sorted(running, key=lambda i: i.swarm)
+
+
+def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
+    """The one daemon a command acts on (ClientError when several could be meant)."""
+    running = find_daemons(args)
     if len(running) > 1:
         names = ", ".join(i.swarm for i in running)
         raise ClientError(
             ErrorCode.E_CONTROL_BAD_REQUEST,
-            f"several daemons run under {layout.root}: {names}",
+            f"several daemons run under {layout_of(args).root}: {names}",
             "choose one with --swarm S",
         )
     return running[0]

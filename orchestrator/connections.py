@@ -25,11 +25,18 @@ from orchestrator import ingress
 from orchestrator.accept import Acceptor
 from orchestrator.broker import Broker
 from orchestrator.journal import Appended, JournalError
-from orchestrator.swarm import CurrentSwarm
+from orchestrator.swarm import Connection, CurrentSwarm
 from orchestrator.table import ProcessEntry
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
-from protocol.ids import ORCHESTRATOR, Address, agent_address, check_instance_key
+from protocol.ids import (
+    ORCHESTRATOR,
+    Address,
+    ProcessKind,
+    agent_address,
+    check_instance_key,
+    parse_address,
+)
 from protocol.messages import Event
 
 log = structlog.get_logger("goondan.connections")
@@ -53,6 +60,45 @@ class TokenBucket:
 
 
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
+
+
+def _unrouted(connection: Connection, event: AgentEvent) -> ErrorInfo:
+    return ErrorInfo(
+        code=ErrorCode.E_CONNECTOR_NO_ROUTE,
+        message=f"no ingress rule of Connection {connection.name!r} matches event "
+        f"{event.type!r}; " + ingress.why_unrouted(connection.ingress, event.type, event.metadata),
+        suggestion="add a rule to spec.ingress.rules (or a rule without `match` as a catch-all)",
+    )
+
+
+def _addressed(
+    connection: Connection, event: AgentEvent, to: str
+) -> tuple[ingress.Route | None, ErrorInfo | None]:
+    """The route of an event its connector addressed to an agent instance (`to`)."""
+    try:
+        target = parse_address(to)
+    except ProtocolError as exc:
+        return None, ErrorInfo(code=ErrorCode.E_AGENT_NOT_FOUND, message=exc.message)
+    rules = connection.ingress
+    found = None
+    if target.kind is ProcessKind.AGENT:
+        found = ingress.route_to(
+            rules, event.type, event.metadata, target.name, target.instance_key
+        )
+    if found is not None:
+        return found, None
+    if target.kind is ProcessKind.AGENT and target.name not in rules.agents:
+        return None, ErrorInfo(
+            code=ErrorCode.E_AGENT_NOT_FOUND,
+            message=f"no agent {target.name!r} in swarm {rules.swarm!r}",
+            suggestion=f"address one of: {', '.join(sorted(rules.agents))}",
+        )
+    return None, ErrorInfo(
+        code=ErrorCode.E_CONNECTOR_NO_ROUTE,
+        message=f"Connection {connection.name!r} may not address {to}: no ingress rule for "
+        f"that agent fits event {event.type!r}",
+        suggestion="add a rule routing to that agent, or remove the Connection's rules",
+    )
 
 
 class Connections:
@@ -80,8 +126,9 @@ class Connections:
         for address in self.swarm.view.connections:
             self.ensure(address)
 
-    def on_event(self, entry: ProcessEntry, event: AgentEvent) -> None:
-        """A connector's event: route it through its Connection's ingress rules."""
+    def on_event(self, entry: ProcessEntry, event: AgentEvent, to: str = ORCHESTRATOR) -> None:
+        """A connector's event: route it through its Connection's ingress rules (`to` is the
+        orchestrator), or to the agent instance the connector addressed (`to`)."""
         connection = self.swarm.view.connections.get(entry.address)
         if connection is None:
             self._reject(
@@ -91,16 +138,14 @@ class Connections:
                 f"{entry.address} is not a Connection of this swarm",
             )
             return
-        found = ingress.route(connection.ingress, event.type, event.metadata)
+        if to == ORCHESTRATOR:
+            found = ingress.route(connection.ingress, event.type, event.metadata)
+            problem = None if found is not None else _unrouted(connection, event)
+        else:
+            found, problem = _addressed(connection, event, to)
         if found is None:
-            self._reject(
-                entry,
-                event,
-                ErrorCode.E_CONNECTOR_NO_ROUTE,
-                f"no ingress rule of Connection {connection.name!r} matches event {event.type!r}; "
-                + ingress.why_unrouted(connection.ingress, event.type, event.metadata),
-                "add a rule to spec.ingress.rules (or a rule without `match` as a catch-all)",
-            )
+            assert problem is not None
+            self._reject(entry, event, problem.code, problem.message, problem.suggestion)
             return
         try:
             key = check_instance_key(found.instance_key)
@@ -197,7 +242,7 @@ class Connections:
         self,
         entry: ProcessEntry,
         event: AgentEvent,
-        code: ErrorCode,
+        code: str,
         message: str,
         suggestion: str | None = None,
     ) -> None:

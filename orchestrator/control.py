@@ -25,6 +25,7 @@ from orchestrator import localstate, sending
 from orchestrator.accept import Acceptor
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.peers import PeerWatch, descends_from, peer_pid
+from orchestrator.permits import Permits
 from orchestrator.router import Router
 from orchestrator.states import ProcessStatus
 from orchestrator.supervisor import Supervisor
@@ -34,6 +35,7 @@ from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
     DEACTIVATED,
     Attach,
+    CallsDecide,
     CallsList,
     CallsResolve,
     ControlReply,
@@ -89,6 +91,8 @@ class ControlContext:
     """Re-read the bundle, restart what changed (`orchestrator.reload.Reloader.answer`)."""
     deferred: DeferredIndex | None = None
     """The pending deferred calls of `goondan calls list|resolve`."""
+    permits: Permits | None = None
+    """Today's usage against budgets and the Models' rate limits, for `goondan status`."""
     stopped: asyncio.Future[StopReport] | None = None
     """Set by the daemon when its drain is over (what `goondan stop` waits for)."""
 
@@ -100,7 +104,10 @@ async def _status(ctx: ControlContext) -> StatusResult:
         pending.update(entry.target for entry in await acceptor.journal.pending())
     now = ctx.supervisor.clock()
     rows = [e.info(now, pending[str(e.address)]) for e in ctx.supervisor.table]
-    return StatusResult(orchestrator=ctx.info, processes=rows)
+    if ctx.permits is None:
+        return StatusResult(orchestrator=ctx.info, processes=rows)
+    usage, models = ctx.permits.budgets.rows(), ctx.permits.limits.rows()
+    return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models)
 
 
 def _instances(ctx: ControlContext) -> list[JsonObject]:
@@ -154,21 +161,32 @@ async def _stop_process(ctx: ControlContext, req: ProcessStop) -> JsonObject:
     return {"stopped": [str(entry.address)], "killed": killed}
 
 
-async def _calls(req: CallsList | CallsResolve, ctx: ControlContext) -> Any:
-    """`goondan calls list|resolve`: the daemon's pending deferred calls (ARCHITECTURE.md §10)."""
+CallsRequest = CallsList | CallsResolve | CallsDecide
+
+
+async def _calls(req: CallsRequest, ctx: ControlContext) -> Any:
+    """`goondan calls list|resolve|approve|deny`: the daemon's pending deferred calls
+    (ARCHITECTURE.md §10)."""
     index = ctx.deferred
     if index is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")
     if isinstance(req, CallsList):
         return {"calls": index.list()}
-    answer = answer_of(req.call_id, req.result, req.error_code, req.error_message, req.error_data)
     try:
+        if isinstance(req, CallsDecide):
+            by = req.by or "cli"
+            return await index.decide(
+                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000
+            )
+        answer = answer_of(
+            req.call_id, req.result, req.error_code, req.error_message, req.error_data
+        )
         return await index.resolve(req.call_id, answer, req.timeout_ms / 1000)
     except DeferredCallError as exc:
         raise ControlFailed(exc.code, exc.message) from None
 
 
-async def _reload_or_later(req: Reload | CallsList | CallsResolve, ctx: ControlContext) -> Any:
+async def _reload_or_later(req: Reload | CallsRequest, ctx: ControlContext) -> Any:
     if not isinstance(req, Reload):
         return await _calls(req, ctx)
     if ctx.reload is None:
@@ -240,7 +258,7 @@ async def handle(
             return {"instances": _instances(ctx)}
         case InstanceDelete():
             return await _delete_instance(ctx, req)
-        case Reload() | CallsList() | CallsResolve():
+        case Reload() | CallsList() | CallsResolve() | CallsDecide():
             return await _reload_or_later(req, ctx)
         case _:
             assert_never(req)

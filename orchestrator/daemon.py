@@ -27,16 +27,19 @@ import zmq.asyncio
 
 from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
-from orchestrator import forkserver, logs, reload, rundir, runpointer, systemd
+from orchestrator import cgroups, forkserver, logs, proctitle, reload, rundir, runpointer, systemd
 from orchestrator.accept import Acceptor
 from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AgentsService
+from orchestrator.budgets import Budgets
 from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.forkserver import ENTRY, ForkServerProcess, start_fork_server
 from orchestrator.journal.sqlite import SqliteJournal
 from orchestrator.observability import Metrics, MetricsUnavailable, start_metrics
+from orchestrator.permits import Permits
+from orchestrator.ratelimits import RateLimits
 from orchestrator.reconciler import Reconciler
 from orchestrator.reload import BundleSource, Reloader
 from orchestrator.router import Router, Services
@@ -82,6 +85,7 @@ class Parts:
     deferred: DeferredIndex
     reloader: Reloader
     acceptor: Acceptor
+    permits: Permits
 
 
 def _version() -> str:
@@ -91,7 +95,9 @@ def _version() -> str:
         return "0+unknown"
 
 
-def launch_settings(opts: DaemonOptions, settings: Settings, endpoint: str) -> LaunchSettings:
+def launch_settings(
+    opts: DaemonOptions, settings: Settings, endpoint: str, cgroup: Path | None = None
+) -> LaunchSettings:
     """What every child of this run is started with (the fork server's warm-up too)."""
     return LaunchSettings(
         endpoint=endpoint,
@@ -102,6 +108,7 @@ def launch_settings(opts: DaemonOptions, settings: Settings, endpoint: str) -> L
         heartbeat_interval=settings.heartbeat_interval,
         heartbeat_timeout=settings.heartbeat_timeout,
         max_frame_bytes=settings.max_frame_bytes,
+        cgroup=str(cgroup) if cgroup is not None else "",
     )
 
 
@@ -115,6 +122,9 @@ def _raise_fd_limit() -> None:
 def run(opts: DaemonOptions) -> int:
     """Start the daemon in the foreground; return its exit code. Raises AlreadyRunning."""
     _raise_fd_limit()
+    # before the fork server and any thread: /proc/<pid>/environ of the daemon and of every
+    # process forked from it no longer shows the variables (API keys) it was started with
+    proctitle.set_title(proctitle.orchestrator(opts.swarm.name))
     # before the fork server exists: children must not inherit systemd's NOTIFY_SOCKET
     notifier = systemd.Notifier.from_env(unset_environment=True)
     settings = Settings.from_policy(opts.swarm.spec.policy)
@@ -127,14 +137,22 @@ def run(opts: DaemonOptions) -> int:
         quiet=opts.quiet,
         secrets=opts.bundle.secret_values,
     )
+    # where agents get cgroups with their limits: before the fork server, which is forked into it
+    cgroup = cgroups.prepare()
     server = None
     if settings.spawn_mode is SpawnMode.FORKSERVER:
-        context = {"bundle": opts.bundle, "launch": launch_settings(opts, settings, endpoints[0])}
-        server = start_fork_server(ENTRY, close_fds=(lock.fileno(),), context=context)
+        launch = launch_settings(opts, settings, endpoints[0], cgroup)
+        context = {"bundle": opts.bundle, "launch": launch}
+        server = start_fork_server(
+            ENTRY,
+            close_fds=(lock.fileno(),),
+            context=context,
+            title=proctitle.fork_server(opts.swarm.name),
+        )
     import uvloop
 
     try:
-        return uvloop.run(Daemon(opts, settings, server, endpoints, notifier).main())
+        return uvloop.run(Daemon(opts, settings, server, endpoints, notifier, cgroup).main())
     finally:
         runpointer.remove(opts.layout, opts.swarm.name)
         rundir.release(paths, lock)
@@ -150,8 +168,11 @@ class Daemon:
         server: ForkServerProcess | None,
         endpoints: tuple[str, str],
         notifier: systemd.Notifier | None = None,
+        cgroup: Path | None = None,
     ) -> None:
         self.notifier = notifier or systemd.Notifier(None)
+        self.cgroup = cgroup
+        """The parent of the agents' cgroups (`orchestrator/cgroups.py`), when there is one."""
         self.opts = opts
         self.settings = settings
         self.server = server
@@ -164,7 +185,7 @@ class Daemon:
         self.events.put_nowait(why)
 
     def _spawner(self) -> Spawner:
-        cold = ColdSpawner(CHILD_MODULE)
+        cold = ColdSpawner(CHILD_MODULE, cgroup=self.cgroup)
         if self.server is None:
             return cold
         spawner = ForkServerSpawner(self.server, cold)
@@ -201,13 +222,15 @@ class Daemon:
         rundir.secure_socket(self.paths.agents_sock)
         supervisor = Supervisor(table=table, router=router, spawner=spawner,
                                 settings=self.settings,
-                                launch=launch_settings(opts, self.settings, self.endpoints[0]),
+                                launch=launch_settings(opts, self.settings, self.endpoints[0],
+                                                       self.cgroup),
                                 layout=opts.layout, swarm=swarm)  # fmt: skip
         acceptor = Acceptor(journal, router.submit)
         connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
                                   acceptor=acceptor)  # fmt: skip
         deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
-        reloader = self._reloader(supervisor, swarm, connections.start_all)
+        permits = self._permits(router)
+        reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
         agents = self._agents_service(table, supervisor)
         router.attach(
             Services(
@@ -218,11 +241,21 @@ class Daemon:
                 deferred=deferred,
                 restart=SelfRestart(reloader, router).on_call,
                 acceptor=acceptor,
+                permits=permits,
                 metrics=metrics.registry.on_turn_metrics if metrics is not None else None,
             )
         )
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
-        return Parts(router, supervisor, swarm, connections, deferred, reloader, acceptor)
+        return Parts(router, supervisor, swarm, connections, deferred, reloader, acceptor, permits)
+
+    def _permits(self, router: Router) -> Permits:
+        """Budgets (today's tallies from disk) and the Models' shared rate limits."""
+        swarm = self.opts.swarm.name
+        budgets = Budgets(self.opts.layout.usage_file(swarm), swarm)
+        budgets.load()
+        permits = Permits(router, budgets, RateLimits())
+        permits.configure(self.opts.bundle, swarm)
+        return permits
 
     def _known(self, table: ProcessTable) -> Callable[[Address], bool]:
         """Whether an instance exists: a process in the table, or its state on disk."""
@@ -247,20 +280,25 @@ class Daemon:
         )
 
     def _reloader(
-        self, supervisor: Supervisor, swarm: CurrentSwarm, start_connectors: Callable[[], None]
+        self,
+        supervisor: Supervisor,
+        swarm: CurrentSwarm,
+        start_connectors: Callable[[], None],
+        permits: Permits,
     ) -> Reloader:
         """SIGHUP, the Reload request, --watch and self-restart: re-read the bundle, swap the
         swarm view, restart what changed, then start the connectors of new Connections."""
         opts, server = self.opts, self.server
         source = BundleSource(opts.bundle.path, opts.env_files, opts.layout.root, opts.swarm.name)
-        on_swap = None
-        if server is not None:
 
-            def on_swap() -> None:  # the fork server holds the new bundle for new children
+        def on_swap() -> None:
+            permits.configure(reloader.current.bundle, opts.swarm.name)  # budgets, rate limits
+            if server is not None:  # the fork server holds the new bundle for new children
                 forkserver.call_hook(server, ENTRY, "refresh")
 
-        return Reloader(source, opts.bundle, supervisor, swarm, notifier=self.notifier,
-                        on_swap=on_swap, after_restart=start_connectors)  # fmt: skip
+        reloader = Reloader(source, opts.bundle, supervisor, swarm, notifier=self.notifier,
+                            on_swap=on_swap, after_restart=start_connectors)  # fmt: skip
+        return reloader
 
     async def main(self) -> int:
         loop = asyncio.get_running_loop()
@@ -293,6 +331,7 @@ class Daemon:
             reload=parts.reloader.answer,
             deferred=parts.deferred,
             acceptor=parts.acceptor,
+            permits=parts.permits,
             stopped=loop.create_future(),
         )
         control = ControlServer(
@@ -334,6 +373,7 @@ class Daemon:
         zctx.term()
         await spawner.close()
         await parts.acceptor.close()
+        parts.permits.close()  # today's usage tallies to disk
         log.info("stopped", exit_code=self.exit_code)
         return self.exit_code
 

@@ -42,10 +42,12 @@ from protocol.events import AgentEvent, Source, SourceKind, response_to
 from protocol.ids import CONTROL, ORCHESTRATOR, Address, agent_address
 from protocol.jsonrpc import (
     ANSWER_SUFFIX,
+    APPROVE_METHOD,
     PENDING_SUFFIX,
     JsonRpcError,
     JsonRpcResponse,
     PendingCall,
+    approval_answer,
 )
 from protocol.jsontypes import JsonObject
 from protocol.messages import Call, CallOp, CallPayload
@@ -55,6 +57,9 @@ ANSWER_EVENT = "deferred.answer"
 """A connector's event carrying a client's JSON-RPC response in `metadata.rpc` (webhook
 `POST /rpc`); its reply is the resumed turn's reply."""
 RPC_WAIT_S = 120.0
+PASSED_ON = frozenset({"deferred", "pendingCall", "usage"})
+"""What the answering connector hears of the resumed turn's reply besides its text: the next
+client-side call when the turn made another, and the token counts."""
 log = structlog.get_logger("goondan.deferred")
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
@@ -77,7 +82,10 @@ def notice_text(call: PendingCall) -> str:
     lines = [f"[pending call {call.id}] {call.method} {params}"]
     if call.message:
         lines.append(call.message)
-    lines.append(f"answer: goondan calls resolve {call.id} --result JSON | --error CODE")
+    if call.method == APPROVE_METHOD:
+        lines.append(f"answer: goondan calls approve {call.id} | goondan calls deny {call.id}")
+    else:
+        lines.append(f"answer: goondan calls resolve {call.id} --result JSON | --error CODE")
     return "\n".join(lines)
 
 
@@ -262,15 +270,17 @@ class DeferredIndex:
         text, error, meta = "", None, {}
         try:
             answer = msgspec.convert(event.metadata.get("rpc"), JsonRpcResponse)
-            reply = await self.resolve(answer.id, answer, RPC_WAIT_S, wait=True)
+            via = f"{event.source.kind}:{event.source.name}"
+            reply = await self.resolve(answer.id, answer, RPC_WAIT_S, wait=True, via=via)
         except msgspec.ValidationError as exc:
             message = f"not a JSON-RPC 2.0 response {{jsonrpc, id, result | error}}: {exc}"
             error = ErrorInfo(code=ErrorCode.E_CALL_INVALID_ANSWER, message=message)
         except DeferredCallError as exc:
             error = ErrorInfo(code=exc.code, message=exc.message)
         else:
-            if isinstance(reply, AgentEvent):
+            if isinstance(reply, AgentEvent):  # the resumed turn's reply, or its next call
                 text, error = reply.input, reply.error
+                meta = {k: v for k, v in reply.metadata.items() if k in PASSED_ON}
             else:
                 meta = {"accepted": True}
         if event.reply_to is not None:
@@ -278,13 +288,38 @@ class DeferredIndex:
                 response_to(event, source=SOURCE, text=text, error=error, metadata=meta)
             )
 
+    async def decide(
+        self, call_id: str, approve: bool, by: str, message: str | None, wait_s: float
+    ) -> Any:
+        """`goondan calls approve|deny`: a person's decision on a `goondan.approve` call."""
+        call = self._find(call_id).call
+        if call.method != APPROVE_METHOD:
+            raise DeferredCallError(
+                ErrorCode.E_CALL_NOT_APPROVAL,
+                f"call {call_id} is a {call.method} call, not an approval; answer it with "
+                "`goondan calls resolve ID --result JSON | --error CODE`",
+            )
+        answer = approval_answer(
+            call_id, approved=approve, by=by, via="cli", at=self.clock(), message=message
+        )
+        return await self.resolve(call_id, answer, wait_s, via="cli")
+
     async def resolve(
-        self, call_id: str, answer: JsonRpcResponse, wait_s: float, *, wait: bool = False
+        self,
+        call_id: str,
+        answer: JsonRpcResponse,
+        wait_s: float,
+        *,
+        wait: bool = False,
+        via: str = "cli",
     ) -> Any:
         """Store the answer, route it to the owning process; wait for the resumed turn's
-        reply when the control client started it or `wait` (else return at once)."""
+        reply when the control client started it or `wait` (else return at once). An answer
+        to an approval becomes a decision record (who, how, when) logged as it is stored."""
         found = self._find(call_id)
         call = found.call
+        if call.method == APPROVE_METHOD:
+            answer = self._decision(call, answer, via)
         address = agent_address(call.agent, call.instance_key)
         problem = self.targets.check_target(address)
         if problem is not None:  # e.g. the agent left the swarm: keep the call for later
@@ -306,6 +341,20 @@ class DeferredIndex:
                 f"call {call.id} was resolved, but the resumed turn did not answer within "
                 f"{wait_s} s",
             ) from None
+
+    def _decision(self, call: PendingCall, answer: JsonRpcResponse, via: str) -> JsonRpcResponse:
+        result, error = answer.result, answer.error
+        given = result if isinstance(result, dict) else {}
+        if error is not None and isinstance(error.data, dict):
+            given = error.data
+        approved = error is None and (result is True or given.get("approved") is True)
+        by = str(given.get("by") or via)
+        message = error.message if error is not None else given.get("message")
+        log.info("approval_decided", call_id=call.id, tool=call.params.get("tool"),
+                 decision="approved" if approved else "denied", by=by, via=via,
+                 agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
+        return approval_answer(call.id, approved=approved, by=by, via=via, at=self.clock(),
+                               message=str(message) if message else None)  # fmt: skip
 
     def _find(self, call_id: str) -> Found:
         found = self.calls.get(call_id)

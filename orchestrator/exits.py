@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from orchestrator.spawner import ChildHandle, ExitStatus
 from orchestrator.states import ProcessStatus
 from orchestrator.table import ProcessEntry
 from protocol.control import DEACTIVATED, ExitInfo
+from protocol.errors import ErrorCode
 
 log = structlog.get_logger("goondan.supervisor")
 
@@ -44,9 +46,14 @@ def record_exit(entry: ProcessEntry, handle: ChildHandle | None, known: ExitStat
     def fill(fut: asyncio.Future[ExitStatus]) -> None:
         # the status may come after a respawn: update only the record made for this exit
         status = fut.result()
+        why = reason
+        if status.signal == signal.SIGXCPU and reason == "crashed":
+            why = "cpu_limit"  # Agent.spec.limits.cpuSeconds (RLIMIT_CPU) ran out
+            log.warning("agent_limit", process=process, code=ErrorCode.E_AGENT_LIMIT,
+                        limit="cpuSeconds", exit=status.describe())  # fmt: skip
         if entry.last_exit is recorded:
             code, sig = status.code, status.signal
-            entry.last_exit = ExitInfo(code=code, signal=sig, at=now, reason=reason)
+            entry.last_exit = ExitInfo(code=code, signal=sig, at=now, reason=why)
         log.info("exit_status", process=process, exit=status.describe())
 
     handle.status.add_done_callback(fill)

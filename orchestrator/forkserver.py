@@ -6,7 +6,8 @@ it forks this process; the copy imports the agent runtime stack (by module name,
 orchestrator never imports agent_process code), calls `gc.freeze()` so children keep the
 imported objects shared copy-on-write, and then serves requests over a SOCK_SEQPACKET pair.
 
-For each `spawn` it forks; the child redirects stdout/stderr to its log file and calls
+For each `spawn` it forks; the child makes the pipe that came with the request (SCM_RIGHTS) its
+stdout and stderr (the daemon reads the other end, `orchestrator.childlog`) and calls
 `<entry>.main(argv)`. The server opens a pidfd of the child at once (before it can reap it,
 so the pid cannot be reused under us) and passes it with the reply; when the child exits it
 reaps it and reports the status. It dies with the daemon (PR_SET_PDEATHSIG), and so do its
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import setproctitle
 
 PR_SET_PDEATHSIG = 1
 MAX_DATAGRAM = 1 << 16
@@ -39,9 +41,10 @@ request), `main(argv)` in each forked child."""
 
 
 class SpawnRequest(msgspec.Struct, frozen=True, tag="spawn"):
+    """Carries the child's stdout/stderr (a pipe's write end) as SCM_RIGHTS ancillary data."""
+
     req_id: int
     argv: list[str]
-    log_path: str
     env: dict[str, str] = msgspec.field(default_factory=dict)
 
 
@@ -83,6 +86,11 @@ reply_decoder = msgspec.msgpack.Decoder(Reply)
 
 def encode(obj: Request | Reply) -> bytes:
     return _encoder.encode(obj)
+
+
+def request_spawn(server: ForkServerProcess, req: SpawnRequest, output_fd: int) -> None:
+    """Ask for a fork whose fds 1 and 2 are `output_fd` (raises OSError: server gone)."""
+    socket.send_fds(server.sock, [encode(req)], [output_fd])
 
 
 def call_hook(server: ForkServerProcess, module: str, function: str) -> bool:
@@ -128,12 +136,14 @@ def start_fork_server(
     preload: tuple[str, ...] = (),
     close_fds: tuple[int, ...] = (),
     context: Mapping[str, Any] | None = None,
+    title: str | None = None,
 ) -> ForkServerProcess:
     """Fork the server from this (still single-threaded, loop-less) process.
 
     `close_fds` are closed in the server (e.g. the daemon's pid-file lock); `context` is
     passed as keyword arguments to the entry module's `preload()` hook (e.g. the bundle
-    this process already loaded, so children need not load it again)."""
+    this process already loaded, so children need not load it again); `title` is the server's
+    process title."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     daemon_pid = os.getpid()
     sys.stdout.flush()
@@ -148,6 +158,8 @@ def start_fork_server(
             set_parent_death_signal()
             if os.getppid() != daemon_pid:
                 os._exit(1)
+            if title is not None:
+                setproctitle.setproctitle(title)
             code = _serve(child_end, entry_module, preload, dict(context or {}))
         finally:
             os._exit(code)
@@ -241,9 +253,16 @@ class _Server:
             os._exit(0)  # the daemon is gone; PDEATHSIG will follow anyway
 
     def _handle_request(self) -> bool:
-        data = self.sock.recv(MAX_DATAGRAM)
+        data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_DATAGRAM, 1)
         if not data:
             return False
+        try:
+            return self._serve_request(data, fds[0] if fds else None)
+        finally:
+            for fd in fds:
+                os.close(fd)  # a child has its own copy; nothing else may hold the pipe open
+
+    def _serve_request(self, data: bytes, output_fd: int | None) -> bool:
         try:
             req = _request_decoder.decode(data)
         except msgspec.DecodeError:
@@ -251,8 +270,11 @@ class _Server:
         if isinstance(req, HookRequest):
             _call_hook(req)
             return True
+        if output_fd is None:
+            self._send(encode(SpawnFailed(req_id=req.req_id, message="no output pipe came")))
+            return True
         try:
-            pid = self._fork(req)
+            pid = self._fork(req, output_fd)
             pidfd = os.pidfd_open(pid)
         except OSError as exc:
             self._send(encode(SpawnFailed(req_id=req.req_id, message=str(exc))))
@@ -261,16 +283,14 @@ class _Server:
         os.close(pidfd)
         return True
 
-    def _fork(self, req: SpawnRequest) -> int:
-        log_fd = os.open(req.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    def _fork(self, req: SpawnRequest, output_fd: int) -> int:
         server_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the agent child
-            self._become_child(req, log_fd, server_pid)
-        os.close(log_fd)
+            self._become_child(req, output_fd, server_pid)
         return pid
 
-    def _become_child(self, req: SpawnRequest, log_fd: int, server_pid: int) -> None:
+    def _become_child(self, req: SpawnRequest, output_fd: int, server_pid: int) -> None:
         code = 70
         try:
             set_parent_death_signal()
@@ -283,10 +303,10 @@ class _Server:
             os.close(self.wake_w)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
-            os.dup2(log_fd, 1)
-            os.dup2(log_fd, 2)
+            os.dup2(output_fd, 1)
+            os.dup2(output_fd, 2)
             os.close(null)
-            os.close(log_fd)
+            os.close(output_fd)
             os.environ.update(req.env)
             code = self.entry(req.argv)
         except SystemExit as exc:

@@ -4,8 +4,11 @@ The first rule whose `match` fits wins: `event` equal to the event's name (any w
 and every `properties` entry equal to the event's property at that (dotted) path. The
 instance key is `instanceKeyPrefix` + the value at `instanceKeyProperty`, else the rule's
 `instanceKey`, else the Swarm's (`Swarm.spec.instanceKey ?? metadata.name`). A Connection
-without rules routes everything to the entry agent. The connector host (item 8 of the
-orchestrator issue) is what feeds this; it is built and tested on its own here.
+without rules routes everything to the entry agent.
+
+A connector may also address an agent itself (the `api` connector: the request names the model
+= agent and the instance): `route_to` accepts that when the agent is one of the swarm's and,
+if the Connection has rules, one of them fits the event and routes to that agent.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 from bundles.kinds import ConnectionSpec, IngressRule, SwarmSpec
 from bundles.model import Bundle, Resource
-from bundles.refs import connection_swarm, entry_agent, route_agent
+from bundles.refs import connection_swarm, entry_agent, route_agent, swarm_agents
 
 _MISSING = object()
 
@@ -48,6 +51,8 @@ class Ingress:
     default_key: str
     rules: tuple[CompiledRule, ...] = ()
     new_per_minute: float | None = None
+    agents: frozenset[str] = frozenset()
+    """The swarm's agents: what a connector may address."""
 
 
 def _compile(bundle: Bundle, rule: IngressRule, swarm: Resource[SwarmSpec]) -> CompiledRule:
@@ -72,6 +77,7 @@ def compile_connection(bundle: Bundle, connection: Resource[ConnectionSpec]) -> 
         default_key=swarm.spec.instance_key or swarm.name,
         rules=tuple(_compile(bundle, r, swarm) for r in connection.spec.ingress.rules),
         new_per_minute=connection.spec.ingress.new_instances_per_minute,
+        agents=frozenset(a.name for a in swarm_agents(bundle, swarm)),
     )
 
 
@@ -118,6 +124,21 @@ def route(ingress: Ingress, event: str, properties: Mapping[str, Any]) -> Route 
         if fallback is None:
             fallback = Route(rule.agent, ingress.default_key, reply=rule.reply, rule=index)
     return fallback
+
+
+def route_to(
+    ingress: Ingress, event: str, properties: Mapping[str, Any], agent: str, key: str
+) -> Route | None:
+    """Where an event the connector addressed to `agent`@`key` goes; None when the agent is
+    not the swarm's, or rules exist and none that fits routes to that agent."""
+    if agent not in ingress.agents:
+        return None
+    if not ingress.rules:
+        return Route(agent, key, reply=True, rule=-1)
+    for index, rule in enumerate(ingress.rules):
+        if rule.agent == agent and matches(rule, event, properties):
+            return Route(agent, key, reply=rule.reply, rule=index)
+    return None
 
 
 def why_unrouted(ingress: Ingress, event: str, properties: Mapping[str, Any]) -> str:

@@ -1,8 +1,8 @@
 """structlog for the daemon: JSON lines to logs/<swarm>/orchestrator.log, and the console.
 
 The file is always JSON lines (for `goondan logs` and machines); the console uses
-`--log-format json|console`. Children write their own stdout/stderr to
-logs/<swarm>/<agent>.<instanceKey>.log (the spawner redirects them).
+`--log-format json|console`. Children's stdout/stderr go to
+logs/<swarm>/<agent>.<instanceKey>.log through a pipe the daemon reads (`orchestrator.childlog`).
 """
 
 from __future__ import annotations

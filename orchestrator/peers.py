@@ -58,12 +58,21 @@ def descends_from(pid: int, ancestor: int) -> bool:
 
 
 def _credentials(fd: int) -> tuple[int, int] | None:
-    """(pid, uid) of the peer of connection `fd`, or None when it is already closed."""
+    """(pid, uid) of the peer of connection `fd`, or None when it is already closed.
+
+    The monitor reports the accept after the fact: by then the connection may be gone and
+    its fd number reused by anything (a pipe, a file), so every failure here is "unknown",
+    never an error that could take the watcher, and the socket it watches, down."""
     try:
         dup = os.dup(fd)
     except OSError:
         return None
-    with socket.socket(fileno=dup) as sock:
+    try:
+        sock = socket.socket(fileno=dup)  # ENOTSOCK when the number now names a pipe
+    except OSError:
+        os.close(dup)
+        return None
+    with sock:
         try:
             pid, uid, _gid = _CRED.unpack(
                 sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)

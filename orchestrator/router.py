@@ -37,6 +37,7 @@ from orchestrator.connections import Connections
 from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
 from orchestrator.peers import PeerWatch
+from orchestrator.permits import PERMIT_OPS, Permits
 from orchestrator.states import READY, ProcessStatus
 from orchestrator.table import ProcessEntry, ProcessTable
 from orchestrator.wire import MAX_FRAME_BYTES, RouterSocket
@@ -97,6 +98,8 @@ class Services:
     acceptor: Acceptor | None = None
     """The ingress journal's front: events from processes are accepted through it, and it
     hears when a turn starts and finishes."""
+    permits: Permits | None = None
+    """Model-call permits and usage: budgets and shared rate limits."""
     metrics: Callable[[ProcessEntry, TurnMetrics], None] | None = None
     """Counter deltas of agents' turns, for the metrics endpoint (orchestrator/metrics.py)."""
 
@@ -257,6 +260,8 @@ class Router:
             services.restart(entry, payload)
         elif payload.op in DEFERRED_OPS and services.deferred is not None:
             services.deferred.on_call(entry, payload)
+        elif payload.op in PERMIT_OPS and services.permits is not None:
+            services.permits.on_call(entry, payload)
         elif payload.op in AGENT_OPS and services.agents is not None:
             self.reply(entry, services.agents.answer(entry.address, payload))
         else:
@@ -288,7 +293,7 @@ class Router:
             services.deferred.on_answer_event(event)  # a client's JSON-RPC answer (§10)
             return
         if entry.address.kind is ProcessKind.CONNECTOR and services.connections is not None:
-            services.connections.on_event(entry, event)
+            services.connections.on_event(entry, event, to)
             return
         try:
             target = self.address(to)
@@ -353,6 +358,8 @@ class Router:
             self.book.open(OpenRequest.of(event, event.reply_to, target, waiter))
         lifecycle = self.services.lifecycle
         problem = lifecycle.check_target(target, request=event.reply_to is not None)
+        if problem is None:
+            problem = self._over_budget(event, target)
         if problem is not None:
             self._answer_error(event, problem)
             return
@@ -362,6 +369,16 @@ class Router:
             self.flush(target)
         else:
             lifecycle.ensure(target)
+
+    def _over_budget(self, event: AgentEvent, target: Address) -> ErrorInfo | None:
+        """A new event for an agent whose budget is used up is answered at once: no turn,
+        no model call (a response to the agent, or a restart's redelivery, still goes)."""
+        permits = self.services.permits
+        if permits is None or target.kind is not ProcessKind.AGENT:
+            return None
+        if event.in_reply_to is not None:
+            return None
+        return permits.refuse_event(target.name)
 
     def flush(self, address: Address) -> None:
         """Deliver the queue of `address` to its ready process, in order."""

@@ -7,7 +7,9 @@ Two ways to start an agent process, one handle type:
   arrives with the reply and the exit status in a later report from the server.
 
 Either way a child is watched through its pidfd on the event loop: death is seen the moment
-the kernel releases the process (ARCHITECTURE.md §8), not at the next reconcile tick.
+the kernel releases the process (ARCHITECTURE.md §8), not at the next reconcile tick; and its
+fds 1 and 2 are the write end of a pipe the daemon reads (`orchestrator.childlog`): the daemon
+masks secrets in the child's output line by line and writes its log file.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Protocol
 import msgspec
 import structlog
 
+from orchestrator import cgroups
+from orchestrator.childlog import ChildOutputs
 from orchestrator.forkserver import (
     MAX_DATAGRAM,
     Exited,
@@ -34,11 +38,10 @@ from orchestrator.forkserver import (
     Spawned,
     SpawnFailed,
     SpawnRequest,
-    encode,
     reply_decoder,
+    request_spawn,
 )
 from protocol.launch import ChildLaunch, encode_launch
-from protocol.private import open_private, private_dir
 
 log = structlog.get_logger("goondan.spawner")
 
@@ -52,7 +55,7 @@ class ChildSpec:
     launch: ChildLaunch
     """Who the child is and where it finds us and its bundle: its one argument, encoded."""
     log_path: Path
-    """stdout and stderr of the child go here (appended)."""
+    """stdout and stderr of the child go here (appended, line by line, secrets masked)."""
     env: dict[str, str] = field(default_factory=dict)
     """Added to the inherited environment."""
 
@@ -138,24 +141,36 @@ class Spawner(Protocol):
     async def close(self) -> None: ...
 
 
-def _open_log(path: Path) -> int:
-    private_dir(path.parent)
-    return open_private(path, os.O_WRONLY | os.O_APPEND)
-
-
 class ColdSpawner:
     """`python -m <module> ARGS`: a fresh interpreter per child (fallback and tests)."""
 
     mode = "cold"
 
-    def __init__(self, module: str = "agent_process", python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        module: str = "agent_process",
+        python: str = sys.executable,
+        outputs: ChildOutputs | None = None,
+        cgroup: Path | None = None,
+    ) -> None:
         self.module = module
         self.python = python
+        self.outputs = outputs if outputs is not None else ChildOutputs()
+        self.cgroup = cgroup
+        """The parent of the agents' cgroups: an exited child's cgroup is removed."""
+
+    def watch(self, pid: int, pidfd: int, *, reap: bool) -> ChildHandle:
+        """The handle of a started child; its cgroup goes when it does."""
+        handle = ChildHandle(pid, pidfd, reap=reap)
+        parent = self.cgroup
+        if parent is not None:
+            handle.exited.add_done_callback(lambda _f: cgroups.remove(parent, pid))
+        return handle
 
     async def spawn(self, spec: ChildSpec) -> ChildHandle:
         # we are its parent: it exits at once if we died before its parent-death signal
         launch = msgspec.structs.replace(spec.launch, parent_pid=os.getpid())
-        log_fd = _open_log(spec.log_path)
+        log_fd = self.outputs.open(spec.log_path)  # the pipe's write end
         # the launch (with the spawn's secret) goes through a pipe on stdin, not argv, which
         # any process of the user can read in /proc/<pid>/cmdline
         launch_in, launch_out = os.pipe()
@@ -180,10 +195,10 @@ class ColdSpawner:
         finally:
             os.close(log_fd)
             os.close(launch_in)
-        return ChildHandle(pid, os.pidfd_open(pid), reap=True)
+        return self.watch(pid, os.pidfd_open(pid), reap=True)
 
     async def close(self) -> None:
-        return None
+        await self.outputs.close()
 
 
 class ForkServerSpawner:
@@ -218,20 +233,22 @@ class ForkServerSpawner:
     async def spawn(self, spec: ChildSpec) -> ChildHandle:
         if not self._alive:
             return await self.fallback.spawn(spec)
-        private_dir(spec.log_path.parent)
+        output_fd = self.fallback.outputs.open(spec.log_path)
         self._next_id += 1
         req_id = self._next_id
         fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._pending[req_id] = fut
         argv = [encode_launch(spec.launch)]
-        req = SpawnRequest(req_id=req_id, argv=argv, log_path=str(spec.log_path), env=spec.env)
+        req = SpawnRequest(req_id=req_id, argv=argv, env=spec.env)
         try:
-            self.server.sock.send(encode(req))
+            request_spawn(self.server, req, output_fd)
         except OSError as exc:
             self._pending.pop(req_id, None)
             raise SpawnError(f"fork server unreachable: {exc}") from exc
+        finally:
+            os.close(output_fd)  # the server has its own copy now, or there is no child
         pid, pidfd = await fut
-        handle = ChildHandle(pid, pidfd, reap=False)
+        handle = self.fallback.watch(pid, pidfd, reap=False)
         self._children[pid] = handle
         handle.status.add_done_callback(lambda _f: self._children.pop(pid, None))
         return handle
@@ -301,11 +318,11 @@ class ForkServerSpawner:
         self._stop_reading()
         self.server.sock.close()
         handle = self._server_handle
-        if handle is None:
-            return
-        try:
-            async with asyncio.timeout(2.0):
+        if handle is not None:
+            try:
+                async with asyncio.timeout(2.0):
+                    await handle.exited
+            except TimeoutError:
+                handle.kill()
                 await handle.exited
-        except TimeoutError:
-            handle.kill()
-            await handle.exited
+        await self.fallback.close()  # the children's last output is in their logs

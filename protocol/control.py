@@ -100,6 +100,17 @@ class CallsResolve(_Request, frozen=True, tag="calls_resolve"):
     """How long to wait for the resumed turn's reply (when the control client started it)."""
 
 
+class CallsDecide(_Request, frozen=True, tag="calls_decide"):
+    """`goondan calls approve|deny ID`: a person's decision on a `goondan.approve` call."""
+
+    call_id: str
+    approve: bool
+    message: str | None = None
+    by: str = ""
+    """Who decided (the CLI sends the OS user); recorded in the runtime events."""
+    timeout_ms: int = 120_000
+
+
 ControlRequest = (
     Ping
     | SendText
@@ -113,6 +124,7 @@ ControlRequest = (
     | InstanceDelete
     | CallsList
     | CallsResolve
+    | CallsDecide
 )
 
 CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
@@ -127,6 +139,7 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     InstanceDelete,
     CallsList,
     CallsResolve,
+    CallsDecide,
 )
 
 
@@ -183,9 +196,42 @@ DEACTIVATED = "deactivated"
 process, its state on disk, started again by its next event. Not a failure."""
 
 
+class UsageInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Today's (UTC) usage of an agent or of the whole swarm, and its budget's limits."""
+
+    scope: str
+    """`agent` or `swarm`."""
+    name: str
+    day: str
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_usd: float = 0.0
+    turns_per_day: int | None = None
+    tokens_per_day: int | None = None
+    cost_usd_per_day: float | None = None
+    exceeded: str | None = None
+    """The limit that is used up (`turnsPerDay`, `tokensPerDay`, `costUsdPerDay`), if any."""
+
+
+class ModelLimitInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A Model's shared rate limit: calls waiting for a permit, and until when a provider's
+    429 holds everyone back."""
+
+    name: str
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    waiting: int = 0
+    blocked_for_seconds: float = 0.0
+    granted: int = 0
+
+
 class StatusResult(msgspec.Struct, frozen=True, kw_only=True):
     orchestrator: OrchestratorInfo
     processes: list[ProcessInfo] = msgspec.field(default_factory=list)
+    usage: list[UsageInfo] = msgspec.field(default_factory=list)
+    models: list[ModelLimitInfo] = msgspec.field(default_factory=list)
 
 
 class StopReport(msgspec.Struct, kw_only=True):

@@ -196,6 +196,10 @@ class StateLayout:
         """The swarm's ingress journal: every accepted event until its turn is done."""
         return self.root / "journal" / path_segment(swarm) / "ingress.sqlite3"
 
+    def usage_file(self, swarm: str) -> Path:
+        """Today's model usage of the swarm per agent: what budgets are counted against."""
+        return self.root / "usage" / path_segment(swarm) / "usage.json"
+
     def logs_dir(self, swarm: str) -> Path:
         base = self.logs_root if self.logs_root is not None else self.root / "logs"
         return base / path_segment(swarm)

@@ -73,3 +73,29 @@ class PendingCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
 
 PENDING_SUFFIX = ".json"
 ANSWER_SUFFIX = ".answer.json"
+
+APPROVE_METHOD = "goondan.approve"
+"""The method of a pending call that asks a person to approve a tool call (a Tool export's
+`approval:`); its params are `{tool, arguments, message}`."""
+
+
+def approval_answer(
+    call_id: str,
+    *,
+    approved: bool,
+    by: str,
+    via: str,
+    at: float,
+    message: str | None = None,
+) -> JsonRpcResponse:
+    """A person's decision on a `goondan.approve` call: `{approved: true, by, via, at}`, or the
+    JSON-RPC error -32001 (permission denied) carrying the same record in its data."""
+    record: JsonObject = {"by": by, "via": via, "at": at}
+    if message:
+        record["message"] = message
+    if approved:
+        return JsonRpcResponse(id=call_id, result={"approved": True, **record})
+    error = JsonRpcError(
+        code=DeferredErrorCode.PERMISSION_DENIED, message=message or f"denied by {by}", data=record
+    )
+    return JsonRpcResponse(id=call_id, error=error)

@@ -34,6 +34,14 @@ class LaunchSettings(msgspec.Struct, frozen=True, kw_only=True):
     log_format: LogFormat = "json"
     max_frame_bytes: int = 16 << 20
     """The daemon refuses bigger frames; the child checks its own before it sends."""
+    cgroup: str = ""
+    """A cgroup v2 directory the daemon prepared (its own, delegated to it) where each agent
+    makes its own cgroup with its limits; empty: agents stay where they are."""
+
+
+def agent_cgroup(parent: str, pid: int) -> str:
+    """The cgroup an agent makes for itself under `LaunchSettings.cgroup`."""
+    return f"{parent}/agent-{pid}"
 
 
 class ChildLaunch(msgspec.Struct, frozen=True, kw_only=True):

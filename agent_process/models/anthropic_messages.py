@@ -1,7 +1,8 @@
 """`provider: anthropic` through the official SDK (Messages API with tool_use blocks).
 
 `Model.spec.endpoint` becomes `base_url`. `Model.spec.options`: `maxRetries`, `timeoutSeconds`,
-`maxTokens` (default 4096); anything else goes to `messages.create`. Tool results are sent as
+`maxTokens` (default 4096), `promptCaching` (default true: `anthropic_cache.py`); anything else
+goes to `messages.create`. Tool results are sent as
 `tool_result` blocks in a user turn; consecutive same-role messages are merged, as the API wants.
 """
 
@@ -12,13 +13,14 @@ from typing import Any, cast
 
 import anthropic
 
-from agent_process.models.base import ModelRequest, ModelResponse, Usage
+from agent_process.models import anthropic_cache as cache
+from agent_process.models.base import ModelRequest, ModelResponse
 from agent_process.models.errors import map_provider_error
 from agent_process.models.tls import tls_context
 from protocol.conversation import Message, Role
 from protocol.conversation import ToolCall as Call
 
-CLIENT_OPTIONS = ("maxRetries", "timeoutSeconds", "maxTokens")
+CLIENT_OPTIONS = ("maxRetries", "timeoutSeconds", "maxTokens", "promptCaching")
 
 
 class AnthropicModel:
@@ -34,6 +36,7 @@ class AnthropicModel:
             http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
         )
         self._max_tokens = int(options.get("maxTokens", 4096))
+        self._caching = options.get("promptCaching", True) is not False
         self._defaults = {k: v for k, v in options.items() if k not in CLIENT_OPTIONS}
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -46,11 +49,12 @@ class AnthropicModel:
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in request.tools
             ]
+        messages = to_anthropic_messages(request.messages)
+        if self._caching:
+            cache.add_breakpoints(kwargs, messages)
         try:
             reply = await self._client.messages.create(
-                model=self.name,
-                messages=cast(Any, to_anthropic_messages(request.messages)),
-                **kwargs,
+                model=self.name, messages=cast(Any, messages), **kwargs
             )
         except anthropic.AnthropicError as exc:
             raise map_provider_error("anthropic", self.name, exc) from exc
@@ -105,9 +109,6 @@ def _response(reply: Any) -> ModelResponse:
     return ModelResponse(
         text="".join(texts),
         tool_calls=calls,
-        usage=Usage(
-            input_tokens=reply.usage.input_tokens or 0,
-            output_tokens=reply.usage.output_tokens or 0,
-        ),
+        usage=cache.usage_of(reply.usage),
         finish_reason=reply.stop_reason,
     )

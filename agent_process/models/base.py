@@ -13,10 +13,16 @@ from protocol.errors import ErrorCode, ErrorInfo
 
 class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
     input_tokens: int = 0
+    """Every input token, those read from the provider's prompt cache included."""
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """The part of `input_tokens` read from the prompt cache (priced lower)."""
 
     def as_dict(self) -> dict[str, int]:
-        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
+        out = {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
+        if self.cached_input_tokens:
+            out["cachedInputTokens"] = self.cached_input_tokens
+        return out
 
 
 class ModelRequest(msgspec.Struct, kw_only=True):
@@ -38,11 +44,23 @@ class ModelResponse(msgspec.Struct, kw_only=True):
 class ModelError(Exception):
     """A provider failure after the SDK's own retries: fails the turn with this code."""
 
-    def __init__(self, code: ErrorCode, message: str, *, suggestion: str | None = None) -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        suggestion: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.info = ErrorInfo(
             code=code.value, message=message, name=type(self).__name__, suggestion=suggestion
         )
+        self.status = status
+        """The provider's HTTP status (None: no answer, e.g. a timeout)."""
+        self.retry_after = retry_after
+        """Seconds the provider asked to wait (its `retry-after` header), if it said."""
 
 
 class Model(Protocol):

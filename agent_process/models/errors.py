@@ -24,14 +24,32 @@ _TABLE: tuple[tuple[str, ErrorCode, str], ...] = (
 
 def map_provider_error(provider: str, model: str, exc: Exception) -> ModelError:
     names = {cls.__name__ for cls in type(exc).__mro__}
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    retry_after = _retry_after(exc)
     for name, code, fix in _TABLE:
         if name in names:
-            return ModelError(code, f"{provider} model {model!r}: {_describe(exc)}", suggestion=fix)
+            message = f"{provider} model {model!r}: {_describe(exc)}"
+            return ModelError(code, message, suggestion=fix, status=status, retry_after=retry_after)
     return ModelError(
         ErrorCode.E_MODEL_ERROR,
         f"{provider} model {model!r} failed: {_describe(exc)}",
         suggestion="see the provider's status; the SDK already retried",
+        status=status,
+        retry_after=retry_after,
     )
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """The `retry-after` header of the provider's answer, in seconds (a number; the HTTP-date
+    form is not used by model providers)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    raw = headers.get("retry-after") if headers is not None else None
+    try:
+        return max(0.0, float(raw)) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def _describe(exc: Exception) -> str:

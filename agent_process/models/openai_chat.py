@@ -125,9 +125,15 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = 0
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int | None = 0
     completion_tokens: int | None = 0
+    prompt_tokens_details: _PromptDetails | None = None
+    """`cached_tokens`: the part of the prompt read from the provider's cache."""
 
 
 class _Completion(msgspec.Struct):
@@ -153,12 +159,14 @@ def _response(completion: _Completion) -> ModelResponse:
     message = choice.message
     calls = [_tool_call(c) for c in (message.tool_calls or [])]
     usage = completion.usage
+    details = usage.prompt_tokens_details if usage is not None else None
     return ModelResponse(
         text=message.content or "",
         tool_calls=calls,
         usage=Usage(
             input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            cached_input_tokens=getattr(details, "cached_tokens", 0) or 0,
         ),
         finish_reason=choice.finish_reason,
     )

@@ -1,14 +1,18 @@
-"""`goondan calls list [--json]` and `goondan calls resolve ID --result JSON | --error CODE`.
+"""`goondan calls list [--json]`, `goondan calls resolve ID --result JSON | --error CODE`,
+`goondan calls approve ID` and `goondan calls deny ID [--message M]`.
 
 A deferred (client-side) tool call suspends its turn until a client answers it (ARCHITECTURE.md
 §10). `list` shows the pending calls (agent, instance, method, params, age, expiry); `resolve`
 answers one with a JSON-RPC 2.0 `result` or `error{code, message, data}`, the turn resumes,
 and, when the turn was started by a control client (`goondan send`), its reply is printed.
+`approve` and `deny` decide a `goondan.approve` call (a Tool export's `approval:`): the tool
+runs, or the model gets E_TOOL_PERMISSION_DENIED; the decision is recorded with the OS user.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 from typing import Any
 
@@ -23,7 +27,7 @@ from orchestrator.client import (
     pick_swarm,
 )
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
-from protocol.control import CallsList, CallsResolve, ControlReply, ControlRequest
+from protocol.control import CallsDecide, CallsList, CallsResolve, ControlReply, ControlRequest
 from protocol.errors import ErrorCode, ErrorInfo
 
 
@@ -45,7 +49,14 @@ class _Calls:
         resolve.add_argument("--data", metavar="JSON", help="the error's data")
         resolve.add_argument("--json", action="store_true", help="print the reply event")
         resolve.add_argument("--timeout", type=float, default=120.0, metavar="S")
-        for action in (listing, resolve):  # the common options after the action too;
+        approve = sub.add_parser("approve", help="approve a goondan.approve call: the tool runs")
+        deny = sub.add_parser("deny", help="deny a goondan.approve call: the tool does not run")
+        deny.add_argument("--message", metavar="M", help="why (the model reads it)")
+        for decide in (approve, deny):
+            decide.add_argument("call_id", metavar="ID")
+            decide.add_argument("--json", action="store_true", help="print the reply event")
+            decide.add_argument("--timeout", type=float, default=120.0, metavar="S")
+        for action in (listing, resolve, approve, deny):  # the common options after the action too;
             # SUPPRESS keeps a value given before it (`goondan calls --swarm S list`)
             action.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS)
             action.add_argument("--swarm", metavar="S", default=argparse.SUPPRESS)
@@ -57,7 +68,7 @@ class _Calls:
         except ValueError as exc:
             printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=str(exc)))
             return EXIT_USAGE
-        timeout = args.timeout + 5 if args.action == "resolve" else 30.0
+        timeout = args.timeout + 5 if args.action != "list" else 30.0
         try:
             reply = call(find_daemon(args), req, timeout=timeout)
         except ClientError as exc:
@@ -110,6 +121,15 @@ def _json_arg(text: str | None, what: str) -> Any:
 def _request(args: argparse.Namespace) -> ControlRequest:
     if args.action == "list":
         return CallsList(request_id=new_request_id())
+    if args.action in ("approve", "deny"):
+        return CallsDecide(
+            request_id=new_request_id(),
+            call_id=args.call_id,
+            approve=args.action == "approve",
+            message=getattr(args, "message", None),
+            by=_user(),
+            timeout_ms=int(args.timeout * 1000),
+        )
     return CallsResolve(
         request_id=new_request_id(),
         call_id=args.call_id,
@@ -119,6 +139,13 @@ def _request(args: argparse.Namespace) -> ControlRequest:
         error_data=_json_arg(args.data, "--data"),
         timeout_ms=int(args.timeout * 1000),
     )
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a container's uid)
+        return "cli"
 
 
 def _printable(reply: ControlReply, action: str) -> Any:

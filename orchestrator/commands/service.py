@@ -69,7 +69,7 @@ def unit_spec(args: argparse.Namespace) -> UnitSpec:
         user_unit=args.user,
         state_root=state_root,
         env_files=env_files,
-        run_as=None if args.user else _operator(),
+        run_as=None if args.user else (args.run_as or _operator()),
         writable=tuple(Path(d).expanduser().absolute() for d in args.writable),
     )
 
@@ -106,6 +106,11 @@ class _Service:
         unit.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS)
         unit.add_argument("--swarm", metavar="S", default=argparse.SUPPRESS)
         unit.add_argument("--user", action="store_true", help="a unit for `systemctl --user`")
+        unit.add_argument(
+            "--run-as", metavar="USER",
+            help="User= of a system unit (default: you, or root when root generates it); a "
+            "dedicated user (useradd --system goondan) keeps agents away from your files",
+        )  # fmt: skip
         unit.add_argument("--name", metavar="N", help="unit name (default goondan-<swarm>)")
         unit.add_argument("--env-file", action="append", default=[], metavar="F")
         unit.add_argument(

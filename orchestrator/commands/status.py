@@ -1,8 +1,14 @@
 """`goondan status [--json]`: the orchestrator and its process table (ARCHITECTURE.md §9).
 
 `--json` prints `{"orchestrator": {...}, "processes": [{"id", "kind", "name", "instanceKey",
-"pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending"}, ...]}`.
-Exit 0 when every process is well, 1 when one is crashed, in crashLoopBackOff or startFailed
+"pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending"}, ...],
+"usage": [{"scope", "name", "day", "turns", "inputTokens", "outputTokens", "cachedInputTokens",
+"costUsd", "turnsPerDay", "tokensPerDay", "costUsdPerDay", "exceeded"}, ...], "models":
+[{"name", "requestsPerMinute", "tokensPerMinute", "waiting", "blockedForSeconds", "granted"}]}`:
+today's model usage against each budget, and the Models' shared rate limits.
+With several daemons running (and no --swarm, outside their bundle directories) it shows each
+one, and `--json` prints `{"swarms": [<one status each>]}`. Exit 0 when every process is well,
+1 when one is crashed, in crashLoopBackOff or startFailed
 (so a health check can run it), or when no daemon answers. A `deactivated` instance (idle
 timeout, or room made at the live bound) is well: its next event starts it again; the daemon
 lists only the most recent ones (orchestrator/hibernation.py).
@@ -13,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.client import ClientError, Printer, call, find_daemons, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import DEACTIVATED, FAILING, StatusQuery
 from protocol.jsontypes import JsonObject
@@ -53,15 +59,62 @@ def render(result: JsonObject) -> str:
         )
         for p in result["processes"]
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines += _table(rows)
     deactivated = sum(1 for p in result["processes"] if p["status"] == DEACTIVATED)
     if deactivated:
         lines.append(
             f"{deactivated} deactivated: no process, state on disk, started by the next event "
             "(only the most recent are listed; goondan instance list shows every instance)"
         )
+    usage = result.get("usage") or []
+    if usage:
+        lines += ["", f"usage today ({usage[0]['day']}, UTC)"]
+        lines += _table([("SCOPE", "NAME", "TURNS", "TOKENS", "CACHED", "COST USD", "OVER")]
+                        + [_usage_row(u) for u in usage])  # fmt: skip
+    models = result.get("models") or []
+    if models:
+        lines += ["", "model rate limits (shared by every agent)"]
+        lines += _table([("MODEL", "REQ/MIN", "TOKENS/MIN", "WAITING", "BLOCKED", "GRANTED")]
+                        + [_model_row(m) for m in models])  # fmt: skip
     return "\n".join(lines)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _of(used: float, limit: float | None, fmt: str = "{:g}") -> str:
+    text = fmt.format(used)
+    return text if limit is None else f"{text}/{fmt.format(limit)}"
+
+
+def _usage_row(u: JsonObject) -> tuple[str, ...]:
+    tokens = u["inputTokens"] + u["outputTokens"]
+    return (
+        u["scope"],
+        u["name"],
+        _of(u["turns"], u.get("turnsPerDay")),
+        _of(tokens, u.get("tokensPerDay")),
+        str(u["cachedInputTokens"]),
+        _of(u["costUsd"], u.get("costUsdPerDay"), "{:.4f}"),
+        u.get("exceeded") or "-",
+    )
+
+
+def _model_row(m: JsonObject) -> tuple[str, ...]:
+    def limit(value: float | None) -> str:
+        return "-" if value is None else f"{value:g}"
+
+    blocked = m.get("blockedForSeconds") or 0
+    return (
+        m["name"],
+        limit(m.get("requestsPerMinute")),
+        limit(m.get("tokensPerMinute")),
+        str(m.get("waiting", 0)),
+        f"{blocked:g}s" if blocked else "-",
+        str(m.get("granted", 0)),
+    )
 
 
 class _Status:
@@ -73,16 +126,22 @@ class _Status:
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer(self.name)
         try:
-            reply = call(find_daemon(args), StatusQuery(request_id=new_request_id()))
+            daemons = find_daemons(args)
+            replies = [call(info, StatusQuery(request_id=new_request_id())) for info in daemons]
         except ClientError as exc:
             printer.error(exc.error)
             return EXIT_RUNTIME
-        if not reply.ok:
+        failed = [r for r in replies if not r.ok]
+        for reply in failed:
             printer.reply_error(reply)
-            return EXIT_RUNTIME
-        print(json.dumps(reply.result, indent=2) if args.json else render(reply.result))
-        failing = [p for p in reply.result["processes"] if p["status"] in FAILING]
-        return EXIT_RUNTIME if failing else EXIT_OK
+        results = [r.result for r in replies if r.ok]
+        if args.json:
+            shown = results[0] if len(replies) == 1 else {"swarms": results}
+            print(json.dumps(shown, indent=2))
+        else:
+            print("\n\n".join(render(result) for result in results))
+        failing = [p for r in results for p in r["processes"] if p["status"] in FAILING]
+        return EXIT_RUNTIME if failing or failed else EXIT_OK
 
 
 COMMAND = _Status()

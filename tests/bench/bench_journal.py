@@ -79,14 +79,17 @@ async def _accepts(swarm: str, n: int, key: str) -> float:
     return n / elapsed
 
 
-def _daemon(bundle: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _daemon(
+    bundle: Path, env: dict[str, str], ready: bytes = b'"started"'
+) -> subprocess.Popen[bytes]:
+    """The daemon, once a line of its log has `ready` (by default: its sockets are bound)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", "run", str(bundle), "--log-format", "json"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None
-    for line in proc.stderr:  # its own "started" line says the sockets are bound
-        if b'"started"' in line:
+    for line in proc.stderr:
+        if ready in line:
             # keep reading its log: a full pipe would stop the daemon at its next line
             threading.Thread(target=proc.stderr.read, daemon=True).start()
             return proc

@@ -40,9 +40,13 @@ def rss_mib(pid: int) -> float:
 
 def _after_queued_requests(server: forkserver.ForkServerProcess, log_path: str) -> None:
     """The server serves its requests in order: once a spawn sent after the hook is answered,
-    the hook has run. The child only prints its usage and exits."""
-    req = forkserver.SpawnRequest(req_id=1, argv=["--help"], log_path=log_path)
-    server.sock.send(forkserver.encode(req))
+    the hook has run. The child only prints its usage (into `log_path`) and exits."""
+    req = forkserver.SpawnRequest(req_id=1, argv=["--help"])
+    output = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        forkserver.request_spawn(server, req, output)
+    finally:
+        os.close(output)
     while True:
         data, fds, _flags, _addr = socket.recv_fds(server.sock, forkserver.MAX_DATAGRAM, 4)
         for fd in fds:

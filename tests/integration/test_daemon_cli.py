@@ -61,7 +61,7 @@ async def test_a_second_daemon_of_the_same_swarm_refuses_naming_the_pid(
 ) -> None:
     async with asyncio.timeout(30):
         daemon = await start_daemon()
-        code, _, err = await run_cli("run", str(SWARM))
+        code, _, err = await run_cli("run", str(SWARM), "--no-entry-check")
         assert code == 1
         assert "already running" in err and f"pid {daemon.pid}" in err
         assert f"goondan send --swarm {daemon.swarm}" in err  # what to do instead
@@ -195,3 +195,19 @@ async def test_run_dir_is_private_and_active_json_names_the_daemon(
         daemon.signal(15)
         assert await daemon.wait() == 0
         assert not paths.active_json.exists() and not paths.pid_file.exists()
+
+
+async def test_status_lists_every_running_swarm(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(60):
+        await start_daemon()
+        await start_daemon(REPO / "tests" / "fixtures" / "deferred", swarm="deferred")
+        code, out, err = await run_cli("status")
+        assert code == 0, err
+        assert "swarm probe" in out and "swarm deferred" in out
+        code, out, _ = await run_cli("status", "--json")
+        assert sorted(s["orchestrator"]["swarm"] for s in json.loads(out)["swarms"]) == [
+            "deferred", "probe"]  # fmt: skip
+        code, out, _ = await run_cli("status", "--swarm", "deferred", "--json")
+        assert json.loads(out)["orchestrator"]["swarm"] == "deferred"
+        code, _, err = await run_cli("send", "hi")
+        assert code == 1 and "several daemons" in err and "--swarm" in err

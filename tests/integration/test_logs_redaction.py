@@ -2,8 +2,9 @@
 
 The scripted Model takes its `apiKey` from `$TEST_API_KEY` (a ValueSource, so the value is a
 bundle secret); the tool prints it, writes it to stderr, logs it through ctx.logger and stdlib
-logging, and fails with it in the error message. Then every file under the logs dir and every
-runtime-events.jsonl is searched for the value.
+logging, and fails with it in the error message (the variable itself is gone from the agent's
+environment once it started: the tool takes the key from `ctx.secret_values`). Then every file
+under the logs dir and every runtime-events.jsonl is searched for the value.
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ spec:
 
 TOOL = """\
 import logging
-import os
 import sys
 from typing import Any
 
@@ -77,7 +77,7 @@ from bundles.sdk import ToolContext
 
 
 async def leak(ctx: ToolContext, input: dict[str, Any]) -> Any:
-    key = os.environ["TEST_API_KEY"]
+    (key,) = ctx.secret_values
     print(f"printed {key}", flush=True)
     print(f"stderr {key}", file=sys.stderr, flush=True)
     ctx.logger.info("tool_saw_key", key=key, nested={"list": [key]})
@@ -86,7 +86,8 @@ async def leak(ctx: ToolContext, input: dict[str, Any]) -> Any:
 
 
 async def fail(ctx: ToolContext, input: dict[str, Any]) -> Any:
-    raise RuntimeError(f"upstream refused key {os.environ['TEST_API_KEY']}")
+    (key,) = ctx.secret_values
+    raise RuntimeError(f"upstream refused key {key}")
 
 
 handlers = {"leak": leak, "fail": fail}

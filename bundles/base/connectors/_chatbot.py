@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,12 +161,14 @@ async def agent_reply(
     *,
     kind: str,
     idempotency_key: str | None = None,
+    on_approval: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
     **where: Any,
 ) -> str | None:
     """Hand one chat message to the agent and wait for its text.
 
     None when there is nothing to send back: the wait timed out, the turn failed, the rule
     asked for no reply, or the answer is blank. Each failure is logged with `where` (the chat).
+    A turn that stops for a person's approval goes to `on_approval` (the chat's buttons).
     """
     try:
         async with asyncio.timeout(wait_seconds):
@@ -180,6 +182,10 @@ async def agent_reply(
     if reply.error_code is not None:
         ctx.logger.error(f"{kind}_agent_error", code=reply.error_code,
                          message=reply.error_message, **where)  # fmt: skip
+        return None
+    request = reply.deferred
+    if on_approval is not None and request and request.get("method") == "goondan.approve":
+        await on_approval(request)
         return None
     if reply.accepted or not reply.text.strip():
         return None

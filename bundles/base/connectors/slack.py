@@ -21,39 +21,49 @@ Secrets: `signingSecret` (required: a start error without it) and `botToken` (xo
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json
 import time
+import urllib.parse
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from bundles.sdk import ConnectorContext, load_sibling
 
-webhook = load_sibling(__file__, "webhook")
+guard = load_sibling(__file__, "_httpguard")
+http = load_sibling(__file__, "_http")
 chatbot = load_sibling(__file__, "_chatbot")
+approvals = load_sibling(__file__, "_approvals")
 EVENT_PATHS = ("/", "/slack/events")
 MAX_TEXT = 3000
 SEEN_EVENTS = 1000
+ACTIONS_PATH = "/slack/actions"
+ACTION_ID = "goondan_approval"
 
 
 def check_signature(
-    secret: bytes, headers: dict[str, str], body: bytes, max_skew: float, now: float
+    secret: bytes, headers: Mapping[str, str], body: bytes, max_skew: float, now: float
 ) -> None:
-    """Raise webhook.HttpError(401) unless Slack's v0 signature fits (constant time)."""
+    """Raise guard.HttpError(401) unless Slack's v0 signature fits (constant time)."""
     stamp = headers.get("x-slack-request-timestamp", "")
     signature = headers.get("x-slack-signature", "")
     if not stamp.isdigit() or not signature.startswith("v0="):
-        raise webhook.HttpError(401, "E_SLACK_SIGNATURE", "missing X-Slack-Signature/Timestamp")
+        raise guard.HttpError(401, "E_SLACK_SIGNATURE", "missing X-Slack-Signature/Timestamp")
     if abs(now - int(stamp)) > max_skew:
-        raise webhook.HttpError(401, "E_SLACK_SIGNATURE", "the request timestamp is too old")
+        raise guard.HttpError(401, "E_SLACK_SIGNATURE", "the request timestamp is too old")
     base = b"v0:" + stamp.encode() + b":" + body
     expected = "v0=" + hmac.new(secret, base, hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected.encode(), signature.strip().lower().encode()):
-        raise webhook.HttpError(401, "E_SLACK_SIGNATURE", "the signature does not match")
+        raise guard.HttpError(401, "E_SLACK_SIGNATURE", "the signature does not match")
 
 
 def message_properties(payload: dict[str, Any], types: frozenset[str]) -> dict[str, Any] | None:
@@ -96,8 +106,7 @@ class Slack:
         self.event = str(cfg.get("event", "slack_message"))
         self.types = chatbot.names(cfg.get("eventTypes", ["message"]))
         self.max_skew = float(cfg.get("maxSkewSeconds", 300))
-        self.max_body = int(cfg.get("maxBodyBytes", 1024 * 1024))
-        self.read_timeout = int(cfg.get("readTimeoutMs", 10_000)) / 1000
+        self.limits = http.Limits.of(cfg, "E_SLACK")
         self.reply_timeout = int(cfg.get("replyTimeoutMs", 300_000)) / 1000
         self.client = httpx.AsyncClient(
             timeout=int(cfg.get("timeoutMs", 30_000)) / 1000, trust_env=False,
@@ -105,28 +114,35 @@ class Slack:
         )  # fmt: skip
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.tasks = chatbot.Conversations()
+        self.pending = approvals.Pending(ctx)
+        self.approvers = approvals.approvers(cfg)
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        internal = 500, {"error": {"code": "E_SLACK_INTERNAL", "message": "internal"}}
-        log = self.ctx.logger
-        await webhook.respond(reader, writer, self._answer, log, "slack_failed", internal)
+    def app(self) -> Starlette:
+        async def health(_: Request) -> Response:
+            return JSONResponse({"ok": True})
 
-    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
+        async def not_found(_: Request, exc: Exception) -> Response:
+            where = " or ".join((*EVENT_PATHS, ACTIONS_PATH))
+            return JSONResponse(_error(404, "E_SLACK_NOT_FOUND", f"POST to {where}")[1], 404)
+
+        routes = [Route("/healthz", health, methods=["GET"])]
+        routes += [Route(p, self.answer, methods=["POST"]) for p in EVENT_PATHS]
+        routes.append(Route(ACTIONS_PATH, self.actions, methods=["POST"]))
+        return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+
+    async def answer(self, request: Request) -> Response:
         try:
-            async with asyncio.timeout(self.read_timeout):
-                request = await webhook.read_request(reader, self.max_body)
-        except TimeoutError:
-            return _error(408, "E_SLACK_TIMEOUT", "the request was not sent in time")
-        except webhook.HttpError as exc:
-            return _error(exc.status, exc.code, exc.message)
-        if request.method == "GET" and request.path == "/healthz":
-            return 200, {"ok": True}
-        if request.path not in EVENT_PATHS or request.method != "POST":
-            return _error(404, "E_SLACK_NOT_FOUND", f"POST to {' or '.join(EVENT_PATHS)}")
+            status, payload = await self._answer(request.headers, await request.body())
+        except Exception as exc:  # a bug here must not stop the server
+            self.ctx.logger.error("slack_failed", error=repr(exc))
+            status, payload = _error(500, "E_SLACK_INTERNAL", "internal")
+        return JSONResponse(payload, status)
+
+    async def _answer(self, headers: Any, body: bytes) -> tuple[int, dict[str, Any]]:
         try:
-            check_signature(self.secret, request.headers, request.body, self.max_skew, time.time())
-            payload = json.loads(request.body)
-        except webhook.HttpError as exc:
+            check_signature(self.secret, headers, body, self.max_skew, time.time())
+            payload = json.loads(body)
+        except guard.HttpError as exc:
             self.ctx.logger.warning("slack_refused", status=exc.status, reason=exc.message)
             return _error(exc.status, exc.code, exc.message)
         except (ValueError, UnicodeDecodeError):
@@ -163,6 +179,7 @@ class Slack:
             kind="slack",
             channel=props["channel"],
             idempotency_key=f"event:{props['eventId']}" if props.get("eventId") else None,
+            on_approval=lambda request: self.ask(props, request),
         )
         if text is not None:
             await self.post(props, text)
@@ -179,9 +196,85 @@ class Slack:
                                       status=exc.status, error=str(exc))  # fmt: skip
                 return
 
+    # -- approvals (ARCHITECTURE.md §10): block action buttons in the message's thread ------
+
+    async def ask(self, props: dict[str, Any], request: Mapping[str, Any]) -> None:
+        thread = props.get("threadTs") or props.get("ts")
+        token = self.pending.add(str(request.get("id")), props["channel"], threadTs=thread)
+        text = approvals.prompt_text(request)
+        buttons = [_button("Approve", f"{token}:y", "primary"),
+                   _button("Deny", f"{token}:n", "danger")]  # fmt: skip
+        blocks = [{"type": "section", "text": {"type": "plain_text", "text": text[:MAX_TEXT]}},
+                  {"type": "actions", "elements": buttons}]  # fmt: skip
+        body = {"channel": props["channel"], "text": text[:MAX_TEXT], "thread_ts": thread,
+                "blocks": blocks}  # fmt: skip
+        await self._api("chat.postMessage", body)
+
+    async def actions(self, request: Request) -> Response:
+        """`POST /slack/actions` (the app's Interactivity Request URL), signed like events."""
+        body = await request.body()
+        try:
+            check_signature(self.secret, request.headers, body, self.max_skew, time.time())
+        except guard.HttpError as exc:
+            self.ctx.logger.warning("slack_refused", status=exc.status, reason=exc.message)
+            status, payload = _error(exc.status, exc.code, exc.message)
+        else:
+            status, payload = self.on_form(body)
+        return JSONResponse(payload, status)
+
+    def on_form(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """Slack's interactivity request: `payload=<JSON>`; acknowledged at once."""
+        try:
+            [raw] = urllib.parse.parse_qs(body.decode())["payload"]
+            payload = json.loads(raw)
+        except (KeyError, ValueError, UnicodeDecodeError):
+            return _error(400, "E_SLACK_BAD_JSON", "the form has no JSON `payload`")
+        if isinstance(payload, dict) and payload.get("type") == "block_actions":
+            self.tasks.start(self.on_press(payload))
+        return 200, {"ok": True}
+
+    async def on_press(self, payload: dict[str, Any]) -> None:
+        """A button press: only from the channel of the request (and an approver, if listed)."""
+        actions = [a for a in payload.get("actions") or [] if approvals.obj(a).get("action_id")
+                   == ACTION_ID]  # fmt: skip
+        if not actions:
+            return
+        token, _, choice = str(actions[0].get("value", "")).partition(":")
+        record = self.pending.get(token)
+        container, user = (approvals.obj(payload.get(k)) for k in ("container", "user"))
+        channel = approvals.obj(payload.get("channel")).get("id")
+        channel = str(container.get("channel_id") or channel)
+        who = [str(user.get("id", "")), str(user.get("username", ""))]
+        why = approvals.refusal(record, channel, who, self.approvers)
+        if why is not None or record is None:
+            self.ctx.logger.warning("slack_approval_refused", user=who[0], reason=why)
+            await self._api("chat.postEphemeral", {"channel": channel, "user": who[0], "text": why})
+            return
+        self.pending.drop(token)
+        approved, by = choice == "y", f"slack:{who[0]}"
+        settled = approvals.decision_text(approved, by)
+        await self._api("chat.update", {"channel": channel, "ts": container.get("message_ts"),
+                                         "text": settled, "blocks": []})  # fmt: skip
+        text = await approvals.decide(self.ctx, record["callId"], approved, by, self.reply_timeout)
+        if text is not None:
+            await self.post({"channel": channel, "threadTs": record.get("threadTs")}, text)
+
+    async def _api(self, method: str, body: dict[str, Any]) -> None:
+        try:
+            await chatbot.call_json(self.client, f"{self.api}/{method}", method, body,
+                                    secret=self.token)  # fmt: skip
+        except chatbot.ApiError as exc:
+            self.ctx.logger.error("slack_api_failed", method=method, status=exc.status,
+                                  error=str(exc))  # fmt: skip
+
     async def aclose(self) -> None:
         self.tasks.cancel()
         await self.client.aclose()
+
+
+def _button(label: str, value: str, style: str) -> dict[str, Any]:
+    return {"type": "button", "text": {"type": "plain_text", "text": label}, "style": style,
+            "action_id": ACTION_ID, "value": value}  # fmt: skip
 
 
 def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
@@ -191,19 +284,17 @@ def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
 async def start(ctx: ConnectorContext) -> None:
     """Bind before `ready`: a port in use (or a missing secret) is a start error."""
     slack = Slack(ctx)
-    listener = await asyncio.start_server(
-        slack.handle, slack.host, slack.port, limit=webhook.HEADER_LIMIT
-    )
-    ctx.state["slack"], ctx.state["listener"] = slack, listener
-    bound = [s.getsockname() for s in listener.sockets]
-    ctx.logger.info("slack_listening", addresses=[f"{a[0]}:{a[1]}" for a in bound])
+    listener = http.HttpServer(slack.limits)
+    await listener.bind(slack.host, slack.port)
+    listener.mount(slack.app())
+    ctx.state["slack"], ctx.state["http"] = slack, listener
+    host, port = listener.address
+    ctx.logger.info("slack_listening", addresses=[f"{host}:{port}"])
 
 
 async def run(ctx: ConnectorContext) -> None:
     slack: Slack = ctx.state["slack"]
-    listener: asyncio.Server = ctx.state["listener"]
     try:
-        async with listener:
-            await listener.serve_forever()
+        await ctx.state["http"].serve()
     finally:
         await slack.aclose()

@@ -21,6 +21,7 @@ retry_after): 409 means another client polls with this token or a webhook is set
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -28,7 +29,9 @@ import httpx
 from bundles.sdk import ConnectorContext, load_sibling
 
 chatbot = load_sibling(__file__, "_chatbot")
+approvals = load_sibling(__file__, "_approvals")
 MAX_TEXT = 4096
+CALLBACK_PREFIX = "ga:"
 
 
 class Telegram:
@@ -54,6 +57,8 @@ class Telegram:
             timeout=int(cfg.get("timeoutMs", 30_000)) / 1000, trust_env=False
         )
         self.tasks = chatbot.Conversations()
+        self.pending = approvals.Pending(ctx)
+        self.approvers = approvals.approvers(cfg)
 
     async def call(self, method: str, body: dict[str, Any], wait_s: float | None = None) -> Any:
         answer = await chatbot.call_json(
@@ -81,7 +86,7 @@ class Telegram:
 
     async def poll(self) -> list[Any]:
         body = {"offset": self.offset, "timeout": self.poll_timeout, "limit": self.limit,
-                "allowed_updates": ["message"]}  # fmt: skip
+                "allowed_updates": ["message", "callback_query"]}  # fmt: skip
         result = await self.call("getUpdates", body, wait_s=self.poll_timeout + 10)
         return result if isinstance(result, list) else []
 
@@ -108,6 +113,9 @@ class Telegram:
             return  # already seen (a server that ignores the offset)
         self.offset = update["update_id"] + 1
         self.state.save({"offset": self.offset})  # before handing it on: never twice
+        if isinstance(update.get("callback_query"), dict):
+            self.tasks.start(self.on_press(update["callback_query"]))
+            return
         props = message_properties(update)
         if props is None:
             self.ctx.logger.info("telegram_update_skipped", update_id=update["update_id"])
@@ -120,6 +128,7 @@ class Telegram:
                 self.ctx, self.event, props, self.reply_timeout,
                 kind="telegram", chat_id=props["chatId"],
                 idempotency_key=f"update:{props['updateId']}",  # redelivered updates are one
+                on_approval=lambda request: self.ask(props, request),
             )  # fmt: skip
             if text is not None:
                 await self.answer(props, text)
@@ -138,6 +147,65 @@ class Telegram:
                 self.ctx.logger.error("telegram_send_failed", chat_id=props["chatId"],
                                       status=exc.status, error=str(exc))  # fmt: skip
                 return
+
+    # -- approvals (ARCHITECTURE.md §10): inline buttons in the chat the turn came from ------
+
+    async def ask(self, props: dict[str, Any], request: Mapping[str, Any]) -> None:
+        where = {"messageId": props["messageId"], "threadId": props.get("threadId")}
+        token = self.pending.add(str(request.get("id")), str(props["chatId"]), **where)
+        keyboard = [[{"text": "Approve", "callback_data": f"{CALLBACK_PREFIX}{token}:y"},
+                     {"text": "Deny", "callback_data": f"{CALLBACK_PREFIX}{token}:n"}]]  # fmt: skip
+        body: dict[str, Any] = {"chat_id": props["chatId"],
+                                "text": approvals.prompt_text(request)[:MAX_TEXT],
+                                "reply_markup": {"inline_keyboard": keyboard}}  # fmt: skip
+        try:
+            await self.call("sendMessage", body)
+        except chatbot.ApiError as exc:
+            self.ctx.logger.error("telegram_approval_not_sent", chat_id=props["chatId"],
+                                  error=str(exc))  # fmt: skip
+
+    async def on_press(self, query: dict[str, Any]) -> None:
+        """A button press: only from the chat of the request (and an approver, if listed)."""
+        data = str(query.get("data", ""))
+        if not data.startswith(CALLBACK_PREFIX):
+            return
+        token, _, choice = data.removeprefix(CALLBACK_PREFIX).partition(":")
+        record = self.pending.get(token)
+        message = approvals.obj(query.get("message"))
+        chat, user = approvals.obj(message.get("chat")), approvals.obj(query.get("from"))
+        who = [str(user.get("id", "")), str(user.get("username", ""))]
+        why = approvals.refusal(record, str(chat.get("id")), who, self.approvers)
+        await self._ack(query, why)
+        if why is not None or record is None:
+            self.ctx.logger.warning("telegram_approval_refused", user=who[0], reason=why)
+            return
+        self.pending.drop(token)
+        approved, by = choice == "y", f"telegram:{who[1] or who[0]}"
+        await self._settle(chat.get("id"), message.get("message_id"), approved, by)
+        text = await approvals.decide(self.ctx, record["callId"], approved, by,
+                                      self.reply_timeout)  # fmt: skip
+        if text is not None:
+            props = {"chatId": chat.get("id"), "messageId": record.get("messageId"),
+                     "threadId": record.get("threadId")}  # fmt: skip
+            await self.answer(props, text)
+
+    async def _ack(self, query: dict[str, Any], refused: str | None) -> None:
+        body: dict[str, Any] = {"callback_query_id": query.get("id")}
+        if refused is not None:
+            body.update(text=refused, show_alert=True)
+        try:
+            await self.call("answerCallbackQuery", body)
+        except chatbot.ApiError as exc:
+            self.ctx.logger.warning("telegram_callback_answer_failed", error=str(exc))
+
+    async def _settle(self, chat_id: Any, message_id: Any, approved: bool, by: str) -> None:
+        """The buttons go: the message says who decided what."""
+        body = {"chat_id": chat_id, "message_id": message_id,
+                "text": approvals.decision_text(approved, by)}  # fmt: skip
+        try:
+            await self.call("editMessageText", body)
+        except chatbot.ApiError as exc:
+            self.ctx.logger.warning("telegram_approval_edit_failed", error=str(exc))
 
     async def aclose(self) -> None:
         self.tasks.cancel()

@@ -1,4 +1,4 @@
-"""The `webhook` connector: HTTP POST in, the agent's reply out (stdlib asyncio, no framework).
+"""The `webhook` connector: HTTP POST in, the agent's reply out (served by `_http.py`).
 
     POST /events (or /)   {"event"?, "text" | "input", "properties"?, "instanceKey"?}
     POST /rpc             a client's JSON-RPC 2.0 response {jsonrpc, id, result | error}
@@ -16,7 +16,7 @@ With the Connection secret `signingSecret`, every POST must also be signed:
 (401/409 otherwise). A server bound beyond loopback must have a secret (or
 `allowUnsigned: true`). Answers: 200 {"reply", "eventId"} when the rule asks for a reply,
 202 {"accepted": true, "eventId"} when it does not, 4xx/5xx {"error": {"code", "message"}}.
-One request per connection (`Connection: close`): simple, and enough for webhooks.
+Size, header and time limits are `_http.py`'s (keep-alive and chunked bodies work).
 
 Deferred (client-side) tools, ARCHITECTURE.md §10: when the turn suspends on a tool that must run on
 the client, the answer is 200 {"rpc": {jsonrpc, id, method, params}, "eventId"}; the client runs it
@@ -30,46 +30,36 @@ import asyncio
 import ipaddress
 import json
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from bundles.sdk import ConnectorContext, load_sibling
 from protocol.private import private_dir
 
 guard = load_sibling(__file__, "_httpguard")
+http = load_sibling(__file__, "_http")
 HttpError = guard.HttpError
-HEADER_LIMIT = 16 * 1024
-STATUS_TEXT = {
-    200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-    404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
-    411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type",
-    421: "Misdirected Request", 422: "Unprocessable Entity", 429: "Too Many Requests",
-    500: "Internal Server Error",
-    502: "Bad Gateway", 504: "Gateway Timeout",
-}  # fmt: skip
 EVENT_PATHS = ("/", "/events")
-_STATUS_OF = {"E_CONNECTOR_NO_ROUTE": 422, "E_AGENT_CAPACITY": 429, "E_CALL_NOT_FOUND": 404}
+_STATUS_OF = {"E_CONNECTOR_NO_ROUTE": 422, "E_AGENT_CAPACITY": 429, "E_CALL_NOT_FOUND": 404,
+              "E_AGENT_BUDGET_EXCEEDED": 429}  # fmt: skip
 """HTTP status of a coded error the daemon answered with (anything else: 502)."""
 RPC_PATH = "/rpc"
 RPC_EVENT = "deferred.answer"
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8787
-    max_body_bytes: int = 1024 * 1024
+    limits: Any = None
+    """`_http.Limits`: body and header sizes, read and write deadlines."""
     timeout: float = 60.0
-    read_timeout: float = 10.0
     default_event: str = "message"
     signing_secret: bytes | None = field(default=None, repr=False)
     signature_max_age: float = 300.0
@@ -84,9 +74,8 @@ class Settings:
         return cls(
             host=str(cfg.get("host", "127.0.0.1")),
             port=int(cfg.get("port", 8787)),
-            max_body_bytes=int(cfg.get("maxBodyBytes", 1024 * 1024)),
+            limits=http.Limits.of(cfg, "E_WEBHOOK"),
             timeout=int(cfg.get("timeoutMs", 60_000)) / 1000,
-            read_timeout=int(cfg.get("readTimeoutMs", 10_000)) / 1000,
             default_event=str(cfg.get("defaultEvent", "message")),
             signing_secret=secret.encode() if secret else None,
             signature_max_age=float(cfg.get("signatureMaxAgeSeconds", guard.DEFAULT_MAX_AGE)),
@@ -140,76 +129,6 @@ def parse_rpc(body: bytes) -> dict[str, Any]:
     return data
 
 
-async def write_json(writer: asyncio.StreamWriter, status: int, payload: Any) -> None:
-    """Send one JSON response and close the connection (one request per connection)."""
-    body = json.dumps(payload).encode()
-    head = (
-        f"HTTP/1.1 {status} {STATUS_TEXT.get(status, 'Status')}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    try:
-        writer.write(head.encode() + body)
-        await writer.drain()
-    except ConnectionError:
-        pass  # the client went away: nothing left to tell it
-    finally:
-        writer.close()
-
-
-Answer = Callable[[asyncio.StreamReader], Awaitable[tuple[int, Any]]]
-
-
-async def respond(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    answer: Answer,
-    logger: Any,
-    failed_event: str,
-    internal: tuple[int, Any],
-) -> None:
-    """One HTTP exchange: write `answer`'s (status, JSON payload). A peer gone mid-request is
-    closed quietly; a bug in `answer` is logged as `failed_event` and answered `internal`,
-    and the server goes on."""
-    try:
-        status, payload = await answer(reader)
-    except (asyncio.IncompleteReadError, ConnectionError):
-        writer.close()
-        return
-    except Exception as exc:  # a bug here must not stop the server
-        logger.error(failed_event, error=repr(exc))
-        status, payload = internal
-    await write_json(writer, status, payload)
-
-
-async def read_request(reader: asyncio.StreamReader, max_body: int) -> Request:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.LimitOverrunError:
-        raise HttpError(400, "E_WEBHOOK_BAD_REQUEST", "request headers too large") from None
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3:
-        raise HttpError(400, "E_WEBHOOK_BAD_REQUEST", "malformed request line")
-    headers = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    method, path = parts[0], parts[1].split("?", 1)[0]
-    if method != "POST":
-        return Request(method, path, headers)
-    if "content-length" not in headers:
-        raise HttpError(411, "E_WEBHOOK_BAD_REQUEST", "Content-Length is required")
-    try:
-        length = int(headers["content-length"])
-    except ValueError:
-        raise HttpError(400, "E_WEBHOOK_BAD_REQUEST", "bad Content-Length") from None
-    if length < 0 or length > max_body:
-        raise HttpError(413, "E_WEBHOOK_TOO_LARGE", f"the body is limited to {max_body} bytes")
-    return Request(method, path, headers, await reader.readexactly(length))
-
-
 class WebhookServer:
     def __init__(self, ctx: ConnectorContext, settings: Settings, now: float) -> None:
         self.ctx = ctx
@@ -220,49 +139,55 @@ class WebhookServer:
         path = state / "replay.jsonl" if state is not None else None
         self.replays = guard.ReplayCache(settings.signature_max_age, path, now)
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        internal = _error(500, "E_WEBHOOK_INTERNAL", "internal error")
-        await respond(reader, writer, self._answer, self.ctx.logger, "webhook_failed", internal)
+    def app(self) -> Starlette:
+        async def health(_: Request) -> Response:
+            return JSONResponse({"ok": True})
 
-    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
+        routes = [Route("/healthz", health, methods=["GET"])]
+        routes += [Route(p, self.answer, methods=["POST"]) for p in (*EVENT_PATHS, RPC_PATH)]
+        return Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
+
+    async def _http_error(self, _: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            return JSONResponse(_error(405, "E_WEBHOOK_METHOD", "use POST")[1], 405)
+        where = " or ".join(EVENT_PATHS)
+        return JSONResponse(_error(404, "E_WEBHOOK_NOT_FOUND", f"POST to {where}")[1], 404)
+
+    async def answer(self, request: Request) -> Response:
         try:
-            request = await self._read(reader)
-            if request.method == "GET" and request.path == "/healthz":
-                return 200, {"ok": True}
-            if request.path not in (*EVENT_PATHS, RPC_PATH):
-                raise HttpError(404, "E_WEBHOOK_NOT_FOUND", f"POST to {' or '.join(EVENT_PATHS)}")
-            if request.method != "POST":
-                raise HttpError(405, "E_WEBHOOK_METHOD", "use POST")
-            self._check(request)
-            if request.path == RPC_PATH:
-                event, properties, text = RPC_EVENT, {"rpc": parse_rpc(request.body)}, ""
+            status, payload = await self._answer(request)
+        except Exception as exc:  # a bug here must not stop the server
+            self.ctx.logger.error("webhook_failed", error=repr(exc))
+            status, payload = _error(500, "E_WEBHOOK_INTERNAL", "internal error")
+        return JSONResponse(payload, status)
+
+    async def _answer(self, request: Request) -> tuple[int, dict[str, Any]]:
+        body = await request.body()
+        rpc = request.url.path == RPC_PATH
+        try:
+            self._check(request.headers, body)
+            if rpc:
+                event, properties, text = RPC_EVENT, {"rpc": parse_rpc(body)}, ""
             else:
-                event, properties, text = parse_body(request.body, self.settings.default_event)
+                event, properties, text = parse_body(body, self.settings.default_event)
         except HttpError as exc:
             self.ctx.logger.info("webhook_refused", status=exc.status, code=exc.code)
             return _error(exc.status, exc.code, exc.message)
-        key = request.headers.get("idempotency-key") if request.path != RPC_PATH else None
+        key = request.headers.get("idempotency-key") if not rpc else None
         return await self._emit(event, properties, text, key[:200] if key else None)
 
-    def _check(self, request: Request) -> None:
+    def _check(self, headers: Any, body: bytes) -> None:
         """Browser protections, then (with a secret) a fresh signature never used before."""
-        guard.check_browser(request.headers, self.settings.browser)
-        guard.check_json(request.headers)
+        guard.check_browser(headers, self.settings.browser)
+        guard.check_json(headers)
         secret = self.settings.signing_secret
         if secret is not None:
             now = time.time()
             signature, stamp = guard.check_signature(
-                secret, request.headers, request.body, self.settings.signature_max_age, now
+                secret, headers, body, self.settings.signature_max_age, now
             )
             self.replays.remember(signature, stamp, now)
-
-    async def _read(self, reader: asyncio.StreamReader) -> Request:
-        """The request, within `readTimeoutMs`: a client that stalls does not hold a slot."""
-        try:
-            async with asyncio.timeout(self.settings.read_timeout):
-                return await read_request(reader, self.settings.max_body_bytes)
-        except TimeoutError:
-            raise HttpError(408, "E_WEBHOOK_TIMEOUT", "the request was not sent in time") from None
 
     async def _emit(
         self, event: str, properties: dict[str, Any], text: str, idempotency_key: str | None
@@ -305,16 +230,14 @@ async def start(ctx: ConnectorContext) -> None:
     if settings.signing_secret is None and not settings.allow_unsigned:
         _refuse_unsigned_beyond_loopback(settings.host)
     server = WebhookServer(ctx, settings, time.time())
-    listener = await asyncio.start_server(
-        server.handle, settings.host, settings.port, limit=HEADER_LIMIT
-    )
-    ctx.state["listener"] = listener
-    bound = [s.getsockname() for s in listener.sockets]
-    ctx.logger.info("webhook_listening", addresses=[f"{a[0]}:{a[1]}" for a in bound],
+    listener = http.HttpServer(settings.limits)
+    await listener.bind(settings.host, settings.port)
+    listener.mount(server.app())
+    ctx.state["http"] = listener
+    host, port = listener.address
+    ctx.logger.info("webhook_listening", addresses=[f"{host}:{port}"],
                     signed=settings.signing_secret is not None)  # fmt: skip
 
 
 async def run(ctx: ConnectorContext) -> None:
-    listener: asyncio.Server = ctx.state["listener"]
-    async with listener:
-        await listener.serve_forever()
+    await ctx.state["http"].serve()

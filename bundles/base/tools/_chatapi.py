@@ -6,8 +6,10 @@ appears in a result or an error message: every text that leaves this module goes
 `Api.redact`, because Telegram puts the token in the URL and httpx errors quote the URL.
 
 Settings shared by both tools (`Tool.spec.config`):
-- `token` (a string, or `{value: ...}` / `{valueFrom: {env: NAME}}`), else `tokenEnv` (the
-  name of an environment variable, default `TELEGRAM_BOT_TOKEN` / `SLACK_BOT_TOKEN`);
+- `token` (a string, or `{value: ...}` / `{valueFrom: {env: NAME}}` / `{valueFrom: {secretRef:
+  ...}}`), else `tokenEnv` (the name of an environment variable, default `TELEGRAM_BOT_TOKEN` /
+  `SLACK_BOT_TOKEN`). The agent reads both once, when it loads the tool, and hands the handlers
+  `token` as a string; the variable is then gone from its environment (a secret);
 - `apiBaseUrl` (default the real API), `timeoutMs` (default 30000), `proxy` (an HTTP proxy
   URL; proxy variables from the environment are ignored);
 - `maxRetries` (default 1) and `maxRetryAfterSeconds` (default 5): a 429 whose retry-after

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bundles.sdk import load_sibling
+from bundles.sdk import ToolFailed, load_sibling
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from bundles.base.tools import _contain
@@ -39,6 +40,20 @@ _MIN_SECRET_LEN = 4  # shorter values would match half the environment by accide
 _DRAIN_SECONDS = 2.0  # after the processes are gone, how long pipes may take to report EOF
 _SWEEP_SECONDS = 5.0  # how long killing and reaping the call's processes may take
 _MINIMAL_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL", "TZ")
+
+
+def refuse_nul(argv: Collection[str], env: Mapping[str, str] | None = None) -> None:
+    """A NUL byte cannot be in a command line or an environment (the kernel reads them as C
+    strings): say which argument holds one, as a coded error the model can act on."""
+    fix = "remove the NUL byte (\\x00)"
+    for i, arg in enumerate(argv):
+        if "\x00" in arg:
+            raise ToolFailed(f"argument {i} ({arg[:40]!r}) contains a NUL byte",
+                             code=ErrorCode.E_TOOL_INVALID_ARGS, suggestion=fix)  # fmt: skip
+    for name, value in (env or {}).items():
+        if "\x00" in name or "\x00" in value:
+            raise ToolFailed(f"environment variable {name[:40]!r} contains a NUL byte",
+                             code=ErrorCode.E_TOOL_INVALID_ARGS, suggestion=fix)  # fmt: skip
 
 
 def scrub_env(
@@ -187,6 +202,7 @@ async def run_capped(
     """Run `argv` to completion or deadline; no process it started outlives this call.
 
     `tracking` is the Tool's `processTracking` setting (`_contain.open_call`)."""
+    refuse_nul(argv, env)
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     held = _contain.open_call(tracking, kill_grace_s)

@@ -32,10 +32,11 @@ from bundles.sdk import ToolFailed, load_sibling
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from bundles.base.tools import _beneath, _ignore
+    from bundles.base.tools import _beneath, _ignore, _process
 else:
     _beneath = load_sibling(__file__, "_beneath")
     _ignore = load_sibling(__file__, "_ignore")
+    _process = load_sibling(__file__, "_process")
 
 MAX_LINE_CHARS = 500
 _RG_LINE_LIMIT = 16 * 1024 * 1024  # one JSON line holds a whole matched line
@@ -113,7 +114,9 @@ async def search_ripgrep(
     """ripgrep in the directory `start` (an fd); matches it cannot confirm are dropped."""
     argv = [rg, "--json", "--no-config", "--no-follow", "--no-require-git", "--sort=path"]
     argv += [f"--max-filesize={limit}", *(["--glob", glob] if glob else [])]
-    argv += ["--regexp", query, "--", "."]
+    # argv cannot hold a NUL byte; the regex escape means the same to ripgrep
+    argv += ["--regexp", query.replace("\x00", "\\x00"), "--", "."]
+    _process.refuse_nul(argv)
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=f"/proc/self/fd/{start}",  # the child's own copy of the fd: no path to swap

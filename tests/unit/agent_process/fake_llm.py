@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,11 +22,14 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = 0.0
+    """When the request arrived (time.monotonic)."""
 
 
 @dataclass
 class FakeLLMServer:
-    replies: list[tuple[int, Any]] = field(default_factory=list)
+    replies: list[tuple[int, Any] | tuple[int, Any, dict[str, str]]] = field(default_factory=list)
+    """(status, JSON body) or (status, JSON body, extra headers), one per request in order."""
     requests: list[Recorded] = field(default_factory=list)
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -61,15 +65,16 @@ class FakeLLMServer:
                     for k, _, v in (line.partition(":") for line in lines[1:] if line)
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                self.requests.append(
-                    Recorded(method, path, headers, json.loads(body) if body else None)
-                )
-                status, payload = self.replies.pop(0) if self.replies else (500, {"error": "none"})
+                decoded = json.loads(body) if body else None
+                self.requests.append(Recorded(method, path, headers, decoded, time.monotonic()))
+                reply = self.replies.pop(0) if self.replies else (500, {"error": "none"})
+                status, payload, extra = (*reply, {}) if len(reply) == 2 else reply
                 if status == HANG:
                     await asyncio.Event().wait()  # never answer: the client's timeout ends it
                 data = json.dumps(payload).encode()
+                more = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
                 writer.write(
-                    f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
+                    f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{more}"
                     f"content-length: {len(data)}\r\n\r\n".encode()
                     + data
                 )

@@ -52,8 +52,9 @@ def tool_results(runtime: AgentRuntime) -> list[dict[str, Any]]:
 
 
 def scripted(runtime: AgentRuntime) -> ScriptedModel:
-    assert isinstance(runtime.model, ScriptedModel)
-    return runtime.model
+    model = getattr(runtime.model, "inner", runtime.model)  # under its models/governed.py wrapper
+    assert isinstance(model, ScriptedModel)
+    return model
 
 
 def launch_for(

@@ -55,6 +55,23 @@ def test_load_connector_merges_config_and_resolves_secrets(ports: None, tmp_path
     assert loaded.start is not None
 
 
+def test_a_list_of_value_sources_resolves_each_and_masks_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The api connector's `tokens: [{valueFrom: {env: ...}}, "literal"]`; its swarm summary."""
+    monkeypatch.setenv("API_PORT", "0")
+    monkeypatch.setenv("API_TOKEN", "token-from-env")
+    bundle = load_bundle(REPO / "tests" / "fixtures" / "api", state_root=tmp_path)
+    loaded = load_connector(bundle, "api", tmp_path)
+    assert loaded.config["tokens"] == ["token-from-env", "second-token-for-rotation"]
+    assert "token-from-env" in bundle.secret_values  # masked in every log
+    assert [a.name for a in loaded.swarm.agents] == ["front", "back", "capped"]
+    front = loaded.swarm.agents[0]
+    assert front.description.startswith("Answers questions")
+    assert [t.name for t in front.tools] == ["client__calendar"]
+    assert loaded.swarm.instance_key == "main"
+
+
 def test_a_missing_value_source_is_a_coded_start_failure(
     ports: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,7 +205,7 @@ class RecordingContext:
 
 async def serve(ctx: RecordingContext) -> tuple[asyncio.Task[None], str]:
     await webhook.start(ctx)
-    port = ctx.state["listener"].sockets[0].getsockname()[1]
+    port = ctx.state["http"].address[1]
     return asyncio.ensure_future(webhook.run(ctx)), f"http://127.0.0.1:{port}"
 
 
@@ -319,7 +336,7 @@ async def test_an_unsigned_webhook_beyond_loopback_does_not_start() -> None:
         await webhook.start(ctx)
     opted_in = RecordingContext(config={"port": 0, "host": "0.0.0.0", "allowUnsigned": True})
     await webhook.start(opted_in)
-    opted_in.state["listener"].close()
+    opted_in.state["http"].socket.close()
 
 
 @pytest.mark.parametrize(

@@ -197,7 +197,9 @@ async def test_anthropic_provider_sends_system_tools_and_tool_result_blocks() ->
             (200, anthropic_message([{"type": "text", "text": "5"}])),
         ]
         rt = await make_runtime(
-            model("anthropic", f"http://127.0.0.1:{server.port}"), b.agent(tools=["calc"]), CALC
+            model("anthropic", f"http://127.0.0.1:{server.port}", promptCaching=False),
+            b.agent(tools=["calc"]),
+            CALC,
         )
         try:
             result = await turn(rt, "add")

@@ -73,10 +73,12 @@ async def test_runtime_events_carry_trace_spans_durations_and_usage() -> None:
     assert types == [
         "turn.started",
         "step.started",
+        "model.usage",
         "tool.called",
         "tool.completed",
         "step.completed",
         "step.started",
+        "model.usage",
         "step.completed",
         "turn.completed",
     ]

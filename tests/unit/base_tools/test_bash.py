@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bundles.sdk import ToolFailed
+from bundles.sdk import JsonObject, ToolFailed
 
 from .conftest import FakeContext, call, load_tool, real
 
@@ -228,3 +228,16 @@ async def test_cancelling_the_call_kills_the_group(ctx: FakeContext, workdir: Pa
     # killed by a callback on this loop, which must keep running meanwhile.
     async with asyncio.timeout(10):
         assert await asyncio.to_thread(_gone, int((workdir / "child.pid").read_text()))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"command": "\x00"}, {"command": "echo a\x00b"}, {"command": "env", "env": {"X": "a\x00"}}],
+    ids=["nul", "nul-inside", "nul-in-env"],
+)
+async def test_a_nul_byte_is_a_coded_invalid_argument(ctx: FakeContext, args: JsonObject) -> None:
+    """Found by `make fuzz`: it escaped as an uncoded ValueError (embedded null byte)."""
+    with pytest.raises(ToolFailed) as info:
+        async with asyncio.timeout(10):
+            await call(bash, "exec", ctx, args)
+    assert info.value.code == "E_TOOL_INVALID_ARGS" and "NUL" in info.value.message

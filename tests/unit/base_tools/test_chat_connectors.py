@@ -64,7 +64,7 @@ def test_slack_signature_accepts_a_fresh_correct_one() -> None:
     ],
 )
 def test_slack_signature_refuses(headers: dict[str, str], why: str) -> None:
-    with pytest.raises(slack.webhook.HttpError) as refused:
+    with pytest.raises(slack.guard.HttpError) as refused:
         slack.check_signature(SECRET, headers, b"{}", 300, NOW)
     assert refused.value.status == 401
     assert why in refused.value.message
@@ -198,6 +198,7 @@ class FakeReply:
     accepted: bool = False
     error_code: str | None = None
     error_message: str | None = None
+    deferred: dict[str, Any] | None = None
 
 
 class RecordingLogger:

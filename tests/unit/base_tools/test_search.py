@@ -199,3 +199,13 @@ def test_brace_alternatives_expand_and_an_escaped_brace_is_literal() -> None:
     assert ignore.expand_braces("{a,b}/{c,d}") == ["a/c", "a/d", "b/c", "b/d"]
     assert ignore.expand_braces("\\{a,b}") == ["\\{a,b}"]
     assert ignore.expand_braces("{open") == ["{open"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_nul_byte_in_the_query_is_searched_for(
+    ctx: FakeContext, tree: Path, engine: str
+) -> None:
+    """Found by `make fuzz`: ripgrep's argv cannot hold it (an uncoded ValueError before);
+    both engines now search for it like any other character."""
+    out = await run(engine_ctx(ctx, engine), "search", {"query": "TO\x00DO"})
+    assert out["matches"] == []

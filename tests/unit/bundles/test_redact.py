@@ -81,3 +81,19 @@ def test_redacting_stream_masks_print_and_delegates_the_rest() -> None:
     stream.flush()
     assert target.getvalue() == "echo ***\n"
     assert stream.closed is False
+
+
+@pytest.mark.parametrize(
+    ("data", "limit", "expected"),
+    [
+        (b"abc" + KEY.encode() + b"tail", 3, b"abc"),  # the secret begins at the cut: not kept
+        (b"abc" + KEY.encode() + b"tail", 4, b"abc***"),  # it begins before: masked whole
+        (b"abc" + KEY.encode() + b"tail", 100, b"abc***tail"),
+        (b"plain text", 5, b"plain"),
+    ],
+)
+def test_head_never_keeps_a_prefix_of_a_secret(data: bytes, limit: int, expected: bytes) -> None:
+    masker = redact.Redactor([KEY])
+    assert masker.longest == len(KEY)
+    assert masker.head(data, limit) == expected
+    assert redact.Redactor().head(data, limit) == data[:limit]

@@ -177,7 +177,7 @@ def test_value_source_shapes(tmp_path: Path, api_key: str) -> None:
     ]
 
 
-def test_connection_value_sources_are_collected(tmp_path: Path) -> None:
+def test_connection_secrets_are_collected_and_its_config_is_not(tmp_path: Path) -> None:
     (tmp_path / "conn.py").write_text("")
     write_bundle(
         tmp_path,
@@ -211,4 +211,4 @@ spec:
 """,
     )
     bundle = load_bundle(tmp_path, packages=[])
-    assert bundle.secret_values == frozenset({"127.0.0.1", "tok-123"})
+    assert bundle.secret_values == frozenset({"tok-123"})  # HOST is no secret

@@ -4,7 +4,15 @@ from typing import Any
 
 import pytest
 
-from orchestrator.ingress import CompiledRule, Ingress, Route, lookup, route, why_unrouted
+from orchestrator.ingress import (
+    CompiledRule,
+    Ingress,
+    Route,
+    lookup,
+    route,
+    route_to,
+    why_unrouted,
+)
 
 RULES = (
     CompiledRule(agent="triage", event="message", properties={"chat.type": "group"},
@@ -79,3 +87,20 @@ def test_a_connection_of_a_real_bundle_compiles_to_agent_names_and_the_swarm_key
     assert route(ingress, "alert", {"service": "db"}) == Route("ops", "svc:db", True, 0)
     assert route(ingress, "alert", {}) == Route("front", "shared", True, 1)
     assert route(ingress, "other", {}) == Route("front", "shared", True, 1)
+
+
+def test_a_connector_may_address_any_agent_of_a_connection_without_rules() -> None:
+    """The `api` connector names the agent (model) and instance itself."""
+    plain = Ingress(swarm="s", entry_agent="entry", default_key="main",
+                    agents=frozenset({"entry", "coder"}))  # fmt: skip
+    assert route_to(plain, "chat", {}, "coder", "u1") == Route("coder", "u1", True, -1)
+    assert route_to(plain, "chat", {}, "stranger", "u1") is None
+
+
+def test_with_rules_an_addressed_agent_needs_a_fitting_rule_that_routes_to_it() -> None:
+    ruled = Ingress(swarm="s", entry_agent="entry", default_key="s", rules=RULES,
+                    agents=frozenset({"triage", "coder", "ops"}))  # fmt: skip
+    assert route_to(ruled, "message", {}, "coder", "k") == Route("coder", "k", False, 1)
+    assert route_to(ruled, "webhook", {"kind": "alert"}, "ops", "k") == Route("ops", "k", True, 2)
+    assert route_to(ruled, "webhook", {}, "ops", "k") is None  # its rule does not fit
+    assert route_to(ruled, "message", {}, "ops", "k") is None  # no rule to ops fits

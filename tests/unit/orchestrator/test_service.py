@@ -116,6 +116,12 @@ def test_user_unit_skips_what_needs_privileges(
     assert unit["Install"]["WantedBy"] == ["default.target"]
 
 
+def test_run_as_a_dedicated_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bundle = _bundle(tmp_path / "b")
+    unit = parse_unit(_print_unit(capsys, str(bundle), "--run-as", "goondan"))
+    assert unit["Service"]["User"] == ["goondan"]
+
+
 def test_state_root_and_writable_dirs_become_read_write_paths(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,0 +1,334 @@
+"""The HTTP server of the connectors (webhook, slack, api): uvicorn on the connector's own
+event loop (uvloop), HTTP/1.1 parsed by httptools, a Starlette app, and the limits every
+server on a network port needs, whatever it serves:
+
+- **Headers**: at most `maxHeaderBytes` (16 KiB) of request line and headers (431), sent within
+  `readTimeoutMs` (10 s) of the connection opening or the previous answer (408): a client that
+  trickles its headers does not hold a connection.
+- **Body**: at most `maxBodyBytes` (1 MiB, 413 as soon as Content-Length says so, or when a
+  chunked body passes it), read whole within `readTimeoutMs` (408) before the app sees it.
+- **Answers**: a client that stops reading stalls its own connection only (writes wait for
+  it: buffers stay bounded); after `writeTimeoutMs` (30 s) without reading it is cut. Idle
+  keep-alive connections close after 5 s; past `maxConnections` (1000) new requests get 503.
+
+`HttpServer.bind` (from a connector's `start`) binds the port, so a port in use is a start
+error naming it; `HttpServer.serve` (from `run`) serves until cancelled, then closes every
+connection. uvicorn's own `serve()` is not used: it would take over the process's signals,
+which belong to the connector host.
+
+Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+ErrorBody = Callable[[int, str, str], Mapping[str, Any]]
+"""(status, code, message) -> the JSON body of a refusal, in the shape the server speaks."""
+DRAIN_BYTES = 256 * 1024
+"""What a refused request may still send before the connection is closed under it."""
+TICK_S = 1.0
+"""How often the server refreshes its Date header (and nothing else: it does not poll)."""
+
+
+def plain_error(status: int, code: str, message: str) -> Mapping[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_body_bytes: int = 1024 * 1024
+    max_header_bytes: int = 16 * 1024
+    read_timeout: float = 10.0
+    write_timeout: float = 30.0
+    keep_alive: float = 5.0
+    max_connections: int = 1000
+    code_prefix: str = "E_HTTP"
+    """Refusals are coded `<prefix>_TOO_LARGE`, `_TIMEOUT`, `_HEADERS_TOO_LARGE`, `_BAD_REQUEST`."""
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any], code_prefix: str) -> Limits:
+        return cls(
+            max_body_bytes=int(config.get("maxBodyBytes", 1024 * 1024)),
+            max_header_bytes=int(config.get("maxHeaderBytes", 16 * 1024)),
+            read_timeout=int(config.get("readTimeoutMs", 10_000)) / 1000,
+            write_timeout=int(config.get("writeTimeoutMs", 30_000)) / 1000,
+            max_connections=int(config.get("maxConnections", 1000)),
+            code_prefix=code_prefix,
+        )
+
+    def code(self, suffix: str) -> str:
+        return f"{self.code_prefix}_{suffix}"
+
+
+def _raw_response(status: int, reason: str, payload: Mapping[str, Any]) -> bytes:
+    body = json.dumps(payload).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _HeaderOverflow(Exception):
+    """Raised inside a parser callback: httptools turns it into a parse error."""
+
+
+class GuardedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a size limit and a deadline on the request head
+    (uvicorn has neither for httptools: headers are kept without bound, and a connection that
+    sends nothing, or half a header, is held forever)."""
+
+    limits: Limits = Limits()
+    error_body: ErrorBody = staticmethod(plain_error)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_bytes = 0
+        self._refusal: bytes | None = None
+        self._head_deadline: asyncio.TimerHandle | None = None
+        self._write_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_bytes = 0
+        self._head_deadline = self.loop.call_later(self.limits.read_timeout, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_deadline is None:  # a keep-alive connection's next request
+            self._arm()
+
+    def _count(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > self.limits.max_header_bytes:
+            message = (
+                f"request line and headers are limited to {self.limits.max_header_bytes} bytes"
+            )
+            payload = self.error_body(431, self.limits.code("HEADERS_TOO_LARGE"), message)
+            self._refusal = _raw_response(431, "Request Header Fields Too Large", payload)
+            raise _HeaderOverflow
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()  # the body's own deadline is the app's (BodyGuard)
+        super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._refusal is None:
+            super().send_400_response(msg)
+            return
+        self.transport.write(self._refusal)
+        self.transport.close()
+
+    def pause_writing(self) -> None:
+        """The client stopped reading (the kernel's buffers are full): it has `writeTimeoutMs`
+        to read again, or the connection is cut. A plain close would wait for the buffer to
+        drain, forever; the answer's writer would wait with it."""
+        super().pause_writing()
+        if self._write_deadline is None:
+            self._write_deadline = self.loop.call_later(
+                self.limits.write_timeout, self.transport.abort
+            )
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+            self._write_deadline = None
+
+    def _too_slow(self) -> None:
+        self._head_deadline = None
+        if self.transport.is_closing() or (
+            self.cycle is not None and not self.cycle.response_complete
+        ):
+            return
+        message = f"the request was not sent within {self.limits.read_timeout:g} s"
+        payload = self.error_body(408, self.limits.code("TIMEOUT"), message)
+        self.transport.write(_raw_response(408, "Request Timeout", payload))
+        self.transport.close()
+
+
+class BodyGuard:
+    """ASGI middleware: the whole request body within the limits before the app runs."""
+
+    def __init__(self, app: ASGIApp, limits: Limits, error_body: ErrorBody) -> None:
+        self.app = app
+        self.limits = limits
+        self.error_body = error_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limits = self.limits
+        length = Headers(scope=scope).get("content-length")
+        if length is not None and not length.isdigit():
+            await self._refuse(send, 400, limits.code("BAD_REQUEST"), "bad Content-Length")
+            return
+        try:
+            async with asyncio.timeout(limits.read_timeout):
+                if length is not None and int(length) > limits.max_body_bytes:
+                    raise _BodyTooLarge
+                body = await self._read(receive)
+        except TimeoutError:
+            message = f"the request body was not sent within {limits.read_timeout:g} s"
+            await self._refuse(send, 408, limits.code("TIMEOUT"), message)
+            return
+        except _BodyTooLarge:
+            await self._drain(receive)
+            message = f"the body is limited to {limits.max_body_bytes} bytes"
+            await self._refuse(send, 413, limits.code("TOO_LARGE"), message)
+            return
+        if body is None:
+            return  # the client went away
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limits.max_body_bytes:
+                raise _BodyTooLarge
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _drain(self, receive: Receive) -> None:
+        """Read a little of what the client still sends before answering and closing: closing
+        with unread data resets the connection, and the client would never see the 413."""
+        left = DRAIN_BYTES
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.limits.read_timeout):
+                while left > 0:
+                    message = await receive()
+                    left -= len(message.get("body", b""))
+                    if message["type"] == "http.disconnect" or not message.get("more_body"):
+                        return
+
+    async def _refuse(self, send: Send, status: int, code: str, message: str) -> None:
+        body = json.dumps(self.error_body(status, code, message)).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                   (b"content-length", str(len(body)).encode())]  # fmt: skip
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body once, then the connection's own messages (a disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+class HttpServer:
+    """One uvicorn server for one Connection, in the connector's event loop."""
+
+    def __init__(self, limits: Limits, error_body: ErrorBody = plain_error) -> None:
+        self.limits = limits
+        self.error_body = error_body
+        own = {"limits": limits, "error_body": staticmethod(error_body)}
+        self.protocol = type("GuardedHttpTools", (GuardedHttpTools,), own)
+        self.server: uvicorn.Server | None = None
+        self.socket: socket.socket | None = None
+
+    def mount(self, app: ASGIApp) -> None:
+        """The app to serve (before `serve`)."""
+        config = uvicorn.Config(
+            BodyGuard(app, self.limits, self.error_body),
+            http=self.protocol,
+            loop="none",
+            lifespan="off",
+            ws="none",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            timeout_keep_alive=int(self.limits.keep_alive),
+            timeout_graceful_shutdown=2,
+            limit_concurrency=self.limits.max_connections,
+        )
+        config.load()
+        self.server = uvicorn.Server(config)
+        self.server.lifespan = config.lifespan_class(config)
+
+    async def bind(self, host: str, port: int) -> None:
+        """Listen on host:port (a port in use raises OSError naming it). Connections wait in
+        the kernel's backlog until `serve` runs."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            sock = socket.create_server((host, port), family=family, backlog=2048)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        sock.setblocking(False)
+        self.socket = sock
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self.socket is not None, "bind() first"
+        name = self.socket.getsockname()
+        return str(name[0]), int(name[1])
+
+    async def serve(self) -> None:
+        """Serve until cancelled; then stop accepting and close every connection."""
+        server, sock = self.server, self.socket
+        assert server is not None, "mount() first"
+        assert sock is not None, "bind() first"
+        try:
+            await server.startup(sockets=[sock])
+            while True:
+                await server.on_tick(0)  # the Date header, once a second
+                await asyncio.sleep(TICK_S)
+        finally:
+            server.should_exit = True
+            with contextlib.suppress(Exception):
+                await server.shutdown(sockets=[sock])
+            sock.close()

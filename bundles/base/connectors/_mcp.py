@@ -1,0 +1,162 @@
+"""The MCP part of the `api` connector: the swarm as an MCP server (Streamable HTTP at `/mcp`,
+the `mcp` SDK's session manager), so Claude Code, Cursor or any MCP client can call an agent
+as a tool.
+
+- Each agent served is a tool `ask_<agent>` with `{input, instanceKey?}` (instance: the
+  argument, else the `X-Goondan-Instance` header, else the Swarm's instanceKey); the agent's
+  reply is the tool result, a coded error an `isError` result.
+- While the agent works the client gets progress notifications (when it asked for them with
+  a progress token): one when the input is handed over, one per piece of the reply.
+- A client-side call the turn waits for (ARCHITECTURE.md §10) is the tool result: its
+  JSON-RPC request in `structuredContent.pendingCall`, and text saying how to answer it. The
+  client runs it and calls the tool `answer_call` with `{id, result}` (or `{id, error: {code,
+  message}}`); that call's result is the resumed turn's reply.
+
+Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from starlette.routing import BaseRoute, Route
+
+from bundles.sdk import load_sibling
+
+edge = load_sibling(__file__, "_edge")
+PREFIX = "ask_"
+ANSWER_TOOL = "answer_call"
+INSTANCE_HEADER = "x-goondan-instance"
+ANSWER_SCHEMA = {
+    "type": "object",
+    "required": ["id"],
+    "properties": {
+        "id": {"type": "string", "description": "The pending call's id."},
+        "result": {"description": "What running the call gave (any JSON)."},
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "integer"}, "message": {"type": "string"}},
+            "description": "Instead of result: -32001 denied, -32002 cancelled by the user.",
+        },
+    },
+}
+
+
+def ask_schema(agent: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["input"],
+        "properties": {
+            "input": {"type": "string", "description": f"What to say to {agent}."},
+            "instanceKey": {"type": "string",
+                            "description": "The conversation (default: the swarm's)."},
+        },
+    }  # fmt: skip
+
+
+def _text(text: str, *, error: bool = False, data: Any = None) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structured_content=data, is_error=error)  # fmt: skip
+
+
+class McpEdge:
+    def __init__(self, edge_: Any) -> None:
+        self.edge = edge_
+        swarm = edge_.ctx.swarm
+        self.server: Server[Any] = Server(
+            f"goondan-{swarm.name}",
+            version="1.0.0",
+            instructions=f"The agents of the goondan swarm {swarm.name}: call ask_<agent>.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        self.manager = StreamableHTTPSessionManager(
+            app=self.server, max_request_body_size=edge_.ctx.config.get("maxBodyBytes", 1 << 20)
+        )
+
+    def routes(self) -> list[BaseRoute]:
+        app = StreamableHTTPASGIApp(self.manager)
+        return [Route("/mcp", app, methods=["GET", "POST", "DELETE"])]
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with self.manager.run():
+            yield
+
+    async def _list_tools(self, _ctx: Any, _params: Any) -> types.ListToolsResult:
+        tools = [
+            types.Tool(name=f"{PREFIX}{agent.name}", input_schema=ask_schema(agent.name),
+                       description=agent.description or f"Ask the agent {agent.name}.")
+            for agent in self.edge.ctx.swarm.agents
+            if agent.name in self.edge.agents
+        ]  # fmt: skip
+        tools.append(types.Tool(name=ANSWER_TOOL, input_schema=ANSWER_SCHEMA,
+                                description="Answer a client-side call an agent waits for; "
+                                "the result is the agent's reply."))  # fmt: skip
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        args = dict(params.arguments or {})
+        try:
+            if params.name == ANSWER_TOOL:
+                return await self._answer(ctx, args)
+            if not params.name.startswith(PREFIX):
+                raise edge.Refusal(404, "E_AGENT_NOT_FOUND", f"no tool {params.name!r}")
+            agent = params.name[len(PREFIX) :]
+            self.edge.check_agent(agent)
+            text = args.get("input")
+            if not isinstance(text, str) or not text.strip():
+                raise edge.Refusal(400, "E_API_BAD_REQUEST", "`input` must be a non-empty string")
+            headers = getattr(getattr(ctx, "request", None), "headers", None) or {}
+            key = self.edge.key(args.get("instanceKey"), headers.get(INSTANCE_HEADER))
+            await _progress(ctx, 0, f"sent to {agent}@{key}")
+            return await self._result(ctx, self.edge.pieces(agent, str(key), text))
+        except edge.Refusal as exc:
+            return _text(f"{exc.code}: {exc.message}", error=True, data={"code": exc.code})
+
+    async def _answer(self, ctx: Any, args: dict[str, Any]) -> types.CallToolResult:
+        call_id = args.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise edge.Refusal(400, "E_API_BAD_REQUEST", "`id` must be the pending call's id")
+        error = args.get("error")
+        pieces = self.edge.answer(call_id, result=args.get("result"),
+                                  error=error if isinstance(error, dict) else None)  # fmt: skip
+        await _progress(ctx, 0, f"answered call {call_id}")
+        return await self._result(ctx, pieces)
+
+    async def _result(self, ctx: Any, pieces: Any) -> types.CallToolResult:
+        texts = []
+        count = 0
+        async for piece in pieces:
+            count += 1
+            texts.append(piece.text)
+            await _progress(ctx, count, piece.text[:200] or None)
+            done = piece.done
+            if done is None:
+                continue
+            if done.error is not None:
+                return _text(f"{done.error.code}: {done.error.message}", error=True,
+                             data={"code": done.error.code})  # fmt: skip
+            if done.call is not None:
+                call = dict(done.call)
+                how = (f"The agent waits for a client-side call: {call.get('method')} "
+                       f"{json.dumps(call.get('params'))}. Run it, then call {ANSWER_TOOL} "
+                       f"with id {call.get('id')!r} and its result.")  # fmt: skip
+                return _text(how, data={"pendingCall": call})
+            return _text("".join(texts), data={"reply": "".join(texts),
+                                               "eventId": done.event_id})  # fmt: skip
+        raise edge.Refusal(502, "E_AGENT_TURN_FAILED", "the reply ended without its end")
+
+
+async def _progress(ctx: Any, progress: float, message: str | None) -> None:
+    """A progress notification, when the client asked for them (a no-op otherwise)."""
+    await ctx.session.report_progress(progress, None, message)

@@ -1,0 +1,227 @@
+"""The OpenAI-compatible part of the `api` connector: `GET /v1/models` and
+`POST /v1/chat/completions`, so any OpenAI client (the official SDKs, Open WebUI, LibreChat,
+IDEs) can talk to a swarm.
+
+- `model` is the agent. The instance is the request's `user`, else the `X-Goondan-Instance`
+  header, else the Swarm's instanceKey. The conversation lives in the agent: only the last
+  user message is its input; earlier messages are the client's copy and are not replayed.
+- `stream: true` answers with server-sent `chat.completion.chunk`s ending with
+  `finish_reason: "stop"` and `data: [DONE]` (`stream_options.include_usage` adds a usage
+  chunk). `usage` comes from the turn's token counts.
+- A client-side call the turn waits for (ARCHITECTURE.md §10) ends the completion with one
+  tool call (`finish_reason: "tool_calls"`, id = the call id, name = its JSON-RPC method,
+  arguments = its params); the client answers it in its next request with a message
+  `{role: tool, tool_call_id, content}` (JSON, or text), and that request's completion is the
+  resumed turn's reply.
+- Errors use OpenAI's shape `{error: {message, type, param, code}}` with the HTTP status of the
+  coded error (`_edge.STATUS_OF`: 404 unknown model, 429 over capacity, 503 in backoff, ...).
+
+Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from bundles.sdk import load_sibling
+
+edge = load_sibling(__file__, "_edge")
+Refusal = edge.Refusal
+INSTANCE_HEADER = "x-goondan-instance"
+TYPE_OF = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+class ChatMessage(msgspec.Struct):
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class ChatRequest(msgspec.Struct):
+    model: str
+    messages: list[ChatMessage]
+    stream: bool = False
+    user: str | None = None
+    stream_options: StreamOptions | None = None
+
+
+def error_body(status: int, code: str, message: str) -> dict[str, Any]:
+    kind = TYPE_OF.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def refuse(exc: Any) -> Response:
+    return JSONResponse(error_body(exc.status, exc.code, exc.message), exc.status)
+
+
+def text_of(message: ChatMessage) -> str:
+    """A message's text: its string content, or its text parts joined."""
+    content = message.content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    return content or ""
+
+
+def parse(body: bytes) -> ChatRequest:
+    try:
+        request = msgspec.json.decode(body, type=ChatRequest)
+    except msgspec.DecodeError as exc:
+        raise Refusal(400, "E_API_BAD_REQUEST", f"not a chat completion request: {exc}") from None
+    if not request.messages:
+        raise Refusal(400, "E_API_BAD_REQUEST", "`messages` is empty: send at least one")
+    return request
+
+
+def tool_answers(request: ChatRequest) -> list[ChatMessage]:
+    """The trailing `tool` messages: answers to the client-side calls of the last turn."""
+    answers: list[ChatMessage] = []
+    for message in reversed(request.messages):
+        if message.role != "tool":
+            break
+        if not message.tool_call_id:
+            raise Refusal(400, "E_API_BAD_REQUEST", "a `tool` message needs its tool_call_id")
+        answers.insert(0, message)
+    return answers
+
+
+def user_input(request: ChatRequest) -> str:
+    for message in reversed(request.messages):
+        if message.role == "user":
+            return text_of(message)
+    raise Refusal(400, "E_API_BAD_REQUEST", "no `user` message: the last one is the input")
+
+
+def usage_of(done: Any) -> dict[str, int]:
+    prompt, completion = edge.usage_tokens(done.usage)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}  # fmt: skip
+
+
+def tool_call(call: Any) -> dict[str, Any]:
+    arguments = json.dumps(call.get("params", {}))
+    return {"id": str(call["id"]), "type": "function",
+            "function": {"name": str(call.get("method", "")), "arguments": arguments}}  # fmt: skip
+
+
+class Completions:
+    def __init__(self, edge_: Any) -> None:
+        self.edge = edge_
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/chat/completions", self.complete, methods=["POST"]),
+        ]
+
+    async def models(self, _: Request) -> Response:
+        agents = sorted(self.edge.agents)
+        data = [{"id": a, "object": "model", "created": 0, "owned_by": self.edge.ctx.swarm.name}
+                for a in agents]  # fmt: skip
+        return JSONResponse({"object": "list", "data": data})
+
+    async def complete(self, request: Request) -> Response:
+        try:
+            chat = parse(await request.body())
+            self.edge.check_agent(chat.model)
+            pieces = self._pieces(chat, request.headers)
+            first = await anext(pieces)
+            if first.done is not None and first.done.error is not None:
+                raise first.done.error
+        except Refusal as exc:
+            self.edge.ctx.logger.info("api_refused", status=exc.status, code=exc.code)
+            return refuse(exc)
+        if chat.stream:
+            include_usage = chat.stream_options is not None and chat.stream_options.include_usage
+            chunks = self._chunks(chat.model, first, pieces, include_usage)
+            return StreamingResponse(chunks, media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})  # fmt: skip
+        done = await edge.whole(_chain(first, pieces))
+        return JSONResponse(self._completion(chat.model, done))
+
+    def _pieces(self, chat: ChatRequest, headers: Any) -> AsyncIterator[Any]:
+        answers = tool_answers(chat)
+        if answers:  # only the last answer's reply is this completion
+            return _answer_all(self.edge, answers)
+        key = self.edge.key(chat.user, headers.get(INSTANCE_HEADER))
+        idempotency = headers.get("idempotency-key")
+        text = user_input(chat)
+        return self.edge.pieces(chat.model, key, text, idempotency_key=idempotency)  # type: ignore[no-any-return]
+
+    def _completion(self, model: str, done: Any) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": done.text}
+        finish = "stop"
+        if done.call is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": [tool_call(done.call)]}
+            finish = "tool_calls"
+        return {
+            "id": f"chatcmpl-{done.event_id}", "object": "chat.completion",
+            "created": int(time.time()), "model": model, "usage": usage_of(done),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                         "logprobs": None}],
+        }  # fmt: skip
+
+    async def _chunks(
+        self, model: str, first: Any, pieces: AsyncIterator[Any], include_usage: bool
+    ) -> AsyncIterator[bytes]:
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": model}  # fmt: skip
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            body = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return _event(body)
+
+        yield chunk({"role": "assistant", "content": ""})
+        async for piece in _chain(first, pieces):
+            done = piece.done
+            if piece.text and (done is None or done.call is None):
+                yield chunk({"content": piece.text})
+            if done is None:
+                continue
+            if done.error is not None:  # after the first piece: the status is sent already
+                yield _event(error_body(done.error.status, done.error.code, done.error.message))
+            elif done.call is not None:
+                yield chunk({"tool_calls": [{"index": 0, **tool_call(done.call)}]})
+                yield chunk({}, "tool_calls")
+            else:
+                yield chunk({}, "stop")
+            if include_usage:
+                yield _event({**head, "choices": [], "usage": usage_of(done)})
+        yield b"data: [DONE]\n\n"
+
+
+def _event(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    if first.done is None:
+        async for piece in rest:
+            yield piece
+
+
+async def _answer_all(edge_: Any, answers: list[ChatMessage]) -> AsyncIterator[Any]:
+    """Answer each call in order; the pieces of the reply to the last answer."""
+    for index, message in enumerate(answers):
+        result = edge.result_of(text_of(message))
+        pieces = edge_.answer(message.tool_call_id, result=result)
+        if index < len(answers) - 1:
+            done = await edge.whole(pieces)
+            if done.error is not None:
+                raise done.error
+            continue
+        async for piece in pieces:
+            yield piece

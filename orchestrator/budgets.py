@@ -1,0 +1,258 @@
+"""Daily budgets: model usage per agent and for the whole swarm, counted here, across every
+instance and process, and kept across restarts.
+
+Agents report each model call (`model_usage` calls: tokens and cost) and ask before each one
+(`model_permit`, orchestrator/permits.py). A turn is counted the first time one of its model
+calls asks (by its event id, so a turn resumed after a client-side call or a crash is still
+one turn). `refusal` says why a new event or a next step may not run: a limit of
+`Agent.spec.policy.budget` or `Swarm.spec.policy.budget` (`turnsPerDay`, `tokensPerDay`,
+`costUsdPerDay`) is used up. A step that crosses a limit finishes; the next one is refused.
+
+Days are UTC days: the counts start over at 00:00 UTC. The tallies live in
+`<state root>/usage/<swarm>/usage.json` (0600, replaced atomically); writes are coalesced to
+one every `SAVE_DELAY` seconds and done in a worker thread (the loop never waits for the
+disk), so a daemon killed with SIGKILL may lose the last fraction of a second of counts (a
+graceful stop saves everything).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import structlog
+
+from bundles.kinds import Budget
+from protocol.control import UsageInfo
+from protocol.durable import write_atomic
+from protocol.errors import ErrorCode, ErrorInfo
+
+SAVE_DELAY = 0.25
+RECENT_TURNS = 1000
+log = structlog.get_logger("goondan.budgets")
+
+
+class Tally(msgspec.Struct, kw_only=True, rename="camel"):
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class Ledger(msgspec.Struct, kw_only=True, rename="camel"):
+    """The file's content: one UTC day of tallies."""
+
+    day: str = ""
+    agents: dict[str, Tally] = msgspec.field(default_factory=dict)
+    swarm: Tally = msgspec.field(default_factory=Tally)
+    turns: list[str] = msgspec.field(default_factory=list)
+    """Event ids of the latest turns counted (a resumed turn is not counted again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One model call's usage, as an agent reports it."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+def utc_day(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).date().isoformat()
+
+
+def _exceeded(
+    tally: Tally, budget: Budget | None, new_turn: bool
+) -> tuple[str, float, float] | None:
+    """(the limit, used, allowed) of the first limit that is used up; the turns limit only
+    counts for a turn that has not started yet."""
+    if budget is None:
+        return None
+    if new_turn and budget.turns_per_day is not None and tally.turns >= budget.turns_per_day:
+        return "turnsPerDay", tally.turns, budget.turns_per_day
+    checks: list[tuple[str, float, float | None]] = [
+        ("tokensPerDay", tally.tokens, budget.tokens_per_day),
+        ("costUsdPerDay", tally.cost_usd, budget.cost_usd_per_day),
+    ]
+    for name, used, allowed in checks:
+        if allowed is not None and used >= allowed:
+            return name, used, allowed
+    return None
+
+
+@dataclass(slots=True)
+class Budgets:
+    path: Path
+    swarm: str
+    agent_budgets: Mapping[str, Budget | None] = field(default_factory=dict)
+    swarm_budget: Budget | None = None
+    clock: Callable[[], float] = time.time
+    ledger: Ledger = field(default_factory=Ledger)
+    _recent: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    _save: asyncio.TimerHandle | None = None
+    _writing: asyncio.Future[None] | None = None
+    _changed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _taken: int = 0
+    _stored: int = 0
+
+    def load(self) -> None:
+        """Today's tallies from the file (a file of another day, or none, starts at zero)."""
+        try:
+            ledger = msgspec.json.decode(self.path.read_bytes(), type=Ledger)
+        except FileNotFoundError:
+            ledger = Ledger()
+        except (OSError, msgspec.DecodeError) as exc:
+            log.error("usage_file_unreadable", path=str(self.path), error=str(exc))
+            ledger = Ledger()
+        self.ledger = ledger
+        self._recent = OrderedDict.fromkeys(ledger.turns)
+        self._today()
+
+    def set_budgets(self, agents: Mapping[str, Budget | None], swarm: Budget | None) -> None:
+        """The limits of the bundle (at start, and after a reload)."""
+        self.agent_budgets, self.swarm_budget = dict(agents), swarm
+
+    def _today(self) -> Ledger:
+        day = utc_day(self.clock())
+        if self.ledger.day != day:
+            self.ledger = Ledger(day=day)
+            self._recent.clear()
+        return self.ledger
+
+    def _agent(self, agent: str) -> Tally:
+        return self._today().agents.setdefault(agent, Tally())
+
+    # -- asking and counting ------------------------------------------------------------
+
+    def refusal(self, agent: str, event_id: str | None = None) -> ErrorInfo | None:
+        """Why `agent` may not go on (None: it may). Without `event_id`: may a new event be
+        accepted for it. With one (a model call of that event's turn): a turn not seen
+        before also needs a turn left, and is counted when it may run."""
+        ledger = self._today()
+        new_turn = event_id is None or event_id not in self._recent
+        for scope, tally, budget in (
+            (f"agent {agent!r}", self._agent(agent), self.agent_budgets.get(agent)),
+            (f"swarm {self.swarm!r}", ledger.swarm, self.swarm_budget),
+        ):
+            over = _exceeded(tally, budget, new_turn)
+            if over is not None:
+                return _refused(scope, agent, ledger.day, *over)
+        if new_turn and event_id is not None:
+            self._count_turn(agent, event_id)
+        return None
+
+    def _count_turn(self, agent: str, event_id: str) -> None:
+        self._recent[event_id] = None
+        while len(self._recent) > RECENT_TURNS:
+            self._recent.popitem(last=False)
+        self._agent(agent).turns += 1
+        self._today().swarm.turns += 1
+        self._dirty()
+
+    def add(self, agent: str, call: Call) -> None:
+        for tally in (self._agent(agent), self._today().swarm):
+            tally.input_tokens += max(0, call.input_tokens)
+            tally.output_tokens += max(0, call.output_tokens)
+            tally.cached_input_tokens += max(0, call.cached_input_tokens)
+            tally.cost_usd += max(0.0, call.cost_usd)
+        self._dirty()
+
+    # -- reporting ----------------------------------------------------------------------
+
+    def rows(self) -> list[UsageInfo]:
+        """Every agent with usage or a budget, then the swarm."""
+        ledger = self._today()
+        names = sorted(set(ledger.agents) | {a for a, b in self.agent_budgets.items() if b})
+        rows = [_row("agent", n, ledger.day, self._agent(n), self.agent_budgets.get(n))
+                for n in names]  # fmt: skip
+        rows.append(_row("swarm", self.swarm, ledger.day, ledger.swarm, self.swarm_budget))
+        return rows
+
+    # -- persistence --------------------------------------------------------------------
+
+    def _dirty(self) -> None:
+        self._changed = True
+        if self._save is None and self._writing is None:
+            loop = asyncio.get_running_loop()
+            self._save = loop.call_later(SAVE_DELAY, self._flush)
+
+    def _snapshot(self) -> tuple[int, bytes]:
+        self.ledger.turns = list(self._recent)
+        self._changed = False
+        self._taken += 1
+        return self._taken, msgspec.json.encode(self.ledger)
+
+    def _flush(self) -> None:
+        """Write in a worker thread: the fsync must not stop the loop (every frame waits)."""
+        self._save = None
+        self._writing = asyncio.ensure_future(asyncio.to_thread(self._write, *self._snapshot()))
+        self._writing.add_done_callback(self._written)
+
+    def _written(self, _: asyncio.Future[None]) -> None:
+        self._writing = None
+        if self._changed:
+            self._dirty()
+
+    def _write(self, taken: int, data: bytes) -> None:
+        """Write snapshot number `taken` unless a newer one is on disk already (a worker's
+        write that ran late must not undo the last write at shutdown)."""
+        try:
+            with self._lock:  # the worker's write and a shutdown's share one temp file
+                if taken <= self._stored:
+                    return
+                write_atomic(self.path, data)
+                self._stored = taken
+        except OSError as exc:
+            log.error("usage_file_not_saved", path=str(self.path), error=str(exc))
+
+    def save(self) -> None:
+        """Write now, on this thread (at shutdown, and in tests)."""
+        if self._save is not None:
+            self._save.cancel()
+            self._save = None
+        self._write(*self._snapshot())
+
+
+def _refused(
+    scope: str, agent: str, day: str, limit: str, used: float, allowed: float
+) -> ErrorInfo:
+    where = "Agent" if scope.startswith("agent") else "Swarm"
+    return ErrorInfo(
+        code=ErrorCode.E_AGENT_BUDGET_EXCEEDED,
+        message=f"{scope} used its {limit} budget for {day} (UTC): {used:g} of {allowed:g}; "
+        f"{agent} calls no model until 00:00 UTC",
+        suggestion=f"raise {where}.spec.policy.budget.{limit}, or wait for the next UTC day",
+    )
+
+
+def _row(scope: str, name: str, day: str, tally: Tally, budget: Budget | None) -> UsageInfo:
+    over = _exceeded(tally, budget, new_turn=True)
+    return UsageInfo(
+        scope=scope,
+        name=name,
+        day=day,
+        turns=tally.turns,
+        input_tokens=tally.input_tokens,
+        output_tokens=tally.output_tokens,
+        cached_input_tokens=tally.cached_input_tokens,
+        cost_usd=round(tally.cost_usd, 6),
+        turns_per_day=budget.turns_per_day if budget else None,
+        tokens_per_day=budget.tokens_per_day if budget else None,
+        cost_usd_per_day=budget.cost_usd_per_day if budget else None,
+        exceeded=over[0] if over else None,
+    )

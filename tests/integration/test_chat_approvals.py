@@ -1,0 +1,205 @@
+"""Approvals from chat through a real daemon: Telegram inline buttons and Slack block actions.
+
+The agent's `payments__transfer` needs a person's approval. A turn that came from a chat posts
+the request there with Approve/Deny buttons; a press counts only from that chat and from a user
+the Connection's `approvers` lists; the resumed turn's reply goes back to the chat. The fake
+chat APIs are the ones of test_chat_connectors, taught the methods buttons need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from protocol.endpoints import StateLayout
+from tests.integration.conftest import StartDaemon
+from tests.integration.harness import REPO, Daemon
+from tests.integration.test_chat_connectors import (
+    SL,
+    SLACK_SECRET,
+    SLACK_TOKEN,
+    TG,
+    TG_TOKEN,
+    FakeHttp,
+    FakeSlack,
+    FakeTelegram,
+    free_port,
+    message_event,
+    slack_headers,
+)
+
+FIXTURE = REPO / "tests" / "fixtures" / "chat_approvals"
+SWARM = "chatpay"
+
+
+class ButtonTelegram(FakeTelegram):
+    """Also answers callback queries and message edits, and can push a button press."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def handle(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any]:
+        method = path.rpartition("/")[2]
+        if method in ("answerCallbackQuery", "editMessageText"):
+            async with self.changed:
+                self.calls.append((method, body))
+                self.changed.notify_all()
+            return 200, {"ok": True, "result": True}
+        return await super().handle(path, headers, body)
+
+    async def press(self, update_id: int, chat_id: int, user_id: int, data: str) -> None:
+        query = {
+            "id": f"cq{update_id}",
+            "from": {"id": user_id, "is_bot": False, "first_name": "U", "username": f"u{user_id}"},
+            "message": {"message_id": 77, "chat": {"id": chat_id, "type": "private"}},
+            "data": data,
+        }
+        async with self.changed:
+            self.updates.append({"update_id": update_id, "callback_query": query})
+            self.changed.notify_all()
+
+
+class ButtonSlack(FakeSlack):
+    """Also takes chat.update and chat.postEphemeral (recorded with their method)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def handle(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any]:
+        method = path.rpartition("/")[2]
+        async with self.changed:
+            self.calls.append((method, body))
+            self.changed.notify_all()
+        if method in ("chat.update", "chat.postEphemeral"):
+            return 200, {"ok": True}
+        return await super().handle(path, headers, body)
+
+    async def until_call(self, method: str, count: int = 1) -> list[dict[str, Any]]:
+        async with self.changed:
+            await self.changed.wait_for(lambda: sum(m == method for m, _ in self.calls) >= count)
+        return [b for m, b in self.calls if m == method]
+
+
+async def start_chat(start_daemon: StartDaemon, tg: FakeHttp, sl: FakeHttp, port: int) -> Daemon:
+    env = {"TG_API": tg.url, "TG_TOKEN": TG_TOKEN, "SLACK_API": f"{sl.url}/api",
+           "SLACK_PORT": str(port), "SLACK_SECRET": SLACK_SECRET,
+           "SLACK_TOKEN": SLACK_TOKEN}  # fmt: skip
+    daemon = await start_daemon(FIXTURE, swarm=SWARM, env=env)
+    await daemon.wait_for("transition", process=f"{TG}:1", target="idle")
+    await daemon.wait_for("transition", process=f"{SL}:1", target="idle")
+    return daemon
+
+
+def ran(key: str) -> list[str]:
+    path = StateLayout.from_env().instance_paths(SWARM, key, "front").workdir / "ran.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def decisions(key: str) -> list[dict[str, Any]]:
+    root = StateLayout.from_env().instance_paths(SWARM, key, "front").runtime_events_jsonl
+    events = [json.loads(line) for line in Path(root).read_text().splitlines()]
+    return [e["data"] for e in events if e["type"] == "tool.approval"]
+
+
+async def test_telegram_buttons_from_the_right_chat_and_user(start_daemon: StartDaemon) -> None:
+    fake = ButtonTelegram()
+    async with asyncio.timeout(90), FakeHttp(fake.handle) as tg, FakeHttp(FakeSlack().handle) as sl:
+        await start_chat(start_daemon, tg, sl, free_port())
+        await fake.push(100, 42, "pay big")
+        await fake.until(lambda: len(fake.sent) == 1)
+        prompt = fake.sent[0]
+        assert prompt["chat_id"] == 42 and "payments__transfer" in prompt["text"]
+        [[approve, deny]] = prompt["reply_markup"]["inline_keyboard"]
+        assert (approve["text"], deny["text"]) == ("Approve", "Deny")
+
+        await fake.press(101, 43, 7, approve["callback_data"])  # another chat
+        await fake.press(102, 42, 8, approve["callback_data"])  # not an approver
+        await fake.until(lambda: len(fake.calls) == 2)
+        assert all(m == "answerCallbackQuery" and b["show_alert"] for m, b in fake.calls)
+        assert ran("telegram:42") == []
+
+        await fake.press(103, 42, 7, approve["callback_data"])
+        await fake.until(lambda: len(fake.sent) == 2)
+        reply = fake.sent[1]
+        assert reply["chat_id"] == 42 and reply["reply_to_message_id"] == 1000
+        assert json.loads(reply["text"]) == {"status": "ok", "output": {"sent": 500}}
+        assert ran("telegram:42") == ["transfer 500"]
+        assert ("editMessageText", {"chat_id": 42, "message_id": 77,
+                                    "text": "Approved by telegram:u7"}) in fake.calls  # fmt: skip
+        [record] = decisions("telegram:42")
+        assert (record["decision"], record["by"], record["via"]) == (
+            "approved", "telegram:u7", "connector:tg",
+        )  # fmt: skip
+
+        await fake.press(104, 42, 7, approve["callback_data"])  # decided already: refused
+        await fake.until(lambda: len(fake.calls) == 5)
+        assert fake.calls[-1][1]["text"] == "this request is no longer pending"
+
+
+def action(user: str, value: str, channel: str = "C1") -> bytes:
+    payload = {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower()},
+        "channel": {"id": channel},
+        "container": {"channel_id": channel, "message_ts": "1700000000.999"},
+        "actions": [{"action_id": "goondan_approval", "value": value}],
+    }
+    return urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+
+
+async def test_slack_block_actions_deny_from_an_approver(start_daemon: StartDaemon) -> None:
+    fake, port = ButtonSlack(), free_port()
+    async with (
+        asyncio.timeout(90),
+        FakeHttp(fake.handle) as sl,
+        FakeHttp(FakeTelegram().handle) as tg,
+    ):
+        await start_chat(start_daemon, tg, sl, port)
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(timeout=30) as client:
+            body = message_event("Ev1", "pay big")
+            answer = await client.post(f"{base}/slack/events", content=body,
+                                       headers=slack_headers(body))  # fmt: skip
+            assert answer.status_code == 200, answer.text
+            [prompt] = await fake.until_call("chat.postMessage")
+            assert prompt["thread_ts"] == "1700000000.000100"
+            buttons = prompt["blocks"][1]["elements"]
+            deny = next(b["value"] for b in buttons if b["text"]["text"] == "Deny")
+
+            def signed(raw: bytes) -> dict[str, str]:
+                headers = slack_headers(raw)
+                headers["Content-Type"] = "application/x-www-form-urlencoded"
+                return headers
+
+            forged = action("U1", deny)
+            bad = await client.post(f"{base}/slack/actions", content=forged,
+                                    headers={**signed(b"x"), "X-Slack-Request-Timestamp":
+                                             str(int(time.time()))})  # fmt: skip
+            assert bad.status_code == 401
+            stranger = action("U2", deny)
+            answer = await client.post(f"{base}/slack/actions", content=stranger,
+                                       headers=signed(stranger))  # fmt: skip
+            assert answer.status_code == 200
+            [ephemeral] = await fake.until_call("chat.postEphemeral")
+            assert ephemeral["user"] == "U2"
+
+            press = action("U1", deny)
+            answer = await client.post(f"{base}/slack/actions", content=press,
+                                       headers=signed(press))  # fmt: skip
+            assert answer.status_code == 200
+            [_, reply] = await fake.until_call("chat.postMessage", 2)
+        assert reply["thread_ts"] == "1700000000.000100"
+        assert json.loads(reply["text"])["error"]["code"] == "E_TOOL_PERMISSION_DENIED"
+        [update] = [b for m, b in fake.calls if m == "chat.update"]
+        assert update["text"] == "Denied by slack:U1"
+        assert ran("slack:C1") == []
+        [record] = decisions("slack:C1")
+        assert (record["decision"], record["by"]) == ("denied", "slack:U1")

@@ -1,0 +1,132 @@
+"""The `api` connector's pure parts, loaded by path as the connector host does: coded errors
+to HTTP statuses, the reply seam, OpenAI request parsing, A2A answers, and the start checks.
+The protocols themselves are driven with their real clients in tests/integration/test_api_*."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import structlog
+
+from agent_process.connector_context import AgentInfo, SwarmInfo
+from agent_process.loading import load_entry
+
+from .conftest import BASE
+
+api: Any = load_entry("./connectors/api.py", BASE)
+edge, openai, a2a = api.edge, api.openai, api.a2a
+
+
+SWARM = SwarmInfo("s", "a", "main", (AgentInfo("a"), AgentInfo("b")))
+
+
+@dataclass
+class Reply:
+    event_id: str = "e1"
+    text: str = ""
+    accepted: bool = False
+    error_code: str | None = None
+    error_message: str | None = None
+    deferred: Mapping[str, Any] | None = None
+    usage: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Ctx:
+    config: Mapping[str, Any] = field(default_factory=dict)
+    swarm: SwarmInfo = field(default_factory=lambda: SWARM)
+    logger: Any = field(default_factory=structlog.get_logger)
+    answer: Reply = field(default_factory=Reply)
+    emitted: list[dict[str, Any]] = field(default_factory=list)
+
+    async def emit(self, event: str, properties: Any = None, text: str = "", **kw: Any) -> Reply:
+        self.emitted.append({"event": event, "properties": properties, "text": text, **kw})
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [("E_AGENT_NOT_FOUND", 404), ("E_AGENT_CAPACITY", 429), ("E_MODEL_RATE_LIMIT", 429),
+     ("E_AGENT_BACKOFF", 503), ("E_AGENT_TIMEOUT", 504), ("E_AGENT_TURN_FAILED", 502)],
+)  # fmt: skip
+def test_a_coded_error_has_its_http_status(code: str, status: int) -> None:
+    done = edge.done_of(Reply(error_code=code, error_message="why"))
+    assert (done.error.status, done.error.code, done.error.message) == (status, code, "why")
+
+
+async def test_the_seam_yields_the_reply_and_addresses_the_agent() -> None:
+    ctx = Ctx(answer=Reply(text="hi", usage={"inputTokens": 3, "outputTokens": 2}))
+    seam = edge.Edge(ctx, 5.0, frozenset({"a"}))
+    async with asyncio.timeout(5):
+        pieces = [p async for p in seam.pieces("a", "k", "hello", idempotency_key="i1")]
+    assert [(p.text, p.done.text) for p in pieces] == [("hi", "hi")]
+    assert edge.usage_tokens(pieces[0].done.usage) == (3, 2)
+    sent = ctx.emitted[0]
+    assert (sent["agent"], sent["instance_key"], sent["idempotency_key"]) == ("a", "k", "i1")
+    with pytest.raises(edge.Refusal) as unknown:
+        seam.check_agent("b")  # in the swarm, not served by this Connection
+    assert unknown.value.status == 404
+    assert seam.key(None, "", "h") == "h" and seam.key() == "main"
+
+
+async def test_an_answer_is_a_json_rpc_response_and_a_call_ends_the_reply() -> None:
+    call = {"jsonrpc": "2.0", "id": "c1", "method": "m", "params": {}}
+    ctx = Ctx(answer=Reply(deferred=call))
+    seam = edge.Edge(ctx, 5.0, frozenset({"a"}))
+    async with asyncio.timeout(5):
+        done = await edge.whole(seam.answer("c0", result={"x": 1}))
+    assert done.call == call and done.text == ""
+    assert ctx.emitted[0]["properties"] == {"rpc": {"jsonrpc": "2.0", "id": "c0",
+                                                    "result": {"x": 1}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{", b"[]", b'{"model": "a"}', b'{"model": "a", "messages": []}',
+     b'{"model": "a", "messages": [{"role": "user", "content": 3}]}'],
+)  # fmt: skip
+def test_bad_chat_requests_are_400(body: bytes) -> None:
+    with pytest.raises(edge.Refusal) as refused:
+        openai.parse(body)
+    assert refused.value.status == 400
+
+
+def test_the_input_is_the_last_user_message_and_tool_messages_are_answers() -> None:
+    chat = openai.parse(
+        b'{"model": "a", "messages": [{"role": "user", "content": "one"},'
+        b'{"role": "assistant", "content": "x"}, {"role": "user", "content":'
+        b'[{"type": "text", "text": "tw"}, {"type": "text", "text": "o"}]}]}'
+    )
+    assert openai.user_input(chat) == "two" and openai.tool_answers(chat) == []
+    answered = openai.parse(
+        b'{"model": "a", "messages": [{"role": "user", "content": "q"},'
+        b'{"role": "tool", "tool_call_id": "c1", "content": "{}"}]}'
+    )
+    assert [m.tool_call_id for m in openai.tool_answers(answered)] == ["c1"]
+    nameless = openai.parse(b'{"model": "a", "messages": [{"role": "tool", "content": "{}"}]}')
+    with pytest.raises(edge.Refusal):
+        openai.tool_answers(nameless)
+    assert openai.error_body(429, "E_X", "m")["error"]["type"] == "rate_limit_error"
+
+
+def test_an_a2a_answer_is_a_json_rpc_response_or_the_result_itself() -> None:
+    from a2a.helpers.proto_helpers import new_data_part, new_text_part
+
+    assert a2a.answer_of([new_data_part({"result": {"n": 1}})]) == {"result": {"n": 1.0}}
+    error = {"code": -32001, "message": "no"}
+    assert a2a.answer_of([new_data_part({"error": error})]) == {"error": error}
+    assert a2a.answer_of([new_data_part({"events": []})]) == {"result": {"events": []}}
+    assert a2a.answer_of([new_text_part('{"ok": true}')]) == {"result": {"ok": True}}
+    assert a2a.answer_of([new_text_part("yes")]) == {"result": "yes"}
+
+
+def test_the_api_connector_will_not_start_open_or_with_strangers() -> None:
+    with pytest.raises(RuntimeError, match="tokens"):
+        api.Api(Ctx(config={}))
+    with pytest.raises(RuntimeError, match="nobody"):
+        api.Api(Ctx(config={"tokens": ["t"], "agents": ["a", "nobody"]}))
+    assert api.Api(Ctx(config={"tokens": "t1, t2", "agents": "b"})).edge.agents == {"b"}

@@ -1,0 +1,75 @@
+"""Daily budgets on a fake clock: turns counted once per event, limits, UTC days, the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bundles.kinds import Budget
+from orchestrator.budgets import Budgets, Call
+from protocol.errors import ErrorCode
+
+DAY = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def make(path: Path, clock: list[float], **agent: Budget) -> Budgets:
+    budgets = Budgets(path, "s", clock=lambda: clock[0])
+    budgets.load()
+    budgets.set_budgets(agent, Budget(tokens_per_day=1000))
+    return budgets
+
+
+async def test_turns_are_counted_once_per_event(tmp_path: Path) -> None:
+    clock = [DAY + 10]
+    budgets = make(tmp_path / "u.json", clock, a=Budget(turns_per_day=2))
+    assert budgets.refusal("a", "e1") is None
+    assert budgets.refusal("a", "e1") is None  # the same turn's next step
+    assert budgets.refusal("a", "e2") is None
+    assert budgets.refusal("a", "e2") is None  # a turn resumed after a client-side call
+    refused = budgets.refusal("a", "e3")
+    assert refused is not None and refused.code == ErrorCode.E_AGENT_BUDGET_EXCEEDED
+    assert budgets.refusal("a") is not None  # a new event is refused at once
+    row = next(r for r in budgets.rows() if r.name == "a")
+    assert (row.turns, row.exceeded) == (2, "turnsPerDay")
+
+
+async def test_the_swarm_budget_counts_every_agent_and_days_start_over(tmp_path: Path) -> None:
+    clock = [DAY + 10]
+    budgets = make(tmp_path / "u.json", clock)
+    budgets.add("a", Call(input_tokens=600, output_tokens=100))
+    assert budgets.refusal("b", "e1") is None
+    budgets.add("b", Call(input_tokens=300, output_tokens=10, cost_usd=0.5))
+    refused = budgets.refusal("b", "e1")
+    assert refused is not None and "swarm 's'" in refused.message
+    budgets.save()
+    clock[0] = DAY + 86_400 + 1  # the next UTC day
+    again = make(tmp_path / "u.json", clock)
+    assert again.refusal("b", "e9") is None
+    assert again.rows()[-1].input_tokens == 0
+
+
+async def test_tallies_survive_a_restart(tmp_path: Path) -> None:
+    clock = [DAY + 10]
+    budgets = make(tmp_path / "u.json", clock)
+    budgets.refusal("a", "e1")
+    budgets.add("a", Call(input_tokens=5, output_tokens=3, cached_input_tokens=2, cost_usd=0.25))
+    budgets.save()
+    assert (tmp_path / "u.json").stat().st_mode & 0o777 == 0o600
+    reloaded = make(tmp_path / "u.json", clock)
+    row = next(r for r in reloaded.rows() if r.name == "a")
+    assert (row.turns, row.input_tokens, row.cached_input_tokens, row.cost_usd) == (1, 5, 2, 0.25)
+    assert (
+        reloaded.refusal("a", "e1") is None
+        and next(r for r in reloaded.rows() if r.name == "a").turns == 1
+    )  # e1 was counted before the restart
+
+
+async def test_a_late_background_write_never_undoes_the_last_one(tmp_path: Path) -> None:
+    clock = [DAY + 10]
+    budgets = make(tmp_path / "u.json", clock)
+    budgets.add("a", Call(input_tokens=1))
+    early = budgets._snapshot()  # a worker's snapshot, written late
+    budgets.add("a", Call(input_tokens=1))
+    budgets.save()  # shutdown: the newest counts
+    budgets._write(*early)
+    reloaded = make(tmp_path / "u.json", clock)
+    assert next(r for r in reloaded.rows() if r.name == "a").input_tokens == 2
