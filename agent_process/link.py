@@ -101,21 +101,25 @@ class Link:
         self.on_drain: Callable[[], None] = lambda: None
         """Called once the drain is asked, e.g. to wake a loop parked on its own queue."""
         self.last_heard = time.monotonic()
-        self._active = asyncio.Event()
-        """Set while heartbeats go out (see the module docstring)."""
-        if active:
-            self._active.set()
+        self._active = active
+        """Heartbeats go out (see the module docstring)."""
         self._say_quiet = False
+        """One quiet beat is owed: the turn went on to wait for its client."""
+        self._wake = asyncio.Event()
+        """Set while the heartbeat loop has something to send (active, or a quiet beat owed)."""
+        if active:
+            self._wake.set()
 
     def set_active(self, active: bool, *, mid_turn: bool = False) -> None:
         """Beat (a turn runs) or go silent: idle, or, with `mid_turn`, a turn that waits for
         its client, which one last beat tells the orchestrator (`quiet`): silent mid-turn
         would otherwise look wedged."""
+        self._active = active
         self._say_quiet = not active and mid_turn
-        if active:
-            self._active.set()
+        if active or self._say_quiet:
+            self._wake.set()  # wakes the loop even if it was already waiting: the beat is owed
         else:
-            self._active.clear()
+            self._wake.clear()
 
     async def send(self, msg: Message) -> None:
         data = encode(msg)
@@ -210,18 +214,20 @@ class Link:
 
     async def _heartbeat_loop(self, on_beat: OnBeat | None) -> None:
         seq = 0
-        active = self._active
+        wake = self._wake
         while True:
-            if not active.is_set():
-                await active.wait()
+            if not wake.is_set():
+                await wake.wait()
                 # silence while idle says nothing about the orchestrator: the deadline starts
                 # now (the frame that woke us, if any, already moved it)
                 self.last_heard = max(self.last_heard, time.monotonic())
             await asyncio.sleep(self.launch.settings.heartbeat_interval)
-            quiet = not active.is_set()
-            if quiet and not self._say_quiet:
+            if not wake.is_set():
                 continue  # gone idle while asleep: the idle status frame said it already
-            self._say_quiet = False
+            quiet = not self._active
+            if quiet:  # the owed quiet beat, sent once
+                self._say_quiet = False
+                wake.clear()
             seq += 1
             beat = HeartbeatPayload(seq=seq, sent_at=time.time(), quiet=quiet)
             await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=beat))

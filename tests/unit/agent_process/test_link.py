@@ -191,6 +191,10 @@ async def test_an_inactive_link_is_silent_but_answers_a_probe_and_says_when_a_tu
 ) -> None:
     async def exchange(link: Link) -> list[HeartbeatPayload]:
         link.set_active(False)
+        # the child speaks first, as in the daemon: a ROUTER drops frames to a peer whose
+        # connection it has not seen yet
+        assert await link.handshake(_no_tools, _never_fails)
+        assert isinstance(await _recv(router), Hello) and isinstance(await _recv(router), Ready)
         await _send(router, Heartbeat(from_=ORCHESTRATOR, to=PROCESS_ID,
                                       payload=HeartbeatPayload(seq=0)))  # fmt: skip
         seen = [await _recv(router)]  # the probe's answer, and nothing else while idle
@@ -208,6 +212,22 @@ async def test_an_inactive_link_is_silent_but_answers_a_probe_and_says_when_a_tu
     assert [(b.answer, b.quiet) for b in beats] == [
         (True, False), (False, False), (False, True), (False, False),
     ]  # fmt: skip
+
+
+async def test_a_quiet_beat_is_owed_even_when_the_loop_already_waits(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    async def exchange(link: Link) -> Message:
+        link.set_active(False)  # the loop parks on its wake-up before the turn parks
+        assert await link.handshake(_no_tools, _never_fails)
+        assert isinstance(await _recv(router), Hello) and isinstance(await _recv(router), Ready)
+        link.set_active(False, mid_turn=True)
+        return await _recv(router)
+
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path, interval=0.01)) as link:
+            beat = await link.serve(exchange(link), lambda msg: None)
+    assert isinstance(beat, Heartbeat) and beat.payload.quiet and not beat.payload.answer
 
 
 async def test_shutdown_ack_carries_the_events_never_started(
