@@ -165,8 +165,8 @@ class Supervisor:
     # -- spawning ----------------------------------------------------------------------
 
     def _spawn(self, entry: ProcessEntry) -> None:
-        if entry.ever_started:
-            entry.restarts += 1
+        if entry.ever_started and not entry.deactivated:
+            entry.restarts += 1  # a reactivation is not a restart: nothing went wrong
         entry.ever_started = True
         entry.generation += 1
         entry.nonce = secrets.token_hex(16)

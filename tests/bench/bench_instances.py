@@ -41,7 +41,9 @@ MIB = 1024 * 1024
 
 
 def rss_growth(rss: list[tuple[int, float, float]], column: int = 1) -> float:
-    """KiB of RSS per 1,000 instances after the first tenth of the run (least squares)."""
+    """KiB of RSS per 1,000 instances after the first tenth of the run (least squares): a
+    flat RSS is ~0; a daemon that kept a table entry and a mailbox per instance would grow by
+    a few KiB per instance, GiBs at a million."""
     points = [(row[0], row[column]) for row in rss if row[0] >= rss[-1][0] / 10]
     if len(points) < 2:
         return 0.0
@@ -54,10 +56,11 @@ def _row(name: str, values: list[float], unit: str, base: float | None, goal: st
 
 
 def rows(run: Drive, bare: list[float]) -> list[Row]:
+    """The figures of `run`; `bare` (zygote forks) may be empty (CI's run has none)."""
     assert run.disk is not None
     n, disk = run.instances, run.disk
     hibernated = disk.instances
-    bare_ms = statistics.median(bare)
+    bare_ms = statistics.median(bare) if bare else None
     warm = statistics.median(run.warm_ms)
     tenth = next(r for r in run.rss if r[0] >= n / 10)
     events = n + COLD * 2 + HISTORY_TURNS
@@ -66,7 +69,8 @@ def rows(run: Drive, bare: list[float]) -> list[Row]:
             None, "instances", None, f"{n:,}"),
         Row(f"events/s through one daemon ({run.seconds:.0f} s)", n / run.seconds, None,
             "events/s"),
-        _row("bare zygote fork -> ready (raw baseline of a spawn)", bare, "ms", None),
+        *([_row("bare zygote fork -> ready (raw baseline of a spawn)", bare, "ms", None)]
+          if bare else []),
         _row("send -> reply, new instance (spawn, turn, room made)", list(run.new_ms), "ms",
              bare_ms),
         _row(f"send -> reply, live instance ({len(run.warm_ms)} samples)", run.warm_ms, "ms",
@@ -80,11 +84,14 @@ def rows(run: Drive, bare: list[float]) -> list[Row]:
         Row(f"daemon RSS at {tenth[0]:,} instances", tenth[1], None, "MiB"),
         Row(f"daemon RSS at {n:,} instances (baseline: at {tenth[0]:,})", run.rss[-1][1],
             None, "MiB", tenth[1]),
-        Row("daemon RSS growth per 1,000 instances after the first tenth", rss_growth(run.rss),
-            None, "KiB", None, "≤ 1"),
+        Row("daemon memory per hibernated instance (RSS growth after the first tenth)",
+            rss_growth(run.rss) / 1000 * KIB, None, "B", None, "≤ 64"),
         Row("daemon RSS at most over the run", max(r[1] for r in run.rss), None, "MiB"),
         Row("fork server RSS growth per 1,000 instances after the first tenth",
             rss_growth(run.rss, 2), None, "KiB"),
+        Row("CPU per instance: daemon", run.cpu_ms[0], None, "ms"),
+        Row("CPU per instance: fork server", run.cpu_ms[1], None, "ms"),
+        Row("CPU per instance: its agent process (fork to exit)", run.cpu_ms[2], None, "ms"),
         Row(f"processes listed by status at most (live {run.most_live} at most)",
             run.most_rows, None, "rows"),
         Row("daemon log per event (orchestrator.log; rotate it)", run.log_bytes / events, None,

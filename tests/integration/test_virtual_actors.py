@@ -91,7 +91,8 @@ async def test_an_idle_instance_is_deactivated_and_its_next_event_finds_its_conv
 
         second = await daemon.send("second", key="u1")  # activates it again
         assert second.ok and second.result["input"] == "two"
-        assert (await _row(daemon, "chat", "u1")).generation == 2
+        again = await _row(daemon, "chat", "u1")
+        assert (again.generation, again.restarts) == (2, 0)  # reactivated, not restarted
         sent = [(m["role"], m["content"]) for m in llm.requests[-1].body["messages"]]
         assert sent[-3:] == [("user", "first"), ("assistant", "one"), ("user", "second")]
         assert _contents(paths.base_jsonl) == ["first", "one", "second", "two"]
