@@ -12,12 +12,14 @@ baseline of a spawn.
 
 Reported: events/s, send -> reply of a new instance, the first event of a hibernated instance
 with 200 turns of history (goal ≤ 50 ms p99), disk per hibernated instance (blocks allocated,
-directories included, and inodes), the daemon's RSS sampled over the run (flat: its growth per
-1,000 instances after the first tenth), the fork server's RSS, and what the daemon's log and
-journal hold per event (they are not per instance: the journal keeps finished events 10
-minutes, the log is the operator's to rotate). The state root is a temporary directory on the
-disk of $TMPDIR (GOONDAN_BENCH_INSTANCES_ROOT picks another): a million instances take about
-20 GB there for the run. CI runs the same drive, smaller, as tests/bench/test_instances.py.
+directories included, and inodes), the daemon's memory per hibernated instance (its RSS
+sampled over the run must be flat once its bounded caches are full: the growth per instance
+after `warm_from`), CPU per instance in the daemon, the fork server and the agent process, the
+fork server's RSS, and what the daemon's log and journal hold per event (they are not per
+instance: the journal keeps finished events 10 minutes, the log is the operator's to rotate).
+The state root is a temporary directory on the disk of $TMPDIR (GOONDAN_BENCH_INSTANCES_ROOT
+picks another): a million instances take about 20 GB there for the run. CI runs the same
+drive, smaller, as tests/bench/test_instances.py.
 """
 
 from __future__ import annotations
@@ -40,11 +42,23 @@ KIB = 1024
 MIB = 1024 * 1024
 
 
+WARM = 8192
+"""Instances after which the daemon's bounded caches are full (4,096 routing ids and pids of
+recent children, the last max(1024, maxLiveInstances) deactivated entries): its RSS grows up
+to there by design and must be flat after."""
+
+
+def warm_from(n: int) -> int:
+    """Where the flat part of a run of `n` instances starts: past WARM, and past half the run
+    for short runs (at least its second half is judged)."""
+    return min(max(WARM, n // 10), n // 2)
+
+
 def rss_growth(rss: list[tuple[int, float, float]], column: int = 1) -> float:
-    """KiB of RSS per 1,000 instances after the first tenth of the run (least squares): a
-    flat RSS is ~0; a daemon that kept a table entry and a mailbox per instance would grow by
-    a few KiB per instance, GiBs at a million."""
-    points = [(row[0], row[column]) for row in rss if row[0] >= rss[-1][0] / 10]
+    """KiB of RSS per 1,000 instances after `warm_from` (least squares): a flat RSS is ~0; a
+    daemon that kept a table entry and a mailbox per instance would grow by a few KiB per
+    instance, GiBs at a million."""
+    points = [(row[0], row[column]) for row in rss if row[0] >= warm_from(rss[-1][0])]
     if len(points) < 2:
         return 0.0
     slope = statistics.linear_regression([p[0] for p in points], [p[1] for p in points]).slope
@@ -62,8 +76,8 @@ def rows(run: Drive, bare: list[float]) -> list[Row]:
     hibernated = disk.instances
     bare_ms = statistics.median(bare) if bare else None
     warm = statistics.median(run.warm_ms)
-    tenth = next(r for r in run.rss if r[0] >= n / 10)
-    events = n + COLD * 2 + HISTORY_TURNS
+    settled = next(r for r in run.rss if r[0] >= warm_from(n))
+    events = n + len(run.cold_ms) * 2 + HISTORY_TURNS
     return [
         Row(f"instances driven, one event each (≤ {LIVE} live, {IN_FLIGHT} in flight)", n,
             None, "instances", None, f"{n:,}"),
@@ -81,13 +95,13 @@ def rows(run: Drive, bare: list[float]) -> list[Row]:
             disk.allocated / hibernated / KIB, None, "KiB"),
         Row("  apparent bytes per hibernated instance", disk.apparent / hibernated, None, "B"),
         Row("  inodes per hibernated instance", disk.inodes / hibernated, None, "inodes"),
-        Row(f"daemon RSS at {tenth[0]:,} instances", tenth[1], None, "MiB"),
-        Row(f"daemon RSS at {n:,} instances (baseline: at {tenth[0]:,})", run.rss[-1][1],
-            None, "MiB", tenth[1]),
-        Row("daemon memory per hibernated instance (RSS growth after the first tenth)",
+        Row(f"daemon RSS at {settled[0]:,} instances", settled[1], None, "MiB"),
+        Row(f"daemon RSS at {n:,} instances (baseline: at {settled[0]:,})", run.rss[-1][1],
+            None, "MiB", settled[1]),
+        Row(f"daemon memory per hibernated instance (RSS growth after {settled[0]:,})",
             rss_growth(run.rss) / 1000 * KIB, None, "B", None, "≤ 64"),
         Row("daemon RSS at most over the run", max(r[1] for r in run.rss), None, "MiB"),
-        Row("fork server RSS growth per 1,000 instances after the first tenth",
+        Row(f"fork server RSS growth per 1,000 instances after {settled[0]:,}",
             rss_growth(run.rss, 2), None, "KiB"),
         Row("CPU per instance: daemon", run.cpu_ms[0], None, "ms"),
         Row("CPU per instance: fork server", run.cpu_ms[1], None, "ms"),
