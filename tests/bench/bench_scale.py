@@ -41,7 +41,7 @@ from typing import Any
 
 from tests.bench import plot
 from tests.bench.baselines import Row, p99, print_rows, stalls
-from tests.bench.scale_clients import BareZygote, Control, cpu_seconds, memory
+from tests.bench.scale_clients import BareZygote, Control, cpu_seconds, echo_bundle, memory
 
 AGENTS = int(os.environ.get("GOONDAN_BENCH_SCALE", "1000"))
 FEW = 10
@@ -51,25 +51,7 @@ IDLE_WINDOW = 10.0
 """Seconds of nothing sent per CPU reading: long enough to hold a share of the idle probes."""
 MIB = 1024 * 1024
 ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
-BUNDLE = """
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: script}
-spec: {provider: scripted, model: scale, options: {script: [{reply: "pong {input}"}]}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: echo}
-spec: {modelConfig: {modelRef: Model/script}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: scale}
-spec:
-  entryAgent: Agent/echo
-  agents: [Agent/echo]
-  policy: {lifecycle: {idleTimeoutSeconds: null}}
-"""
+BUNDLE = echo_bundle("scale", "{lifecycle: {idleTimeoutSeconds: null}}")
 
 
 # -- pure: the daemon's log -> spawn series --------------------------------------------------

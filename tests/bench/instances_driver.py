@@ -22,31 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.bench.scale_clients import echo_bundle
+
 LIVE = 300
 """maxLiveInstances of the bench swarm: "a few hundred live at a time"."""
 IN_FLIGHT = 32
 HISTORY_TURNS = 200
 """Turns of history of each hibernated instance whose first event is timed (400 messages)."""
 RSS_SAMPLES = 40
-BUNDLE = """
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: script}
-spec: {provider: scripted, model: actors, options: {script: [{reply: "pong {input}"}]}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: echo}
-spec: {modelConfig: {modelRef: Model/script}}
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: actors}
-spec:
-  entryAgent: Agent/echo
-  agents: [Agent/echo]
-  policy: {maxLiveInstances: %d}
-"""
 SWARM = "actors"
 AGENT = "echo"
 
@@ -340,7 +323,7 @@ async def drive(
     from tests.integration.harness import child_env
 
     bundle = directory / "goondan.yaml"
-    bundle.write_text(BUNDLE % LIVE)
+    bundle.write_text(echo_bundle(SWARM, f"{{maxLiveInstances: {LIVE}}}"))
     root = directory / "s"
     env = child_env({"GOONDAN_STATE_ROOT": str(root)})
     daemon = await DaemonProcess.start(bundle, env)

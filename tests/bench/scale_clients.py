@@ -14,6 +14,29 @@ from typing import Any
 MIB = 1024 * 1024
 
 
+def echo_bundle(swarm: str, policy: str) -> str:
+    """A one-agent swarm whose scripted model answers `pong <input>`, with Swarm `policy`."""
+    return f"""
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {{name: script}}
+spec: {{provider: scripted, model: {swarm}, options: {{script: [{{reply: "pong {{input}}"}}]}}}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: echo}}
+spec: {{modelConfig: {{modelRef: Model/script}}}}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {{name: {swarm}}}
+spec:
+  entryAgent: Agent/echo
+  agents: [Agent/echo]
+  policy: {policy}
+"""
+
+
 class Control:
     """One DEALER kept connected to control.sock: a round trip is not a connect each time."""
 
