@@ -14,8 +14,8 @@ router (process table, open-request book, mailbox) -> agent turn -> router -> co
    of 10 warm instances that have had exactly one event (k0..k9 with 10 live, the last ten
    keys with 1,000 live), each followed by a control `ping` (the daemon's own loop, no
    agent). The 10-live figures are the baseline: ratio = 1,000 live / 10 live.
-3. Cost of being live: CPU of the orchestrator and of all agents over an IDLE_WINDOW with
-   nothing sent; USS and PSS of every agent process (psutil); the orchestrator's RSS at 10 and
+3. Cost of being live: CPU of the orchestrator and of all agents over an IDLE_WINDOW (65 s, a
+   whole probe cycle) with nothing sent; USS and PSS of every agent process (psutil); the orchestrator's RSS at 10 and
    at 1,000 live. Idle agents are silent and the daemon probes each one a minute
    (orchestrator/liveness.py). Before that (every child beat every 2 s and the daemon answered
    each beat), on the same 2-vCPU machine, commit 7b760c0: orchestrator 6.3 %core, all agents
@@ -47,8 +47,11 @@ AGENTS = int(os.environ.get("GOONDAN_BENCH_SCALE", "1000"))
 FEW = 10
 PROBE_ROUNDS = 100
 BARE_EVERY = 5
-IDLE_WINDOW = 10.0
-"""Seconds of nothing sent per CPU reading: long enough to hold a share of the idle probes."""
+IDLE_WINDOW = 65.0
+"""Seconds of nothing sent per CPU reading: a whole idle probe cycle (GOONDAN_IDLE_PROBE_INTERVAL,
+60 s) and a reconcile tick, so every idle agent is probed once in it. A shorter window right
+after the bring-up would hold no probe at all (none is due before an agent's first silent
+minute) and read as free."""
 MIB = 1024 * 1024
 ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
 BUNDLE = echo_bundle("scale", "{lifecycle: {idleTimeoutSeconds: null}}")
