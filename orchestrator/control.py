@@ -110,14 +110,16 @@ async def _status(ctx: ControlContext) -> StatusResult:
     return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models)
 
 
-def _instances(ctx: ControlContext) -> list[JsonObject]:
+async def _instances(ctx: ControlContext) -> list[JsonObject]:
     """The instance directories (orchestrator/localstate.py) with their processes' status; one
     the daemon holds no process for is `deactivated` (its next event starts it)."""
+    # a worker thread walks the directories: with a million hibernated instances the walk
+    # takes seconds, and the loop must keep routing (and answering heartbeats) meanwhile
+    rows = await asyncio.to_thread(localstate.instances, ctx.layout, ctx.info.swarm)
     known = {
         ctx.layout.instance_paths(ctx.info.swarm, e.address.instance_key, e.address.name).root: e
         for e in ctx.supervisor.table
     }
-    rows = localstate.instances(ctx.layout, ctx.info.swarm)
     for row in rows:
         entry = known.get(Path(str(row["path"])))
         if entry is None:
@@ -255,7 +257,7 @@ async def handle(
         case Stop():
             return await _stop(ctx, req, notify)
         case InstanceList():
-            return {"instances": _instances(ctx)}
+            return {"instances": await _instances(ctx)}
         case InstanceDelete():
             return await _delete_instance(ctx, req)
         case Reload() | CallsList() | CallsResolve() | CallsDecide():
