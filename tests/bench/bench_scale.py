@@ -15,12 +15,12 @@ router (process table, open-request book, mailbox) -> agent turn -> router -> co
    keys with 1,000 live), each followed by a control `ping` (the daemon's own loop, no
    agent). The 10-live figures are the baseline: ratio = 1,000 live / 10 live.
 3. Cost of being live: CPU of the orchestrator and of all agents over an IDLE_WINDOW (65 s, a
-   whole probe cycle) with nothing sent; USS and PSS of every agent process (psutil); the orchestrator's RSS at 10 and
-   at 1,000 live. Idle agents are silent and the daemon probes each one a minute
-   (orchestrator/liveness.py). Before that (every child beat every 2 s and the daemon answered
-   each beat), on the same 2-vCPU machine, commit 7b760c0: orchestrator 6.3 %core, all agents
-   7.3 %core at 1,000 live (the issue measured ~10 % and ~12 % on a quieter machine); the
-   goal is ≤ 2 % each. `idleTimeoutSeconds: null` keeps the 1,000 live for the whole run.
+   whole probe cycle) with nothing sent; USS and PSS of every agent process (psutil); the
+   orchestrator's RSS at 10 and at 1,000 live. Idle agents are silent and the daemon probes
+   each one a minute (orchestrator/liveness.py). Before that (every child beat every 2 s and
+   the daemon answered each beat), on the same shared 2-vCPU machine: orchestrator 6.3-6.7
+   %core, all agents 7-29 %core at 1,000 live (the issue measured ~10 % and ~12 % on a quieter
+   machine); the goal is ≤ 2 % each. `idleTimeoutSeconds: null` keeps the 1,000 live for the whole run.
 
 Run: `python -m tests.bench bench_scale` (GOONDAN_BENCH_SCALE=N sets how many agents;
 default 1000). Figures on a shared machine are noisy: trust the ratios more.
