@@ -20,7 +20,8 @@ router (process table, open-request book, mailbox) -> agent turn -> router -> co
    each one a minute (orchestrator/liveness.py). Before that (every child beat every 2 s and
    the daemon answered each beat), on the same shared 2-vCPU machine: orchestrator 6.3-6.7
    %core, all agents 7-29 %core at 1,000 live (the issue measured ~10 % and ~12 % on a quieter
-   machine); the goal is ≤ 2 % each. `idleTimeoutSeconds: null` keeps the 1,000 live for the whole run.
+   machine); the goal is ≤ 2 % each. `idleTimeoutSeconds: null` keeps the 1,000 live for the
+   whole run.
 
 Run: `python -m tests.bench bench_scale` (GOONDAN_BENCH_SCALE=N sets how many agents;
 default 1000). Figures on a shared machine are noisy: trust the ratios more.
