@@ -146,6 +146,13 @@ def main() -> list[Row]:
     )
     assert run.disk is not None
     print(f"files a driven instance leaves: {', '.join(run.disk.sample)}")
+    # the shape of the RSS curve says more than its slope (a plateau, steps, a steady climb)
+    series = ", ".join(
+        f"{n:,}: {daemon:.1f}" for n, daemon, _ in run.rss[:: max(1, len(run.rss) // 20)]
+    )
+    print(
+        f"daemon RSS (MiB) by instances driven: {series}, {run.rss[-1][0]:,}: {run.rss[-1][1]:.1f}"
+    )
     return out
 
 
