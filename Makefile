@@ -20,7 +20,7 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 
-.PHONY: help install system-deps lock lock-check test test-latest lint typecheck imports bench bench-instances run-example clean fuzz chaos soak
+.PHONY: help install system-deps lock lock-check test test-latest lint typecheck imports bench bench-instances run-example clean fuzz chaos soak cluster-chaos
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -35,15 +35,19 @@ install: $(UV) ## create .venv from uv.lock (exact versions, hashes) with the de
 	@$(MAKE) --no-print-directory system-deps
 	@echo "installed: $$($(BIN)/goondan --version) on $$($(BIN)/python -V)"
 
-# Debian's chromium for Studio's browser tests (Playwright drives it; no browser is downloaded).
-# Best effort: as root with apt it is installed, otherwise the tests skip saying how (and fail
-# under CI=true).
-system-deps: ## as root with apt-get: install chromium (Studio's browser tests) if it is missing
-	@if command -v chromium >/dev/null 2>&1; then :; \
+# Debian's packages the tests drive: chromium for Studio's browser tests (Playwright drives it;
+# no browser is downloaded) and nats-server for cluster mode's tests (a 3-server cluster on
+# loopback). Best effort: as root with apt they are installed, otherwise those tests skip
+# saying how (and fail under CI=true).
+SYSTEM_DEPS := chromium:chromium nats-server:nats-server
+system-deps: ## as root with apt-get: install chromium (Studio) and nats-server (cluster) if missing
+	@missing=""; for dep in $(SYSTEM_DEPS); do cmd=$${dep%%:*}; pkg=$${dep#*:}; \
+		command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
-			|| echo "install: chromium could not be installed (apt-get install -y chromium)"; \
-	else echo "install: no chromium: Studio's browser tests skip (as root: apt-get install -y chromium)"; fi
+		(apt-get update -qq && apt-get install -y -qq $$missing) >/dev/null 2>&1 \
+			|| echo "install: could not install$$missing (apt-get install -y$$missing)"; \
+	else echo "install: missing$$missing: their tests skip (as root: apt-get install -y$$missing)"; fi
 
 lock: $(UV) ## update uv.lock after editing pyproject.toml, keeping every pin that still fits
 	$(UV) lock
@@ -54,9 +58,12 @@ lock-upgrade: $(UV) ## re-resolve uv.lock to the newest versions pyproject.toml 
 lock-check: $(UV) ## fail when uv.lock does not match pyproject.toml
 	$(UV) lock --check
 
-# Line coverage of the in-process tests over our four packages (children in their own processes
-# are not measured); `make test` fails below COV_FLOOR. PYTEST_COV= runs without coverage.
-COV_FLOOR ?= 80
+# Line coverage of our four packages by every Python process of the run: pytest's and those the
+# tests start (daemons, fork servers, forked and cold agents, CLI calls; pyproject.toml
+# [tool.coverage.run] patch), combined. A process killed by SIGKILL saves nothing. `make test`
+# fails below COV_FLOOR: the figure measured on 3.13 (89.4 % on 2026-11-25; 75.5 % counting the
+# pytest process alone), rounded down. PYTEST_COV= runs without coverage.
+COV_FLOOR ?= 89
 PYTEST_COV ?= --cov=protocol --cov=bundles --cov=orchestrator --cov=agent_process \
 	--cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
 
@@ -85,9 +92,13 @@ fuzz: ## long fuzz runs: frames at the daemon's sockets, hostile tool args, bund
 	FUZZ_BUNDLE_EXAMPLES=$${FUZZ_BUNDLE_EXAMPLES:-2000} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/fuzz tests/unit/bundles/test_fuzz.py tests/unit/protocol/test_codec.py $(PYTEST_ARGS)
 
-chaos: ## long chaos run: SIGKILL monkey under inter-agent load (CHAOS_SECONDS, default 120)
-	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
-		--timeout=0 tests/chaos $(PYTEST_ARGS)
+chaos: ## long chaos runs: SIGKILL of agents and of the orchestrator (CHAOS_SECONDS, default 120), power cuts under the journal (POWER_CUTS, default 300)
+	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} POWER_CUTS=$${POWER_CUTS:-300} $(BIN)/python -m pytest -q -s \
+		-p no:cacheprovider --timeout=0 tests/chaos $(PYTEST_ARGS)
+
+cluster-chaos: ## long cluster runs on 3 NATS servers + 3 nodes: load with cross-node requests, node SIGKILL, NATS leader kill, zombie, join (CLUSTER_LOAD_SECONDS, default 120)
+	CLUSTER_LOAD_SECONDS=$${CLUSTER_LOAD_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		--timeout=0 tests/cluster $(PYTEST_ARGS)
 
 soak: ## steady traffic; fails on sustained RSS growth (SOAK_SECONDS, default 60)
 	SOAK_SECONDS=$${SOAK_SECONDS:-60} $(BIN)/python -m pytest -q -s -p no:cacheprovider \

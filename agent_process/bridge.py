@@ -14,6 +14,8 @@ callers waiting above this request, which the orchestrator uses to refuse a cycl
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -22,6 +24,7 @@ from typing import Any
 import structlog
 
 from agent_process.inbox import Inbox
+from agent_process.permit_ahead import Ahead
 from bundles.sdk import JsonObject, ToolFailed
 from protocol.codec import to_builtins
 from protocol.errors import ErrorCode, ErrorInfo
@@ -50,6 +53,9 @@ class Bridge:
         self.inbox: Inbox | None = None
         self.on_reply: Callable[[], None] = lambda: None
         """Called after an async reply was stored (the child wakes an idle runtime)."""
+        self._ahead: Ahead | None = None
+        self._permit_ids = itertools.count()
+        """Permit call ids: unique in this process, with no uuid per model call."""
 
     def bind(self, me: str, address: str, source: Source) -> None:
         """`me` is this process's id (frames' `from`); `address` (no generation) is where
@@ -242,17 +248,56 @@ class Bridge:
         return self.current.id if self.current is not None else None
 
     async def permit(self, args: JsonObject) -> CallResultPayload:
-        """Ask before a model call; the answer may wait for the Model's shared rate limit,
-        so there is no timeout here (the child dies with the orchestrator anyway)."""
-        call_id = uuid.uuid4().hex
-        fut: asyncio.Future[CallResultPayload] = asyncio.get_running_loop().create_future()
-        self._calls[call_id] = fut
-        payload = CallPayload(call_id=call_id, op=CallOp.MODEL_PERMIT, args=args)
+        """Ask before a model call (or take the permit asked ahead for it); the answer may
+        wait for the Model's shared rate limit, so there is no timeout here (the child dies
+        with the orchestrator anyway)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if ahead.usable(args, time.monotonic()):
+                try:
+                    return await ahead.future
+                finally:
+                    self._calls.pop(ahead.call_id, None)
+            await self._give_back(ahead)
+        call_id, fut = self._permit_call()
         try:
-            await self._send(Call(from_=self._me, to=ORCHESTRATOR, payload=payload))
+            await self._send_permit(call_id, args)
             return await fut
         finally:
             self._calls.pop(call_id, None)
+
+    async def ask_ahead(self, args: JsonObject) -> None:
+        """Ask now for the permit of a model call that is sure to come (a turn's first),
+        so its round trip overlaps the work before the call (agent_process/permit_ahead.py)."""
+        await self.drop_ahead()
+        call_id, fut = self._permit_call()
+        self._ahead = Ahead.of(args, call_id, fut, time.monotonic())
+        await self._send_permit(call_id, args)
+
+    async def drop_ahead(self) -> None:
+        """At a turn's end: a permit asked ahead and not used goes back."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            await self._give_back(ahead)
+
+    async def _give_back(self, ahead: Ahead) -> None:
+        if not ahead.future.done():  # still waiting for the rate limit: return it once granted
+            ahead.future.add_done_callback(lambda _: self._spawn_task(self._give_back(ahead)))
+            return
+        self._calls.pop(ahead.call_id, None)
+        args = ahead.give_back()
+        if args is not None:
+            await self.report(args)
+
+    def _permit_call(self) -> tuple[str, asyncio.Future[CallResultPayload]]:
+        call_id = f"p{next(self._permit_ids)}"
+        fut: asyncio.Future[CallResultPayload] = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = fut
+        return call_id, fut
+
+    async def _send_permit(self, call_id: str, args: JsonObject) -> None:
+        payload = CallPayload(call_id=call_id, op=CallOp.MODEL_PERMIT, args=args)
+        await self._send(Call(from_=self._me, to=ORCHESTRATOR, payload=payload))
 
     async def report(self, args: JsonObject) -> None:
         """Tell the orchestrator what a model call used; no answer comes back."""

@@ -48,9 +48,12 @@ from protocol.messages import (
     CallOp,
     CallResult,
     ChildState,
+    Delta,
     Event,
     Heartbeat,
     Hello,
+    History,
+    HistoryPayload,
     Message,
     Ready,
     Shutdown,
@@ -60,6 +63,7 @@ from protocol.messages import (
     StatusPayload,
     TurnOutcome,
 )
+from protocol.stream import StreamDelta
 
 ENV_TURN_RUNNER = "GOONDAN_TURN_RUNNER"
 log = structlog.get_logger("goondan.child")
@@ -221,8 +225,11 @@ class Child:
 
         async def load() -> list[str]:
             self.runner = runner = await factory(self.launch, self.bridge)
-            if isinstance(runner, AgentRuntime):  # test runners defer no calls
+            if isinstance(runner, AgentRuntime):  # test runners defer and stream nothing
                 deferred.install(runner, self.deferred)
+                runner.stream_to(self._send_delta)
+                if self.launch.settings.history_frames:  # cluster mode (ARCHITECTURE.md §15)
+                    runner.store.mirror = self._mirror
             return list(runner.tool_names)
 
         if not await self.link.handshake(load, start_error_info):
@@ -232,6 +239,15 @@ class Child:
             self.queue.put_nowait(resume)
         self._wake()  # async replies stored by an earlier process of this instance
         return True
+
+    def _send_delta(self, delta: StreamDelta) -> bool:
+        """A turn's delta for its requester: sent now, or dropped (never waited for)."""
+        return self.link.send_nowait(Delta(from_=self.me, to=ORCHESTRATOR, payload=delta))
+
+    def _mirror(self, line: bytes) -> None:
+        """Each conversation event, in order, to the node (which publishes it)."""
+        payload = HistoryPayload(line=line)
+        self.link.post(History(from_=self.me, to=ORCHESTRATOR, payload=payload))
 
     async def _submit_deferred(self, call: PendingCall) -> None:
         await self.send(deferred.submit_frame(self.me, call))
@@ -290,12 +306,15 @@ class Child:
         self.busy = True
         self._beat_if_working()
         self.bridge.current = event
+        if isinstance(self.runner, AgentRuntime):  # before the status frame: it goes out first
+            await self.runner.ask_ahead(event)
         await self._status(ChildState.PROCESSING, event.id)
         try:
             turn = await self._turn(event)
             if turn is None:  # parked by a drain: its pending call stays for the next process
                 self.busy = False
                 self._beat_if_working()
+                await self.bridge.drop_ahead()  # an unused permit asked ahead goes back
                 self.bridge.current = None
                 await self._status(ChildState.IDLE, event.id)
                 return
@@ -312,6 +331,7 @@ class Child:
             await self.send(Event(from_=self.me, to=event.reply_to.target, payload=reply))
         self.busy = False
         self._beat_if_working()
+        await self.bridge.drop_ahead()
         self.bridge.current = None
         await self._status(ChildState.IDLE, event.id, outcome)
         self._wake()
@@ -354,7 +374,16 @@ class Child:
                 self.link.on_shutdown(payload)
             case Heartbeat():
                 pass
-            case Hello() | Ready() | StartError() | Status() | Call() | ShutdownAck():
+            case (
+                Hello()
+                | Ready()
+                | StartError()
+                | Status()
+                | Call()
+                | ShutdownAck()
+                | Delta()
+                | History()
+            ):
                 log.warning("frame_unexpected", type=type(msg).__name__)
 
 

@@ -34,7 +34,9 @@ from bundles.values import ValueProblem, value_of
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import ORCHESTRATOR, ProcessId, agent_address
+from protocol.jsonrpc import RESUMED_CALL
 from protocol.messages import Event, Message
+from protocol.stream import StreamDelta
 
 Send = Callable[[Message], Awaitable[None]]
 RunFn = Callable[[Any], Coroutine[Any, Any, None]]
@@ -66,23 +68,33 @@ class Reply:
     §10): the client answers it (webhook: `POST /rpc`) and the turn resumes."""
     usage: Mapping[str, int] = field(default_factory=dict)
     """The turn's token counts, when the agent reported them."""
+    resumed_call: str | None = None
+    """The call whose answer (given elsewhere) resumed the turn (`HostContext.on_resumed`)."""
 
     @classmethod
     def of(cls, event_id: str, response: AgentEvent) -> Reply:
+        """`event_id` is the emitted event's; the daemon names another (`metadata.eventId`)
+        when the emit repeated an idempotency key: the first event's, the one it took."""
         error = response.error
         deferred = response.metadata.get("deferred")
+        first = response.metadata.get("eventId")
         usage = response.metadata.get("usage")
+        resumed = response.metadata.get(RESUMED_CALL)
         return cls(
+            resumed_call=resumed if isinstance(resumed, str) else None,
             deferred=deferred if isinstance(deferred, dict) else None,
             usage={k: v for k, v in usage.items() if isinstance(v, int)}
             if isinstance(usage, dict)
             else {},
-            event_id=event_id,
+            event_id=first if isinstance(first, str) and first else event_id,
             text=response.input,
             accepted=bool(response.metadata.get("accepted")),
             error_code=str(error.code) if error is not None else None,
             error_message=error.message if error is not None else None,
         )
+
+
+OnResumed = Callable[[Reply], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +237,10 @@ class HostContext:
     """Emits answered without an error (the host reports them as completed turns)."""
     closed: bool = False
     _pending: dict[str, asyncio.Future[AgentEvent]] = field(default_factory=dict)
+    _deltas: dict[str, Callable[[StreamDelta], None]] = field(default_factory=dict)
+    """The `on_delta` of each waiting emit that asked for a stream, by correlation id."""
+    _on_resumed: OnResumed | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def connection(self) -> str:
@@ -245,6 +261,7 @@ class HostContext:
         *,
         reply: bool = True,
         idempotency_key: str | None = None,
+        on_delta: Callable[[StreamDelta], None] | None = None,
         agent: str | None = None,
         instance_key: str | None = None,
     ) -> Reply | None:
@@ -255,7 +272,8 @@ class HostContext:
         if agent is not None:
             to = str(agent_address(agent, instance_key or self.swarm.instance_key))
         correlation_id = uuid.uuid4().hex
-        reply_to = ReplyTo(target=str(self.process_id.address), correlation_id=correlation_id)
+        reply_to = ReplyTo(target=str(self.process_id.address), correlation_id=correlation_id,
+                           stream=on_delta is not None)  # fmt: skip
         frame = new_event(
             type=event,
             input=text,
@@ -271,6 +289,8 @@ class HostContext:
             return None
         fut: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = fut
+        if on_delta is not None:
+            self._deltas[correlation_id] = on_delta
         try:
             await self.send(Event(from_=str(self.process_id), to=to, payload=frame))
             answer = Reply.of(frame.id, await fut)
@@ -279,13 +299,46 @@ class HostContext:
             return answer
         finally:  # also when the caller's own timeout cancels the wait
             self._pending.pop(correlation_id, None)
+            self._deltas.pop(correlation_id, None)
+
+    def deliver_delta(self, delta: StreamDelta) -> bool:
+        """A delta of a waiting emit's turn, to its `on_delta`; False when none waits for it.
+        A failing callback is logged, never the host's problem."""
+        on_delta = self._deltas.get(delta.correlation_id)
+        if on_delta is None:
+            return False
+        try:
+            on_delta(delta)
+        except Exception as exc:
+            self.logger.error("connector_delta_failed", error=f"{type(exc).__name__}: {exc}",
+                              exc_info=exc)  # fmt: skip
+        return True
+
+    def on_resumed(self, handler: OnResumed) -> None:
+        self._on_resumed = handler
 
     def deliver(self, response: AgentEvent) -> bool:
         fut = self._pending.pop(response.in_reply_to or "", None)
         if fut is None or fut.done():
-            return False
+            return self._resumed(response)
         fut.set_result(response)
         return True
+
+    def _resumed(self, response: AgentEvent) -> bool:
+        """A turn's reply after its emit was answered: the connector's `on_resumed`."""
+        call = response.metadata.get(RESUMED_CALL)
+        if self._on_resumed is None or not isinstance(call, str) or self.closed:
+            return False
+        task = asyncio.ensure_future(self._hand_on(self._on_resumed, Reply.of("", response)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _hand_on(self, handler: OnResumed, reply: Reply) -> None:
+        try:
+            await handler(reply)
+        except Exception:  # the connector's bug must not end its process's receive loop
+            self.logger.error("resumed_reply_failed", call_id=reply.resumed_call, exc_info=True)
 
     def _closed_reply(self) -> Reply:
         return Reply(

@@ -35,6 +35,7 @@ from protocol.ids import ORCHESTRATOR
 from protocol.launch import ChildLaunch
 from protocol.messages import (
     ChildState,
+    Delta,
     Event,
     Heartbeat,
     Message,
@@ -168,6 +169,9 @@ class ConnectorHost:
             case Event(payload=event):
                 if self.ctx is None or not self.ctx.deliver(event):
                     log.info("response_unclaimed", event_id=event.id, type=event.type)
+            case Delta(payload=delta):
+                if self.ctx is not None:
+                    self.ctx.deliver_delta(delta)  # late ones (emit gone) are just dropped
             case Shutdown(payload=payload):
                 self.link.on_shutdown(payload)
             case Heartbeat():

@@ -11,6 +11,7 @@ from agent_process.models.base import Usage
 from agent_process.pipeline import _Onion
 from agent_process.results import ToolResult
 from agent_process.store import ConversationStore
+from agent_process.streaming import TurnStream
 from bundles import sdk
 from protocol.conversation import Message, ToolCall
 from protocol.errors import ErrorInfo
@@ -49,6 +50,7 @@ class TurnContext(_Onion[TurnResult]):
         "metadata",
         "span",
         "steps",
+        "stream",
         "turn_id",
         "usage",
     )
@@ -63,8 +65,11 @@ class TurnContext(_Onion[TurnResult]):
         conversation: ConversationStore,
         span: TraceContext,
         agents: sdk.AgentsRuntime | None = None,
+        stream: TurnStream | None = None,
     ) -> None:
         self.event = event
+        self.stream = stream
+        """Where this turn's deltas go, when its requester asked for them."""
         self.agents = agents
         """The `agents` bridge (request/send through the orchestrator), as tools get it."""
         self.turn_id = turn_id

@@ -48,6 +48,15 @@ class Dealer:
             self._on_events()  # the send may have taken the wake-up of an inbound frame
             return
 
+    def send_nowait(self, data: bytes) -> bool:
+        """Queue one frame if the high-water mark allows it now; False otherwise."""
+        try:
+            self.sock.send(data, _NOBLOCK)
+        except zmq.Again:
+            return False
+        self._on_events()
+        return True
+
     async def recv(self) -> bytes:
         """The next frame (one receiver at a time)."""
         while True:

@@ -19,6 +19,7 @@ the daemon, busy or idle. What frames mean beyond this is the caller's `dispatch
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import functools
@@ -39,6 +40,7 @@ from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.ids import ORCHESTRATOR, routing_id
 from protocol.launch import ChildLaunch
 from protocol.messages import (
+    FEATURE_HISTORY,
     Event,
     Heartbeat,
     HeartbeatPayload,
@@ -72,6 +74,7 @@ class FrameSocket(Protocol):
     """Single frames to and from the orchestrator: the `Dealer`, or a stand-in."""
 
     async def send(self, data: bytes) -> None: ...
+    def send_nowait(self, data: bytes) -> bool: ...
     async def recv(self) -> bytes: ...
 
 
@@ -109,6 +112,8 @@ class Link:
         """Set while the heartbeat loop has something to send (active, or a quiet beat owed)."""
         if active:
             self._wake.set()
+        self._backlog: collections.deque[bytes] = collections.deque()
+        """Frames `post` could not queue at once; `send` sends them first (order kept)."""
 
     def set_active(self, active: bool, *, mid_turn: bool = False) -> None:
         """Beat (a turn runs) or go silent: idle, or, with `mid_turn`, a turn that waits for
@@ -121,7 +126,17 @@ class Link:
         else:
             self._wake.clear()
 
+    def post(self, msg: Message) -> None:
+        """Send without awaiting, in order with `send`: queued in the socket now when the
+        high-water mark allows, else held for the next `send` (a turn always ends with one)."""
+        data = encode(msg)
+        nowait = getattr(self.sock, "send_nowait", None)
+        if self._backlog or nowait is None or not nowait(data):
+            self._backlog.append(data)
+
     async def send(self, msg: Message) -> None:
+        while self._backlog:
+            await self.sock.send(self._backlog.popleft())
         data = encode(msg)
         limit = self.launch.settings.max_frame_bytes
         if len(data) > limit:
@@ -132,6 +147,15 @@ class Link:
                 return
             data = encode(instead)
         await self.sock.send(data)
+
+    def send_nowait(self, msg: Message) -> bool:
+        """Send now or not at all (False): for what may be dropped (`delta` frames), so the
+        sender never waits on a full socket."""
+        data = encode(msg)
+        if len(data) > self.launch.settings.max_frame_bytes:
+            too_large(msg, len(data), self.launch.settings.max_frame_bytes)
+            return False
+        return self.sock.send_nowait(data)
 
     async def handshake(
         self, load: Callable[[], Awaitable[list[str]]], failure: Callable[[Exception], ErrorInfo]
@@ -145,6 +169,7 @@ class Link:
             name=pid.name,
             instance_key=pid.instance_key,
             generation=pid.generation,
+            features=[FEATURE_HISTORY] if self.launch.settings.history_frames else [],
         )
         await self.send(Hello(from_=self.me, to=ORCHESTRATOR, payload=hello))
         try:

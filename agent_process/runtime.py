@@ -21,7 +21,10 @@ from agent_process.contexts import TurnResult
 from agent_process.deferred import DeferredPolicy
 from agent_process.extensions import ExtensionFailure
 from agent_process.models import ModelError
+from agent_process.models.fallback import FallbackChain
+from agent_process.models.governed import Governed
 from agent_process.registry import ToolRegistryError
+from agent_process.streaming import DeltaOut
 from agent_process.toolcall import DeferredHook
 from agent_process.turn import Resumed
 from bundles.model import Bundle
@@ -107,6 +110,19 @@ class AgentRuntime:
         """Where the deferred-call cycle (ARCHITECTURE.md §10) plugs in: `hook(ctx, request)` gets
         every call whose handler raised `CallDeferred` and returns its final ToolResult."""
         self._tool_calls.deferred_hook = hook
+
+    def stream_to(self, out: DeltaOut) -> None:
+        """Where a turn whose requester asked for a stream (`replyTo.stream`) sends its
+        deltas: the child's link (ARCHITECTURE.md §4)."""
+        self._engine.deltas = out
+
+    async def ask_ahead(self, event: AgentEvent) -> None:
+        """A turn is about to start: its first model call's permit is asked now (the primary
+        Model's; agent_process/permit_ahead.py)."""
+        model = self.model
+        primary = model.links[0] if isinstance(model, FallbackChain) else model
+        if isinstance(primary, Governed):
+            await primary.ask_ahead(event.id, len(event.input))
 
     async def run_turn(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
         """One turn (or the rest of a suspended one, `resumed`); never raises for a failed

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,9 @@ class ConversationStore:
         on disk is clean (the next fold may append them); None: the next fold rewrites."""
         self.recovered_events = 0
         """Events replayed from a previous process's unfolded log (0 after a clean stop)."""
+        self.mirror: Callable[[bytes], None] | None = None
+        """Cluster mode: told every event line right after it is written (the child sends it
+        to its node, which appends it to the history stream)."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -142,6 +146,8 @@ class ConversationStore:
             raise RuntimeError("the conversation store is not open")
         line = _encoder.encode(event) + b"\n"
         os.write(self._fd, line)  # one write per event: in the page cache before we go on
+        if self.mirror is not None:
+            self.mirror(line)
         count = len(self._messages)
         apply_event(self._messages, event)
         self._pending_events += 1

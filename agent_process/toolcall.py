@@ -90,6 +90,9 @@ class ToolCallRunner:
         ctx = ToolCallMwContext(step=step, call=call, message=message, span=step.span.child())
         started = time.perf_counter()
         self._emit("tool.called", ctx, None, None)
+        stream = step.turn.stream
+        if stream is not None:
+            stream.tool_started(call)
         try:
             result = await self._pipelines.run(PipelineKind.TOOL_CALL, ctx, self._core)
         except MiddlewareError as exc:
@@ -106,6 +109,8 @@ class ToolCallRunner:
             result,
             (time.perf_counter() - started) * 1000,
         )
+        if stream is not None:
+            stream.tool_finished(call, result.status.value)
         return result
 
     async def _core(self, ctx: ToolCallMwContext) -> ToolResult:

@@ -41,6 +41,7 @@ from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.results import ToolResult, error_result
 from agent_process.store import ConversationStore
+from agent_process.streaming import DeltaOut, stream_of
 from agent_process.telemetry import EventBus, RuntimeEvent
 from agent_process.toolcall import ToolCallRunner
 from bundles.sdk import AgentsRuntime, MiddlewareError
@@ -110,6 +111,8 @@ class Resumed:
 class TurnEngine:
     def __init__(self, deps: TurnDeps) -> None:
         self._d = deps
+        self.deltas: DeltaOut | None = None
+        """How a turn streams to a requester that asked (the child's link); None: never."""
 
     async def run(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
         d = self._d
@@ -126,6 +129,7 @@ class TurnEngine:
             conversation=d.store,
             span=span,
             agents=d.agents,
+            stream=stream_of(self.deltas, event),
         )
         d.bus.current_trace_id = span.trace_id
         started = time.perf_counter()
@@ -248,6 +252,10 @@ class TurnEngine:
         ctx.steps = sum(1 for m in mine if m.role is Role.ASSISTANT)
         _log.info("turn_resumed", event_id=ctx.event.id, turn_id=ctx.turn_id, step=ctx.steps)
         self._emit("turn.resumed", ctx, ctx.span, step=ctx.steps)
+        last = mine[-1] if mine else None
+        if last is not None and last.role is Role.ASSISTANT and not last.tool_calls:
+            # cut after its final answer, before the outcome was recorded: that answer ends it
+            return self._result(ctx, TurnOutcome.COMPLETED, last.content, None)
         for call in dangling_calls(d.store.messages):
             if d.tool_calls.idempotent(call.name):
                 result = await self._run_again(ctx, call)
@@ -337,14 +345,20 @@ class TurnEngine:
         turn = step.turn
         self._take_inbox(turn)
         step.catalog_names = names_of(step.tool_catalog)
+        stream = turn.stream
+        if stream is not None:
+            stream.step = step.index
         response = await d.model.complete(
             ModelRequest(
                 system=d.system_prompt or None,
                 messages=d.store.messages,
                 tools=list(step.tool_catalog),
                 params=d.model_params,
+                on_text=stream.text if stream is not None else None,
             )
         )
+        if stream is not None:
+            stream.flush()  # the step's text goes before anything that follows it
         assistant = d.store.append(
             Role.ASSISTANT.value,
             response.text,

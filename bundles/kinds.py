@@ -162,6 +162,10 @@ class ScriptRule(_Spec):
     reply: str | None = None
     tool_calls: list[ScriptToolCall] = msgspec.field(default_factory=list)
     delay_ms: int = 0
+    stream_chunk_chars: int | None = None
+    """Overrides the model's `streamChunkChars` for this rule's reply."""
+    stream_delay_ms: int | None = None
+    """Overrides the model's `streamDelayMs` for this rule's reply."""
 
 
 class ScriptedOptions(_Spec):
@@ -170,6 +174,11 @@ class ScriptedOptions(_Spec):
     script: list[ScriptRule] = msgspec.field(default_factory=list)
     script_file: str | None = None
     default_reply: str = "{input}"
+    stream_chunk_chars: int = 0
+    """When the turn is streamed: the reply goes out in pieces of this many characters (0: in
+    one piece)."""
+    stream_delay_ms: int = 0
+    """When the turn is streamed: the wait between two pieces."""
 
 
 # -- Agent -------------------------------------------------------------------------------
@@ -271,6 +280,20 @@ class IngressPolicy(_Spec):
     accepted events live in memory only."""
 
 
+class ClusterPolicy(_Spec):
+    """Cluster mode only (`goondan run --cluster`, ARCHITECTURE.md §15); ignored on one machine."""
+
+    partitions: int = 64
+    """Instances are spread over this many partitions (each owned by one node at a time);
+    fixed for the life of the swarm's streams."""
+    lease_ttl_seconds: float = 3.0
+    """A node that has not renewed its leases for this long loses them to the others."""
+    replicas: int = 3
+    """JetStream replicas of the swarm's streams and buckets (1 for a single NATS server)."""
+    dedupe_window_seconds: float = 3600.0
+    """How long an idempotency key maps a retry to its first event (`Nats-Msg-Id`)."""
+
+
 class ToolsPolicy(_Spec):
     default_timeout_ms: int = 300_000
     """The timeout of an export that sets no `timeoutMs`: a hanging tool ends its call with
@@ -288,6 +311,7 @@ class SwarmPolicy(_Spec):
     the machine's memory / 16 MiB (at least 16)."""
     spawn: SpawnPolicy = msgspec.field(default_factory=SpawnPolicy)
     ingress: IngressPolicy = msgspec.field(default_factory=IngressPolicy)
+    cluster: ClusterPolicy = msgspec.field(default_factory=ClusterPolicy)
     tools: ToolsPolicy = msgspec.field(default_factory=ToolsPolicy)
     shutdown: ShutdownPolicy = msgspec.field(default_factory=ShutdownPolicy)
     restart: RestartPolicy = msgspec.field(default_factory=RestartPolicy)

@@ -19,6 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 from bundles import codecache
 from protocol.jsontypes import JsonObject as JsonObject
 from protocol.jsontypes import JsonValue as JsonValue
+from protocol.stream import DeltaKind as DeltaKind
+from protocol.stream import StreamDelta as StreamDelta
 
 
 class Logger(Protocol):
@@ -336,12 +338,20 @@ class ConnectorReply(Protocol):
     def deferred(self) -> Mapping[str, Any] | None:
         """The JSON-RPC 2.0 request of a client-side tool call (or an approval,
         `goondan.approve`) the turn waits for (ARCHITECTURE.md §10); answer it with the event
-        `deferred.answer`. Its final reply comes to whoever answers it."""
+        `deferred.answer`. Its final reply comes to whoever answers it, and, when someone
+        else answers it (`goondan calls`, Studio, a webhook's `/rpc`), also to this connector
+        through `ConnectorContext.on_resumed`."""
         ...
 
     @property
     def usage(self) -> Mapping[str, int]:
         """The turn's token counts (`input_tokens`, `output_tokens`, ...), empty if unknown."""
+        ...
+
+    @property
+    def resumed_call(self) -> str | None:
+        """On a reply handed to `on_resumed`: the id of the client-side call (the `id` of
+        `deferred`) whose answer resumed the turn; None on an emit's own answer."""
         ...
 
 
@@ -438,6 +448,7 @@ class ConnectorContext(Protocol):
         *,
         reply: bool = True,
         idempotency_key: str | None = None,
+        on_delta: Callable[[StreamDelta], None] | None = None,
         agent: str | None = None,
         instance_key: str | None = None,
     ) -> ConnectorReply | None:
@@ -448,7 +459,19 @@ class ConnectorContext(Protocol):
         makes a repeat within 24 h the first event: same event id, same reply. With `agent`
         (and `instance_key`, default the swarm's), the event goes to that agent instance
         instead: allowed for any of the swarm's agents when the Connection has no rules,
-        else only when a rule that fits routes to that agent."""
+        else only when a rule that fits routes to that agent.
+
+        `on_delta` (with `reply`) asks for the turn as it happens: it is called in order with
+        each `StreamDelta` (text as the model writes it, tool calls starting and ending) before
+        the reply comes back. It must not block (hand the work to a task); deltas are
+        best-effort, the reply is the whole answer."""
+        ...
+
+    def on_resumed(self, handler: Callable[[ConnectorReply], Awaitable[None]]) -> None:
+        """Where the final replies of this connector's turns go when their emit was already
+        answered with a client-side call (`deferred`) that someone else answered: the handler
+        gets each reply, whose `resumed_call` names the call (e.g. to post it to the chat the
+        turn came from). Without a handler such replies are logged and dropped."""
         ...
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +29,7 @@ from protocol.ids import Address, parse_address
 
 log = structlog.get_logger("goondan.accept")
 COMPACT_EVERY = 300.0
+ENDED_KEPT = 256
 Submit = Callable[[AgentEvent, Address, "asyncio.Future[AgentEvent] | None"], None]
 
 
@@ -47,8 +48,13 @@ class Acceptor:
         self._order: deque[_Accepting] = deque()
         self._open: set[str] = set()
         """Journaled events whose turn has not finished (only these are claimed/completed)."""
-        self._attached: dict[str, list[asyncio.Future[AgentEvent]]] = {}
+        self._attached: dict[str, list[asyncio.Future[AgentEvent | None]]] = {}
+        self._ended: OrderedDict[str, AgentEvent | None] = OrderedDict()
+        """The replies of the turns that ended last (for an `attach` that read the journal
+        before their completion was written)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._recovering = False
+        """While `recover` reads what an earlier daemon left: new events wait behind it."""
 
     async def accept(
         self,
@@ -70,7 +76,8 @@ class Acceptor:
             self._submit(event, target, waiter)
             return None
         append = asyncio.ensure_future(self.journal.append(event, str(target), dedupe_key))
-        if event.reply_to is not None and dedupe_key is None and not self._order:
+        alone = not self._order and not self._recovering
+        if event.reply_to is not None and dedupe_key is None and alone:
             self._open.add(event.id)
             self._submit(event, target, waiter)
             return await asyncio.shield(append)
@@ -114,8 +121,9 @@ class Acceptor:
         self._background(taking())
 
     def _flush(self) -> None:
-        """Submit, in acceptance order, every event whose append is done."""
-        while self._order and self._order[0].append.done():
+        """Submit, in acceptance order, every event whose append is done (once what an
+        earlier daemon left has been submitted)."""
+        while self._order and self._order[0].append.done() and not self._recovering:
             item = self._order.popleft()
             if item.append.cancelled() or item.append.exception() is not None:
                 continue  # its sender is told it was not accepted
@@ -132,8 +140,15 @@ class Acceptor:
             self._background(self.journal.claim(event_id))
 
     def finished(self, event_id: str, reply: AgentEvent | None = None) -> None:
+        """The event's turn ended (with its reply; a turn with a reply also ends without one
+        when its process reports idle)."""
+        if reply is not None or event_id not in self._ended:
+            self._ended[event_id] = reply
+            self._ended.move_to_end(event_id)
+            while len(self._ended) > ENDED_KEPT:
+                self._ended.popitem(last=False)
         for future in self._attached.pop(event_id, []):
-            if not future.done() and reply is not None:
+            if not future.done():
                 future.set_result(reply)
         if self.journal is not None and event_id in self._open:
             self._open.discard(event_id)
@@ -164,35 +179,50 @@ class Acceptor:
     # -- after a crash, and for clients that re-attach ------------------------------------
 
     async def recover(self) -> int:
-        """Submit again every event an earlier daemon accepted and did not finish."""
+        """Submit again every event an earlier daemon accepted and did not finish, before
+        anything this one accepts meanwhile (FIFO per sender holds across a crash)."""
         if self.journal is None:
             return 0
-        entries = await self.journal.pending()
-        for entry in entries:
-            try:
-                target = parse_address(entry.target)
-            except ProtocolError:
-                log.error("journal_bad_target", event_id=entry.event.id, target=entry.target)
-                continue
-            claimed = entry.state is EntryState.CLAIMED  # its turn was cut: it resumes
-            log.info("event_redelivered", event_id=entry.event.id, target=entry.target,
-                     attempts=entry.attempts, claimed=claimed)  # fmt: skip
-            self._open.add(entry.event.id)
-            self._submit(entry.event, target, None)
+        self._recovering = True
+        try:
+            entries = await self.journal.pending()
+            mine = self._open | {item.event.id for item in self._order}
+            for entry in entries:
+                if entry.event.id not in mine:  # accepted by this daemon: submitted by it
+                    self._redeliver(entry)
+        finally:
+            self._recovering = False
+            self._flush()
         return len(entries)
+
+    def _redeliver(self, entry: JournalEntry) -> None:
+        try:
+            target = parse_address(entry.target)
+        except ProtocolError:
+            log.error("journal_bad_target", event_id=entry.event.id, target=entry.target)
+            return
+        claimed = entry.state is EntryState.CLAIMED  # its turn was cut: it resumes
+        log.info("event_redelivered", event_id=entry.event.id, target=entry.target,
+                 attempts=entry.attempts, claimed=claimed)  # fmt: skip
+        self._open.add(entry.event.id)
+        self._submit(entry.event, target, None)
 
     async def attach(
         self, event_id: str
-    ) -> tuple[JournalEntry, asyncio.Future[AgentEvent] | None] | None:
-        """(the journal's entry, a future of its reply while its turn runs) for a client that
-        re-attaches to an event it sent; None when the journal does not know the event."""
+    ) -> tuple[JournalEntry, asyncio.Future[AgentEvent | None] | None] | None:
+        """(the journal's entry, a future of its reply while its turn runs: None when the
+        turn ends without one) for a client that re-attaches to an event it sent; None when
+        the journal does not know the event."""
         entry = await self.journal.lookup(event_id) if self.journal is not None else None
         if entry is None:
             return None
         if entry.state is EntryState.COMPLETED:
             return entry, None
-        future: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
-        self._attached.setdefault(event_id, []).append(future)
+        future: asyncio.Future[AgentEvent | None] = asyncio.get_running_loop().create_future()
+        if event_id in self._ended:  # it ended while the journal was read
+            future.set_result(self._ended[event_id])
+        else:
+            self._attached.setdefault(event_id, []).append(future)
         return entry, future
 
     async def compact_forever(self, every: float = COMPACT_EVERY) -> None:

@@ -13,11 +13,20 @@ Days are UTC days: the counts start over at 00:00 UTC. The tallies live in
 one every `SAVE_DELAY` seconds and done in a worker thread (the loop never waits for the
 disk), so a daemon killed with SIGKILL may lose the last fraction of a second of counts (a
 graceful stop saves everything).
+
+A usage file that cannot be read or decoded never starts the day at zero (that would hand
+every agent a fresh budget): it is renamed aside (`usage.json.corrupt-<UTC time>`, kept for
+the operator), logged as `usage_file_corrupt` with `E_USAGE_FILE_CORRUPT`, and today's usage
+is held as unknown (`Ledger.held`, saved, so a restart keeps holding): every agent with a
+budget, its own or the swarm's, is refused until 00:00 UTC, when the counts start over anyway.
+To resume earlier, an operator stops the daemon and puts a repaired file in place, or deletes
+`usage.json` (starting today at zero is then their decision), and starts it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -35,6 +44,8 @@ from protocol.durable import write_atomic
 from protocol.errors import ErrorCode, ErrorInfo
 
 SAVE_DELAY = 0.25
+HELD = "usageUnknown"
+"""`exceeded` of every budget while the usage file was unreadable (`goondan status`)."""
 RECENT_TURNS = 1000
 log = structlog.get_logger("goondan.budgets")
 
@@ -59,6 +70,9 @@ class Ledger(msgspec.Struct, kw_only=True, rename="camel"):
     swarm: Tally = msgspec.field(default_factory=Tally)
     turns: list[str] = msgspec.field(default_factory=list)
     """Event ids of the latest turns counted (a resumed turn is not counted again)."""
+    held: str = ""
+    """Why today's usage is unknown (the file was unreadable): every budget counts as used up
+    until the day ends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,17 +125,34 @@ class Budgets:
     _stored: int = 0
 
     def load(self) -> None:
-        """Today's tallies from the file (a file of another day, or none, starts at zero)."""
+        """Today's tallies from the file (a file of another day, or none, starts at zero; one
+        that cannot be read holds today's budgets, see the module docstring)."""
         try:
             ledger = msgspec.json.decode(self.path.read_bytes(), type=Ledger)
         except FileNotFoundError:
             ledger = Ledger()
         except (OSError, msgspec.DecodeError) as exc:
-            log.error("usage_file_unreadable", path=str(self.path), error=str(exc))
-            ledger = Ledger()
+            ledger = self._hold(exc)
         self.ledger = ledger
         self._recent = OrderedDict.fromkeys(ledger.turns)
         self._today()
+        if self.ledger.held:
+            self.save()  # the hold is on disk before any agent runs: a restart keeps it
+
+    def _hold(self, exc: Exception) -> Ledger:
+        """The unreadable file goes aside (never deleted) and today's usage is unknown."""
+        stamp = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y%m%dT%H%M%SZ")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        try:
+            os.rename(self.path, aside)
+            kept = str(aside)
+        except OSError as move:
+            kept = f"not moved ({move.strerror})"
+        held = f"{self.path} could not be read ({_why(exc)}); kept as {kept}"
+        log.error("usage_file_corrupt", code=ErrorCode.E_USAGE_FILE_CORRUPT, path=str(self.path),
+                  kept=kept, error=_why(exc),
+                  policy="every budget counts as used up until 00:00 UTC")  # fmt: skip
+        return Ledger(day=utc_day(self.clock()), held=held)
 
     def set_budgets(self, agents: Mapping[str, Budget | None], swarm: Budget | None) -> None:
         """The limits of the bundle (at start, and after a reload)."""
@@ -144,6 +175,8 @@ class Budgets:
         accepted for it. With one (a model call of that event's turn): a turn not seen
         before also needs a turn left, and is counted when it may run."""
         ledger = self._today()
+        if ledger.held:
+            return self._held_refusal(agent, ledger)
         new_turn = event_id is None or event_id not in self._recent
         for scope, tally, budget in (
             (f"agent {agent!r}", self._agent(agent), self.agent_budgets.get(agent)),
@@ -155,6 +188,17 @@ class Budgets:
         if new_turn and event_id is not None:
             self._count_turn(agent, event_id)
         return None
+
+    def _held_refusal(self, agent: str, ledger: Ledger) -> ErrorInfo | None:
+        if self.agent_budgets.get(agent) is None and self.swarm_budget is None:
+            return None  # no budget to keep: nothing to hold (and no turn to count)
+        return ErrorInfo(
+            code=ErrorCode.E_AGENT_BUDGET_EXCEEDED,
+            message=f"today's usage of swarm {self.swarm!r} is unknown: {ledger.held}; "
+            f"{agent} calls no model until 00:00 UTC",
+            suggestion="stop the daemon, put a repaired usage.json in place (or delete it to "
+            "start today at zero), and start it again",
+        )
 
     def _count_turn(self, agent: str, event_id: str) -> None:
         self._recent[event_id] = None
@@ -181,7 +225,15 @@ class Budgets:
         rows = [_row("agent", n, ledger.day, self._agent(n), self.agent_budgets.get(n))
                 for n in names]  # fmt: skip
         rows.append(_row("swarm", self.swarm, ledger.day, ledger.swarm, self.swarm_budget))
+        if ledger.held:  # unknown usage: every budget counts as used up
+            rows = [msgspec.structs.replace(r, exceeded=HELD) if self._budgeted(r) else r
+                    for r in rows]  # fmt: skip
         return rows
+
+    def _budgeted(self, row: UsageInfo) -> bool:
+        if self.swarm_budget is not None:
+            return True
+        return row.scope == "agent" and self.agent_budgets.get(row.name) is not None
 
     # -- persistence --------------------------------------------------------------------
 
@@ -226,6 +278,10 @@ class Budgets:
             self._save.cancel()
             self._save = None
         self._write(*self._snapshot())
+
+
+def _why(exc: Exception) -> str:
+    return exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
 
 
 def _refused(

@@ -55,6 +55,7 @@ COMMANDS = (
     CommandInfo("calls", "list or resolve pending client-side (deferred) tool calls"),
     CommandInfo("studio", "serve the web dashboard (processes, graph, conversations, traces)"),
     CommandInfo("service", "systemd helpers: print-unit writes a unit file for a bundle to stdout"),
+    CommandInfo("cluster", "cluster mode: status of the swarm's nodes, drain a node"),
     CommandInfo("doctor", "check this machine and the bundle (exit 1 when a required check fails)"),
 )
 

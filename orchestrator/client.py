@@ -12,6 +12,7 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,19 @@ import zmq
 from orchestrator import runpointer
 from orchestrator.rundir import read_active, read_token
 from protocol.codec import decode_control_reply, encode
-from protocol.control import ControlReply, ControlRequest, OrchestratorInfo
+from protocol.control import (
+    STREAM_WINDOW,
+    ControlReply,
+    ControlRequest,
+    OrchestratorInfo,
+    StreamAck,
+)
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.stream import StreamDelta
+
+ACK_EVERY = STREAM_WINDOW // 2
+"""A streaming client acknowledges its deltas this often: the daemon never waits on it."""
 
 
 class ClientError(Exception):
@@ -136,9 +147,15 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def call(info: OrchestratorInfo, req: ControlRequest, timeout: float = 10.0) -> ControlReply:
+def call(
+    info: OrchestratorInfo,
+    req: ControlRequest,
+    timeout: float = 10.0,
+    on_delta: Callable[[StreamDelta], None] | None = None,
+) -> ControlReply:
     """One request, one final reply (blocking pyzmq: the CLI has no event loop). Interim
-    notices (why a send waits) go to stderr at once."""
+    notices (why a send waits) go to stderr at once; the deltas of a streaming send go to
+    `on_delta` as they arrive, and are acknowledged."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -146,7 +163,9 @@ def call(info: OrchestratorInfo, req: ControlRequest, timeout: float = 10.0) -> 
     try:
         endpoint = info.endpoints["control"]
         sock.connect(endpoint)
-        sock.send(encode(msgspec.structs.replace(req, token=read_token(endpoint))))
+        token = read_token(endpoint)
+        sock.send(encode(msgspec.structs.replace(req, token=token)))
+        received = 0
         while True:
             left = max(0.0, deadline - time.monotonic())
             if not sock.poll(int(left * 1000)):
@@ -155,10 +174,18 @@ def call(info: OrchestratorInfo, req: ControlRequest, timeout: float = 10.0) -> 
                     f"the daemon (pid {info.pid}) did not answer within {timeout:g} s",
                 )
             reply = decode_control_reply(sock.recv())
-            if reply.notice is None:
+            if reply.delta is not None:
+                received += 1
+                if received % ACK_EVERY == 0:
+                    ack = StreamAck(request_id=req.request_id, token=token, received=received)
+                    sock.send(encode(ack))
+                if on_delta is not None:
+                    on_delta(reply.delta)
+            elif reply.notice is not None:
+                sys.stderr.write(f"goondan: {reply.notice}\n")
+                sys.stderr.flush()
+            else:
                 return reply
-            sys.stderr.write(f"goondan: {reply.notice}\n")
-            sys.stderr.flush()
     except ProtocolError as exc:
         raise ClientError(ErrorCode.E_PROTOCOL_DECODE, exc.message) from None
     finally:

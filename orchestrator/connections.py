@@ -200,10 +200,10 @@ class Connections:
             return
         first = appended.entry.event.id if appended is not None and appended.duplicate else None
         if first is not None and reply:
-            self._answer(entry, event, await self._reply_of(first))
+            self._answer_repeat(entry, event, await self._reply_of(first), first)
         elif not reply:
             meta = {"accepted": True, "eventId": first or event.id}
-            self._answer(entry, event, response_to(event, source=SOURCE, text="", metadata=meta))
+            self._send(entry, response_to(event, source=SOURCE, text="", metadata=meta))
 
     async def _reply_of(self, event_id: str) -> AgentEvent | None:
         found = await self.acceptor.attach(event_id) if self.acceptor is not None else None
@@ -212,13 +212,17 @@ class Connections:
         entry, future = found
         return entry.reply if future is None else await future
 
-    def _answer(self, entry: ProcessEntry, request: AgentEvent, answer: AgentEvent | None) -> None:
+    def _answer_repeat(
+        self, entry: ProcessEntry, request: AgentEvent, answer: AgentEvent | None, first: str
+    ) -> None:
+        """The first event's reply, for a repeat: re-addressed to this request, and naming the
+        first event (the repeat was never accepted: its own id means nothing to the daemon)."""
         if answer is None:
             return
-        if answer.in_reply_to != getattr(request.reply_to, "correlation_id", None):
-            # the first event's reply, for a repeat: re-addressed to this request
-            answer = response_to(request, source=SOURCE, text=answer.input, error=answer.error,
-                                 metadata={"eventId": answer.metadata.get("eventId")})  # fmt: skip
+        self._send(entry, response_to(request, source=SOURCE, text=answer.input,
+                                      error=answer.error, metadata={"eventId": first}))  # fmt: skip
+
+    def _send(self, entry: ProcessEntry, answer: AgentEvent) -> None:
         self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=answer))
 
     async def accept(

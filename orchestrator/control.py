@@ -3,6 +3,9 @@
 Every request gets exactly one `ControlReply` with the same `request_id`; a request that
 cannot be decoded gets a coded E_CONTROL_BAD_REQUEST reply, and a handler that fails gets
 its error back as data. Handlers run as tasks so a waiting `send` never blocks `status`.
+A `send` may get interim replies first: notices (why it waits) and, when it asked for a
+stream, the turn's deltas (orchestrator/streams.py), which its client acknowledges with the
+one request that is never answered, `StreamAck`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import structlog
 import zmq
@@ -28,6 +31,7 @@ from orchestrator.peers import PeerWatch, descends_from, peer_pid
 from orchestrator.permits import Permits
 from orchestrator.router import Router
 from orchestrator.states import ProcessStatus
+from orchestrator.streams import ClientStream
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
 from orchestrator.trees import remove_tree
@@ -38,6 +42,8 @@ from protocol.control import (
     CallsDecide,
     CallsList,
     CallsResolve,
+    ClusterDrain,
+    ClusterStatusQuery,
     ControlReply,
     ControlRequest,
     InstanceDelete,
@@ -52,6 +58,7 @@ from protocol.control import (
     StatusResult,
     Stop,
     StopReport,
+    StreamAck,
 )
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
@@ -59,6 +66,7 @@ from protocol.events import AgentEvent
 from protocol.ids import Address, ProcessKind
 from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
+from protocol.stream import StreamDelta
 
 log = structlog.get_logger("goondan.control")
 CONTROL_MAX_FRAME_BYTES = 4 << 20
@@ -95,6 +103,28 @@ class ControlContext:
     """Today's usage against budgets and the Models' rate limits, for `goondan status`."""
     stopped: asyncio.Future[StopReport] | None = None
     """Set by the daemon when its drain is over (what `goondan stop` waits for)."""
+    cluster: ClusterControl | None = None
+    """This node's view of the swarm's cluster (None on one machine)."""
+
+
+class ClusterControl(Protocol):
+    """What `goondan cluster status|drain` asks a node (orchestrator/cluster/node.py)."""
+
+    async def status(self) -> JsonObject: ...
+
+    async def drain(self, node: str) -> JsonObject: ...
+
+
+async def _cluster(ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain) -> JsonObject:
+    if ctx.cluster is None:
+        raise ControlFailed(
+            ErrorCode.E_CLUSTER_CONFIG,
+            "this daemon runs on one machine: "
+            "start it with --cluster URLS --node NAME to join a cluster",
+        )
+    if isinstance(req, ClusterDrain):
+        return await ctx.cluster.drain(req.node)
+    return await ctx.cluster.status()
 
 
 async def _status(ctx: ControlContext) -> StatusResult:
@@ -128,6 +158,12 @@ async def _instances(ctx: ControlContext) -> list[JsonObject]:
         row.update(instanceKey=entry.address.instance_key, agent=entry.address.name,
                    status=entry.info().status)  # fmt: skip
     return rows
+
+
+async def _instance_request(ctx: ControlContext, req: InstanceList | InstanceDelete) -> Any:
+    if isinstance(req, InstanceDelete):
+        return await _delete_instance(ctx, req)
+    return {"instances": await _instances(ctx)}
 
 
 async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObject:
@@ -176,9 +212,9 @@ async def _calls(req: CallsRequest, ctx: ControlContext) -> Any:
         return {"calls": index.list()}
     try:
         if isinstance(req, CallsDecide):
-            by = req.by or "cli"
+            by = req.by or req.via
             return await index.decide(
-                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000
+                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000, via=req.via
             )
         answer = answer_of(
             req.call_id, req.result, req.error_code, req.error_message, req.error_data
@@ -200,10 +236,15 @@ async def _reload_or_later(req: Reload | CallsRequest, ctx: ControlContext) -> A
 
 
 async def _send(
-    ctx: ControlContext, req: SendText | Attach, notify: sending.Notify
+    ctx: ControlContext,
+    req: SendText | Attach | StreamAck,
+    notify: sending.Notify,
+    stream: ClientStream | None,
 ) -> sending.Answer:
+    if isinstance(req, StreamAck):  # the server takes these itself: one here is misplaced
+        raise ControlFailed(ErrorCode.E_CONTROL_BAD_REQUEST, "stream_ack is never answered")
     try:
-        return await sending.answer(ctx, req, notify)
+        return await sending.answer(ctx, req, notify, stream)
     except sending.SendFailed as exc:
         raise ControlFailed(exc.code, exc.message) from None
 
@@ -240,14 +281,17 @@ async def _stop(ctx: ControlContext, req: Stop, notify: sending.Notify) -> Any:
 
 
 async def handle(
-    req: ControlRequest, ctx: ControlContext, notify: sending.Notify = sending.quiet
+    req: ControlRequest,
+    ctx: ControlContext,
+    notify: sending.Notify = sending.quiet,
+    stream: ClientStream | None = None,
 ) -> Any:
     """The result of one request (raise ControlFailed for a coded error)."""
     match req:
         case Ping():
             return ctx.info
-        case SendText() | Attach():
-            return await _send(ctx, req, notify)
+        case SendText() | Attach() | StreamAck():
+            return await _send(ctx, req, notify, stream)
         case StatusQuery():
             return await _status(ctx)
         case Restart():
@@ -256,12 +300,12 @@ async def handle(
             return await _stop_process(ctx, req)
         case Stop():
             return await _stop(ctx, req, notify)
-        case InstanceList():
-            return {"instances": await _instances(ctx)}
-        case InstanceDelete():
-            return await _delete_instance(ctx, req)
+        case InstanceList() | InstanceDelete():
+            return await _instance_request(ctx, req)
         case Reload() | CallsList() | CallsResolve() | CallsDecide():
             return await _reload_or_later(req, ctx)
+        case ClusterStatusQuery() | ClusterDrain():
+            return await _cluster(ctx, req)
         case _:
             assert_never(req)
 
@@ -282,6 +326,8 @@ class ControlServer:
         self.control = control
         self._token = token
         self._tasks: set[asyncio.Task[None]] = set()
+        self._streams: dict[tuple[bytes, str], ClientStream] = {}
+        """Streaming sends in progress, by (client's routing id, request id)."""
         self._served: set[int] = set()
         self.peers = PeerWatch(self.sock, "control", CONTROL_MAX_FRAME_BYTES, self._forget)
         self.dropped = 0
@@ -333,10 +379,27 @@ class ControlServer:
             await self._reply(envelope, ControlReply(request_id=req.request_id, ok=False,
                                                      error=refused))  # fmt: skip
             return
+        if isinstance(req, StreamAck):
+            self._ack(envelope, req)
+            return
+        stream = self._open_stream(envelope, req)
         try:
-            result = await handle(req, self.control, partial(self._notice, envelope, req))
+            reply = await self._answer(envelope, req, stream)
+        finally:
+            if stream is not None:  # the deltas held for a slow client go before the reply
+                stream.finish()
+                self._streams.pop((envelope[0], req.request_id), None)
+        await self._reply(envelope, reply)
+
+    async def _answer(
+        self, envelope: list[bytes], req: ControlRequest, stream: ClientStream | None
+    ) -> ControlReply:
+        """The final reply to `req`: its result, or its error as data."""
+        try:
+            notify = partial(self._notice, envelope, req)
+            result = await handle(req, self.control, notify, stream)
         except ControlFailed as exc:
-            reply = ControlReply(request_id=req.request_id, ok=False, error=exc.error)
+            return ControlReply(request_id=req.request_id, ok=False, error=exc.error)
         except Exception as exc:  # a bug in a handler: the client still gets a coded reply
             log.exception("control_handler_failed", type=type(req).__name__)
             error = ErrorInfo(
@@ -344,16 +407,28 @@ class ControlServer:
                 message=f"the daemon failed to handle {type(req).__name__}: {exc!r}",
                 suggestion="see orchestrator.log",
             )
-            reply = ControlReply(request_id=req.request_id, ok=False, error=error)
-        else:
-            if isinstance(result, AgentEvent) and result.error is not None:
-                reply = ControlReply(
-                    request_id=req.request_id, ok=False, result=to_builtins(result),
-                    error=result.error,
-                )  # fmt: skip
-            else:
-                reply = ControlReply(request_id=req.request_id, ok=True, result=to_builtins(result))
-        await self._reply(envelope, reply)
+            return ControlReply(request_id=req.request_id, ok=False, error=error)
+        if isinstance(result, AgentEvent) and result.error is not None:
+            return ControlReply(request_id=req.request_id, ok=False, result=to_builtins(result),
+                                error=result.error)  # fmt: skip
+        return ControlReply(request_id=req.request_id, ok=True, result=to_builtins(result))
+
+    def _open_stream(self, envelope: list[bytes], req: ControlRequest) -> ClientStream | None:
+        if not isinstance(req, SendText) or not req.stream:
+            return None
+
+        def emit(delta: StreamDelta) -> None:
+            self._send_now(envelope, ControlReply(request_id=req.request_id, ok=True,
+                                                  delta=delta))  # fmt: skip
+
+        stream = self._streams[(envelope[0], req.request_id)] = ClientStream(emit)
+        return stream
+
+    def _ack(self, envelope: list[bytes], ack: StreamAck) -> None:
+        """Only the client that sent the streaming request can acknowledge its deltas."""
+        stream = self._streams.get((envelope[0], ack.request_id))
+        if stream is not None:
+            stream.ack(ack.received)
 
     def _forbidden(self, req: ControlRequest, pid: int | None) -> ErrorInfo | None:
         if pid is not None and descends_from(pid, os.getpid()):
@@ -380,6 +455,16 @@ class ControlServer:
     async def _notice(self, envelope: list[bytes], req: ControlRequest, text: str) -> None:
         interim = ControlReply(request_id=req.request_id, ok=True, notice=text)
         await self._reply(envelope, interim)
+
+    def _send_now(self, envelope: list[bytes], reply: ControlReply) -> None:
+        """An interim reply without awaiting (from the router's frame handler): a ROUTER send
+        never blocks; a client that is gone simply does not get it."""
+        sent = asyncio.ensure_future(self.sock.send_multipart([*envelope, encode(reply)]))
+        if sent.done():
+            if sent.exception() is not None:
+                log.info("control_client_gone", reason=str(sent.exception()))
+        else:  # a send queued behind another: its outcome is read when it completes
+            sent.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     async def _reply(self, envelope: list[bytes], reply: ControlReply) -> None:
         try:

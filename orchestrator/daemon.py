@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import zmq
@@ -32,6 +32,7 @@ from orchestrator.accept import Acceptor
 from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AgentsService
 from orchestrator.budgets import Budgets
+from orchestrator.cluster.options import ClusterOptions
 from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
@@ -55,6 +56,9 @@ from protocol.endpoints import StateLayout
 from protocol.ids import Address
 from protocol.launch import LaunchSettings
 
+if TYPE_CHECKING:  # cluster mode's modules import nats-py: only a --cluster run loads them
+    from orchestrator.cluster.node import ClusterNode
+
 CHILD_MODULE = "agent_process"
 log = structlog.get_logger("goondan.daemon")
 OnStarted = Callable[[ControlContext], Awaitable[int]]
@@ -72,6 +76,8 @@ class DaemonOptions:
     on_started: OnStarted | None = None
     watch: bool = False
     """Reload the bundle when its files change (`run --watch`)."""
+    cluster: ClusterOptions | None = None
+    """`run --cluster URLS --node NAME`: this daemon is one node of the swarm's cluster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +114,7 @@ def launch_settings(
         heartbeat_interval=settings.heartbeat_interval,
         heartbeat_timeout=settings.heartbeat_timeout,
         max_frame_bytes=settings.max_frame_bytes,
+        history_frames=opts.cluster is not None,
         cgroup=str(cgroup) if cgroup is not None else "",
     )
 
@@ -201,6 +208,7 @@ class Daemon:
             version=_version(),
             state_root=str(self.opts.layout.root),
             endpoints={"agents": self.endpoints[0], "control": self.endpoints[1]},
+            node=self.opts.cluster.node if self.opts.cluster is not None else "",
         )
 
     def _build(
@@ -209,6 +217,7 @@ class Daemon:
         spawner: Spawner,
         journal: SqliteJournal | None,
         metrics: Metrics | None = None,
+        node: ClusterNode | None = None,
     ) -> Parts:
         """The object graph: the router first (the services take it as their broker), then
         the supervisor and the services, then the one wiring step that hands them over."""
@@ -224,11 +233,19 @@ class Daemon:
                                 settings=self.settings,
                                 launch=launch_settings(opts, self.settings, self.endpoints[0],
                                                        self.cgroup),
-                                layout=opts.layout, swarm=swarm)  # fmt: skip
-        acceptor = Acceptor(journal, router.submit)
+                                layout=opts.layout, swarm=swarm,
+                                admits=node.admits if node else None,
+                                prepare=node.prepare if node else None)  # fmt: skip
+        acceptor = (
+            Acceptor(journal, router.submit)
+            if node is None
+            else node.bind(router, supervisor, opts.layout, self.endpoints[1])
+        )
         connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
                                   acceptor=acceptor)  # fmt: skip
         deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
+        if node is not None:
+            deferred.mirror = node.call_mirror
         permits = self._permits(router)
         reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
         agents = self._agents_service(table, supervisor)
@@ -243,6 +260,8 @@ class Daemon:
                 acceptor=acceptor,
                 permits=permits,
                 metrics=metrics.registry.on_turn_metrics if metrics is not None else None,
+                remote=node.forward_response if node is not None else None,
+                history=node.history_frame if node is not None else None,
             )
         )
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
@@ -256,6 +275,49 @@ class Daemon:
         permits = Permits(router, budgets, RateLimits())
         permits.configure(self.opts.bundle, swarm)
         return permits
+
+    async def _backends(
+        self,
+    ) -> tuple[Metrics | None, SqliteJournal | None, ClusterNode | None] | None:
+        """The metrics endpoint, then the embedded journal or (cluster mode) the node's NATS
+        connection; None (logged) when one cannot start."""
+        try:
+            metrics = await start_metrics(self.opts.swarm.spec.observability.metrics)
+        except MetricsUnavailable as exc:
+            log.error("metrics_unavailable", code=exc.code, reason=exc.message,
+                      suggestion=exc.suggestion)  # fmt: skip
+            return None
+        if self.opts.cluster is None:
+            return metrics, await self._journal(), None
+        node = await self._join(self.opts.cluster)
+        if node is None:
+            if metrics is not None:
+                metrics.close()
+            return None
+        return metrics, None, node
+
+    async def _journal(self) -> SqliteJournal | None:
+        """The embedded journal unless it is off; raises JournalError (nothing is accepted on
+        a bad journal)."""
+        if not self.settings.journal:
+            return None
+        return await SqliteJournal.open(self.opts.layout.journal_file(self.opts.swarm.name))
+
+    async def _join(self, cluster: ClusterOptions) -> ClusterNode | None:
+        """Connect to NATS as a node of this swarm (the only import of nats-py)."""
+        try:
+            from orchestrator.cluster.link import ClusterUnavailable
+            from orchestrator.cluster.node import ClusterNode
+        except ImportError as exc:
+            log.error("cluster_unavailable", code="E_CLUSTER_CONFIG", reason=str(exc),
+                      suggestion="pip install 'goondan[cluster]'")  # fmt: skip
+            return None
+        try:
+            return await ClusterNode.open(cluster, self.opts.swarm.name)
+        except ClusterUnavailable as exc:
+            log.error("cluster_unavailable", code=exc.code, reason=exc.message,
+                      suggestion=exc.suggestion)  # fmt: skip
+            return None
 
     def _known(self, table: ProcessTable) -> Callable[[Address], bool]:
         """Whether an instance exists: a process in the table, or its state on disk."""
@@ -304,18 +366,13 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.events.put_nowait, signal.Signals(sig).name)
-        try:
-            metrics = await start_metrics(self.opts.swarm.spec.observability.metrics)
-        except MetricsUnavailable as exc:
-            log.error("metrics_unavailable", code=exc.code, reason=exc.message,
-                      suggestion=exc.suggestion)  # fmt: skip
+        opened = await self._backends()
+        if opened is None:
             return 1
-        journal = None
-        if self.settings.journal:  # raises JournalError: nothing is accepted on a bad journal
-            journal = await SqliteJournal.open(self.opts.layout.journal_file(self.opts.swarm.name))
+        metrics, journal, node = opened
         spawner = self._spawner()
         zctx = zmq.asyncio.Context()
-        parts = self._build(zctx, spawner, journal, metrics)
+        parts = self._build(zctx, spawner, journal, metrics, node)
         router, supervisor = parts.router, parts.supervisor
         parts.connections.start_all()  # connectors are always up (ARCHITECTURE.md §5)
         parts.deferred.resume_answered()  # answered calls an earlier daemon died before resuming
@@ -333,6 +390,7 @@ class Daemon:
             acceptor=parts.acceptor,
             permits=parts.permits,
             stopped=loop.create_future(),
+            cluster=node,
         )
         control = ControlServer(
             zctx, self.endpoints[1], control_ctx, rundir.write_token(self.paths)
@@ -348,6 +406,8 @@ class Daemon:
             self._core(Reconciler(supervisor, self.settings).run(), "reconciler"),
             self._core(parts.acceptor.compact_forever(), "journal"),
         ]
+        if node is not None:
+            tasks.append(self._core(node.run(), "cluster"))
         tasks.append(self._notify_systemd(supervisor, list(tasks)))
         tasks += [
             self._core(c, "reload") for c in reload.serve(parts.reloader, watch=self.opts.watch)
@@ -356,10 +416,11 @@ class Daemon:
             tasks.append(asyncio.ensure_future(self._once(self.opts.on_started(control_ctx))))
         members = sorted(supervisor.swarm.view.members)
         log.info("started", swarm=swarm.name, pid=info.pid, spawner=spawner.mode,
-                 agents=members, control=self.endpoints[1])  # fmt: skip
+                 agents=members, control=self.endpoints[1],
+                 node=node.node if node is not None else None)  # fmt: skip
         await parts.acceptor.recover()  # what an earlier daemon accepted and did not finish
         why = await self.events.get()
-        report = await self._shutdown(supervisor, why)
+        report = await self._shutdown(supervisor, why, node)
         assert control_ctx.stopped is not None
         control_ctx.stopped.set_result(report)
         await control.finish(limit=1.0)
@@ -373,6 +434,8 @@ class Daemon:
         zctx.term()
         await spawner.close()
         await parts.acceptor.close()
+        if node is not None:
+            await node.close()
         parts.permits.close()  # today's usage tallies to disk
         log.info("stopped", exit_code=self.exit_code)
         return self.exit_code
@@ -411,8 +474,12 @@ class Daemon:
         finally:
             self.request_stop("one-shot input answered")
 
-    async def _shutdown(self, supervisor: Supervisor, why: str) -> StopReport:
+    async def _shutdown(
+        self, supervisor: Supervisor, why: str, node: ClusterNode | None = None
+    ) -> StopReport:
         started = time.monotonic()
+        if node is not None:  # hand the partitions over now, not after the lease TTL
+            await node.leave()
         self.notifier.stopping(f"stopping: {why}")
         live = len(supervisor.table.live())
         log.info("stopping", reason=why, children=live)

@@ -17,6 +17,11 @@ turn's reply reaches the resolving client, and tells the owning agent process wi
 `call op=deferred_resolve {id}` (spawning it first if it is not running: it then resumes the
 turn from the files). Expired calls are dropped from the index (the agent fails them with
 E_TOOL_DEFERRED_EXPIRED).
+
+A turn that came from a connector (a chat) and is answered by anyone else (`goondan calls`,
+Studio, another connector's `/rpc`) still ends in that connector: the resumed turn's reply is
+passed on to it with `metadata.resumedCall` (the call's id), which the connector uses to find
+where the turn came from (`ConnectorContext.on_resumed`); the answering client gets it too.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -37,20 +43,21 @@ from orchestrator.delivery import OpenRequest
 from orchestrator.table import ProcessEntry
 from protocol.durable import write_atomic
 from protocol.endpoints import StateLayout, path_segment
-from protocol.errors import ErrorCode, ErrorInfo
+from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
-from protocol.ids import CONTROL, ORCHESTRATOR, Address, agent_address
+from protocol.ids import CONTROL, ORCHESTRATOR, Address, ProcessKind, agent_address, parse_address
 from protocol.jsonrpc import (
     ANSWER_SUFFIX,
     APPROVE_METHOD,
     PENDING_SUFFIX,
+    RESUMED_CALL,
     JsonRpcError,
     JsonRpcResponse,
     PendingCall,
     approval_answer,
 )
 from protocol.jsontypes import JsonObject
-from protocol.messages import Call, CallOp, CallPayload
+from protocol.messages import Call, CallOp, CallPayload, Event
 
 DEFERRED_OPS = frozenset({CallOp.DEFERRED_SUBMIT})
 ANSWER_EVENT = "deferred.answer"
@@ -62,6 +69,16 @@ PASSED_ON = frozenset({"deferred", "pendingCall", "usage"})
 client-side call when the turn made another, and the token counts."""
 log = structlog.get_logger("goondan.deferred")
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
+
+
+class CallMirror(Protocol):
+    """Cluster mode: where pending calls are kept beyond this node (orchestrator/cluster/)."""
+
+    def pending(self, call: PendingCall, then: Callable[[], None]) -> None:
+        """Keep `call`, then run `then` (announce it): a client never hears of a call that
+        another node could not resume."""
+
+    def answered(self, call: PendingCall) -> None: ...
 
 
 class DeferredCallError(Exception):
@@ -125,6 +142,7 @@ class DeferredIndex:
         self._held: dict[Address, set[str]] = {}
         """Resolutions for a process that is not ready yet: sent when it is."""
         self._tasks: set[asyncio.Future[None]] = set()
+        self.mirror: CallMirror | None = None
 
     # -- the index --------------------------------------------------------------------
 
@@ -212,9 +230,16 @@ class DeferredIndex:
         paths = self.layout.instance_paths(self.swarm, call.instance_key, call.agent)
         path = paths.pending_calls_dir / (path_segment(call.id) + PENDING_SUFFIX)
         self.calls[call.id] = Found(call, path)
-        log.info("deferred_call_pending", call_id=call.id, method=call.method,
-                 agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
-        self._notify_client(event, call)
+
+        def announce() -> None:
+            log.info("deferred_call_pending", call_id=call.id, method=call.method,
+                     agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
+            self._notify_client(event, call)
+
+        if self.mirror is not None:
+            self.mirror.pending(call, announce)
+        else:
+            announce()
 
     def on_death(self, address: Address, event: AgentEvent) -> bool:
         """The process of `address` died running `event`. If that turn had suspended on a
@@ -289,9 +314,17 @@ class DeferredIndex:
             )
 
     async def decide(
-        self, call_id: str, approve: bool, by: str, message: str | None, wait_s: float
+        self,
+        call_id: str,
+        approve: bool,
+        by: str,
+        message: str | None,
+        wait_s: float,
+        *,
+        via: str = "cli",
     ) -> Any:
-        """`goondan calls approve|deny`: a person's decision on a `goondan.approve` call."""
+        """`goondan calls approve|deny` (and Studio's buttons, `via` studio): a person's
+        decision on a `goondan.approve` call."""
         call = self._find(call_id).call
         if call.method != APPROVE_METHOD:
             raise DeferredCallError(
@@ -300,9 +333,9 @@ class DeferredIndex:
                 "`goondan calls resolve ID --result JSON | --error CODE`",
             )
         answer = approval_answer(
-            call_id, approved=approve, by=by, via="cli", at=self.clock(), message=message
+            call_id, approved=approve, by=by, via=via, at=self.clock(), message=message
         )
-        return await self.resolve(call_id, answer, wait_s, via="cli")
+        return await self.resolve(call_id, answer, wait_s, via=via)
 
     async def resolve(
         self,
@@ -327,14 +360,17 @@ class DeferredIndex:
         data = msgspec.json.encode(answer)
         write_atomic(found.path.with_name(path_segment(call.id) + ANSWER_SUFFIX), data)
         self.calls.pop(call_id, None)
-        waiter = self._reopen(call, wait)
+        if self.mirror is not None:
+            self.mirror.answered(call)
+        waiter = self._reopen(call, wait, via)
         self._route(address, call.id)
         log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)
         if waiter is None:
             return {"resolved": call.id, "agent": call.agent, "instanceKey": call.instance_key}
         try:
             async with asyncio.timeout(wait_s):
-                return await waiter
+                # shielded: a reply that comes after the wait still reaches the turn's origin
+                return await asyncio.shield(waiter)
         except TimeoutError:
             raise DeferredCallError(
                 ErrorCode.E_AGENT_TIMEOUT,
@@ -369,17 +405,35 @@ class DeferredIndex:
             )
         return found
 
-    def _reopen(self, call: PendingCall, wait: bool) -> asyncio.Future[AgentEvent] | None:
+    def _reopen(self, call: PendingCall, wait: bool, via: str) -> asyncio.Future[AgentEvent] | None:
         """Re-open the turn's request so its reply reaches a waiter (the resolving client)
-        or, for a connector that did not resolve it, the connector."""
+        and the connector the turn came from (whoever resolved it); the waiter, if the
+        resolving client waits."""
         event = msgspec.convert(call.event, AgentEvent)
         if event.reply_to is None:
             return None
         control = wait or event.reply_to.target == CONTROL
-        waiter = asyncio.get_running_loop().create_future() if control else None
+        origin = _connector(event.reply_to.target)
+        elsewhere = origin is not None and via != f"{ProcessKind.CONNECTOR}:{origin.name}"
+        waiter = asyncio.get_running_loop().create_future() if control or elsewhere else None
         server = agent_address(call.agent, call.instance_key)
         self.broker.open_request(OpenRequest.of(event, event.reply_to, server, waiter))
-        return waiter
+        if waiter is not None and origin is not None and elsewhere:
+            waiter.add_done_callback(partial(self._to_origin, origin, call.id))
+        return waiter if control else None
+
+    def _to_origin(self, origin: Address, call_id: str, done: asyncio.Future[AgentEvent]) -> None:
+        """The resumed turn's reply, answered elsewhere, goes to the connector it came from."""
+        if done.cancelled() or done.exception() is not None:
+            return
+        reply = done.result()
+        reply = msgspec.structs.replace(reply, metadata={**reply.metadata, RESUMED_CALL: call_id})
+        entry = self.broker.ready(origin)
+        if entry is None:
+            log.info("resumed_reply_origin_gone", call_id=call_id, connector=str(origin))
+            return
+        self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=reply))
+        log.info("resumed_reply_to_origin", call_id=call_id, connector=str(origin))
 
     def _route(self, address: Address, call_id: str) -> None:
         entry = self.broker.ready(address)
@@ -410,6 +464,15 @@ def answer_of(
         return JsonRpcResponse(id=call_id, result=result)
     error = JsonRpcError(code=code, message=message or f"client error {code}", data=data)
     return JsonRpcResponse(id=call_id, error=error)
+
+
+def _connector(target: str) -> Address | None:
+    """The connector a `replyTo.target` names (None: a control client, an agent)."""
+    try:
+        address = parse_address(target)
+    except ProtocolError:
+        return None
+    return address if address.kind is ProcessKind.CONNECTOR else None
 
 
 def _sweep_answers(directory: Path) -> None:

@@ -149,7 +149,7 @@ def start_fork_server(
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the fork server
+    if pid == 0:  # runs in the fork server
         code = 1
         try:
             parent_end.close()
@@ -286,7 +286,7 @@ class _Server:
     def _fork(self, req: SpawnRequest, output_fd: int) -> int:
         server_pid = os.getpid()
         pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the agent child
+        if pid == 0:  # runs in the agent child
             self._become_child(req, output_fd, server_pid)
         return pid
 

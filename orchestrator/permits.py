@@ -3,7 +3,8 @@ after it; budgets (orchestrator/budgets.py) and shared rate limits (orchestrator
 answer.
 
     model_permit {model, eventId, estimatedTokens}
-        -> ok {waitedMs} when the Model's bucket has room (at once when it has), or
+        -> ok {waitedMs, tokens} when the Model's bucket has room (at once when it has;
+           tokens: what the permit took from the bucket), or
            E_AGENT_BUDGET_EXCEEDED when the agent's or the swarm's budget is used up
     model_usage {model, eventId, inputTokens, outputTokens, cachedInputTokens, costUsd,
                  estimatedTokens, rateLimited, retryAfterSeconds}
@@ -91,9 +92,10 @@ class Permits:
                                                        error=refused))  # fmt: skip
             return
         model = str(args.get("model", ""))
-        waiting = self.limits.acquire(model, _number(args, "estimatedTokens"))
+        estimate = _number(args, "estimatedTokens")
+        waiting = self.limits.acquire(model, estimate)
         if waiting is None:
-            self.broker.reply(entry, _granted(payload, 0.0))
+            self.broker.reply(entry, _granted(payload, 0.0, estimate))
             return
         asked = time.monotonic()
         log.info("rate_limit_waiting", model=model, agent=entry.address.name)
@@ -103,7 +105,7 @@ class Permits:
                 waited = (time.monotonic() - asked) * 1000
                 log.info("rate_limit_waited", model=model, agent=entry.address.name,
                          waited_ms=round(waited, 1))  # fmt: skip
-                self.broker.reply(entry, _granted(payload, waited))
+                self.broker.reply(entry, _granted(payload, waited, estimate))
 
         waiting.add_done_callback(granted)
 
@@ -126,6 +128,6 @@ class Permits:
             self.limits.drain(model, retry)
 
 
-def _granted(payload: CallPayload, waited_ms: float) -> CallResultPayload:
-    return CallResultPayload(call_id=payload.call_id, ok=True,
-                             result={"waitedMs": round(waited_ms, 3)})  # fmt: skip
+def _granted(payload: CallPayload, waited_ms: float, tokens: float) -> CallResultPayload:
+    result = {"waitedMs": round(waited_ms, 3), "tokens": int(tokens)}
+    return CallResultPayload(call_id=payload.call_id, ok=True, result=result)

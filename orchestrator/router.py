@@ -36,6 +36,7 @@ from orchestrator.broker import Lifecycle
 from orchestrator.connections import Connections
 from orchestrator.deferred_calls import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
 from orchestrator.delivery import Mailbox, OpenRequest, RequestBook
+from orchestrator.deltas import DeltaRoutes
 from orchestrator.peers import PeerWatch
 from orchestrator.permits import PERMIT_OPS, Permits
 from orchestrator.states import READY, ProcessStatus
@@ -59,9 +60,11 @@ from protocol.messages import (
     CallPayload,
     CallResult,
     CallResultPayload,
+    Delta,
     Event,
     Heartbeat,
     Hello,
+    History,
     Message,
     Ready,
     Shutdown,
@@ -102,6 +105,11 @@ class Services:
     """Model-call permits and usage: budgets and shared rate limits."""
     metrics: Callable[[ProcessEntry, TurnMetrics], None] | None = None
     """Counter deltas of agents' turns, for the metrics endpoint (orchestrator/metrics.py)."""
+    remote: Callable[[Address, AgentEvent, Address | None], None] | None = None
+    """Cluster mode: a response for an agent goes to whichever node owns it, after the
+    serving instance's conversation appends (orchestrator/cluster/node.py)."""
+    history: Callable[[ProcessEntry, bytes], None] | None = None
+    """Cluster mode: a child's conversation event, for the history stream."""
 
 
 @dataclass(slots=True)
@@ -137,6 +145,8 @@ class Router:
         self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_routing_id)
         self.address = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_address)
         """Parse an address (cached); raise ProtocolError."""
+        self.deltas = DeltaRoutes(self.book, self.ready, self.send, self.address)
+        """Turns' `delta` frames to whoever waits for their reply (ARCHITECTURE.md §4)."""
         self._services: Services | None = None
 
     def attach(self, services: Services) -> None:
@@ -230,17 +240,13 @@ class Router:
         services = self.services
         lifecycle = services.lifecycle
         match msg:
-            case Event(payload=event):
-                self._on_child_event(entry, msg.to, event)
+            case Event() | Delta():
+                self._on_flow(entry, msg)
             case Status(payload=payload):
                 self._on_status(entry, payload)
                 lifecycle.on_status(entry, payload)
-            case Hello(payload=payload):
-                lifecycle.on_hello(entry, payload)
-            case Ready(payload=payload):
-                lifecycle.on_ready(entry, payload)
-            case StartError(payload=payload):
-                lifecycle.on_start_error(entry, payload)
+            case Hello() | Ready() | StartError():
+                self._handshake(entry, msg, lifecycle)
             case ShutdownAck(payload=payload):
                 self.mailbox(entry.address).requeue(payload.undelivered_events)
                 lifecycle.on_shutdown_ack(entry, payload)
@@ -248,10 +254,31 @@ class Router:
                 self._on_call(entry, payload, services)
             case Heartbeat(payload=beat):
                 liveness.on_beat(self.table, entry, beat, self.send)
-            case CallResult() | Shutdown():
+            case History(payload=payload) if services.history is not None:
+                services.history(entry, payload.line)  # cluster mode (ARCHITECTURE.md §15)
+            case CallResult() | Shutdown() | History():
                 log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:
                 assert_never(msg)
+
+    def _on_flow(self, entry: ProcessEntry, msg: Event | Delta) -> None:
+        """An event, or a piece of the turn in progress for whoever waits for its reply."""
+        if isinstance(msg, Event):
+            self._on_child_event(entry, msg.to, msg.payload)
+        else:
+            self.deltas.route(entry, msg.payload)
+
+    @staticmethod
+    def _handshake(
+        entry: ProcessEntry, msg: Hello | Ready | StartError, lifecycle: Lifecycle
+    ) -> None:
+        match msg:
+            case Hello(payload=payload):
+                lifecycle.on_hello(entry, payload)
+            case Ready(payload=payload):
+                lifecycle.on_ready(entry, payload)
+            case StartError(payload=payload):
+                lifecycle.on_start_error(entry, payload)
 
     def _on_call(self, entry: ProcessEntry, payload: CallPayload, services: Services) -> None:
         if payload.op is CallOp.SEND and services.sends is not None:
@@ -447,6 +474,14 @@ class Router:
         except ProtocolError:
             log.warning("response_bad_requester", requester=request.requester)
             return
+        remote = self.services.remote
+        if remote is not None and requester.kind is ProcessKind.AGENT:
+            remote(requester, response, request.server)  # cluster mode: its owner may be elsewhere
+            return
+        self.deliver_response(requester, response)
+
+    def deliver_response(self, requester: Address, response: AgentEvent) -> None:
+        """A response for a process of this daemon: to it now, or queued while it starts."""
         entry = self.ready(requester)
         if entry is None:
             if requester.kind is ProcessKind.AGENT:
@@ -455,7 +490,7 @@ class Router:
                 self.mailbox(requester).queue.append(response)
                 self.services.lifecycle.ensure(requester)
                 return
-            log.info("response_requester_gone", requester=request.requester)
+            log.info("response_requester_gone", requester=str(requester))
             return
         self.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=response))
 

@@ -3,7 +3,8 @@ and `goondan send --attach ID`: the reply of an input sent before, waiting while
 
 An input with an `idempotency_key` seen within 24 h is the first one: the same event id and,
 when it finished, the same reply. A wait that times out leaves the event accepted; the message
-says how to attach to it again.
+says how to attach to it again. A `stream` send asks the agent for the turn's deltas
+(`replyTo.stream`) and has them handed to its `ClientStream` until the reply is there.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.journal import Appended, JournalError
 from orchestrator.router import Router
 from orchestrator.states import ProcessStatus
+from orchestrator.streams import ClientStream
 from orchestrator.swarm import CurrentSwarm
 from protocol.control import Attach, SendText
 from protocol.errors import ErrorCode, ProtocolError
@@ -80,16 +82,38 @@ class SendFailed(Exception):
         self.message = message
 
 
-async def answer(ctx: SendContext, req: SendText | Attach, notify: Notify = quiet) -> Answer:
+async def answer(
+    ctx: SendContext,
+    req: SendText | Attach,
+    notify: Notify = quiet,
+    stream: ClientStream | None = None,
+) -> Answer:
     if isinstance(req, Attach):
         return await attach(ctx, req)
-    return await send_and_wait(ctx, req, notify)
+    if stream is None:
+        return await send_and_wait(ctx, req, notify)
+    if not req.wait:
+        raise SendFailed(
+            ErrorCode.E_CONTROL_BAD_REQUEST,
+            "a streaming send waits for its reply: drop `stream` or keep `wait`",
+        )
+    _, event = _event_of(ctx, req)  # its correlation id is watched before it can be accepted
+    assert event.reply_to is not None
+    deltas = ctx.router.deltas
+    deltas.watch(event.reply_to.correlation_id, stream.push)
+    try:
+        return await send_and_wait(ctx, req, notify, event)
+    finally:
+        deltas.unwatch(event.reply_to.correlation_id)
 
 
-async def send_and_wait(ctx: SendContext, req: SendText, notify: Notify = quiet) -> Answer:
+async def send_and_wait(
+    ctx: SendContext, req: SendText, notify: Notify = quiet, made: AgentEvent | None = None
+) -> Answer:
     """Accept one input (journaled before anything is said); with `wait`, return the response
-    event, else the event id. A repeated `idempotency_key` is the first send."""
-    target, event = _event_of(ctx, req)
+    event, else the event id. A repeated `idempotency_key` is the first send. `made` is the
+    event of `req` when the caller built it already (`_event_of`)."""
+    target, event = _event_of(ctx, req, made)
     waiter: asyncio.Future[AgentEvent] | None = None
     if req.wait:
         waiter = asyncio.get_running_loop().create_future()
@@ -146,15 +170,15 @@ async def attach(ctx: SendContext, req: Attach) -> AgentEvent | JsonObject:
             "than 10 minutes ago (its reply is in the conversation: goondan instance show)",
         )
     entry, future = found
-    if future is None:
-        return entry.reply if entry.reply is not None else {"eventId": req.event_id,
-                                                             "finished": True}  # fmt: skip
-    try:
-        async with asyncio.timeout(req.timeout_ms / 1000):
-            return await future
-    except TimeoutError:
-        raise SendFailed(ErrorCode.E_AGENT_TIMEOUT, f"event {req.event_id} is still running "
-                            f"after {req.timeout_ms} ms; attach again later") from None  # fmt: skip
+    reply = entry.reply
+    if future is not None:
+        try:
+            async with asyncio.timeout(req.timeout_ms / 1000):
+                reply = await future
+        except TimeoutError:
+            why = f"event {req.event_id} is still running after {req.timeout_ms} ms"
+            raise SendFailed(ErrorCode.E_AGENT_TIMEOUT, f"{why}; attach again later") from None
+    return reply if reply is not None else {"eventId": req.event_id, "finished": True}
 
 
 def pending_call(reply: AgentEvent) -> JsonObject | None:
@@ -180,7 +204,9 @@ async def follow(ctx: SendContext, interim: AgentEvent, timeout_s: float) -> Age
                          f"{timeout_s:g} s; it stays pending on disk") from None  # fmt: skip
 
 
-def _event_of(ctx: SendContext, req: SendText) -> tuple[Address, AgentEvent]:
+def _event_of(
+    ctx: SendContext, req: SendText, made: AgentEvent | None = None
+) -> tuple[Address, AgentEvent]:
     view = ctx.swarm.view
     agent = req.agent or view.entry_agent
     try:
@@ -188,9 +214,11 @@ def _event_of(ctx: SendContext, req: SendText) -> tuple[Address, AgentEvent]:
     except ProtocolError as exc:
         raise SendFailed(ErrorCode.E_AGENT_INVALID_INSTANCE_KEY, exc.message) from None
     target = agent_address(agent, key)
+    if made is not None:
+        return target, made
     correlation_id = uuid.uuid4().hex
     # also without `wait`: the reply is then kept in the journal for `--attach`
-    reply_to = ReplyTo(target=CONTROL, correlation_id=correlation_id)
+    reply_to = ReplyTo(target=CONTROL, correlation_id=correlation_id, stream=req.stream)
     event = new_event(
         type=req.event_type,
         input=req.text,

@@ -12,7 +12,7 @@ import contextlib
 import secrets
 import signal
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 import structlog
@@ -43,6 +43,8 @@ from protocol.ids import ORCHESTRATOR, Address, ProcessKind
 from protocol.jsontypes import JsonObject
 from protocol.launch import ChildLaunch, LaunchSettings
 from protocol.messages import (
+    FEATURE_HISTORY,
+    MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     CallPayload,
     ChildState,
@@ -81,7 +83,13 @@ class Supervisor:
         layout: StateLayout,
         swarm: CurrentSwarm,
         clock: Callable[[], float] = time.monotonic,
+        admits: Callable[[Address], bool] | None = None,
+        prepare: Callable[[Address], Awaitable[None]] | None = None,
     ) -> None:
+        self.admits = admits
+        """Cluster mode: whether an instance may run on this node (its partition is ours)."""
+        self.prepare = prepare
+        """Cluster mode: bring an instance's files up to date before its process starts."""
         self.table = table
         self.router = router
         self.spawner = spawner
@@ -130,6 +138,8 @@ class Supervisor:
         entry = self.table.entry(target)
         if entry.status is not S.TERMINATED or self.closing:
             return
+        if self.admits is not None and not self.admits(target):
+            return  # cluster mode: another node owns it (or this one is handing it over)
         if entry.retry_at is not None and self.clock() < entry.retry_at:
             self.router.fail_queued(target, reasons.start_failed(entry))
             return
@@ -170,6 +180,7 @@ class Supervisor:
         entry.ever_started = True
         entry.generation += 1
         entry.nonce = secrets.token_hex(16)
+        entry.protocol = 0
         entry.pid = None
         entry.start_error = None
         entry.retry_at = None
@@ -193,6 +204,8 @@ class Supervisor:
             log_path=self.layout.process_log(self.launch.swarm, pid.name, pid.instance_key),
         )
         try:
+            if self.prepare is not None:
+                await self.prepare(entry.address)
             handle = await self.spawner.spawn(spec)
         except (SpawnError, OSError) as exc:  # OSError: e.g. the log directory is not writable
             log.error("spawn_failed", process=str(pid), error=str(exc))
@@ -301,11 +314,22 @@ class Supervisor:
             if handle is not None:
                 handle.kill()
             return
-        if payload.protocol_version != PROTOCOL_VERSION:
+        if self.launch.history_frames and FEATURE_HISTORY not in payload.features:
+            entry.start_error = ErrorInfo(
+                code=ErrorCode.E_PROTOCOL_VERSION,
+                message="cluster mode needs children that send history frames; this one "
+                "does not (an older goondan?)",
+            )
+            handle = self._handles.get(entry.address)
+            if handle is not None:
+                handle.kill()
+            return
+        entry.protocol = payload.protocol_version  # what it reads: `delta` frames from 2 on
+        if not MIN_PROTOCOL_VERSION <= payload.protocol_version <= PROTOCOL_VERSION:
             entry.start_error = ErrorInfo(
                 code=ErrorCode.E_PROTOCOL_VERSION,
                 message=f"child speaks protocol {payload.protocol_version}, "
-                f"we speak {PROTOCOL_VERSION}",
+                f"we speak {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}",
             )
             handle = self._handles.get(entry.address)
             if handle is not None:
@@ -421,6 +445,16 @@ class Supervisor:
             kept, dropped = park_queued(self.router, self.router.services.acceptor, entry.address)
             report.kept, report.dropped = report.kept + kept, report.dropped + dropped
         return report
+
+    def evict(self, entry: ProcessEntry) -> None:
+        """Cluster mode: the instance is another node's now. SIGKILL without a respawn (its
+        events were taken from its mailbox by the caller)."""
+        if not entry.live:
+            return
+        if entry.status is not S.DRAINING:
+            # spawning | idle | processing -> draining
+            self.table.transition(entry, S.DRAINING, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
+        self.kill(entry)
 
     def kill(self, entry: ProcessEntry) -> None:
         """SIGKILL the current process of `entry`; its death is handled as a crash."""

@@ -59,6 +59,8 @@ class ProcessEntry:
     deactivated: bool = False
     """The last stop was a deactivation (idle timeout, or room made at the live bound): its
     state is on disk and its next event starts it again."""
+    protocol: int = 0
+    """The protocol version the current generation said in `hello` (0: not yet)."""
     _ids: tuple[int, ProcessId, str, bytes] | None = field(default=None, repr=False)
     """(generation, id, text, routing bytes), rebuilt when the generation changes."""
 

@@ -7,12 +7,16 @@ dropped connection.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from protocol.errors import ErrorInfo
 from protocol.jsontypes import JsonObject
+from protocol.stream import StreamDelta
+
+STREAM_WINDOW = 64
+"""Interim delta replies the daemon sends a streaming client before it hears `StreamAck`."""
 
 
 class _Request(
@@ -39,6 +43,9 @@ class SendText(_Request, frozen=True, tag="send"):
     metadata: JsonObject = msgspec.field(default_factory=dict)
     idempotency_key: str | None = None
     """A retry with the same key within 24 h is the first send: same event id, same reply."""
+    stream: bool = False
+    """Interim replies carry the turn's deltas (`ControlReply.delta`) before the final one;
+    the client acknowledges them with `StreamAck`. Needs `wait`."""
 
 
 class Attach(_Request, frozen=True, tag="attach"):
@@ -46,6 +53,14 @@ class Attach(_Request, frozen=True, tag="attach"):
 
     event_id: str
     timeout_ms: int = 120_000
+
+
+class StreamAck(_Request, frozen=True, tag="stream_ack"):
+    """One-way (no reply): the client of the streaming send `request_id` has read `received`
+    deltas; the daemon keeps at most STREAM_WINDOW of them unread, and merges or drops the
+    rest until the client catches up. The final reply never waits for it."""
+
+    received: int
 
 
 class StatusQuery(_Request, frozen=True, tag="status"):
@@ -109,6 +124,18 @@ class CallsDecide(_Request, frozen=True, tag="calls_decide"):
     by: str = ""
     """Who decided (the CLI sends the OS user); recorded in the runtime events."""
     timeout_ms: int = 120_000
+    via: Literal["cli", "studio"] = "cli"
+    """Where the person decided (`goondan calls`, Studio's approve/deny buttons)."""
+
+
+class ClusterStatusQuery(_Request, frozen=True, tag="cluster_status"):
+    """`goondan cluster status`: the swarm's nodes, partitions and lag (cluster mode)."""
+
+
+class ClusterDrain(_Request, frozen=True, tag="cluster_drain"):
+    """`goondan cluster drain NODE`: move the node's partitions away before maintenance."""
+
+    node: str
 
 
 ControlRequest = (
@@ -125,6 +152,9 @@ ControlRequest = (
     | CallsList
     | CallsResolve
     | CallsDecide
+    | StreamAck
+    | ClusterStatusQuery
+    | ClusterDrain
 )
 
 CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
@@ -140,6 +170,9 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     CallsList,
     CallsResolve,
     CallsDecide,
+    StreamAck,
+    ClusterStatusQuery,
+    ClusterDrain,
 )
 
 
@@ -151,6 +184,13 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     notice: str | None = None
     """An interim reply: something the client should hear while the request goes on (e.g.
     why a `send` waits). The final reply for the same `request_id` follows."""
+    delta: StreamDelta | None = None
+    """An interim reply of a streaming `send`: a piece of the turn in progress."""
+
+    @property
+    def interim(self) -> bool:
+        """A notice or a delta: the final reply for the same `request_id` is still to come."""
+        return self.notice is not None or self.delta is not None
 
 
 # -- typed results (what `status --json` prints) -----------------------------------------
@@ -164,6 +204,8 @@ class OrchestratorInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
     version: str
     state_root: str
     endpoints: dict[str, str] = msgspec.field(default_factory=dict)
+    node: str = ""
+    """Cluster mode: this node's name (empty on one machine)."""
 
 
 class ExitInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):

@@ -86,6 +86,7 @@ class ErrorCode(StrEnum):
     E_AGENT_SPAWN_DENIED = "E_AGENT_SPAWN_DENIED"
     E_AGENT_CAPACITY = "E_AGENT_CAPACITY"
     E_AGENT_BUDGET_EXCEEDED = "E_AGENT_BUDGET_EXCEEDED"
+    E_USAGE_FILE_CORRUPT = "E_USAGE_FILE_CORRUPT"
     E_AGENT_LIMIT = "E_AGENT_LIMIT"
 
     # connectors and Connection ingress
@@ -123,6 +124,18 @@ class ErrorCode(StrEnum):
     E_CALL_NOT_APPROVAL = "E_CALL_NOT_APPROVAL"
     E_METRICS_UNAVAILABLE = "E_METRICS_UNAVAILABLE"
     """The metrics endpoint cannot start (its port is taken, prometheus_client is missing)."""
+
+    # cluster mode (orchestrator/cluster/)
+    E_CLUSTER_CONFIG = "E_CLUSTER_CONFIG"
+    """A bad --cluster URL, node name or credentials file, or nats-py is not installed."""
+    E_CLUSTER_UNAVAILABLE = "E_CLUSTER_UNAVAILABLE"
+    """NATS (or its JetStream) cannot be reached, or refused to create the swarm's streams."""
+    E_CLUSTER_FENCED = "E_CLUSTER_FENCED"
+    """A conversation append was refused: another node owns the instance now."""
+    E_CLUSTER_NOT_OWNER = "E_CLUSTER_NOT_OWNER"
+    """This node does not own the instance's partition (its lease lapsed or moved)."""
+    E_CLUSTER_NODE_UNKNOWN = "E_CLUSTER_NODE_UNKNOWN"
+    """`goondan cluster drain NODE` named no live node."""
 
     # studio (orchestrator/studio/)
     E_STUDIO_FORBIDDEN = "E_STUDIO_FORBIDDEN"

@@ -33,11 +33,13 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rena
     properties: JsonObject = msgspec.field(default_factory=dict)
 
 
-class ReplyTo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class ReplyTo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
     """Where the final text of the turn goes: `target` is an address, `correlation_id` pairs it."""
 
     target: str
     correlation_id: str
+    stream: bool = False
+    """The requester wants the turn's `delta` frames before the reply (protocol.stream)."""
 
 
 class TraceContext(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):

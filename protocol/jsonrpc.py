@@ -77,6 +77,10 @@ ANSWER_SUFFIX = ".answer.json"
 APPROVE_METHOD = "goondan.approve"
 """The method of a pending call that asks a person to approve a tool call (a Tool export's
 `approval:`); its params are `{tool, arguments, message}`."""
+RESUMED_CALL = "resumedCall"
+"""`metadata` of a resumed turn's reply that the orchestrator passes on to the connector the
+turn came from when someone else answered its call (`goondan calls`, Studio, another
+connector): the call's id (ARCHITECTURE.md §10)."""
 
 
 def approval_answer(

@@ -34,6 +34,8 @@ class LaunchSettings(msgspec.Struct, frozen=True, kw_only=True):
     log_format: LogFormat = "json"
     max_frame_bytes: int = 16 << 20
     """The daemon refuses bigger frames; the child checks its own before it sends."""
+    history_frames: bool = False
+    """Cluster mode: send each conversation event to the daemon as a `history` frame."""
     cgroup: str = ""
     """A cgroup v2 directory the daemon prepared (its own, delegated to it) where each agent
     makes its own cgroup with its limits; empty: agents stay where they are."""

@@ -15,8 +15,13 @@ import msgspec
 from protocol.errors import ErrorInfo
 from protocol.events import AgentEvent
 from protocol.jsontypes import JsonObject
+from protocol.stream import StreamDelta
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: the `delta` frame. A child says its version in `hello`; the orchestrator sends `delta`
+frames only to a child of STREAM_PROTOCOL or later, and serves any version it still reads."""
+MIN_PROTOCOL_VERSION = 1
+STREAM_PROTOCOL = 2
 
 
 class _Payload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
@@ -40,6 +45,9 @@ class HelloPayload(_Payload, frozen=True, omit_defaults=False):
     instance_key: str
     generation: int
     protocol_version: int = PROTOCOL_VERSION
+    features: list[str] = msgspec.field(default_factory=list)
+    """Optional frames this child sends: `history` (cluster mode asks for it in the launch
+    settings; a node refuses a child that does not say it will)."""
 
 
 class ReadyPayload(_Payload, frozen=True):
@@ -125,6 +133,23 @@ class Status(_Frame, frozen=True, tag="status"):
     payload: StatusPayload
 
 
+# -- cluster mode: the conversation's appends -------------------------------------------
+
+FEATURE_HISTORY = "history"
+
+
+class HistoryPayload(_Payload, frozen=True):
+    """One conversation event (append/replace/remove/truncate) as the JSON line the child
+    wrote to its `events.jsonl`; in cluster mode the node publishes it to the history
+    stream (ARCHITECTURE.md §15). Sent only when the launch asks (`historyFrames`)."""
+
+    line: bytes
+
+
+class History(_Frame, frozen=True, tag="history"):
+    payload: HistoryPayload
+
+
 # -- runtime calls that are not events ---------------------------------------------------
 
 
@@ -168,6 +193,17 @@ class Call(_Frame, frozen=True, tag="call"):
 
 class CallResult(_Frame, frozen=True, tag="call_result"):
     payload: CallResultPayload
+
+
+# -- streamed turn progress ------------------------------------------------------------
+
+
+class Delta(_Frame, frozen=True, tag="delta"):
+    """A piece of a turn in progress (protocol.stream): agent -> orchestrator for a request
+    whose `replyTo.stream` is set, orchestrator -> connector for the connector's own emits.
+    Best-effort and never journaled; the reply that follows is the whole answer."""
+
+    payload: StreamDelta
 
 
 # -- liveness and shutdown ---------------------------------------------------------------
@@ -229,6 +265,8 @@ Message = (
     | Heartbeat
     | Shutdown
     | ShutdownAck
+    | Delta
+    | History
 )
 """The closed union of every frame. Dispatch with `match` ending in `assert_never`."""
 
@@ -243,4 +281,6 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     Heartbeat,
     Shutdown,
     ShutdownAck,
+    Delta,
+    History,
 )

@@ -71,6 +71,10 @@ class NullSocket:
     async def send(self, data: bytes) -> None:
         self.sent.append(type(decode_message(data)).__name__)
 
+    def send_nowait(self, data: bytes) -> bool:
+        self.sent.append(type(decode_message(data)).__name__)
+        return True
+
     async def recv(self) -> bytes:
         raise RuntimeError("a rehearsal never serves its link")
 

@@ -14,6 +14,7 @@ from typing import Any, cast
 import anthropic
 
 from agent_process.models import anthropic_cache as cache
+from agent_process.models.anthropic_stream import stream_messages
 from agent_process.models.base import ModelRequest, ModelResponse
 from agent_process.models.errors import map_provider_error
 from agent_process.models.tls import tls_context
@@ -52,6 +53,10 @@ class AnthropicModel:
         messages = to_anthropic_messages(request.messages)
         if self._caching:
             cache.add_breakpoints(kwargs, messages)
+        if request.on_text is not None:  # a streamed turn (ARCHITECTURE.md §4)
+            final = await stream_messages(self._client, self.name, messages, kwargs,
+                                          request.on_text)  # fmt: skip
+            return _response(final)
         try:
             reply = await self._client.messages.create(
                 model=self.name, messages=cast(Any, messages), **kwargs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -32,6 +33,10 @@ class ModelRequest(msgspec.Struct, kw_only=True):
     tools: list[CatalogItem]
     params: dict[str, Any] = msgspec.field(default_factory=dict)
     """`Agent.spec.modelConfig.params` (temperature, max_tokens, ...)."""
+    on_text: Callable[[str], None] | None = None
+    """Set when someone waits for the text as it is written (ARCHITECTURE.md §4, `delta`):
+    the provider streams and hands each piece here as it arrives. The response is the same
+    either way (text, tool calls, usage)."""
 
 
 class ModelResponse(msgspec.Struct, kw_only=True):

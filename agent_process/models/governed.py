@@ -9,6 +9,11 @@ it reports the tokens and their price (`Model.spec.pricing`, bundles/pricing.py)
 every agent. Each call is a `model.usage` runtime event (model, tokens, cached tokens, cost,
 and `permitMs`: how long the permit took, rate-limit waiting included).
 
+The permit of a turn's first call is asked as the turn starts (`ask_ahead`, with an estimate
+from the previous call and the new input; agent_process/permit_ahead.py), so its round trip
+overlaps the turn's start. The report after a call carries the tokens its permit took from the
+bucket (the grant's `tokens`), so the bucket settles what it really took.
+
 Outside a daemon (no `PermitDesk`) the wrapper only records the runtime event.
 """
 
@@ -41,6 +46,8 @@ class PermitDesk(Protocol):
 
     async def permit(self, args: JsonObject) -> CallResultPayload: ...
 
+    async def ask_ahead(self, args: JsonObject) -> None: ...
+
     async def report(self, args: JsonObject) -> None: ...
 
 
@@ -72,14 +79,27 @@ class Governed:
         self._asks = asks and desk is not None
         """Whether a permit is needed (a budget or a rate limit applies)."""
         self._record = record
+        self._last_estimate: int | None = None
+        """The estimate of the previous call: the base of the next turn's permit asked ahead."""
+
+    async def ask_ahead(self, event_id: str, input_chars: int) -> None:
+        """A turn starts: ask now for its first call's permit (after this process's first call,
+        whose request size is the base of the estimate; before it, the call asks itself)."""
+        desk = self._desk
+        if not self._asks or desk is None or self._last_estimate is None:
+            return
+        estimate = self._last_estimate + input_chars // CHARS_PER_TOKEN
+        await desk.ask_ahead({"model": self.resource, "eventId": event_id,
+                              "estimatedTokens": estimate})  # fmt: skip
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         desk = self._desk
         estimate = estimate_tokens(request) if desk is not None else 0
+        self._last_estimate = estimate
         waited: JsonObject = {}
         if self._asks and desk is not None:
             asked = time.perf_counter()
-            await self._permit(desk, estimate)
+            estimate = await self._permit(desk, estimate)  # what the permit took
             waited["permitMs"] = round((time.perf_counter() - asked) * 1000, 4)
         try:
             response = await self.inner.complete(request)
@@ -99,12 +119,15 @@ class Governed:
             await desk.report(self._usage_args(desk, response.usage, estimate, cost))
         return response
 
-    async def _permit(self, desk: PermitDesk, estimate: int) -> None:
+    async def _permit(self, desk: PermitDesk, estimate: int) -> int:
+        """Wait for the permit; the tokens it took from the bucket (a permit asked ahead took
+        its own estimate)."""
         args: JsonObject = {"model": self.resource, "eventId": desk.turn_key(),
                             "estimatedTokens": estimate}  # fmt: skip
         answer = await desk.permit(args)
         if answer.ok:
-            return
+            taken = answer.result.get("tokens") if isinstance(answer.result, dict) else None
+            return int(taken) if isinstance(taken, int | float) and taken >= 0 else estimate
         error = answer.error
         code = error.code if error is not None else ErrorCode.E_AGENT_BUDGET_EXCEEDED
         message = error.message if error is not None else "no permit for a model call"

@@ -15,6 +15,7 @@ import openai
 
 from agent_process.models.base import ModelError, ModelRequest, ModelResponse, Usage
 from agent_process.models.errors import map_provider_error
+from agent_process.models.openai_stream import Streamed, stream_chat
 from agent_process.models.tls import tls_context
 from protocol.conversation import Message, Role, ToolCall
 from protocol.errors import ErrorCode
@@ -51,6 +52,9 @@ class OpenAIChatModel:
                 for t in request.tools
             ]
         body = {"model": self.name, "messages": to_openai_messages(request), **kwargs}
+        if request.on_text is not None:  # a streamed turn (ARCHITECTURE.md §4)
+            streamed = await stream_chat(self._client, self.name, body, request.on_text)
+            return _streamed_response(streamed)
         try:
             # `post` with the same body as `chat.completions.create`: create's type-driven
             # transform of the params costs ~160 µs per message, so a turn got slower with
@@ -170,6 +174,13 @@ def _response(completion: _Completion) -> ModelResponse:
         ),
         finish_reason=choice.finish_reason,
     )
+
+
+def _streamed_response(streamed: Streamed) -> ModelResponse:
+    calls = [_tool_call(_Call(id=i, function=_Function(name=n, arguments=a)))
+             for i, n, a in streamed.calls]  # fmt: skip
+    return ModelResponse(text=streamed.text, tool_calls=calls, usage=streamed.usage,
+                         finish_reason=streamed.finish_reason)  # fmt: skip
 
 
 def _tool_call(call: _Call) -> ToolCall:

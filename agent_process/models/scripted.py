@@ -9,6 +9,10 @@ Each step, the first rule that fits answers it (`bundles.kinds.ScriptRule`):
 `reply` and string arguments of `toolCalls` may use `{input}` (the latest user input),
 `{last_tool_result}` (the JSON text of the last tool result) and `{last_tool_name}`.
 A rule with `toolCalls` makes the step call those tools (and continue); `delayMs` waits first.
+
+When the turn is streamed (`ModelRequest.on_text`), the reply is handed out in pieces of
+`streamChunkChars` characters (0: in one piece) with `streamDelayMs` between them; a rule may
+override both. The response is the same either way.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import re
 import uuid
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +65,12 @@ class ScriptedModel:
     def __init__(self, name: str, options: ScriptedOptions) -> None:
         self.name = name
         self._options = options
+        negative = [k for k, v in _stream_settings(options) if v < 0]
+        if negative:
+            raise ModelError(
+                ErrorCode.E_MODEL_SCRIPT,
+                f"model {name!r}: {', '.join(sorted(set(negative)))} must be 0 or more",
+            )
         try:
             self._rules = [_Rule(r) for r in options.script]
         except re.error as exc:
@@ -95,6 +106,8 @@ class ScriptedModel:
         reply = situation.fill(
             (rule.reply or "") if rule is not None else self._options.default_reply
         )
+        if request.on_text is not None and reply:
+            await self._stream(reply, rule, request.on_text)
         calls = [
             ToolCall(
                 id=c.id or f"call_{uuid.uuid4().hex[:12]}",
@@ -109,6 +122,21 @@ class ScriptedModel:
             usage=_estimate(request, reply),
             finish_reason="tool_calls" if calls else "stop",
         )
+
+    async def _stream(
+        self, reply: str, rule: ScriptRule | None, on_text: Callable[[str], None]
+    ) -> None:
+        options = self._options
+        size = options.stream_chunk_chars
+        delay = options.stream_delay_ms
+        if rule is not None:
+            size = rule.stream_chunk_chars if rule.stream_chunk_chars is not None else size
+            delay = rule.stream_delay_ms if rule.stream_delay_ms is not None else delay
+        size = size or len(reply)
+        for start in range(0, len(reply), size):
+            if start:  # each piece on its own turn of the loop, as a provider's would arrive
+                await asyncio.sleep(delay / 1000)
+            on_text(reply[start : start + size])
 
     def _pick(self, situation: _Situation) -> ScriptRule | None:
         for compiled in self._rules:
@@ -127,6 +155,15 @@ class ScriptedModel:
 
     async def aclose(self) -> None:
         return None
+
+
+def _stream_settings(options: ScriptedOptions) -> list[tuple[str, int]]:
+    rules = [(r.stream_chunk_chars, r.stream_delay_ms) for r in options.script]
+    pairs = [("streamChunkChars", options.stream_chunk_chars),
+             ("streamDelayMs", options.stream_delay_ms)]  # fmt: skip
+    for chars, delay in rules:
+        pairs += [("streamChunkChars", chars or 0), ("streamDelayMs", delay or 0)]
+    return pairs
 
 
 def _fill_args(value: Any, situation: _Situation) -> Any:

@@ -16,10 +16,13 @@ import sys
 from pathlib import Path
 
 from bundles.diagnostics import BundleError, Severity
+from bundles.kinds import ClusterPolicy, SwarmSpec
 from bundles.loader import inspect_bundle
-from bundles.model import Bundle
+from bundles.model import Bundle, Resource
 from orchestrator import daemon
 from orchestrator.client import Printer, layout_of
+from orchestrator.cluster.options import ClusterConfigError, ClusterOptions
+from orchestrator.cluster.options import options as cluster_options
 from orchestrator.control import ControlContext
 from orchestrator.deepcheck import deep_check
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
@@ -90,6 +93,32 @@ def _read_input(args: argparse.Namespace) -> str | None:
     return text
 
 
+def _load(
+    args: argparse.Namespace, env_files: tuple[Path, ...], root: Path
+) -> tuple[Bundle, Resource[SwarmSpec]]:
+    """The bundle and the swarm to run; raises BundleError (warnings are printed) or KeyError
+    (no such swarm)."""
+    report = inspect_bundle(args.bundle, env_files=env_files, state_root=root)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if report.bundle is None:
+        raise BundleError(report.errors)
+    bundle = report.bundle
+    swarm = bundle.swarm(args.swarm)
+    if not args.no_entry_check:
+        _check_entries(bundle, swarm.name, env_files, root)
+    return bundle, swarm
+
+
+def _cluster_options(args: argparse.Namespace, policy: ClusterPolicy) -> ClusterOptions | None:
+    if args.cluster is None:
+        if args.node is not None or args.nats_creds is not None:
+            raise ClusterConfigError("--node and --nats-creds need --cluster",
+                                     "add --cluster nats://HOST:PORT")  # fmt: skip
+        return None
+    return cluster_options(args.cluster, args.node, args.nats_creds, policy)
+
+
 class _Run:
     name = "run"
 
@@ -118,6 +147,16 @@ class _Run:
             "--watch", action="store_true",
             help="reload the bundle when its files change; restart only the affected processes",
         )  # fmt: skip
+        cluster = parser.add_argument_group("cluster mode (README: Running on several machines)")
+        cluster.add_argument(
+            "--cluster", metavar="URLS",
+            help="run as one node of the swarm's cluster: NATS servers nats://HOST:PORT[,...] "
+            "(tls://HOST:PORT for TLS); needs goondan[cluster]",
+        )  # fmt: skip
+        cluster.add_argument("--node", metavar="NAME", help="this node's name in the cluster")
+        cluster.add_argument(
+            "--nats-creds", metavar="FILE", help="NATS user credentials (.creds) to connect with"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer("run")
@@ -128,16 +167,9 @@ class _Run:
             return EXIT_USAGE
         layout = layout_of(args)
         env_files = tuple(Path(f) for f in args.env_file)
-        report = inspect_bundle(args.bundle, env_files=env_files, state_root=layout.root)
-        for warning in report.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
         try:
-            if report.bundle is None:
-                raise BundleError(report.errors)
-            bundle = report.bundle
-            swarm = bundle.swarm(args.swarm)
-            if not args.no_entry_check:
-                _check_entries(bundle, swarm.name, env_files, layout.root)
+            bundle, swarm = _load(args, env_files, layout.root)
+            cluster = _cluster_options(args, swarm.spec.policy.cluster)
         except BundleError as exc:
             for diag in exc.diagnostics:
                 print(str(diag), file=sys.stderr)
@@ -145,6 +177,9 @@ class _Run:
             return EXIT_USAGE
         except KeyError as exc:
             print(f"goondan run: {exc.args[0]}; nothing was started", file=sys.stderr)
+            return EXIT_USAGE
+        except ClusterConfigError as exc:
+            print(f"goondan run: {exc.code}: {exc.message} ({exc.suggestion})", file=sys.stderr)
             return EXIT_USAGE
         opts = daemon.DaemonOptions(
             bundle=bundle,
@@ -155,6 +190,7 @@ class _Run:
             quiet=text is not None,
             on_started=one_shot(text, printer) if text is not None else None,
             watch=args.watch,
+            cluster=cluster,
         )
         try:
             return daemon.run(opts)

@@ -1,5 +1,5 @@
-"""`goondan send [--agent A] [--instance K] [--json] [--no-wait] [--idempotency-key K] TEXT`
-and `goondan send --attach ID`.
+"""`goondan send [--agent A] [--instance K] [--json] [--no-wait] [--no-stream]
+[--idempotency-key K] TEXT` and `goondan send --attach ID`.
 
 Sends one input to an agent of the running daemon (default: the Swarm's entry agent and
 instanceKey) and prints the reply text, or with `--json` the response event. The daemon has
@@ -7,17 +7,82 @@ journaled the input before it answers (with `--no-wait`, the event id it prints 
 the input is processed, even across a crash). A failed turn or a crashed agent prints its coded
 error on stderr and exits 1. `--attach ID` prints the reply of an input sent before (waiting
 while it runs), e.g. after a wait that timed out or a daemon that was restarted.
+
+Streaming (ARCHITECTURE.md §4): on a terminal the reply is printed as the model writes it, and
+tool calls are reported on stderr as they start and end; with `--json`, every delta is a JSON
+line (`text.delta`, `tool.started`, `tool.finished`) before the response event's line.
+`--no-stream` waits for the whole reply; a stdout that is not a terminal gets the reply only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from typing import Any, TextIO
 
 from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
-from protocol.control import Attach, SendText
+from protocol.control import Attach, ControlReply, SendText
 from protocol.errors import ErrorCode, ErrorInfo
+from protocol.stream import DeltaKind, StreamDelta
+
+
+class JsonLines:
+    """`--json`: one line per delta, as it arrives."""
+
+    def delta(self, delta: StreamDelta) -> None:
+        sys.stdout.write(json.dumps(delta.event(), ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+
+
+class Terminal:
+    """Text on stdout as it arrives, tool calls on stderr; at the end, whatever the deltas
+    did not show of the reply (a slow terminal may have had some dropped)."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out, self.err = out, err
+        self.step: int | None = None
+        self.shown: list[str] = []
+        """The text printed of the latest step that had text."""
+        self.mid_line = False
+
+    def delta(self, delta: StreamDelta) -> None:
+        if delta.kind is DeltaKind.TEXT:
+            if delta.step != self.step:
+                self.end_line(blank=self.step is not None)  # a new step: a new paragraph
+                self.step, self.shown = delta.step, []
+            self.out.write(delta.text)
+            self.out.flush()
+            self.shown.append(delta.text)
+            self.mid_line = not delta.text.endswith("\n")
+            return
+        self.end_line()
+        if delta.kind is DeltaKind.TOOL_STARTED:
+            self.err.write(f"goondan: running {delta.tool}\n")
+        else:
+            self.err.write(f"goondan: {delta.tool} {delta.status}\n")
+        self.err.flush()
+
+    def reply(self, text: str) -> None:
+        shown = "".join(self.shown)
+        if not shown:
+            self.end_line()
+            self.out.write(text + "\n")
+        elif text.startswith(shown):
+            self.out.write(text[len(shown) :] + "\n")
+        else:
+            self.out.write("\n" + text + "\n")
+        self.out.flush()
+
+    def end_line(self, *, blank: bool = False) -> None:
+        """Finish the line the text left open (and leave a blank one)."""
+        if self.mid_line:
+            self.out.write("\n")
+            self.mid_line = False
+        if blank:
+            self.out.write("\n")
+        self.out.flush()
 
 
 class _Send:
@@ -27,8 +92,16 @@ class _Send:
         parser.add_argument("text", nargs="*", metavar="TEXT")
         parser.add_argument("--agent", metavar="A", help="target agent (default: entry agent)")
         parser.add_argument("--instance", metavar="K", help="instanceKey (default: the swarm's)")
-        parser.add_argument("--json", action="store_true", help="print the response event")
+        parser.add_argument(
+            "--json", action="store_true",
+            help="one JSON line per delta (text.delta, tool.started, tool.finished), then the "
+            "response event",
+        )  # fmt: skip
         parser.add_argument("--no-wait", action="store_true", help="do not wait for a reply")
+        parser.add_argument(
+            "--no-stream", action="store_true",
+            help="wait for the whole reply (a terminal otherwise shows it as it is written)",
+        )  # fmt: skip
         parser.add_argument("--timeout", type=float, default=120.0, metavar="S")
         parser.add_argument(
             "--idempotency-key", metavar="K",
@@ -44,6 +117,7 @@ class _Send:
             printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST,
                                     message="give TEXT to send, or --attach ID"))  # fmt: skip
             return EXIT_USAGE
+        output = _output(args)
         req: SendText | Attach = SendText(
             request_id=new_request_id(),
             text=" ".join(args.text),
@@ -52,27 +126,51 @@ class _Send:
             wait=not args.no_wait,
             timeout_ms=int(args.timeout * 1000),
             idempotency_key=args.idempotency_key,
+            stream=output is not None,
         )
         if args.attach:
             req = Attach(request_id=new_request_id(), event_id=args.attach,
                          timeout_ms=int(args.timeout * 1000))  # fmt: skip
         try:
-            reply = call(find_daemon(args), req, timeout=args.timeout + 5)
+            reply = call(find_daemon(args), req, timeout=args.timeout + 5,
+                         on_delta=output.delta if output is not None else None)  # fmt: skip
         except ClientError as exc:
             printer.error(exc.error)
             return EXIT_RUNTIME
-        if args.json and reply.result is not None:
-            print(json.dumps(reply.result, ensure_ascii=False))
-        if not reply.ok:
-            printer.reply_error(reply)
-            return EXIT_RUNTIME
-        if not args.json:
-            result = reply.result
-            if isinstance(result, dict) and result.get("finished"):
-                print(f"event {result['eventId']} finished (it had no reply)")
-            else:
-                print(result.get("input", "") if isinstance(result, dict) else result)
-        return EXIT_OK
+        return _print(args, reply, output, printer)
+
+
+def _output(args: argparse.Namespace) -> JsonLines | Terminal | None:
+    """How the deltas are shown; None: the send does not ask for them."""
+    if args.no_stream or args.no_wait or args.attach:
+        return None
+    if args.json:
+        return JsonLines()
+    return Terminal(sys.stdout, sys.stderr) if sys.stdout.isatty() else None
+
+
+def _print(
+    args: argparse.Namespace,
+    reply: ControlReply,
+    output: JsonLines | Terminal | None,
+    printer: Printer,
+) -> int:
+    if args.json and reply.result is not None:
+        print(json.dumps(reply.result, ensure_ascii=False))
+    if not reply.ok:
+        if isinstance(output, Terminal):
+            output.end_line()
+        printer.reply_error(reply)
+        return EXIT_RUNTIME
+    if not args.json:
+        result: Any = reply.result
+        if isinstance(result, dict) and result.get("finished"):
+            print(f"event {result['eventId']} finished (it had no reply)")
+        elif isinstance(output, Terminal):
+            output.reply(result.get("input", "") if isinstance(result, dict) else str(result))
+        else:
+            print(result.get("input", "") if isinstance(result, dict) else result)
+    return EXIT_OK
 
 
 COMMAND = _Send()

@@ -43,6 +43,8 @@ def _status_text(p: JsonObject) -> str:
 def render(result: JsonObject) -> str:
     orch = result["orchestrator"]
     lines = [f"orchestrator pid {orch['pid']}  swarm {orch['swarm']}  since {orch['startedAt']}"]
+    if orch.get("node"):  # cluster mode: the table is this node's; the swarm's is elsewhere
+        lines[0] += f"  node {orch['node']} (the whole cluster: goondan cluster status)"
     header = ("KIND", "NAME", "INSTANCE", "PID", "STATUS", "PENDING", "RESTARTS", "GEN",
               "LAST EXIT")  # fmt: skip
     rows = [header] + [

@@ -178,6 +178,18 @@ class _Handlers:
             await s.link.resolve(_resolution(request.path_params["call_id"], await _body(request)))
         )
 
+    async def decide(self, request: Request) -> Response:
+        """Approve or deny: the control request of `goondan calls approve|deny`."""
+        decision = request.path_params["decision"]
+        if decision not in ("approve", "deny"):
+            raise BadRequest(f"no action {decision!r} on a call: approve or deny")
+        data = await _body(request)
+        message = data.get("message")
+        if message is not None and (not isinstance(message, str) or len(message) > 512):
+            raise BadRequest("message must be a string of at most 512 characters")
+        call_id = request.path_params["call_id"]
+        return _reply(await self.s.link.decide(call_id, decision == "approve", message))
+
     async def logs(self, request: Request) -> Response:
         s = self.s
         keep = _log_filter(request)
@@ -216,6 +228,7 @@ def build(studio: Studio) -> Starlette:
         Route("/api/charts", h.charts),
         Route("/api/calls", h.calls),
         Route("/api/calls/{call_id}", h.resolve, methods=["POST"]),
+        Route("/api/calls/{call_id}/{decision}", h.decide, methods=["POST"]),
         Route("/api/logs", h.logs),
         Route("/api/stream/logs", h.logs_stream),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

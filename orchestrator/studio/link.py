@@ -11,6 +11,7 @@ import msgspec
 from orchestrator.client import ClientError, call, new_request_id, pid_alive
 from orchestrator.rundir import read_active
 from protocol.control import (
+    CallsDecide,
     CallsList,
     CallsResolve,
     ControlReply,
@@ -65,4 +66,11 @@ class DaemonLink:
         return await self.ask(CallsList(request_id=new_request_id()))
 
     async def resolve(self, req: CallsResolve) -> ControlReply:
+        return await self.ask(req, limit=req.timeout_ms / 1000 + 5)
+
+    async def decide(self, call_id: str, approve: bool, message: str | None) -> ControlReply:
+        """Approve or deny a `goondan.approve` call: the request of `goondan calls
+        approve|deny`, recorded as decided via Studio."""
+        req = CallsDecide(request_id=new_request_id(), call_id=call_id, approve=approve,
+                          message=message, via="studio", timeout_ms=30_000)  # fmt: skip
         return await self.ask(req, limit=req.timeout_ms / 1000 + 5)

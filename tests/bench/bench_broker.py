@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -184,8 +185,48 @@ spec: {entryAgent: Agent/hop, agents: [Agent/hop]}
 """
 
 
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "local",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+USAGE_CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "local",
+               "choices": [], "usage": USAGE}  # fmt: skip
+SSE_EVENTS = [
+    _chunk({"role": "assistant", "content": ""}),
+    _chunk({"content": "po"}),
+    _chunk({"content": "ng"}),
+    _chunk({}, "stop"),
+    b"data: " + json.dumps(USAGE_CHUNK).encode() + b"\n\n",
+    b"data: [DONE]\n\n",
+]
+"""The same answer streamed (`stream: true`): a role chunk, "po", "ng", the finish chunk, the
+usage chunk and `[DONE]`, each event flushed on its own as a real stream's are."""
+
+
+def tool_answer(body: bytes) -> bytes:
+    """A request that offers tools: call the one named `*now` (else the first; no arguments)
+    unless the last message is a tool's result, then say "pong"."""
+    request = json.loads(body)
+    tools = [t["function"]["name"] for t in request.get("tools") or []]
+    if not tools or request["messages"][-1].get("role") == "tool":
+        return COMPLETION
+    name = next((t for t in tools if t.endswith("now")), tools[0])
+    call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+    return json.dumps({
+        "id": "chatcmpl-2", "object": "chat.completion", "created": 1, "model": "local",
+        "choices": [{"index": 0, "finish_reason": "tool_calls",
+                     "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }).encode()  # fmt: skip
+
+
 async def _llm_server() -> None:
-    """Answers every POST with the same chat completion (keep-alive), as fast as it can."""
+    """Answers every POST with the same chat completion (keep-alive), as fast as it can;
+    streamed as server-sent events when the request asks for it; a tool call first when the
+    request offers tools (`tool_answer`)."""
     import asyncio
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -195,11 +236,23 @@ async def _llm_server() -> None:
             for line in head.split(b"\r\n"):
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":")[1])
-            await reader.readexactly(length)
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(COMPLETION), COMPLETION)
-            )
+            body = await reader.readexactly(length)
+            if b'"tools"' in body:  # bench_peers' tool round trip
+                answer = tool_answer(body)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\n\r\n%s" % (len(answer), answer))  # fmt: skip
+            elif b'"stream": true' in body or b'"stream":true' in body:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+                for event in SSE_EVENTS:
+                    writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    await writer.drain()
+                writer.write(b"0\r\n\r\n")
+            else:
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(COMPLETION), COMPLETION)
+                )
             await writer.drain()
 
     async def guarded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -272,6 +325,18 @@ async def _hop_measure(harness: Any, port: int) -> dict[str, list[float]]:
 
 
 def _hop_role() -> None:
+    print(json.dumps(run_in_harness(HOP_BUNDLE, ("hop",), _hop_measure)), flush=True)
+
+
+def run_in_harness(
+    bundle_text: str,
+    agents: tuple[str, ...],
+    measure: Callable[[Any, int], Awaitable[dict[str, list[float]]]],
+    files: Mapping[str, str] | None = None,
+) -> dict[str, list[float]]:
+    """The local model server and a warm-hop harness in this process (the real router,
+    supervisor, fork server and journal, bench_spawn.Harness) on `bundle_text` (PORT: the
+    server's port; `files` beside it): what `measure(harness, port)` samples."""
     import logging
 
     import structlog
@@ -295,7 +360,9 @@ def _hop_role() -> None:
             tempfile.TemporaryDirectory(prefix="gj", dir=Path.home()) as disk,
         ):
             bundle_file = Path(tmp) / "goondan.yaml"
-            bundle_file.write_text(HOP_BUNDLE.replace("PORT", str(port)))
+            bundle_file.write_text(bundle_text.replace("PORT", str(port)))
+            for name, text in (files or {}).items():
+                (Path(tmp) / name).write_text(text)
             layout = StateLayout(root=Path(tmp) / "state")
             bundle = load_bundle(bundle_file, state_root=layout.root)
             server = start_server(bundle, layout)
@@ -305,29 +372,35 @@ def _hop_role() -> None:
                 # costs nothing): its fsyncs are the cost being measured
                 journal = await SqliteJournal.open(Path(disk) / "ingress.sqlite3")
                 acceptor = Acceptor(journal, lambda *_: None)
-                harness = Harness("forkserver", server, layout, bundle, agents=("hop",),
+                harness = Harness("forkserver", server, layout, bundle, agents=agents,
                                   acceptor=acceptor)  # fmt: skip
                 try:
-                    return await _hop_measure(harness, port)
+                    return await measure(harness, port)
                 finally:
                     await harness.close()
                     await acceptor.close()
 
-            result = uvloop.run(run_all())
+            return uvloop.run(run_all())
     finally:
         llm.kill()
         llm.wait()
-    print(json.dumps(result), flush=True)
+
+
+def role_samples(module: str, role: str, timeout: float = 600) -> dict[str, list[float]]:
+    """Run `python -m tests.bench.<module> <role>` (a process of its own, so its samples are
+    not taken in this one's heap); the samples its last line prints as JSON."""
+    proc = subprocess.run(
+        [sys.executable, "-m", f"tests.bench.{module}", role],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module} {role} failed:\n{proc.stderr[-3000:]}")
+    result: dict[str, list[float]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def warm_hop() -> list[Row]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.bench.bench_broker", "hop"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(f"warm hop failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = role_samples("bench_broker", "hop")
     bare = statistics.median(result["bare"])
     return [
         Row(

@@ -3,10 +3,13 @@
 A real `goondan run` daemon runs agents on the scripted model with a daily budget and a Model
 rate limit high enough never to make them wait, so every model call asks the orchestrator for a
 permit (`model_permit`: agent DEALER -> orchestrator ROUTER -> budget check and bucket -> reply)
-and reports its usage after. The figure is the permit as the agent measures it around the call
-(`permitMs` of its `model.usage` runtime events). The baseline is the same shape with no
-goondan code, measured in the same run: an asyncio DEALER on uvloop sending one msgpack frame
-to an asyncio ROUTER on uvloop that decodes it with a typed msgspec decoder and answers.
+and reports its usage after. The figure is what the permit adds to the call, as the agent
+measures it around the call (`permitMs` of its `model.usage` runtime events). Two rows: a
+turn's first call, whose permit was asked as the turn started (agent_process/permit_ahead.py),
+and a later step's call (after a tool call), which asks at the call. The baseline is the same
+shape with no goondan code, measured in the same run: an asyncio DEALER on uvloop sending one
+msgpack frame to an asyncio ROUTER on uvloop that decodes it with a typed msgspec decoder and
+answers.
 
 Run: `python -m tests.bench bench_permits` (or `python -m tests.bench.bench_permits`).
 """
@@ -29,6 +32,8 @@ from tests.bench.baselines import Row, p99, print_rows, stalls
 INSTANCES = 4
 TURNS = 100
 """Turns measured per instance, after one warm-up each (one model call per turn)."""
+STEPPED = 2
+"""Instances whose turns call a tool, then the model again (a later step's permit)."""
 ECHOES = 3000
 ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
 BUNDLE = """
@@ -38,7 +43,11 @@ metadata: {name: m}
 spec:
   provider: scripted
   model: permits
-  options: {script: [{reply: ok}]}
+  options:
+    script:
+      - {afterTool: "*", reply: ok}
+      - {match: "^step", toolCalls: [{name: file-system__list, args: {path: "."}}]}
+      - {reply: ok}
   rateLimit: {requestsPerMinute: 6000000}
 ---
 apiVersion: goondan.ai/v1
@@ -46,6 +55,7 @@ kind: Agent
 metadata: {name: metered}
 spec:
   modelConfig: {modelRef: Model/m}
+  tools: [{ref: {kind: Tool, name: file-system, package: "@goondan/base"}}]
   policy: {budget: {turnsPerDay: 100000000, tokensPerDay: 100000000}}
 ---
 apiVersion: goondan.ai/v1
@@ -126,46 +136,62 @@ async def _drive(bundle: Path) -> None:
 
     daemon = await Daemon.start(bundle, swarm="bench")
     try:
-        for n in range(INSTANCES):
+        for key, text in _runs():
             for i in range(TURNS + 1):  # the first one spawns the process
-                reply = await daemon.send(f"ping {i}", "metered", key=f"i{n}")
+                reply = await daemon.send(f"{text} {i}", "metered", key=key)
                 assert reply.ok, reply.error
     finally:
         await daemon.close()
 
 
-def _permits(tmp: Path) -> list[float]:
+def _runs() -> list[tuple[str, str]]:
+    """(instance key, input): one-step turns, then turns of two steps around a tool call."""
+    return [(f"i{n}", "ping") for n in range(INSTANCES)] + [
+        (f"s{n}", "step") for n in range(STEPPED)
+    ]
+
+
+def _permits(tmp: Path) -> tuple[list[float], list[float]]:
+    """(first calls of turns, later steps' calls): µs each, after each warm-up turn."""
     os.environ["GOONDAN_STATE_ROOT"] = str(tmp / "s")
     layout = StateLayout.from_env()
     (tmp / "goondan.yaml").write_text(BUNDLE)
     asyncio.run(_drive(tmp / "goondan.yaml"))
-    out: list[float] = []
-    for n in range(INSTANCES):
-        path = layout.instance_paths("bench", f"i{n}", "metered").runtime_events_jsonl
+    first: list[float] = []
+    later: list[float] = []
+    for key, _ in _runs():
+        path = layout.instance_paths("bench", key, "metered").runtime_events_jsonl
         events = [json.loads(line) for line in path.read_text().splitlines()]
-        asked = [e["data"]["permitMs"] * 1000 for e in events if e["type"] == "model.usage"]
-        out += asked[1:]  # after the warm-up turn
-    return out
+        turns: dict[str, list[float]] = {}
+        for e in events:
+            if e["type"] == "model.usage":
+                turns.setdefault(e["traceId"], []).append(e["data"]["permitMs"] * 1000)
+        for calls in list(turns.values())[1:]:  # after the warm-up turn
+            first.append(calls[0])
+            later += calls[1:]
+    return first, later
 
 
 def run() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="gp", dir=ROOT) as tmp:
         bare = _bare(Path(tmp))
-        permits = _permits(Path(tmp))
+        first, later = _permits(Path(tmp))
     base = statistics.median(bare)
     return [
         Row("bare DEALER->ROUTER round trip (baseline)", base, p99(bare), "µs", base,
             stalls=stalls(bare)),
-        Row(f"model-call permit ({len(permits)} calls)", statistics.median(permits),
-            p99(permits), "µs", base, "≤ 200 µs p50", stalls(permits)),
+        Row(f"permit, turn's first call, asked ahead ({len(first)})", statistics.median(first),
+            p99(first), "µs", base, "≤ 200 µs p50", stalls(first)),
+        Row(f"permit, later step, asked at the call ({len(later)})", statistics.median(later),
+            p99(later), "µs", base, "≤ 200 µs p50", stalls(later)),
     ]  # fmt: skip
 
 
 def main() -> list[Row]:
     rows = run()
     print_rows(
-        f"permit per model call through the real daemon ({INSTANCES} instances x {TURNS} "
-        "turns, budget and rate limit on, never waiting)",
+        f"permit per model call through the real daemon ({INSTANCES} + {STEPPED} instances x "
+        f"{TURNS} turns, budget and rate limit on, never waiting)",
         rows,
     )
     return rows

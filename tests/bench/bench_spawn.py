@@ -132,10 +132,11 @@ class Harness:
         self.waiters[address] = fut
         return fut
 
-    async def spawn(self, key: str) -> float:
+    async def spawn(self, key: str, agent: str | None = None) -> float:
+        """Start `agent` (default: the first) at `key`; ms until it is ready."""
         from protocol.ids import agent_address
 
-        address = agent_address(self.agents[0], key)
+        address = agent_address(agent or self.agents[0], key)
         fut = self._await_ready(address)
         start = time.perf_counter()
         self.supervisor.ensure(address)

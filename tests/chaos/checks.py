@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterable
@@ -51,8 +52,11 @@ def unprocessed(daemon: Daemon, swarm: str, books: Books) -> dict[str, str]:
 
 
 def survivors(procs: Iterable[psutil.Process], state_root: Path) -> list[str]:
-    """Processes of the run still there (zombies included), plus any other process whose
-    environment names the test's state root."""
+    """Processes of the run still there (zombies included), plus any other process that
+    names the test's state root: in its environment, its command line, its working directory
+    or a file it holds open. The environment alone is not enough: a process title overwrites
+    the environment block /proc shows (orchestrator/proctitle.py), and daemon processes hold
+    their log files under the state root open."""
     left = []
     for proc in procs:
         try:
@@ -65,13 +69,34 @@ def survivors(procs: Iterable[psutil.Process], state_root: Path) -> list[str]:
         if proc.pid == os.getpid():
             continue
         try:
-            env = proc.environ()
-            cmd = " ".join(proc.info["cmdline"] or [])
+            named = _names_root(proc, root)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if env.get("GOONDAN_STATE_ROOT") == root or root in cmd:
+        if named:
             left.append(f"{proc.pid} {proc.info['cmdline'][:4]} (names the state root)")
     return sorted(set(left))
+
+
+def _names_root(proc: psutil.Process, root: str) -> bool:
+    if proc.environ().get("GOONDAN_STATE_ROOT") == root:
+        return True
+    if root in " ".join(proc.info["cmdline"] or []):
+        return True
+    inside = root + os.sep
+    if proc.cwd() == root or proc.cwd().startswith(inside):
+        return True
+    return any(f.path.startswith(inside) for f in proc.open_files())
+
+
+async def wait_gone(procs: list[psutil.Process], state_root: Path, limit: float) -> list[str]:
+    """`survivors` once none is left, or what is still there after `limit` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while True:
+        left = await asyncio.to_thread(survivors, procs, state_root)
+        if not left or loop.time() > deadline:
+            return left
+        await asyncio.sleep(0.1)  # exits of processes we do not parent: poll
 
 
 def conversation_faults(swarm: str) -> list[str]:

@@ -10,8 +10,10 @@ conversations that replay cleanly.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+from collections.abc import Sequence
 
 from protocol.control import StatusQuery
 from protocol.endpoints import StateLayout
@@ -76,14 +78,25 @@ async def stop(daemon: Daemon) -> list[str]:
     return await asyncio.to_thread(checks.survivors, procs, root)
 
 
-def assert_paths(books: Books, missing: dict[str, str]) -> None:
+def trail(daemon: Daemon, missing: dict[str, str]) -> list[str]:
+    """The daemon's log lines that name a missing event (its journal append, delivery,
+    crash answers): what a failure needs to tell a lost event from a slow one."""
+    ids = set(missing)
+    return [
+        json.dumps(line)[:400]
+        for line in daemon.lines
+        if ids & {str(v) for v in line.values() if isinstance(v, str)}
+    ][:40]
+
+
+def assert_paths(books: Books, missing: dict[str, str], traces: Sequence[str] = ()) -> None:
     """On every path: something was accepted, and all of it was processed or reported."""
     assert set(books.paths) == {"control", "cli", "webhook", "deferred"}, books.paths.keys()
     for name, tally in books.paths.items():
         assert tally.accepted, f"{name}: nothing accepted"
         assert not tally.hangs, (name, tally.hangs[:10])
         assert not tally.faults, (name, tally.faults[:10])
-    assert not missing, list(missing.values())[:10]
+    assert not missing, (list(missing.values())[:10], traces)
 
 
 async def test_chaos_no_hangs_no_lost_events_no_orphans(start_daemon: StartDaemon) -> None:
@@ -106,7 +119,7 @@ async def test_chaos_no_hangs_no_lost_events_no_orphans(start_daemon: StartDaemo
         print(f"\nchaos: {report}")
         assert books.kills > 0 and books.requests > 0
         assert not books.hangs, books.hangs[:10]
-        assert_paths(books, missing)
+        assert_paths(books, missing, traces=trail(daemon, missing))
         assert not calls, calls
         assert not orphans, orphans
         assert not faults, faults

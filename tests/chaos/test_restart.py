@@ -18,7 +18,6 @@ import signal
 from typing import Any
 
 import httpx
-import psutil
 
 from protocol.control import CallsResolve, ControlReply
 from protocol.endpoints import StateLayout
@@ -130,7 +129,7 @@ async def sigkill_under_load(daemon: Daemon) -> None:
     await asyncio.gather(load, return_exceptions=True)
     control.close()
     # children die with the daemon (PDEATHSIG): nothing of the first run is left
-    left = await wait_gone(procs)
+    left = await checks.wait_gone(procs, StateLayout.from_env().root, 10)
     assert not left, left
 
 
@@ -181,14 +180,3 @@ async def calls_list() -> list[dict[str, Any]]:
 async def post(url: str, body: Any) -> httpx.Response:
     async with httpx.AsyncClient(timeout=30) as client:
         return await client.post(url, json=body)
-
-
-async def wait_gone(procs: list[psutil.Process], limit: float = 10) -> list[str]:
-    root = StateLayout.from_env().root
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while True:
-        left = await asyncio.to_thread(checks.survivors, procs, root)
-        if not left or loop.time() > deadline:
-            return left
-        await asyncio.sleep(0.2)  # exits of processes we do not parent: poll

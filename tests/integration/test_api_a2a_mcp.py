@@ -42,17 +42,17 @@ def _message(text: str = "", *, task: Task | None = None, data: Any = None) -> M
     return message
 
 
-async def _task(client: Any, message: Message) -> tuple[Task, list[str]]:
-    """Send; the last task state seen and the kinds of every stream response."""
-    kinds, task = [], None
+async def _task(client: Any, message: Message) -> tuple[Task, list[Any]]:
+    """Send; the last task state seen and every stream response."""
+    responses, task = [], None
     async for response in client.send_message(SendMessageRequest(message=message)):
-        kinds.append(response.WhichOneof("payload"))
+        responses.append(response)
         if response.HasField("task"):
             task = response.task
         elif task is not None and response.HasField("status_update"):
             task.status.CopyFrom(response.status_update.status)
-    assert task is not None, kinds
-    return task, kinds
+    assert task is not None, responses
+    return task, responses
 
 
 async def test_an_a2a_client_sends_streams_and_answers_a_client_side_call(
@@ -66,7 +66,7 @@ async def test_an_a2a_client_sends_streams_and_answers_a_client_side_call(
             streaming = await create_client(card, ClientConfig(httpx_client=http, streaming=True))
             done, _ = await _task(plain, _message("hello a2a"))
             fetched = await plain.get_task(GetTaskRequest(id=done.id))
-            streamed, kinds = await _task(streaming, _message("stream this"))
+            streamed, responses = await _task(streaming, _message("stream this"))
             waiting, _ = await _task(plain, _message("calendar today"))
             answered, _ = await _task(plain, _message(task=waiting, data={"result": {"n": 1}}))
             second, _ = await _task(plain, _message("calendar tomorrow"))
@@ -77,10 +77,11 @@ async def test_an_a2a_client_sends_streams_and_answers_a_client_side_call(
         async with httpx.AsyncClient(timeout=30) as anonymous:
             refused = await anonymous.get(f"{edge.url}/a2a/front/.well-known/agent-card.json")
     assert card.name == "front" and "calendar" in card.description
-    assert {s.id for s in card.skills} == {"front", "client__calendar"}
+    assert {s.id for s in card.skills} == {"front", "client__calendar", "clock__now"}
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
     assert [p.text for a in fetched.artifacts for p in a.parts] == ["echo: hello a2a"]
     assert streamed.status.state == TaskState.TASK_STATE_COMPLETED
+    kinds = [r.WhichOneof("payload") for r in responses]
     assert kinds[0] == "task" and "artifact_update" in kinds and kinds[-1] == "status_update"
     assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     request = get_data_parts(list(waiting.status.message.parts))[0]

@@ -2,7 +2,8 @@
 
 The agent's `payments__transfer` needs a person's approval. A turn that came from a chat posts
 the request there with Approve/Deny buttons; a press counts only from that chat and from a user
-the Connection's `approvers` lists; the resumed turn's reply goes back to the chat. The fake
+the Connection's `approvers` lists; the resumed turn's reply goes back to the chat, also when
+the request is decided elsewhere (`goondan calls approve`, a webhook's `POST /rpc`). The fake
 chat APIs are the ones of test_chat_connectors, taught the methods buttons need.
 """
 
@@ -19,7 +20,7 @@ import httpx
 
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, Daemon
+from tests.integration.harness import REPO, Daemon, run_cli
 from tests.integration.test_chat_connectors import (
     SL,
     SLACK_SECRET,
@@ -36,6 +37,7 @@ from tests.integration.test_chat_connectors import (
 
 FIXTURE = REPO / "tests" / "fixtures" / "chat_approvals"
 SWARM = "chatpay"
+HOOK = "connector:hook:webhook"
 
 
 class ButtonTelegram(FakeTelegram):
@@ -88,14 +90,26 @@ class ButtonSlack(FakeSlack):
         return [b for m, b in self.calls if m == method]
 
 
-async def start_chat(start_daemon: StartDaemon, tg: FakeHttp, sl: FakeHttp, port: int) -> Daemon:
+async def start_chat(
+    start_daemon: StartDaemon, tg: FakeHttp, sl: FakeHttp, port: int, hook_port: int = 0
+) -> Daemon:
     env = {"TG_API": tg.url, "TG_TOKEN": TG_TOKEN, "SLACK_API": f"{sl.url}/api",
            "SLACK_PORT": str(port), "SLACK_SECRET": SLACK_SECRET,
-           "SLACK_TOKEN": SLACK_TOKEN}  # fmt: skip
+           "SLACK_TOKEN": SLACK_TOKEN, "HOOK_PORT": str(hook_port or free_port())}  # fmt: skip
     daemon = await start_daemon(FIXTURE, swarm=SWARM, env=env)
     await daemon.wait_for("transition", process=f"{TG}:1", target="idle")
     await daemon.wait_for("transition", process=f"{SL}:1", target="idle")
+    await daemon.wait_for("transition", process=f"{HOOK}:1", target="idle")
     return daemon
+
+
+async def pending_approval() -> str:
+    """The id of the one pending call (`goondan calls list --json`)."""
+    code, out, err = await run_cli("calls", "list", "--json")
+    assert code == 0, err
+    [call] = json.loads(out)
+    assert call["method"] == "goondan.approve"
+    return str(call["id"])
 
 
 def ran(key: str) -> list[str]:
@@ -203,3 +217,61 @@ async def test_slack_block_actions_deny_from_an_approver(start_daemon: StartDaem
         assert ran("slack:C1") == []
         [record] = decisions("slack:C1")
         assert (record["decision"], record["by"]) == ("denied", "slack:U1")
+
+
+async def test_telegram_turn_approved_with_goondan_calls_gets_its_reply_in_the_chat(
+    start_daemon: StartDaemon,
+) -> None:
+    fake = ButtonTelegram()
+    async with asyncio.timeout(90), FakeHttp(fake.handle) as tg, FakeHttp(FakeSlack().handle) as sl:
+        daemon = await start_chat(start_daemon, tg, sl, free_port())
+        await fake.push(100, 42, "pay big")
+        await fake.until(lambda: len(fake.sent) == 1)  # the buttons
+        code, _, err = await run_cli("calls", "approve", await pending_approval())
+        assert code == 0, err
+        await fake.until(lambda: len(fake.sent) == 2)
+        reply = fake.sent[1]
+        assert reply["chat_id"] == 42 and reply["reply_to_message_id"] == 1000
+        assert json.loads(reply["text"]) == {"status": "ok", "output": {"sent": 500}}
+        assert ran("telegram:42") == ["transfer 500"]
+        [record] = decisions("telegram:42")
+        assert (record["decision"], record["via"]) == ("approved", "cli")
+        await daemon.wait_for("resumed_reply_to_origin", connector=f"{TG}")
+        data = fake.sent[0]["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        await fake.press(101, 42, 7, data)  # its buttons were for a request decided elsewhere
+        await fake.until(lambda: len(fake.calls) == 1)
+        assert fake.calls[0][1]["text"] == "this request is no longer pending"
+
+
+async def test_slack_turn_denied_on_a_webhooks_rpc_gets_its_reply_in_the_thread(
+    start_daemon: StartDaemon,
+) -> None:
+    fake, port, hook_port = ButtonSlack(), free_port(), free_port()
+    async with (
+        asyncio.timeout(90),
+        FakeHttp(fake.handle) as sl,
+        FakeHttp(FakeTelegram().handle) as tg,
+    ):
+        await start_chat(start_daemon, tg, sl, port, hook_port)
+        async with httpx.AsyncClient(timeout=30) as client:
+            body = message_event("Ev1", "pay big")
+            answer = await client.post(f"http://127.0.0.1:{port}/slack/events", content=body,
+                                       headers=slack_headers(body))  # fmt: skip
+            assert answer.status_code == 200, answer.text
+            await fake.until_call("chat.postMessage")  # the buttons
+            error = {"code": -32001, "message": "no", "data": {"by": "auditor"}}
+            rpc = {"jsonrpc": "2.0", "id": await pending_approval(), "error": error}
+            resumed = await client.post(f"http://127.0.0.1:{hook_port}/rpc",
+                                        content=json.dumps(rpc).encode(),
+                                        headers={"Content-Type": "application/json"})  # fmt: skip
+            assert resumed.status_code == 200, resumed.text
+            denied = json.loads(resumed.json()["reply"])["error"]["code"]
+            assert denied == "E_TOOL_PERMISSION_DENIED"  # the answering client hears it too
+            [_, reply] = await fake.until_call("chat.postMessage", 2)
+        assert reply["channel"] == "C1" and reply["thread_ts"] == "1700000000.000100"
+        assert json.loads(reply["text"])["error"]["code"] == "E_TOOL_PERMISSION_DENIED"
+        assert ran("slack:C1") == []
+        [record] = decisions("slack:C1")
+        assert (record["decision"], record["by"], record["via"]) == (
+            "denied", "auditor", "connector:hook",
+        )  # fmt: skip

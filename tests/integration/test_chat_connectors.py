@@ -3,8 +3,10 @@
 The fakes are asyncio HTTP servers on 127.0.0.1 in this test process: the Telegram one serves
 getMe / getUpdates (long polling: it holds the request until an update at or after the
 offset exists, and never forgets an update, so a connector that lost its offset would see old
-ones again) / sendMessage; the Slack one serves chat.postMessage. The scripted agent answers
-"bot says: <input>".
+ones again) / sendMessage / editMessageText / sendChatAction; the Slack one serves
+chat.postMessage and chat.update. Both note when each call came. The scripted agent answers
+"bot says: <input>", streams "streamed: <input>" in 3-character pieces for an input that
+starts with "stream", and runs a half-second tool for one that starts with "tool".
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import signal
@@ -90,6 +93,8 @@ class FakeTelegram:
     def __init__(self) -> None:
         self.updates: list[dict[str, Any]] = []
         self.sent: list[dict[str, Any]] = []
+        self.calls: list[tuple[float, str, dict[str, Any]]] = []
+        """(when, method, body) of every sendMessage, editMessageText and sendChatAction."""
         self.offsets: list[int] = []
         self.get_me = 0
         self.changed = asyncio.Condition()
@@ -104,10 +109,16 @@ class FakeTelegram:
                 self.get_me += 1
                 self.changed.notify_all()
                 return 200, {"ok": True, "result": {"id": 1, "is_bot": True, "username": "fake"}}
+            if method in ("sendMessage", "editMessageText", "sendChatAction"):
+                self.calls.append((time.monotonic(), method, body))
+                self.changed.notify_all()
             if method == "sendMessage":
                 self.sent.append(body)
-                self.changed.notify_all()
                 return 200, {"ok": True, "result": {"message_id": 9000 + len(self.sent)}}
+            if method == "editMessageText":
+                return 200, {"ok": True, "result": {"message_id": body["message_id"]}}
+            if method == "sendChatAction":
+                return 200, {"ok": True, "result": True}
             if method == "getUpdates":
                 return 200, {"ok": True, "result": await self._poll(body)}
         return 404, {"ok": False, "description": f"no method {method}"}
@@ -151,19 +162,29 @@ def offset_file(swarm: str, connection: str) -> Path:
 class FakeSlack:
     def __init__(self) -> None:
         self.posts: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.updates: list[tuple[float, dict[str, Any]]] = []
         self.changed = asyncio.Condition()
 
     async def handle(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any]:
+        if path == "/api/chat.update":
+            async with self.changed:
+                self.updates.append((time.monotonic(), body))
+                self.changed.notify_all()
+            return 200, {"ok": True, "ts": body["ts"]}
         if path != "/api/chat.postMessage":
             return 404, {"ok": False, "error": "unknown_method"}
         async with self.changed:
             self.posts.append((headers, body))
             self.changed.notify_all()
-        return 200, {"ok": True, "ts": "1700000000.999"}
+        return 200, {"ok": True, "ts": f"1700000000.{len(self.posts):03d}"}
 
     async def until(self, count: int) -> None:
         async with self.changed:
             await self.changed.wait_for(lambda: len(self.posts) >= count)
+
+    async def until_text(self, text: str) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: any(b["text"] == text for _, b in self.updates))
 
 
 async def start_chat(
@@ -279,3 +300,82 @@ async def test_slack_verifies_signatures_and_replies_in_thread(
         routed = daemon.find("ingress_routed", connection="sl")
         assert len(routed) == 2  # only Ev1 and Ev7 were emitted
         assert len(fake.posts) == 2
+
+
+def prefixes(texts: list[str]) -> bool:
+    return all(b.startswith(a) for a, b in itertools.pairwise(texts))
+
+
+async def test_telegram_edits_a_draft_while_the_reply_is_written(
+    start_daemon: StartDaemon,
+) -> None:
+    """A streamed turn: a draft message with the first text, editMessageText no more than once
+    per editIntervalMs (300 here), the last edit the whole reply; typing while a tool runs."""
+    fake = FakeTelegram()
+    async with asyncio.timeout(90), FakeHttp(fake.handle) as tg, FakeHttp(FakeSlack().handle) as sl:
+        await start_chat(start_daemon, tg, sl, free_port())
+        text = "stream alpha beta gamma delta epsilon"
+        reply = f"streamed: {text}"  # 47 characters: 16 pieces, 60 ms apart
+
+        def shown(what: str, since: int = 0) -> bool:
+            return any(b.get("text") == what for _, _, b in fake.calls[since:])
+
+        await fake.push(100, 42, text)
+        await fake.until(lambda: shown(reply))
+        writes = [(at, m, b) for at, m, b in fake.calls if m != "sendChatAction"]
+        (_, method, draft), *edits = writes
+        assert method == "sendMessage" and draft["reply_to_message_id"] == 1000
+        assert reply.startswith(draft["text"]) and draft["text"] != reply
+        assert len(edits) >= 2 and {m for _, m, _ in edits} == {"editMessageText"}
+        assert {(b["chat_id"], b["message_id"]) for _, _, b in edits} == {(42, 9001)}
+        assert edits[-1][2]["text"] == reply
+        assert prefixes([b["text"] for _, _, b in writes])
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(writes)]
+        assert min(gaps) >= 0.25, gaps  # the throttle (0.3 s, less the fake's own jitter)
+
+        mark = len(fake.calls)
+        await fake.push(101, 42, "tool please")
+        await fake.until(lambda: shown("waited", mark))
+        (_, first, action), *rest = fake.calls[mark:]
+        assert (first, action) == ("sendChatAction", {"chat_id": 42, "action": "typing"})
+        assert [(m, b["text"]) for _, m, b in rest if m != "sendChatAction"] == [
+            ("sendMessage", "waited")
+        ]
+
+
+async def test_slack_updates_its_message_while_the_reply_is_written(
+    start_daemon: StartDaemon,
+) -> None:
+    """chat.postMessage with the first text, chat.update as more comes (at most once per
+    300 ms here), the last update the whole reply; a status line names a running tool."""
+    fake, port = FakeSlack(), free_port()
+    async with (
+        asyncio.timeout(90),
+        FakeHttp(fake.handle) as sl,
+        FakeHttp(FakeTelegram().handle) as tg,
+    ):
+        await start_chat(start_daemon, tg, sl, port)
+        url = f"http://127.0.0.1:{port}/slack/events"
+        text = "stream one two three four five six"
+        reply = f"streamed: {text}"
+        async with httpx.AsyncClient(timeout=30) as client:
+            body = message_event("Ev1", text)
+            answer = await client.post(url, content=body, headers=slack_headers(body))
+            assert answer.status_code == 200, answer.text
+            await fake.until_text(reply)
+            [(_, draft)] = fake.posts
+            assert reply.startswith(draft["text"]) and draft["text"] != reply
+            assert draft["thread_ts"] == "1700000000.000100"
+            assert {(b["channel"], b["ts"]) for _, b in fake.updates} == {("C1", "1700000000.001")}
+            assert fake.updates[-1][1]["text"] == reply
+            assert prefixes([draft["text"], *(b["text"] for _, b in fake.updates)])
+            gaps = [b[0] - a[0] for a, b in itertools.pairwise(fake.updates)]
+            assert not gaps or min(gaps) >= 0.25, gaps
+
+            body = message_event("Ev2", "tool please")
+            answer = await client.post(url, content=body, headers=slack_headers(body))
+            assert answer.status_code == 200, answer.text
+            await fake.until_text("waited")
+        _, status = fake.posts[1]
+        assert status["text"] == "_chores__wait…_"  # Slack has no typing API: a status line
+        assert fake.updates[-1][1] == {"channel": "C1", "ts": "1700000000.002", "text": "waited"}

@@ -107,6 +107,23 @@ async def test_reply_false_no_match_and_bad_json(start_daemon: StartDaemon) -> N
         assert again.json()["reply"] == "still serving"
 
 
+async def test_a_repeated_idempotency_key_is_answered_with_the_first_event(
+    start_daemon: StartDaemon,
+) -> None:
+    """A client that sends again with the same Idempotency-Key hears of the event it sent
+    first (its id, and its reply), not of the repeat, which the daemon never accepted."""
+    async with asyncio.timeout(60):
+        _, hook, _ = await start_hooks(start_daemon)
+        for body in ({"event": "notify", "text": "disk full"},
+                     {"event": "message", "text": "pay order 7"}):  # fmt: skip
+            key = {"Idempotency-Key": f"once-{body['event']}"}
+            first = await post(hook, body, key)
+            again = await post(hook, body, key)
+            assert first.status_code == again.status_code, (first.text, again.text)
+            assert first.status_code in (200, 202), first.text
+            assert again.json() == first.json()
+
+
 async def test_hmac_signature(start_daemon: StartDaemon) -> None:
     async with asyncio.timeout(60):
         _, _, signed = await start_hooks(start_daemon)

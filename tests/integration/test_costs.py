@@ -161,3 +161,25 @@ def test_status_json_round_trips() -> None:
                             "version": "v", "stateRoot": "r"}}  # fmt: skip
     status = msgspec.convert(raw, StatusResult)
     assert status.usage == [] and status.models == []
+
+
+async def test_a_corrupt_usage_file_holds_the_budgets_instead_of_starting_at_zero(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    usage = StateLayout.from_env().usage_file(SWARM)
+    usage.parent.mkdir(parents=True)
+    usage.write_bytes(b"\x00garbage, not JSON")
+    async with asyncio.timeout(60), FakeLLMServer() as server:
+        server.replies = [(200, chat_completion("an agent without a budget still runs"))]
+        daemon = await start(start_daemon, tmp_path, server)
+        line = await daemon.wait_for("usage_file_corrupt", code="E_USAGE_FILE_CORRUPT")
+        kept = Path(line["kept"])
+        content = await asyncio.to_thread(kept.read_bytes)
+        assert content == b"\x00garbage, not JSON"  # kept aside, never deleted
+        refused = await daemon.send("hello", "capped")
+        assert refused.error is not None and refused.error.code == "E_AGENT_BUDGET_EXCEEDED"
+        assert kept.name in refused.error.message
+        assert server.requests == []  # no fresh budget: the model was not called
+        assert usage_of(await daemon.status(), "capped").exceeded == "usageUnknown"
+        free = await daemon.send("hello", "r1")  # no budget of its own, none for the swarm
+        assert free.ok, free.error

@@ -115,7 +115,11 @@ async def test_send_status_restart_and_stop_through_the_cli(start_daemon: StartD
         code, out, _ = await run_cli("send", "--agent", "beta", "echo", "hi")
         assert (code, out) == (0, "echo hi\n")
         code, out, _ = await run_cli("send", "--json", "hello")
-        assert code == 0 and json.loads(out)["metadata"]["inReplyTo"]
+        *deltas, final = map(json.loads, out.splitlines())  # streamed: the deltas, the event
+        assert code == 0 and final["metadata"]["inReplyTo"]
+        assert [d["text"] for d in deltas] == ["hello"]
+        code, out, _ = await run_cli("send", "--json", "--no-stream", "hello")
+        assert code == 0 and json.loads(out)["input"] == "hello"
 
         code, out, _ = await run_cli("status", "--json")
         status = json.loads(out)

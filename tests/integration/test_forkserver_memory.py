@@ -3,7 +3,8 @@
 These are memory budgets of real processes (a fork server started as the daemon starts it,
 agents spawned through the daemon's supervisor and spawner), not timings: a change that makes
 every agent bigger, or the fork server grow with each reload, fails here instead of being
-noticed in a benchmark later.
+noticed in a benchmark later. The probes run outside coverage even under `make test`
+(`unmeasured_env`): the budgets are the product's, not those of a process carrying a tracer.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import REPO, child_env
+from tests.integration.harness import REPO, unmeasured_env
 
 FIXTURE = REPO / "tests" / "fixtures" / "reload" / "two"
 EXAMPLES = REPO / "bundles" / "examples"
@@ -41,7 +42,7 @@ during a full test run; without the preparation the gain is ~0, which this still
 async def _probe(*args: str, env: dict[str, str] | None = None) -> list[float]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.integration.forkserver_probe", *args,
-        env=child_env(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=unmeasured_env(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()[-3000:]

@@ -55,6 +55,12 @@ async def test_read_only_by_default_and_actions_need_the_page_origin_and_json(
             assert bad_json.status_code == 400
             both = await http.post("/api/calls/x", json={"result": 1, "error": {}}, headers=origin)
             assert both.status_code == 400 and "exactly one" in both.json()["error"]["message"]
+            for path, body in (("/api/calls/x/maybe", {}), ("/api/calls/x/deny", {"message": 5}),
+                               ("/api/calls/x/deny", {"message": "m" * 600})):  # fmt: skip
+                r = await http.post(path, json=body, headers=origin)
+                assert r.status_code == 400 and code_of(r) == "E_STUDIO_BAD_REQUEST"
+            gone = await http.post("/api/calls/no-such-call/approve", json={}, headers=origin)
+            assert gone.status_code == 409 and code_of(gone) == "E_CALL_NOT_FOUND"
             unknown = await http.post(
                 "/api/processes/stop",
                 headers=origin,

@@ -1,7 +1,8 @@
 """Studio in a real headless Chromium against a real daemon and a real `goondan studio`: the
 process table follows a send and a restart from the page, a conversation follows a new
 message, a trace shows both agents of an `agents__request`, and answering a pending call (and
-approving one) from the page resumes its turn. Each view's screenshot is saved under
+approving or denying a Tool export's `approval:` call, through the control request of `goondan
+calls approve|deny`) from the page resumes its turn. Each view's screenshot is saved under
 tests/artifacts/studio/."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from protocol.control import SendText
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, run_cli
 from tests.integration.studio_harness import browser_page, chromium_path, screenshot, studio
+from tests.integration.test_approvals import approval_events, ran
+from tests.integration.test_approvals import start as start_approvals
 
 AGENTS = REPO / "tests" / "fixtures" / "agents"
 DEFERRED = REPO / "tests" / "fixtures" / "deferred"
@@ -115,6 +118,45 @@ async def test_answering_and_approving_pending_calls_from_the_page_resume_their_
             await daemon.wait_for("transition", since=mark + 1, target="idle")
             await page.locator("#calls", has_text="No call waits").wait_for()
         for key, expected in (("c1", "standup"), ("c2", "approved")):
+            code, out, _ = await run_cli("instance", "show", key, "--json")
+            last = json.loads(out.splitlines()[-1])
+            assert code == 0 and last["role"] == "assistant" and expected in last["content"]
+
+
+async def test_approving_and_denying_a_tools_approval_from_the_page(
+    start_daemon: StartDaemon,
+) -> None:
+    chromium_path()
+    async with asyncio.timeout(120):
+        daemon = await start_approvals(start_daemon)
+        for text, key in (("pay big", "p1"), ("wipe", "w1")):  # approval: {when} / required
+            req = SendText(request_id=key, text=text, agent="teller", instance_key=key, wait=False)
+            assert (await daemon.request(req)).ok
+        async with studio("--allow-actions") as s, browser_page() as page:
+            await page.goto(s.url + "#/calls")
+            await page.locator("#calls tbody tr").nth(1).wait_for()
+            await screenshot(page, "approvals")
+            mark = daemon.mark()
+            await (
+                page.locator("#calls tr", has_text="payments__transfer")
+                .locator("button.approve")
+                .click()
+            )
+            await daemon.wait_for("transition", since=mark, process="agent:teller:p1:1",
+                                  target="idle")  # fmt: skip
+            wipe = page.locator("#calls tr", has_text="payments__wipe")
+            await wipe.locator("input.why").fill("not today")
+            await wipe.locator("button.deny").click()
+            await daemon.wait_for("transition", since=mark, process="agent:teller:w1:1",
+                                  target="idle")  # fmt: skip
+            await page.locator("#calls", has_text="No call waits").wait_for()
+        assert ran("p1") == ["transfer 500 bob"] and ran("w1") == []
+        decided = {key: approval_events(key)[0]["data"] for key in ("p1", "w1")}
+        assert {k: (d["decision"], d["by"], d["via"]) for k, d in decided.items()} == {
+            "p1": ("approved", "studio", "studio"), "w1": ("denied", "studio", "studio"),
+        }  # fmt: skip
+        assert decided["w1"]["message"] == "not today"
+        for key, expected in (("p1", '"sent":500'), ("w1", "E_TOOL_PERMISSION_DENIED")):
             code, out, _ = await run_cli("instance", "show", key, "--json")
             last = json.loads(out.splitlines()[-1])
             assert code == 0 and last["role"] == "assistant" and expected in last["content"]

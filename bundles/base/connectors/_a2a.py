@@ -6,9 +6,14 @@ by a2a-sdk's JSON-RPC server (the v0.3 method names `message/send`, `message/str
   description) and one per tool its Agent resource declares; bearer auth; streaming.
 - A message is a task. The instance is the `X-Goondan-Instance` header, else the message's
   `metadata.instanceKey`, else `a2a:<contextId>` (one conversation per A2A context).
-- The reply is the task's artifact and it ends `completed` (or `failed`, with the coded
-  error). `message/stream` sends the task, `working`, the artifact as it comes (one piece until
-  replies stream through the daemon) and the final status.
+- The reply is the task's artifact `reply` and it ends `completed` (or `failed`, with the
+  coded error). The agent streams into the task (`_edge.Edge.pieces`), so `message/stream`
+  sends the task, `working`, the model's text as artifact chunks (`append`) as it is written,
+  a `working` status update with a message for each tool call that starts or finishes
+  (metadata `tool`, `toolCallId`, `status`), then the whole reply as the artifact's last chunk
+  (`append: false, lastChunk: true`: it replaces the chunks, so the artifact is exactly the
+  reply even where chunks were merged or lost, and a step's text before a tool call does not
+  stay), and the final status.
 - A client-side call (ARCHITECTURE.md §10) ends the turn's part as `input-required`, with the
   JSON-RPC request as a data part of the status message. The client's next message on that
   task answers it: a data part holding a JSON-RPC response (`{result}` or `{error}`, `id`
@@ -134,26 +139,34 @@ class Executor(AgentExecutor):
             meta = dict(message.metadata) if message.HasField("metadata") else {}
             key = self.edge.key(headers.get(INSTANCE_HEADER), meta.get("instanceKey"),
                                 f"a2a:{context.context_id}")  # fmt: skip
-            pieces = self.edge.pieces(self.agent, str(key), "\n".join(get_text_parts(parts)))
+            text = "\n".join(get_text_parts(parts))
+            pieces = self.edge.pieces(self.agent, str(key), text, stream=True)
         await self._report(updater, pieces)
 
     async def _report(self, updater: TaskUpdater, pieces: Any) -> None:
-        first = True
+        streamed = False
         try:
             async for piece in pieces:
-                done = piece.done
-                if piece.text and (done is None or done.call is None):
+                if piece.tool is not None:
+                    await self._tool(updater, piece.tool)
+                elif piece.done is not None:
+                    await self._finish(updater, piece.done, streamed)
+                elif piece.text:
+                    append = streamed and not piece.fresh  # a new step's text starts over
                     await updater.add_artifact([new_text_part(piece.text)], artifact_id="reply",
-                                               name="reply", append=not first,
-                                               last_chunk=done is not None)  # fmt: skip
-                    first = False
-                if done is not None:
-                    await self._finish(updater, done)
+                                               name="reply", append=append)  # fmt: skip
+                    streamed = True
         except edge.Refusal as exc:
             said = updater.new_agent_message([new_text_part(exc.message)], {"code": exc.code})
             await updater.failed(said)
 
-    async def _finish(self, updater: TaskUpdater, done: Any) -> None:
+    async def _tool(self, updater: TaskUpdater, tool: Any) -> None:
+        what = "started" if tool.status is None else f"finished: {tool.status}"
+        meta = {"tool": tool.name, "toolCallId": tool.call_id, "status": tool.status or "started"}
+        said = updater.new_agent_message([new_text_part(f"{tool.name} {what}")], meta)
+        await updater.update_status(TaskState.TASK_STATE_WORKING, said)
+
+    async def _finish(self, updater: TaskUpdater, done: Any, streamed: bool) -> None:
         usage = dict(done.usage)
         if done.error is not None:
             text = new_text_part(f"{done.error.code}: {done.error.message}")
@@ -164,6 +177,9 @@ class Executor(AgentExecutor):
             status = updater.new_agent_message([ask, new_data_part(call)], {"usage": usage})
             await updater.requires_input(status)
         else:
+            if done.text or streamed:  # the whole reply replaces the chunks
+                await updater.add_artifact([new_text_part(done.text)], artifact_id="reply",
+                                           name="reply", append=False, last_chunk=True)  # fmt: skip
             await updater.complete(updater.new_agent_message([], {"usage": usage}))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

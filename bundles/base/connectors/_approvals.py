@@ -7,7 +7,10 @@ kept with the call id and the chat in `approvals.json` of the connector's state 
 press after a connector restart still finds its call). A press counts only from that chat, and,
 when the Connection's `config.approvers` lists user ids or names, only from one of them. The
 decision goes to the orchestrator as a `deferred.answer` event (like the webhook's `POST /rpc`),
-whose reply is the resumed turn's answer, which the connector posts to the chat.
+whose reply is the resumed turn's answer, which the connector posts to the chat. A request
+decided elsewhere (`goondan calls approve|deny`, Studio, a webhook's `/rpc`) ends the same way:
+the orchestrator hands the resumed turn's reply to the connector (`ctx.on_resumed`), which
+finds the chat by the call id (`Pending.take_call`) and posts it there.
 
 Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
 """
@@ -17,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from bundles.sdk import ConnectorContext, load_sibling
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
 
 chatbot = load_sibling(__file__, "_chatbot")
 APPROVE_METHOD = "goondan.approve"
@@ -77,6 +80,14 @@ class Pending:
         if self.items.pop(token, None) is not None:
             self.file.save(self.items)
 
+    def take_call(self, call_id: str | None) -> dict[str, Any] | None:
+        """The record of `call_id`, decided elsewhere, dropped: its buttons no longer count."""
+        for token, record in list(self.items.items()):
+            if record.get("callId") == call_id:
+                self.drop(token)
+                return record
+        return None
+
 
 def refusal(
     record: dict[str, Any] | None, chat: str, user_ids: Iterable[str], allowed: frozenset[str]
@@ -89,6 +100,36 @@ def refusal(
     if allowed and not allowed & {u for u in user_ids if u}:
         return "you may not decide this request"
     return None
+
+
+Where = dict[str, Any]
+"""Where in the chat to post (the connector's own props: chat, thread, message)."""
+
+
+async def on_resumed(
+    ctx: ConnectorContext,
+    pending: Pending,
+    reply: ConnectorReply,
+    where: Callable[[dict[str, Any]], Where],
+    ask: Callable[[Where, Mapping[str, Any]], Awaitable[None]],
+    post: Callable[[Where, str], Awaitable[None]],
+) -> None:
+    """A turn from this connector's chat whose approval was decided elsewhere (`goondan
+    calls`, Studio, a webhook): its reply goes to the chat (`where` of the request's record),
+    as after a press; a resumed turn that asks again gets new buttons."""
+    record = pending.take_call(reply.resumed_call)
+    if record is None:
+        ctx.logger.info("approval_resumed_unknown", call_id=reply.resumed_call)
+        return
+    if reply.deferred is not None and is_approval(reply.deferred):
+        await ask(where(record), reply.deferred)
+        return
+    if reply.error_code is not None:
+        ctx.logger.error("approval_resumed_turn_failed", call_id=reply.resumed_call,
+                         code=reply.error_code, message=reply.error_message)  # fmt: skip
+        return
+    if reply.text.strip():
+        await post(where(record), reply.text)
 
 
 async def decide(

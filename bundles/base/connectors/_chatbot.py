@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from bundles.sdk import ConnectorContext, load_sibling
+from bundles.sdk import ConnectorContext, StreamDelta, load_sibling
 from protocol.durable import write_atomic
 
 # the chat tools' API helper (one Retry-After reading for tools and connectors)
@@ -162,9 +162,11 @@ async def agent_reply(
     kind: str,
     idempotency_key: str | None = None,
     on_approval: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
+    on_delta: Callable[[StreamDelta], None] | None = None,
     **where: Any,
 ) -> str | None:
-    """Hand one chat message to the agent and wait for its text.
+    """Hand one chat message to the agent and wait for its text (`on_delta` gets the turn as
+    it happens, when given).
 
     None when there is nothing to send back: the wait timed out, the turn failed, the rule
     asked for no reply, or the answer is blank. Each failure is logged with `where` (the chat).
@@ -173,7 +175,8 @@ async def agent_reply(
     try:
         async with asyncio.timeout(wait_seconds):
             reply = await ctx.emit(event, props, props["text"], reply=True,
-                                   idempotency_key=idempotency_key)  # fmt: skip
+                                   idempotency_key=idempotency_key,
+                                   on_delta=on_delta)  # fmt: skip
     except TimeoutError:
         ctx.logger.error(f"{kind}_reply_timeout", **where)
         return None

@@ -3,10 +3,17 @@ an agent instance and getting its reply as pieces, answering a client-side call,
 status of a coded error.
 
 `Edge.pieces` is the streaming seam: an async iterator of the pieces of one agent reply. Each
-protocol renders pieces as it streams (OpenAI chunks, A2A artifact updates, MCP progress) and
-ends with the last piece's `Done`. Until deltas travel from the model through the daemon
-(streaming), the reply arrives whole: one piece with the whole text. Wiring real deltas in is
-this one function.
+protocol renders pieces as it streams (OpenAI chunks, A2A artifact and status updates, MCP
+progress) and ends with the last piece's `Done`. Asked to stream, it emits with `on_delta`
+(ARCHITECTURE.md §4): the model's text arrives as it is written, one piece per delta, and tool
+calls as pieces that say a tool started or finished; the last piece holds what the deltas did
+not (all of the reply when nothing streamed, the rest of it when deltas were merged away).
+Not asked (a client that waits for the whole reply), the reply is one piece.
+
+Text of a step before a tool call is streamed too, though the reply is only the last step's
+text: a piece that starts a step's text again is `fresh` (OpenAI and MCP show it as a new
+paragraph, A2A replaces its artifact), and so is a last piece whose reply does not continue
+what was streamed (deltas lost on the way).
 
 Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
 """
@@ -15,11 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
+import msgspec
+
+from bundles.sdk import ConnectorContext, ConnectorReply, DeltaKind, StreamDelta, load_sibling
 
 MESSAGE_EVENT = "message"
 ANSWER_EVENT = "deferred.answer"
@@ -57,11 +67,55 @@ class Done:
 
 
 @dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool call of the turn that started (`status` None) or finished (ok, error, pending)."""
+
+    name: str
+    call_id: str
+    status: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Piece:
     text: str = ""
     """The next part of the reply text."""
+    fresh: bool = False
+    """`text` starts over: a new step's text, or the whole reply after deltas were lost."""
+    tool: Tool | None = None
     done: Done | None = None
     """Set on the last piece only."""
+
+
+class Shown:
+    """What a stream has shown so far, to turn deltas into pieces and end with the rest."""
+
+    __slots__ = ("parts", "step")
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.parts: list[str] = []
+        """The text of the latest step that wrote some (joined once, at the end)."""
+
+    def piece(self, delta: StreamDelta) -> Piece:
+        if delta.kind is DeltaKind.TEXT:
+            fresh = delta.step != self.step and self.step is not None
+            if delta.step != self.step:
+                self.step, self.parts = delta.step, []
+            self.parts.append(delta.text)
+            return Piece(text=delta.text, fresh=fresh)
+        status = None if delta.kind is DeltaKind.TOOL_STARTED else (delta.status or "ok")
+        return Piece(tool=Tool(delta.tool or "", delta.tool_call_id or "", status))
+
+    def last(self, done: Done) -> Piece:
+        """The last piece: the part of the reply not shown yet."""
+        if done.error is not None or done.call is not None:
+            return Piece(done=done)
+        if self.step is None:
+            return Piece(text=done.text, done=done)
+        shown = "".join(self.parts)
+        if done.text.startswith(shown):
+            return Piece(text=done.text[len(shown) :], done=done)
+        return Piece(text=done.text, fresh=True, done=done)
 
 
 def done_of(reply: ConnectorReply) -> Done:
@@ -87,6 +141,42 @@ def result_of(text: str) -> Any:
         return text
 
 
+class Backlog:
+    """The deltas a stream has not passed on yet, in order, then None (the reply is in). A
+    reader that falls behind (a slow client, whose writes wait) gets the text of a step that
+    piled up meanwhile as one delta: the backlog holds at most a few entries per step, never
+    one per delta, and the client fewer, larger chunks."""
+
+    __slots__ = ("_items", "_ready")
+
+    def __init__(self) -> None:
+        self._items: deque[StreamDelta | list[StreamDelta] | None] = deque()
+        """A step's text that waits is a list of its deltas (joined once, when taken)."""
+        self._ready = asyncio.Event()
+
+    def put(self, delta: StreamDelta | None) -> None:
+        last = self._items[-1] if self._items else None
+        if delta is not None and delta.kind is DeltaKind.TEXT:
+            if isinstance(last, list) and last[0].step == delta.step:
+                last.append(delta)
+            else:
+                self._items.append([delta])
+        else:
+            self._items.append(delta)
+        self._ready.set()
+
+    async def get(self) -> StreamDelta | None:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        item = self._items.popleft()
+        if not isinstance(item, list):
+            return item
+        if len(item) == 1:
+            return item[0]
+        return msgspec.structs.replace(item[-1], text="".join(d.text for d in item))
+
+
 class Edge:
     def __init__(self, ctx: ConnectorContext, timeout: float, agents: frozenset[str]) -> None:
         self.ctx = ctx
@@ -107,12 +197,34 @@ class Edge:
         return self.ctx.swarm.instance_key
 
     async def pieces(
-        self, agent: str, key: str, text: str, *, idempotency_key: str | None = None
+        self,
+        agent: str,
+        key: str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        stream: bool = False,
     ) -> AsyncIterator[Piece]:
-        """The reply of `agent`@`key` to `text`, piece by piece (the streaming seam)."""
-        reply = await self._emit(MESSAGE_EVENT, {}, text, agent, key, idempotency_key)
-        done = done_of(reply)
-        yield Piece(text=done.text, done=done)
+        """The reply of `agent`@`key` to `text`, piece by piece (the streaming seam); with
+        `stream`, as the agent works. Closing the iterator early (a client gone) stops the
+        wait only: the turn goes on and is recorded."""
+        if not stream:
+            reply = await self._emit(MESSAGE_EVENT, {}, text, agent, key, idempotency_key)
+            done = done_of(reply)
+            yield Piece(text=done.text, done=done)
+            return
+        deltas = Backlog()
+        emit = asyncio.ensure_future(
+            self._emit(MESSAGE_EVENT, {}, text, agent, key, idempotency_key, deltas.put)
+        )
+        emit.add_done_callback(lambda _: deltas.put(None))  # after every delta
+        shown = Shown()
+        try:
+            while (delta := await deltas.get()) is not None:
+                yield shown.piece(delta)
+            yield shown.last(done_of(await emit))
+        finally:
+            emit.cancel()
 
     async def answer(
         self, call_id: str, *, result: Any = None, error: Mapping[str, Any] | None = None
@@ -137,12 +249,13 @@ class Edge:
         agent: str | None,
         key: str | None,
         idempotency_key: str | None,
+        on_delta: Callable[[StreamDelta], None] | None = None,
     ) -> ConnectorReply:
         try:
             async with asyncio.timeout(self.timeout):
                 reply = await self.ctx.emit(event, properties, text, reply=True,
                                             idempotency_key=idempotency_key, agent=agent,
-                                            instance_key=key)  # fmt: skip
+                                            instance_key=key, on_delta=on_delta)  # fmt: skip
         except TimeoutError:
             raise Refusal(504, "E_AGENT_TIMEOUT", f"no reply within {self.timeout:g} s") from None
         assert reply is not None  # emit(reply=True) always answers
@@ -150,13 +263,8 @@ class Edge:
 
 
 async def whole(pieces: AsyncIterator[Piece]) -> Done:
-    """The last piece's Done, with the text of every piece."""
-    texts = []
+    """The last piece's Done (its text is the whole reply)."""
     async for piece in pieces:
-        texts.append(piece.text)
         if piece.done is not None:
-            done = piece.done
-            if done.error is None and done.call is None:
-                return Done(done.event_id, "".join(texts), done.usage)
-            return done
+            return piece.done
     raise Refusal(502, "E_AGENT_TURN_FAILED", "the reply ended without its end")

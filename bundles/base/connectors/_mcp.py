@@ -6,7 +6,11 @@ as a tool.
   argument, else the `X-Goondan-Instance` header, else the Swarm's instanceKey); the agent's
   reply is the tool result, a coded error an `isError` result.
 - While the agent works the client gets progress notifications (when it asked for them with
-  a progress token): one when the input is handed over, one per piece of the reply.
+  a progress token; only then does the turn stream, `_edge.Edge.pieces`): one when the input
+  is handed over, then one per delta, its `message` the model's text as it is written (a
+  step's text after an earlier step's starts with a blank line) or `<tool> started` /
+  `<tool> finished: <status>` for a tool call in the agent, and one with what the deltas did
+  not carry, if any. The tool result is the whole reply.
 - A client-side call the turn waits for (ARCHITECTURE.md §10) is the tool result: its
   JSON-RPC request in `structuredContent.pendingCall`, and text saying how to answer it. The
   client runs it and calls the tool `answer_call` with `{id, result}` (or `{id, error: {code,
@@ -119,7 +123,8 @@ class McpEdge:
             headers = getattr(getattr(ctx, "request", None), "headers", None) or {}
             key = self.edge.key(args.get("instanceKey"), headers.get(INSTANCE_HEADER))
             await _progress(ctx, 0, f"sent to {agent}@{key}")
-            return await self._result(ctx, self.edge.pieces(agent, str(key), text))
+            stream = _wants_progress(ctx)
+            return await self._result(ctx, self.edge.pieces(agent, str(key), text, stream=stream))
         except edge.Refusal as exc:
             return _text(f"{exc.code}: {exc.message}", error=True, data={"code": exc.code})
 
@@ -134,12 +139,14 @@ class McpEdge:
         return await self._result(ctx, pieces)
 
     async def _result(self, ctx: Any, pieces: Any) -> types.CallToolResult:
-        texts = []
         count = 0
+        shown = False
         async for piece in pieces:
-            count += 1
-            texts.append(piece.text)
-            await _progress(ctx, count, piece.text[:200] or None)
+            message = _message(piece, shown)
+            if message:
+                count += 1
+                shown = shown or piece.tool is None
+                await _progress(ctx, count, message)
             done = piece.done
             if done is None:
                 continue
@@ -152,9 +159,25 @@ class McpEdge:
                        f"{json.dumps(call.get('params'))}. Run it, then call {ANSWER_TOOL} "
                        f"with id {call.get('id')!r} and its result.")  # fmt: skip
                 return _text(how, data={"pendingCall": call})
-            return _text("".join(texts), data={"reply": "".join(texts),
-                                               "eventId": done.event_id})  # fmt: skip
+            return _text(done.text, data={"reply": done.text, "eventId": done.event_id})
         raise edge.Refusal(502, "E_AGENT_TURN_FAILED", "the reply ended without its end")
+
+
+def _message(piece: Any, shown: bool) -> str:
+    """A piece as a progress message ("" for none)."""
+    if piece.tool is not None:
+        tool = piece.tool
+        return f"{tool.name} " + ("started" if tool.status is None else f"finished: {tool.status}")
+    if piece.done is not None and piece.done.call is not None:
+        return ""
+    text: str = piece.text
+    return f"\n\n{text}" if piece.fresh and shown and text else text
+
+
+def _wants_progress(ctx: Any) -> bool:
+    """The call came with a progress token (`_meta.progressToken`): stream the turn for it."""
+    meta = getattr(ctx, "meta", None) or {}
+    return meta.get("progress_token") is not None
 
 
 async def _progress(ctx: Any, progress: float, message: str | None) -> None:

@@ -5,9 +5,12 @@ IDEs) can talk to a swarm.
 - `model` is the agent. The instance is the request's `user`, else the `X-Goondan-Instance`
   header, else the Swarm's instanceKey. The conversation lives in the agent: only the last
   user message is its input; earlier messages are the client's copy and are not replayed.
-- `stream: true` answers with server-sent `chat.completion.chunk`s ending with
-  `finish_reason: "stop"` and `data: [DONE]` (`stream_options.include_usage` adds a usage
-  chunk). `usage` comes from the turn's token counts.
+- `stream: true` answers with server-sent `chat.completion.chunk`s as the model writes, one
+  per delta (`_edge.Edge.pieces`), ending with `finish_reason: "stop"` and `data: [DONE]`
+  (`stream_options.include_usage` adds a usage chunk). Text a step wrote before a tool call
+  streams too, as a paragraph of its own; the API has no place for a server-side tool's
+  progress, so tool calls that run in the agent are not shown. `usage` comes from the turn's
+  token counts. A client that goes away mid-stream leaves the turn to finish and be recorded.
 - A client-side call the turn waits for (ARCHITECTURE.md §10) ends the completion with one
   tool call (`finish_reason: "tool_calls"`, id = the call id, name = its JSON-RPC method,
   arguments = its params); the client answers it in its next request with a message
@@ -24,7 +27,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import msgspec
@@ -151,14 +155,15 @@ class Completions:
         done = await edge.whole(_chain(first, pieces))
         return JSONResponse(self._completion(chat.model, done))
 
-    def _pieces(self, chat: ChatRequest, headers: Any) -> AsyncIterator[Any]:
+    def _pieces(self, chat: ChatRequest, headers: Any) -> AsyncGenerator[Any]:
         answers = tool_answers(chat)
         if answers:  # only the last answer's reply is this completion
             return _answer_all(self.edge, answers)
         key = self.edge.key(chat.user, headers.get(INSTANCE_HEADER))
         idempotency = headers.get("idempotency-key")
         text = user_input(chat)
-        return self.edge.pieces(chat.model, key, text, idempotency_key=idempotency)  # type: ignore[no-any-return]
+        return self.edge.pieces(chat.model, key, text, idempotency_key=idempotency,  # type: ignore[no-any-return]
+                                stream=chat.stream)  # fmt: skip
 
     def _completion(self, model: str, done: Any) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": done.text}
@@ -174,7 +179,7 @@ class Completions:
         }  # fmt: skip
 
     async def _chunks(
-        self, model: str, first: Any, pieces: AsyncIterator[Any], include_usage: bool
+        self, model: str, first: Any, pieces: AsyncGenerator[Any], include_usage: bool
     ) -> AsyncIterator[bytes]:
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": model}  # fmt: skip
@@ -184,36 +189,48 @@ class Completions:
             return _event(body)
 
         yield chunk({"role": "assistant", "content": ""})
-        async for piece in _chain(first, pieces):
-            done = piece.done
-            if piece.text and (done is None or done.call is None):
-                yield chunk({"content": piece.text})
-            if done is None:
-                continue
-            if done.error is not None:  # after the first piece: the status is sent already
-                yield _event(error_body(done.error.status, done.error.code, done.error.message))
-            elif done.call is not None:
-                yield chunk({"tool_calls": [{"index": 0, **tool_call(done.call)}]})
-                yield chunk({}, "tool_calls")
-            else:
-                yield chunk({}, "stop")
-            if include_usage:
-                yield _event({**head, "choices": [], "usage": usage_of(done)})
+        shown = False
+        async with aclosing(_chain(first, pieces)) as chain:  # a client gone: stop waiting
+            async for piece in chain:
+                if piece.text and (piece.done is None or piece.done.call is None):
+                    yield chunk({"content": f"\n\n{piece.text}" if piece.fresh and shown
+                                 else piece.text})  # fmt: skip
+                    shown = True
+                if piece.done is not None:
+                    for line in self._end(head, piece.done, include_usage, chunk):
+                        yield line
         yield b"data: [DONE]\n\n"
+
+    def _end(self, head: dict[str, Any], done: Any, include_usage: bool, chunk: Any) -> list[bytes]:
+        lines: list[bytes] = []
+        if done.error is not None:  # after the first piece: the status is sent already
+            lines.append(_event(error_body(done.error.status, done.error.code,
+                                           done.error.message)))  # fmt: skip
+        elif done.call is not None:
+            lines.append(chunk({"tool_calls": [{"index": 0, **tool_call(done.call)}]}))
+            lines.append(chunk({}, "tool_calls"))
+        else:
+            lines.append(chunk({}, "stop"))
+        if include_usage:
+            lines.append(_event({**head, "choices": [], "usage": usage_of(done)}))
+        return lines
 
 
 def _event(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    yield first
-    if first.done is None:
-        async for piece in rest:
-            yield piece
+async def _chain(first: Any, rest: AsyncGenerator[Any]) -> AsyncGenerator[Any]:
+    try:
+        yield first
+        if first.done is None:
+            async for piece in rest:
+                yield piece
+    finally:  # closed early (a client gone): so is the wait for the reply
+        await rest.aclose()
 
 
-async def _answer_all(edge_: Any, answers: list[ChatMessage]) -> AsyncIterator[Any]:
+async def _answer_all(edge_: Any, answers: list[ChatMessage]) -> AsyncGenerator[Any]:
     """Answer each call in order; the pieces of the reply to the last answer."""
     for index, message in enumerate(answers):
         result = edge.result_of(text_of(message))

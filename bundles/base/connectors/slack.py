@@ -14,7 +14,10 @@ acknowledged and dropped) and then emitted as `config.event` ("slack_message") w
 properties `{channel, user, ts, threadTs, text, team, channelType, eventId}`. The recommended
 ingress rule: `route: {instanceKeyProperty: channel, instanceKeyPrefix: "slack:"}`. A
 non-empty reply is posted with chat.postMessage to the channel, in the thread of the message
-(`thread_ts` = its threadTs, else its ts).
+(`thread_ts` = its threadTs, else its ts). With `streamReplies` (default true) it is written
+while the agent works: posted with the first text, updated as more arrives (chat.update at
+most once per `editIntervalMs`, default 1000), a last update with the whole reply, and a
+status line naming the tool while one runs (`_draft.py`).
 
 Secrets: `signingSecret` (required: a start error without it) and `botToken` (xoxb-...).
 """
@@ -37,11 +40,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bundles.sdk import ConnectorContext, load_sibling
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
 
 guard = load_sibling(__file__, "_httpguard")
 http = load_sibling(__file__, "_http")
 chatbot = load_sibling(__file__, "_chatbot")
+drafts = load_sibling(__file__, "_draft")
 approvals = load_sibling(__file__, "_approvals")
 EVENT_PATHS = ("/", "/slack/events")
 MAX_TEXT = 3000
@@ -108,6 +112,8 @@ class Slack:
         self.max_skew = float(cfg.get("maxSkewSeconds", 300))
         self.limits = http.Limits.of(cfg, "E_SLACK")
         self.reply_timeout = int(cfg.get("replyTimeoutMs", 300_000)) / 1000
+        self.stream = chatbot.flag(cfg.get("streamReplies", True))
+        self.edit_interval = int(cfg.get("editIntervalMs", 1000)) / 1000
         self.client = httpx.AsyncClient(
             timeout=int(cfg.get("timeoutMs", 30_000)) / 1000, trust_env=False,
             headers={"Authorization": f"Bearer {self.token}"},
@@ -171,6 +177,8 @@ class Slack:
         self.tasks.start(self.converse(props))
 
     async def converse(self, props: dict[str, Any]) -> None:
+        draft = drafts.Draft(_Thread(self, props), interval=self.edit_interval,
+                             logger=self.ctx.logger)  # fmt: skip
         text = await chatbot.agent_reply(
             self.ctx,
             self.event,
@@ -180,21 +188,20 @@ class Slack:
             channel=props["channel"],
             idempotency_key=f"event:{props['eventId']}" if props.get("eventId") else None,
             on_approval=lambda request: self.ask(props, request),
+            on_delta=draft.on_delta if self.stream else None,
         )
-        if text is not None:
-            await self.post(props, text)
+        await draft.finish(text)
 
     async def post(self, props: dict[str, Any], text: str) -> None:
-        thread = props.get("threadTs") or props.get("ts")
-        for piece in chatbot.chunks(text, MAX_TEXT):
-            body = {"channel": props["channel"], "text": piece, "thread_ts": thread}
-            try:
-                await chatbot.call_json(self.client, f"{self.api}/chat.postMessage",
-                                        "chat.postMessage", body, secret=self.token)  # fmt: skip
-            except chatbot.ApiError as exc:
-                self.ctx.logger.error("slack_send_failed", channel=props["channel"],
-                                      status=exc.status, error=str(exc))  # fmt: skip
-                return
+        """A reply that comes whole (after an approval): posted in the thread, in pieces."""
+        thread = _Thread(self, props)
+        await drafts.Draft(thread, interval=self.edit_interval, logger=self.ctx.logger).finish(text)
+
+    async def call_api(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = await chatbot.call_json(
+            self.client, f"{self.api}/{method}", method, body, secret=self.token
+        )
+        return answer
 
     # -- approvals (ARCHITECTURE.md §10): block action buttons in the message's thread ------
 
@@ -259,10 +266,17 @@ class Slack:
         if text is not None:
             await self.post({"channel": channel, "threadTs": record.get("threadTs")}, text)
 
+    async def on_resumed(self, reply: ConnectorReply) -> None:
+        """The reply of a turn whose approval was decided elsewhere: to its thread."""
+        await approvals.on_resumed(
+            self.ctx, self.pending, reply,
+            lambda r: {"channel": r.get("chat"), "threadTs": r.get("threadTs")},
+            self.ask, self.post,
+        )  # fmt: skip
+
     async def _api(self, method: str, body: dict[str, Any]) -> None:
         try:
-            await chatbot.call_json(self.client, f"{self.api}/{method}", method, body,
-                                    secret=self.token)  # fmt: skip
+            await self.call_api(method, body)
         except chatbot.ApiError as exc:
             self.ctx.logger.error("slack_api_failed", method=method, status=exc.status,
                                   error=str(exc))  # fmt: skip
@@ -270,6 +284,28 @@ class Slack:
     async def aclose(self) -> None:
         self.tasks.cancel()
         await self.client.aclose()
+
+
+class _Thread:
+    """The thread of one Slack message as a draft's `Chat` (Slack has no typing indicator
+    for bots: the draft shows a status line instead)."""
+
+    max_text = MAX_TEXT
+    typing = None
+
+    def __init__(self, slack: Slack, props: dict[str, Any]) -> None:
+        self.slack = slack
+        self.channel = props["channel"]
+        self.thread = props.get("threadTs") or props.get("ts")
+
+    async def post(self, text: str) -> Any:
+        body = {"channel": self.channel, "text": text, "thread_ts": self.thread}
+        return (await self.slack.call_api("chat.postMessage", body)).get("ts")
+
+    async def edit(self, handle: Any, text: str) -> None:
+        await self.slack.call_api(
+            "chat.update", {"channel": self.channel, "ts": handle, "text": text}
+        )
 
 
 def _button(label: str, value: str, style: str) -> dict[str, Any]:
@@ -294,6 +330,7 @@ async def start(ctx: ConnectorContext) -> None:
 
 async def run(ctx: ConnectorContext) -> None:
     slack: Slack = ctx.state["slack"]
+    ctx.on_resumed(slack.on_resumed)
     try:
         await ctx.state["http"].serve()
     finally:

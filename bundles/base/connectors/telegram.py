@@ -6,6 +6,10 @@ Each text message (or photo caption) becomes the connector event `config.event`
 threadId, updateId}`. The recommended ingress rule gives one instance per chat:
 `route: {instanceKeyProperty: chatId, instanceKeyPrefix: "telegram:"}` -> `telegram:<chatId>`.
 A non-empty reply is sent back to the same chat (`reply_to_message_id`, in chunks of 4096).
+With `streamReplies` (default true) the reply is written while the agent works: a draft message
+with the first text, edited as more arrives (editMessageText at most once per `editIntervalMs`,
+default 1000), a last edit with the whole reply, and "typing…" while a tool runs
+(sendChatAction; see `_draft.py`).
 
 The update offset is saved in `<ctx.state_dir>/telegram.json` BEFORE an update is handed to the
 agent: after a crash or restart polling resumes after the last update seen, so an update is
@@ -26,9 +30,10 @@ from typing import Any
 
 import httpx
 
-from bundles.sdk import ConnectorContext, load_sibling
+from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
 
 chatbot = load_sibling(__file__, "_chatbot")
+drafts = load_sibling(__file__, "_draft")
 approvals = load_sibling(__file__, "_approvals")
 MAX_TEXT = 4096
 CALLBACK_PREFIX = "ga:"
@@ -46,6 +51,8 @@ class Telegram:
         self.limit = int(cfg.get("limit", 100))
         self.reply_timeout = int(cfg.get("replyTimeoutMs", 300_000)) / 1000
         self.reply_to = chatbot.flag(cfg.get("replyToMessage", True))
+        self.stream = chatbot.flag(cfg.get("streamReplies", True))
+        self.edit_interval = int(cfg.get("editIntervalMs", 1000)) / 1000
         self.backoff = chatbot.Backoff(
             first=int(cfg.get("backoffMs", 1000)) / 1000,
             cap=int(cfg.get("maxBackoffMs", 60_000)) / 1000,
@@ -124,34 +131,27 @@ class Telegram:
 
     async def handle(self, props: dict[str, Any]) -> None:
         async with self.slots:
+            draft = drafts.Draft(_Chat(self, props), interval=self.edit_interval,
+                                 logger=self.ctx.logger)  # fmt: skip
             text = await chatbot.agent_reply(
                 self.ctx, self.event, props, self.reply_timeout,
                 kind="telegram", chat_id=props["chatId"],
                 idempotency_key=f"update:{props['updateId']}",  # redelivered updates are one
                 on_approval=lambda request: self.ask(props, request),
+                on_delta=draft.on_delta if self.stream else None,
             )  # fmt: skip
-            if text is not None:
-                await self.answer(props, text)
+            await draft.finish(text)
 
     async def answer(self, props: dict[str, Any], text: str) -> None:
-        for piece in chatbot.chunks(text, MAX_TEXT):
-            body: dict[str, Any] = {"chat_id": props["chatId"], "text": piece}
-            if self.reply_to:
-                body["reply_to_message_id"] = props["messageId"]
-                body["allow_sending_without_reply"] = True
-            if props.get("threadId") is not None:
-                body["message_thread_id"] = props["threadId"]
-            try:
-                await self.call("sendMessage", body)
-            except chatbot.ApiError as exc:
-                self.ctx.logger.error("telegram_send_failed", chat_id=props["chatId"],
-                                      status=exc.status, error=str(exc))  # fmt: skip
-                return
+        """A reply that comes whole (after an approval): posted, in pieces of MAX_TEXT."""
+        chat = _Chat(self, props)
+        await drafts.Draft(chat, interval=self.edit_interval, logger=self.ctx.logger).finish(text)
 
     # -- approvals (ARCHITECTURE.md §10): inline buttons in the chat the turn came from ------
 
     async def ask(self, props: dict[str, Any], request: Mapping[str, Any]) -> None:
-        where = {"messageId": props["messageId"], "threadId": props.get("threadId")}
+        where = {"messageId": props["messageId"], "threadId": props.get("threadId"),
+                 "chatId": props["chatId"]}  # fmt: skip
         token = self.pending.add(str(request.get("id")), str(props["chatId"]), **where)
         keyboard = [[{"text": "Approve", "callback_data": f"{CALLBACK_PREFIX}{token}:y"},
                      {"text": "Deny", "callback_data": f"{CALLBACK_PREFIX}{token}:n"}]]  # fmt: skip
@@ -189,6 +189,14 @@ class Telegram:
                      "threadId": record.get("threadId")}  # fmt: skip
             await self.answer(props, text)
 
+    async def on_resumed(self, reply: ConnectorReply) -> None:
+        """The reply of a turn whose approval was decided elsewhere: to its chat."""
+        await approvals.on_resumed(
+            self.ctx, self.pending, reply,
+            lambda r: {key: r.get(key) for key in ("chatId", "messageId", "threadId")},
+            self.ask, self.answer,
+        )  # fmt: skip
+
     async def _ack(self, query: dict[str, Any], refused: str | None) -> None:
         body: dict[str, Any] = {"callback_query_id": query.get("id")}
         if refused is not None:
@@ -210,6 +218,37 @@ class Telegram:
     async def aclose(self) -> None:
         self.tasks.cancel()
         await self.client.aclose()
+
+
+class _Chat:
+    """One Telegram chat as a draft's `Chat`: the reply's messages and the typing action."""
+
+    max_text = MAX_TEXT
+
+    def __init__(self, bot: Telegram, props: dict[str, Any]) -> None:
+        self.bot = bot
+        self.props = props
+        self.chat_id = props["chatId"]
+
+    async def post(self, text: str) -> Any:
+        body: dict[str, Any] = {"chat_id": self.chat_id, "text": text}
+        if self.bot.reply_to:
+            body["reply_to_message_id"] = self.props["messageId"]
+            body["allow_sending_without_reply"] = True
+        if self.props.get("threadId") is not None:
+            body["message_thread_id"] = self.props["threadId"]
+        sent = await self.bot.call("sendMessage", body)
+        return sent.get("message_id") if isinstance(sent, dict) else None
+
+    async def edit(self, handle: Any, text: str) -> None:
+        await self.bot.call("editMessageText", {"chat_id": self.chat_id, "message_id": handle,
+                                                "text": text})  # fmt: skip
+
+    async def typing(self) -> None:
+        body: dict[str, Any] = {"chat_id": self.chat_id, "action": "typing"}
+        if self.props.get("threadId") is not None:
+            body["message_thread_id"] = self.props["threadId"]
+        await self.bot.call("sendChatAction", body)
 
 
 def _hint(status: int) -> str:
@@ -251,6 +290,7 @@ async def start(ctx: ConnectorContext) -> None:
 
 async def run(ctx: ConnectorContext) -> None:
     bot: Telegram = ctx.state["telegram"]
+    ctx.on_resumed(bot.on_resumed)
     try:
         await bot.serve()
     finally:

@@ -215,28 +215,50 @@ function calls() {
   const holder = el("div", { id: "calls" });
   const message = el("div", { class: "muted", id: "action-result" });
   view().replaceChildren(el("h2", {}, "Pending calls"), message, holder);
-  const answer = async (id, body) => {
+  // resolve: `goondan calls resolve`; approve/deny: `goondan calls approve|deny` (same control requests)
+  const answer = async (id, body, decision) => {
     message.textContent = "…";
-    try { const r = await api(`/api/calls/${encodeURIComponent(id)}`, body); message.textContent = "answered: " + JSON.stringify(r.result); refresh(); }
+    const path = `/api/calls/${encodeURIComponent(id)}` + (decision ? `/${decision}` : "");
+    try { const r = await api(path, body); message.textContent = "answered: " + JSON.stringify(r.result); refresh(); }
     catch (e) { flash(message, e); }
+  };
+  // a row is built once per call and kept across refreshes: what a person types into its
+  // result or message field survives the 2-second refresh
+  const rows = new Map();
+  const row = (c) => {
+    const result = el("textarea", { class: "result", rows: 2, cols: 30, placeholder: '{"result": ...} as JSON' });
+    const why = el("input", { class: "why", size: 16, placeholder: "message (optional)" });
+    const said = () => (why.value.trim() ? { message: why.value.trim() } : {});
+    const forms = !info.allowActions ? [el("span", { class: "muted" }, "read-only")] : c.approval ? [
+      el("button", { class: "approve", onclick: () => answer(c.id, said(), "approve") }, "approve"), " ",
+      el("button", { class: "deny danger", onclick: () => answer(c.id, said(), "deny") }, "deny"), " ", why,
+    ] : [result, " ", el("button", { class: "resolve", onclick: () => {
+      let value; try { value = JSON.parse(result.value || "null"); } catch (e) { flash(message, new Error("the result is not JSON")); return; }
+      answer(c.id, { result: value });
+    } }, "resolve")];
+    const age = el("td", {});
+    const tr = el("tr", { "data-id": c.id }, el("td", { class: "mono" }, c.id), el("td", {}, c.agent), el("td", {}, c.instanceKey),
+      el("td", { class: "mono" }, c.method), el("td", { class: "mono" }, JSON.stringify(c.params)), age, el("td", {}, forms));
+    return { tr, age };
   };
   const refresh = async () => {
     let data;
     try { data = await api("/api/calls"); } catch (e) { flash(holder, e); return; }
+    const ids = new Set(data.calls.map((c) => c.id));
+    for (const id of [...rows.keys()]) if (!ids.has(id)) rows.delete(id);
     if (!data.calls.length) { holder.replaceChildren(el("p", { class: "muted" }, "No call waits for a client.")); return; }
-    holder.replaceChildren(el("table", {}, el("thead", {}, el("tr", {}, ["id", "agent", "instance", "method", "params", "age", "answer"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, data.calls.map((c) => {
-        const result = el("textarea", { class: "result", rows: 2, cols: 30, placeholder: '{"result": ...} as JSON' });
-        const forms = !info.allowActions ? [el("span", { class: "muted" }, "read-only")] : c.approval ? [
-          el("button", { class: "approve", onclick: () => answer(c.id, { result: { approved: true } }) }, "approve"), " ",
-          el("button", { class: "deny danger", onclick: () => answer(c.id, { error: { code: -32001, message: "denied in Studio" } }) }, "deny"),
-        ] : [result, " ", el("button", { class: "resolve", onclick: () => {
-          let value; try { value = JSON.parse(result.value || "null"); } catch (e) { flash(message, new Error("the result is not JSON")); return; }
-          answer(c.id, { result: value });
-        } }, "resolve")];
-        return el("tr", { "data-id": c.id }, el("td", { class: "mono" }, c.id), el("td", {}, c.agent), el("td", {}, c.instanceKey),
-          el("td", { class: "mono" }, c.method), el("td", { class: "mono" }, JSON.stringify(c.params)), el("td", {}, ago(c.ageSeconds)), el("td", {}, forms));
-      }))));
+    const trs = data.calls.map((c) => {
+      if (!rows.has(c.id)) rows.set(c.id, row(c));
+      const r = rows.get(c.id);
+      r.age.textContent = ago(c.ageSeconds);
+      return r.tr;
+    });
+    let body = holder.querySelector("tbody");
+    if (!body) {
+      body = el("tbody", {});
+      holder.replaceChildren(el("table", {}, el("thead", {}, el("tr", {}, ["id", "agent", "instance", "method", "params", "age", "answer"].map((h) => el("th", {}, h)))), body));
+    }
+    body.replaceChildren(...trs);  // moves the kept rows: their fields keep what was typed
   };
   every(2, refresh);
 }

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import structlog
 
@@ -26,6 +27,7 @@ from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, Source, SourceKind, response_to
 from protocol.ids import ProcessId, ProcessKind
 from protocol.messages import Event, Message
+from protocol.stream import DeltaKind, StreamDelta
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "connectors"
@@ -68,7 +70,7 @@ def test_a_list_of_value_sources_resolves_each_and_masks_them(
     assert [a.name for a in loaded.swarm.agents] == ["front", "back", "capped"]
     front = loaded.swarm.agents[0]
     assert front.description.startswith("Answers questions")
-    assert [t.name for t in front.tools] == ["client__calendar"]
+    assert [t.name for t in front.tools] == ["client__calendar", "clock__now"]
     assert loaded.swarm.instance_key == "main"
 
 
@@ -381,3 +383,33 @@ def test_the_base_package_declares_both_connectors() -> None:
     doc = (BASE / "goondan.yaml").read_text()
     assert "entry: ./connectors/webhook.py" in doc
     assert "entry: ./connectors/cli.py" in doc
+
+
+async def test_an_emit_with_on_delta_asks_for_the_stream_and_gets_its_deltas() -> None:
+    ctx, sent = host_context()
+    seen: list[StreamDelta] = []
+
+    def broken(delta: StreamDelta) -> None:
+        raise RuntimeError("a connector bug")
+
+    async with asyncio.timeout(5):
+        waiting = asyncio.ensure_future(ctx.emit("chat", text="hi", on_delta=seen.append))
+        other = asyncio.ensure_future(ctx.emit("chat", text="plain"))
+        bad = asyncio.ensure_future(ctx.emit("chat", text="bad", on_delta=broken))
+        frames = [await sent.get() for _ in range(3)]
+        streamed, plain, buggy = [m.payload for m in frames if isinstance(m, Event)]
+        assert streamed.reply_to is not None and streamed.reply_to.stream
+        assert plain.reply_to is not None and not plain.reply_to.stream
+        assert buggy.reply_to is not None
+        piece = StreamDelta(correlation_id=streamed.reply_to.correlation_id, seq=0,
+                            kind=DeltaKind.TEXT, step=1, text="h")  # fmt: skip
+        assert ctx.deliver_delta(piece)
+        stray = msgspec.structs.replace(piece, correlation_id=plain.reply_to.correlation_id)
+        assert not ctx.deliver_delta(stray)  # nobody asked for that one
+        failing = msgspec.structs.replace(piece, correlation_id=buggy.reply_to.correlation_id)
+        assert ctx.deliver_delta(failing)  # the callback's failure is logged, not raised
+        for event, text in ((streamed, "hi!"), (plain, "ok"), (buggy, "b")):
+            ctx.deliver(answer(event, text))
+        reply, _, _ = await waiting, await other, await bad
+    assert seen == [piece] and reply is not None and reply.text == "hi!"
+    assert not ctx.deliver_delta(piece)  # the emit is over

@@ -116,3 +116,24 @@ async def test_a_cut_call_of_an_idempotent_export_runs_again() -> None:
         assert result.text.startswith("got ")
     finally:
         await rt.close()
+
+
+async def test_a_turn_cut_after_its_final_answer_is_not_answered_twice() -> None:
+    """The process died between the final answer and the outcome record: the redelivered
+    event ends the turn with that answer; the model is not asked again."""
+    rt = await make_runtime(b.scripted(script=[{"match": "hi", "reply": "hello"}]), b.agent())
+    the_event = event("hi")
+    try:
+        rt.store.append(Role.USER.value, "hi", turn_id="t_cut",
+                        metadata={"eventId": the_event.id})  # fmt: skip
+        rt.store.append(Role.ASSISTANT.value, "hello", turn_id="t_cut")
+        async with asyncio.timeout(TIMEOUT):
+            result = await rt.run_turn(the_event)
+        assert (result.outcome, result.text, result.turn_id) == (
+            TurnOutcome.COMPLETED, "hello", "t_cut",
+        )  # fmt: skip
+        assert [m.role for m in rt.store.messages] == [Role.USER, Role.ASSISTANT]
+        assert not scripted(rt).requests  # the model was not asked
+        assert rt.store.messages[0].metadata["turnOutcome"] == "completed"
+    finally:
+        await rt.close()

@@ -73,3 +73,48 @@ def test_bad_scripts_are_coded_errors(options: dict[str, object]) -> None:
     with pytest.raises(ModelError) as caught:
         ScriptedModel.from_options("m", options, Path("/nonexistent"))
     assert caught.value.info.code == "E_MODEL_SCRIPT"
+
+
+async def streamed(m: ScriptedModel, text: str) -> tuple[ModelResponse, list[str]]:
+    pieces: list[str] = []
+    msgs = [new_message(Role.USER, text)]
+    async with asyncio.timeout(5):
+        request = ModelRequest(system="s", messages=msgs, tools=[], on_text=pieces.append)
+        return await m.complete(request), pieces
+
+
+async def test_a_streamed_reply_comes_in_chunks_and_the_response_is_unchanged() -> None:
+    m = model([{"match": "long", "reply": "abcdefghij", "streamChunkChars": 4}],
+              streamChunkChars=3)  # fmt: skip
+    response, pieces = await streamed(m, "long")
+    assert pieces == ["abcd", "efgh", "ij"]  # the rule's size wins over the model's
+    assert response.text == "abcdefghij"
+    plain = await ask(m, (Role.USER, "long", None))
+    assert (plain.text, plain.usage, plain.finish_reason) == (
+        response.text, response.usage, response.finish_reason
+    )  # fmt: skip
+    _, whole = await streamed(model([{"reply": "hello"}]), "x")
+    assert whole == ["hello"]  # no chunk size: one piece
+    _, by_model = await streamed(model([{"reply": "hello"}], streamChunkChars=2), "x")
+    assert by_model == ["he", "ll", "o"]
+
+
+async def test_a_tool_call_step_streams_no_text() -> None:
+    m = model([{"toolCalls": [{"name": "t__x"}]}], streamChunkChars=1)
+    response, pieces = await streamed(m, "go")
+    assert pieces == [] and response.tool_calls[0].name == "t__x"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"streamChunkChars": -1},
+        {"streamDelayMs": -5},
+        {"script": [{"reply": "x", "streamChunkChars": -2}]},
+    ],
+)
+def test_negative_stream_settings_are_a_coded_error(options: dict[str, object]) -> None:
+    with pytest.raises(ModelError) as info:
+        ScriptedModel.from_options("m", options, Path("."))
+    error = info.value.info
+    assert error.code == "E_MODEL_SCRIPT" and "must be 0 or more" in error.message

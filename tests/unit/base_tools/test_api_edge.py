@@ -14,6 +14,7 @@ import structlog
 
 from agent_process.connector_context import AgentInfo, SwarmInfo
 from agent_process.loading import load_entry
+from protocol.stream import DeltaKind, StreamDelta
 
 from .conftest import BASE
 
@@ -71,6 +72,79 @@ async def test_the_seam_yields_the_reply_and_addresses_the_agent() -> None:
         seam.check_agent("b")  # in the swarm, not served by this Connection
     assert unknown.value.status == 404
     assert seam.key(None, "", "h") == "h" and seam.key() == "main"
+
+
+def _delta(seq: int, step: int, text: str = "", **tool: Any) -> StreamDelta:
+    kind = DeltaKind.TEXT if not tool else tool.pop("kind")
+    return StreamDelta(correlation_id="c", seq=seq, kind=kind, step=step, text=text, **tool)
+
+
+@dataclass
+class StreamingCtx(Ctx):
+    deltas: list[StreamDelta] = field(default_factory=list)
+
+    async def emit(self, event: str, properties: Any = None, text: str = "", **kw: Any) -> Reply:
+        on_delta = kw["on_delta"]
+        for delta in self.deltas:  # as the connector host hands them over, then the reply
+            on_delta(delta)
+            await asyncio.sleep(0)
+        return await super().emit(event, properties, text, **kw)
+
+
+async def test_a_streamed_reply_is_a_piece_per_delta_then_the_rest() -> None:
+    started = {"kind": DeltaKind.TOOL_STARTED, "tool": "t", "tool_call_id": "k"}
+    finished = {"kind": DeltaKind.TOOL_FINISHED, "tool": "t", "tool_call_id": "k", "status": "ok"}
+    ctx = StreamingCtx(answer=Reply(text="it is noon now"), deltas=[
+        _delta(0, 1, "let me"), _delta(1, 1, " look"), _delta(2, 1, **started),
+        _delta(3, 1, **finished), _delta(4, 2, "it is "), _delta(5, 2, "noon"),
+    ])  # fmt: skip
+    seam = edge.Edge(ctx, 5.0, frozenset({"a"}))
+    async with asyncio.timeout(5):
+        pieces = [p async for p in seam.pieces("a", "k", "what time", stream=True)]
+    assert [(p.text, p.fresh) for p in pieces if p.tool is None] == [
+        ("let me", False),
+        (" look", False),
+        ("it is ", True),
+        ("noon", False),
+        (" now", False),
+    ]
+    assert [(p.tool.name, p.tool.status) for p in pieces if p.tool] == [("t", None), ("t", "ok")]
+    assert pieces[-1].done.text == "it is noon now" and ctx.emitted[0]["on_delta"] is not None
+
+
+async def test_a_reader_behind_gets_a_steps_waiting_text_as_one_delta() -> None:
+    backlog = edge.Backlog()
+    started = {"kind": DeltaKind.TOOL_STARTED, "tool": "t", "tool_call_id": "k"}
+    for delta in (_delta(0, 1, "a"), _delta(1, 1, "b"), _delta(2, 1, **started),
+                  _delta(3, 2, "c"), _delta(4, 2, "d"), _delta(5, 3, "e")):  # fmt: skip
+        backlog.put(delta)
+    backlog.put(None)
+    async with asyncio.timeout(5):
+        taken = [await backlog.get() for _ in range(5)]
+    assert [(d.kind, d.step, d.text, d.seq) for d in taken[:4]] == [
+        (DeltaKind.TEXT, 1, "ab", 1), (DeltaKind.TOOL_STARTED, 1, "", 2),
+        (DeltaKind.TEXT, 2, "cd", 4), (DeltaKind.TEXT, 3, "e", 5)]  # fmt: skip
+    assert taken[4] is None
+    backlog.put(_delta(6, 3, "f"))  # a reader that keeps up: one delta each
+    async with asyncio.timeout(5):
+        assert (await backlog.get()).text == "f"
+
+
+@pytest.mark.parametrize(
+    ("streamed", "reply", "last"),
+    [([], "whole", ("whole", False)),  # nothing streamed: all of it
+     (["wh", "o"], "whole", ("le", False)),  # the rest
+     (["wh", "le"], "whole", ("whole", True)),  # a delta lost on the way: start over
+     (["whole"], "whole", ("", False))],
+)  # fmt: skip
+def test_the_last_piece_holds_what_the_deltas_did_not(
+    streamed: list[str], reply: str, last: tuple[str, bool]
+) -> None:
+    shown = edge.Shown()
+    for seq, text in enumerate(streamed):
+        shown.piece(_delta(seq, 1, text))
+    piece = shown.last(edge.Done("e", reply))
+    assert (piece.text, piece.fresh) == last and piece.done.text == reply
 
 
 async def test_an_answer_is_a_json_rpc_response_and_a_call_ends_the_reply() -> None:

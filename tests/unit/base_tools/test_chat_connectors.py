@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,6 +231,7 @@ async def test_a_409_poll_is_logged_backed_off_and_polling_recovers(
             *,
             reply: bool,
             idempotency_key: str | None = None,
+            on_delta: Callable[[Any], None] | None = None,
         ) -> FakeReply:
             await emitted.put((event, properties, text))
             return FakeReply(text=f"re: {text}")

@@ -73,3 +73,38 @@ async def test_a_late_background_write_never_undoes_the_last_one(tmp_path: Path)
     budgets._write(*early)
     reloaded = make(tmp_path / "u.json", clock)
     assert next(r for r in reloaded.rows() if r.name == "a").input_tokens == 2
+
+
+def kept_aside(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.name.startswith("u.json.corrupt-")]
+
+
+async def test_a_corrupt_usage_file_is_kept_aside_and_holds_todays_budgets(
+    tmp_path: Path,
+) -> None:
+    clock = [DAY + 10]
+    path = tmp_path / "u.json"
+    path.write_bytes(b'{"day": "2026-01-01", "agents": {"a": {"turns": 3')  # torn
+    budgets = Budgets(path, "s", clock=lambda: clock[0])
+    budgets.load()
+    budgets.set_budgets({"a": Budget(turns_per_day=5), "free": None}, None)
+    kept = kept_aside(tmp_path)
+    assert [p.read_bytes() for p in kept] == [b'{"day": "2026-01-01", "agents": {"a": {"turns": 3']
+    refused = budgets.refusal("a", "e1")
+    assert refused is not None and refused.code == ErrorCode.E_AGENT_BUDGET_EXCEEDED
+    assert "unknown" in refused.message and kept[0].name in refused.message
+    assert budgets.refusal("free", "e2") is None  # no budget: nothing to hold
+    assert {r.name: r.exceeded for r in budgets.rows()} == {"a": "usageUnknown", "s": None}
+    restarted = make(path, clock)  # the hold was saved: a restart does not forget it
+    assert restarted.refusal("a", "e3") is not None
+    clock[0] = DAY + 86_400 + 1  # the next UTC day starts at zero, as every day does
+    assert restarted.refusal("a", "e4") is None
+
+
+async def test_an_unreadable_usage_file_holds_too(tmp_path: Path) -> None:
+    clock = [DAY + 10]
+    (tmp_path / "u.json").mkdir()  # read_bytes: IsADirectoryError, an OSError
+    budgets = make(tmp_path / "u.json", clock)  # the swarm has a budget: everyone is held
+    refused = budgets.refusal("anyone")
+    assert refused is not None and refused.code == ErrorCode.E_AGENT_BUDGET_EXCEEDED
+    assert [p.is_dir() for p in kept_aside(tmp_path)] == [True]

@@ -19,9 +19,9 @@ from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, response_to
-from protocol.ids import agent_address
-from protocol.jsonrpc import ANSWER_SUFFIX, JsonRpcResponse, PendingCall
-from protocol.messages import Call, CallOp, CallPayload
+from protocol.ids import agent_address, parse_address
+from protocol.jsonrpc import ANSWER_SUFFIX, RESUMED_CALL, JsonRpcResponse, PendingCall
+from protocol.messages import Call, CallOp, CallPayload, Event
 from tests.unit.orchestrator.fakes import FakeBroker, FakeLifecycle, FakeTargets
 
 NOW = 1000.0
@@ -200,9 +200,38 @@ async def test_resolving_for_a_ready_process_reopens_the_request_and_pokes_it(
     assert result == {"resolved": "c1", "agent": "a", "instanceKey": "k"}
     [request] = broker.opened  # the connector gets the resumed turn's reply
     assert (request.correlation_id, request.requester, request.server) == ("corr", HOOK, A)
-    assert request.waiter is None
     assert pokes(broker) == ["c1"]
     assert targets.ensured == []
+    # answered elsewhere (the CLI): the reply is passed on to the connector, naming the call
+    hook = ProcessEntry(address=parse_address(HOOK), status=S.IDLE, generation=1)
+    broker.ready_entries[hook.address] = hook
+    assert request.waiter is not None
+    reply = response_to(from_connector(), source=Source(kind=SourceKind.AGENT, name="a"), text="ok")
+    request.waiter.set_result(reply)
+    await asyncio.sleep(0)  # the done callback runs on the loop
+    [passed] = [m for e, m in broker.sent if e is hook]
+    assert isinstance(passed, Event) and passed.payload.input == "ok"
+    assert passed.payload.metadata[RESUMED_CALL] == "c1"
+
+
+async def test_a_connector_answering_its_own_turns_call_gets_no_second_copy(
+    tmp_path: Path,
+) -> None:
+    broker = FakeBroker(ready_entries={A: ProcessEntry(address=A, status=S.IDLE, generation=1)})
+    idx = faked(tmp_path, broker, FakeTargets())
+    write(idx.layout, pending("c1", event=from_connector()))
+    async with asyncio.timeout(5):
+        resolving = asyncio.ensure_future(idx.resolve(
+            "c1", answer_of("c1", {"ok": 1}, None, None, None), 5, wait=True, via="connector:hook"
+        ))  # fmt: skip
+        await asyncio.sleep(0)
+        [request] = broker.opened
+        assert request.waiter is not None
+        reply = response_to(from_connector(), source=Source(kind=SourceKind.AGENT, name="a"),
+                            text="ok")  # fmt: skip
+        request.waiter.set_result(reply)
+        assert (await resolving).input == "ok"  # the answering connector's own wait
+    assert [m for _, m in broker.sent if isinstance(m, Event)] == []
 
 
 async def test_resolving_for_a_stopped_process_starts_it_and_pokes_it_once_ready(

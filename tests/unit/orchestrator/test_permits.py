@@ -44,6 +44,7 @@ async def test_usage_garbage_counts_as_nothing_and_a_budget_refuses(tmp_path: Pa
     permits, replies, entry = service(tmp_path)
     permits.on_call(entry, call(CallOp.MODEL_PERMIT, model="m", eventId="e1", estimatedTokens=1))
     assert replies.results[-1].ok
+    assert replies.results[-1].result == {"waitedMs": 0.0, "tokens": 1}  # what it took, to settle
     for junk in (float("inf"), float("nan"), -5, "many", True, 1e300):
         permits.on_call(entry, call(CallOp.MODEL_USAGE, model="m", inputTokens=junk, costUsd=junk))
     row = next(r for r in permits.budgets.rows() if r.name == "a")

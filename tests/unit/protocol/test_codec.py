@@ -14,10 +14,12 @@ from hypothesis import strategies as st
 from protocol import codec
 from protocol.control import (
     CONTROL_REQUEST_TYPES,
+    CallsDecide,
     CallsResolve,
     ControlReply,
     Ping,
     SendText,
+    StreamAck,
 )
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import ReplyTo, Source, SourceKind, TraceContext, new_event, response_to
@@ -29,11 +31,14 @@ from protocol.messages import (
     CallResult,
     CallResultPayload,
     ChildState,
+    Delta,
     Event,
     Heartbeat,
     HeartbeatPayload,
     Hello,
     HelloPayload,
+    History,
+    HistoryPayload,
     Message,
     Ready,
     ReadyPayload,
@@ -48,6 +53,7 @@ from protocol.messages import (
     StatusPayload,
     TurnOutcome,
 )
+from protocol.stream import DeltaKind, StreamDelta
 
 SRC = Source(kind=SourceKind.AGENT, name="coordinator", instance_key="k1")
 EVENT = new_event(
@@ -78,6 +84,11 @@ SAMPLES: list[Message] = [
     Heartbeat(**FR, payload=HeartbeatPayload(seq=7, sent_at=1.5)),
     Shutdown(**FR, payload=ShutdownPayload(grace_period_ms=5, reason=ShutdownReason.CONFIG_CHANGE)),
     ShutdownAck(**FR, payload=ShutdownAckPayload(undelivered_events=["e1"])),
+    Delta(
+        **FR,
+        payload=StreamDelta(correlation_id="c1", seq=3, kind=DeltaKind.TEXT, step=1, text="par"),
+    ),
+    History(**FR, payload=HistoryPayload(line=b'{"type":"append"}\n')),
 ]
 
 
@@ -94,7 +105,7 @@ def test_from_travels_as_from_and_type_tag_is_set() -> None:
     raw = msgspec.msgpack.decode(codec.encode(SAMPLES[0]))
     assert raw["type"] == "hello"
     assert raw["from"] == "agent:worker:k1:3"
-    assert raw["payload"]["protocolVersion"] == 1
+    assert raw["payload"]["protocolVersion"] == 2
     assert "from_" not in raw
 
 
@@ -161,12 +172,28 @@ def test_control_round_trip() -> None:
         Ping(request_id="1"),
         SendText(request_id="2", text="hi", agent="a", instance_key="k"),
         CallsResolve(request_id="3", call_id="c", error_code=-32001, error_message="denied"),
+        SendText(request_id="4", text="hi", stream=True),
+        StreamAck(request_id="4", received=32),
     ]
     for req in samples:
         assert codec.decode_control_request(codec.encode(req)) == req
     assert len(CONTROL_REQUEST_TYPES) >= 10
     reply = ControlReply(request_id="1", ok=False, error=ErrorInfo(code="E", message="m"))
     assert codec.decode_control_reply(codec.encode(reply)) == reply
+    tool = StreamDelta(correlation_id="c", seq=0, kind=DeltaKind.TOOL_FINISHED, tool="t__x",
+                       tool_call_id="call_1", status="ok")  # fmt: skip
+    interim = ControlReply(request_id="4", ok=True, delta=tool)
+    decoded = codec.decode_control_reply(codec.encode(interim))
+    assert decoded == interim and decoded.interim and not reply.interim
+
+
+def test_a_stream_flag_costs_nothing_on_the_wire_when_unset() -> None:
+    """Events of clients that do not stream encode as before the flag existed."""
+    plain = msgspec.msgpack.decode(codec.encode(EVENT))
+    assert plain["replyTo"] == {"target": "agent:coordinator:k1", "correlationId": "c1"}
+    streamed = msgspec.structs.replace(EVENT, reply_to=ReplyTo(target="t", correlation_id="c",
+                                                               stream=True))  # fmt: skip
+    assert codec.decode_event(codec.encode(streamed)).reply_to == streamed.reply_to
 
 
 def test_trace_child_keeps_trace_id() -> None:
@@ -175,3 +202,13 @@ def test_trace_child_keeps_trace_id() -> None:
     assert child.trace_id == root.trace_id
     assert child.parent_span_id == root.span_id
     assert child.span_id != root.span_id
+
+
+def test_calls_decide_says_where_a_person_decided_from_a_closed_set() -> None:
+    studio = CallsDecide(request_id="r", call_id="c", approve=True, via="studio")
+    assert codec.decode_control_request(codec.encode(studio)) == studio
+    assert CallsDecide(request_id="r", call_id="c", approve=True).via == "cli"  # older clients
+    fields = msgspec.msgpack.decode(codec.encode(studio))
+    forged = codec.encode({**fields, "via": "connector:tg"})
+    with pytest.raises(ProtocolError):
+        codec.decode_control_request(forged)

@@ -1,0 +1,182 @@
+"""The `Acceptor` of a cluster node: accepting is publishing to the ingress stream; delivery is
+the partition owner's consumer, wherever that is (ARCHITECTURE.md §15).
+
+A control client waiting for its reply (`goondan send`) is waited for here, on the node it
+talks to: before the event is published, this node subscribes to the core-NATS subject
+`goondan.<swarm>.reply.<event id>`, on which the owner publishes the reply (and keeps it 10
+minutes in the `replies` bucket for `--attach`). The owner's router tells `finished` when a
+turn is over; the consumer then acknowledges the message (after the conversation appends are
+in the history stream, `history.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import nats.errors
+import structlog
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from orchestrator.accept import Acceptor
+from orchestrator.cluster.consumers import Consumers
+from orchestrator.cluster.ingress import NatsJournal
+from orchestrator.journal import Appended, EntryState, JournalEntry
+from protocol.events import AgentEvent, Source, SourceKind, new_event
+from protocol.ids import Address
+
+log = structlog.get_logger("goondan.cluster.accept")
+_encode = msgspec.msgpack.Encoder().encode
+_decode_event = msgspec.msgpack.Decoder(AgentEvent).decode
+
+After = Callable[[Address, Callable[[], Awaitable[None] | None]], None]
+"""Run a step once the instance's conversation appends so far are stored (history.py)."""
+
+
+class ClusterAcceptor(Acceptor):
+    def __init__(self, journal: NatsJournal, consumers: Consumers) -> None:
+        super().__init__(journal, self._nowhere)
+        self.cluster_journal = journal
+        self.consumers = consumers
+        self.after: After = self._now
+        """Set by the node to its history writer's `after`."""
+        self._subs: dict[str, Subscription] = {}
+
+    def _now(self, _target: Address, step: Callable[[], Awaitable[None] | None]) -> None:
+        """Without a history writer: run the step now."""
+        result = step()
+        if result is not None:
+            self._background(_awaited(result))
+
+    @staticmethod
+    def _nowhere(
+        event: AgentEvent, target: Address, waiter: asyncio.Future[AgentEvent] | None
+    ) -> None:
+        """Nothing is submitted where it was accepted: the partition's owner pulls it."""
+
+    async def accept(
+        self,
+        event: AgentEvent,
+        target: Address,
+        *,
+        waiter: asyncio.Future[AgentEvent] | None = None,
+        dedupe_key: str | None = None,
+    ) -> Appended | None:
+        if waiter is not None:
+            await self._wait_reply(event.id, waiter)
+        try:
+            appended = await self.cluster_journal.append(event, str(target), dedupe_key)
+        except BaseException:
+            self._unwait(event.id)
+            raise
+        if appended.duplicate:
+            self._unwait(event.id)  # the caller attaches to the first event instead
+        return appended
+
+    async def _wait_reply(
+        self, event_id: str, waiter: asyncio.Future[AgentEvent] | asyncio.Future[AgentEvent | None]
+    ) -> None:
+        nc = self.cluster_journal.nats.nc
+        subject = self.cluster_journal.nats.names.reply_subject(event_id)
+
+        async def on_reply(msg: Msg) -> None:
+            try:
+                reply = _decode_event(msg.data)
+            except msgspec.DecodeError:
+                log.warning("reply_unreadable", event_id=event_id)
+                return
+            if not waiter.done():
+                waiter.set_result(reply)
+
+        self._subs[event_id] = await nc.subscribe(subject, cb=on_reply)
+        waiter.add_done_callback(lambda _f: self._unwait(event_id))
+
+    def _unwait(self, event_id: str) -> None:
+        sub = self._subs.pop(event_id, None)
+        if sub is not None:
+            self._background(_unsubscribe(sub))
+
+    # -- what the owner's router reports ----------------------------------------------------
+
+    def started(self, event_id: str) -> None:
+        return None  # the consumer's in-progress marks keep it ours
+
+    def finished(self, event_id: str, reply: AgentEvent | None = None) -> None:
+        for future in self._attached.pop(event_id, []):
+            if not future.done():
+                future.set_result(reply)
+        held = self.consumers.held.get(event_id)
+        if held is None:
+            return
+        if reply is not None:
+            self.after(held.target, lambda: self._reply(event_id, reply))
+        self.after(held.target, lambda: self._complete(event_id))
+
+    async def _reply(self, event_id: str, reply: AgentEvent) -> None:
+        nats_ = self.cluster_journal.nats
+        with contextlib.suppress(nats.errors.Error):
+            await nats_.nc.publish(nats_.names.reply_subject(event_id), _encode(reply))
+        await self.cluster_journal.complete(event_id, reply)
+
+    def _complete(self, event_id: str) -> None:
+        self.consumers.complete(event_id)
+
+    def keep(self, event_id: str, reply: AgentEvent) -> bool:
+        """At a stop: an event this node holds and did not finish is redelivered to the next
+        owner (never acknowledged here)."""
+        if not self.consumers.holds(event_id):
+            return False
+        for future in self._attached.pop(event_id, []):
+            if not future.done():
+                future.set_result(reply)
+        return True
+
+    @property
+    def lag(self) -> tuple[int, int]:
+        return len(self.consumers.held), 0
+
+    async def recover(self) -> int:
+        return 0  # the consumers deliver again what no one acknowledged
+
+    async def attach(
+        self, event_id: str
+    ) -> tuple[JournalEntry, asyncio.Future[AgentEvent | None] | None] | None:
+        """Finished (its reply kept 10 minutes), or waited for on the reply subject. An id
+        this swarm never accepted waits until the client's timeout (the stream is not
+        searched by event id)."""
+        future: asyncio.Future[AgentEvent | None] = asyncio.get_running_loop().create_future()
+        await self._wait_reply(event_id, future)
+        entry = await self.cluster_journal.lookup(event_id)
+        if entry is not None:
+            future.cancel()
+            return entry, None
+        placeholder = JournalEntry(seq=0, event=_placeholder(event_id), target="",
+                                   state=EntryState.ACCEPTED, attempts=0,
+                                   accepted_at=0.0)  # fmt: skip
+        return placeholder, future
+
+    async def compact_forever(self, every: float = 300.0) -> None:
+        await asyncio.Event().wait()  # the stream's max age and the buckets' TTLs bound them
+
+    async def close(self) -> None:
+        for event_id in list(self._subs):
+            self._unwait(event_id)
+        await super().close()
+
+
+def _placeholder(event_id: str) -> AgentEvent:
+    event = new_event(type="input", input="", instance_key="",
+                      source=Source(kind=SourceKind.CLI, name="attach"))  # fmt: skip
+    return msgspec.structs.replace(event, id=event_id)
+
+
+async def _awaited(step: Awaitable[None]) -> None:
+    await step
+
+
+async def _unsubscribe(sub: Subscription) -> None:
+    with contextlib.suppress(nats.errors.Error):
+        await sub.unsubscribe()

@@ -1,0 +1,104 @@
+"""Deferred calls that outlive their node (ARCHITECTURE.md §10, §15).
+
+The agent process keeps a suspended call in its instance's `pending-calls/` directory (a local
+file, a cache in cluster mode). The node that learns of it (`deferred_submit`) copies it to the
+swarm's `calls` bucket under `<agent>.<key>.<call id>`; when the call is answered the key is
+deleted. Before an instance's process starts on a node (an activation after its owner died),
+the calls still pending in the bucket are written back into its `pending-calls/`, so the
+process resumes the suspended turn as after a crash on one machine, and `goondan calls list`
+and `resolve` on the new owner see the call with its id unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import msgspec
+import nats.errors
+import nats.js.errors
+import structlog
+
+from orchestrator.cluster.link import Nats
+from orchestrator.cluster.names import token
+from protocol.durable import write_atomic
+from protocol.endpoints import InstancePaths, path_segment
+from protocol.ids import Address
+from protocol.jsonrpc import ANSWER_SUFFIX, PENDING_SUFFIX, PendingCall
+
+log = structlog.get_logger("goondan.cluster.calls")
+
+
+def call_key(agent: str, instance_key: str, call_id: str) -> str:
+    return f"{token(agent)}.{token(instance_key)}.{token(call_id)}"
+
+
+class CallMirror:
+    def __init__(self, nats_: Nats) -> None:
+        self.nats = nats_
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    def pending(self, call: PendingCall, then: Callable[[], None]) -> None:
+        """The call suspended its turn here: keep it in the bucket, then announce it (in the
+        background: the daemon's loop must not wait on NATS)."""
+        key = call_key(call.agent, call.instance_key, call.id)
+
+        async def keep() -> None:
+            await self._put(key, msgspec.json.encode(call))
+            then()
+
+        self._background(keep())
+
+    def answered(self, call: PendingCall) -> None:
+        key = call_key(call.agent, call.instance_key, call.id)
+        self._background(self._delete(key))
+
+    async def restore(self, address: Address, paths: InstancePaths) -> int:
+        """Write the instance's pending calls from the bucket into its `pending-calls/`
+        (those not answered here already); how many were written."""
+        prefix = f"{token(address.name)}.{token(address.instance_key)}."
+        try:
+            # every key, filtered here: key filters need nats-server 2.10 (2.9 ignores them);
+            # pending calls are few (answered ones are deleted, all expire within the hour)
+            keys = [k for k in await self.nats.calls.keys() if k.startswith(prefix)]
+        except nats.js.errors.NoKeysError:
+            return 0
+        written = 0
+        for key in keys:
+            try:
+                entry = await self.nats.calls.get(key)
+                call = msgspec.json.decode(entry.value or b"", type=PendingCall)
+            except (nats.js.errors.KeyNotFoundError, msgspec.DecodeError):
+                continue
+            stem = path_segment(call.id)
+            pending = paths.pending_calls_dir / (stem + PENDING_SUFFIX)
+            if pending.exists() or (paths.pending_calls_dir / (stem + ANSWER_SUFFIX)).exists():
+                continue
+            pending.parent.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(write_atomic, pending, entry.value or b"")
+            written += 1
+        if written:
+            log.info("deferred_calls_restored", instance=str(address), calls=written)
+        return written
+
+    async def _put(self, key: str, data: bytes) -> None:
+        try:
+            await self.nats.calls.put(key, data)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.error("deferred_call_not_mirrored", key=key, error=type(exc).__name__)
+
+    async def _delete(self, key: str) -> None:
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            await self.nats.calls.delete(key)
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,327 @@
+"""Partition leases: which node owns which partition, in the `leases` KV bucket.
+
+Every `ttl/3` seconds a node
+1. beats: puts its record in the `nodes` bucket (entries expire after `ttl`: a dead node
+   leaves the live set by itself);
+2. plans: rendezvous hashing over the live, not draining nodes (`names.plan`);
+3. renews each lease it holds with `update(last=revision)` (compare-and-set: a lease someone
+   else took cannot be renewed), releases gracefully the ones the plan gives away (the
+   partition handler finishes its work first, then `delete(last=revision)`), and takes the
+   ones the plan gives it with `create` (fails while another node's lease lives).
+
+A lease is trusted locally only until `sent + ttl - margin`, where `sent` is the moment the
+renewal that succeeded was sent (the server's own TTL counts from later). A node paused past
+that (SIGSTOP, a long GC, a frozen VM) finds, before anything else, that it lost every lease
+it held and drops the partitions' work at once (`PartitionHandler.lost`); the history
+stream's sequence check fences any write it had already started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import msgspec
+import nats.errors
+import nats.js.errors
+import structlog
+
+from orchestrator.cluster.link import Nats
+from orchestrator.cluster.names import plan, token, untoken
+
+log = structlog.get_logger("goondan.cluster.leases")
+TAKES_PER_TICK = 16
+"""Partitions taken in one tick: each starts a consumer (a Raft operation in JetStream), and a
+tick that takes all 64 of a fresh swarm at once outlived the TTL on a busy machine."""
+CONFIRM_WAIT = 0.1
+"""Seconds a new lease waits before its read-back (see `LeaseKeeper._confirmed`)."""
+
+
+class PartitionHandler(Protocol):
+    async def gained(self, partition: int) -> None:
+        """The lease is ours: start consuming the partition."""
+
+    async def release(self, partition: int) -> None:
+        """The plan gives it away: stop taking events, finish what runs (bounded)."""
+
+    def lost(self, partition: int) -> None:
+        """The lease lapsed under us: drop its work now (another node may own it already)."""
+
+
+class NodeRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    node: str
+    host: str
+    pid: int
+    started_at: float
+    beat_at: float
+    partitions: list[int] = msgspec.field(default_factory=list)
+    live: int = 0
+    draining: bool = False
+    control: str = ""
+    """This node's control socket, for a `goondan` command on the same machine."""
+
+
+@dataclass(slots=True)
+class Lease:
+    revision: int
+    sent: float
+    """Monotonic time the renewal (or creation) that gave `revision` was sent."""
+
+
+@dataclass(slots=True)
+class LeaseKeeper:
+    nats: Nats
+    node: str
+    partitions: int
+    ttl: float
+    handler: PartitionHandler
+    live_count: Callable[[], int] = lambda: 0
+    control: str = ""
+    asked_to_drain: Callable[[], Awaitable[bool]] | None = None
+    """Whether `goondan cluster drain` asked this node to give its partitions away."""
+    clock: Callable[[], float] = time.monotonic
+    held: dict[int, Lease] = field(default_factory=dict)
+    draining: bool = False
+    started_at: float = field(default_factory=time.time)
+    live_nodes: list[str] = field(default_factory=list)
+    releasing: set[int] = field(default_factory=set)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _gaining: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    """Partitions whose handler is still starting (a consumer to create): off the tick, so a
+    slow start never keeps the leases from being renewed."""
+    _settled_for: list[str] | None = None
+    """The live nodes when this node last held exactly what the plan gives it."""
+
+    @property
+    def margin(self) -> float:
+        return self.ttl / 6
+
+    @property
+    def interval(self) -> float:
+        return self.ttl / 3
+
+    def holds(self, partition: int) -> bool:
+        """Whether this node may act for `partition` now (its lease is valid locally)."""
+        lease = self.held.get(partition)
+        return lease is not None and self.clock() < lease.sent + self.ttl - self.margin
+
+    def drain(self) -> None:
+        """Give every partition away (`goondan cluster drain`): the others stop counting us."""
+        self.draining = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        watch = asyncio.ensure_future(self._watch_lapses())
+        try:
+            await self._ticks()
+        finally:
+            watch.cancel()
+            for starting in self._gaining.values():
+                starting.cancel()
+
+    async def _watch_lapses(self) -> None:
+        """A lease lapses on time even while a tick waits on NATS (an election, a reconnect):
+        this node stops acting for it at once."""
+        while True:
+            await asyncio.sleep(self.margin / 2)
+            self._drop_lapsed()
+
+    async def _ticks(self) -> None:
+        while True:
+            self._wake.clear()  # a wake-up asked during the tick starts the next one at once
+            try:
+                async with asyncio.timeout(self.ttl):
+                    await self.tick()
+            except (nats.errors.Error, TimeoutError, OSError) as exc:
+                # NATS unreachable (a leader election, a reconnect): leases lapse on their own
+                log.warning("lease_tick_failed", error=type(exc).__name__)
+                self._drop_lapsed()
+            try:
+                async with asyncio.timeout(self.interval):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def tick(self) -> None:
+        self._drop_lapsed()
+        if not self.draining and self.asked_to_drain is not None and await self.asked_to_drain():
+            log.warning("cluster_draining", node=self.node, partitions=len(self.held))
+            self.draining = True
+        await self._beat()
+        nodes = await self._live_nodes()
+        self.live_nodes = nodes
+        owners = plan(self.partitions, [] if self.draining else nodes)
+        want = {p for p, n in owners.items() if n == self.node}
+        await asyncio.gather(*(self._renew(p) for p in list(self.held)))
+        for p in [p for p in self.held if p not in want and p not in self.releasing]:
+            self.releasing.add(p)
+            task = asyncio.ensure_future(self._release(p))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        missing = sorted(p for p in want if p not in self.held)
+        await asyncio.gather(*(self._take(p) for p in missing[:TAKES_PER_TICK]))
+        if len(missing) > TAKES_PER_TICK:
+            self._wake.set()  # the rest at once, in the next tick (after renewing these)
+        settled = set(self.held) == want and not self.releasing
+        if settled and self._settled_for != nodes:
+            log.info("cluster_settled", nodes=len(nodes), partitions=len(want))
+        self._settled_for = nodes if settled else None
+
+    def _drop_lapsed(self) -> None:
+        now = self.clock()
+        for p, lease in list(self.held.items()):
+            if now >= lease.sent + self.ttl - self.margin:
+                del self.held[p]
+                log.warning("lease_lapsed", partition=p, late=round(now - lease.sent, 3))
+                self._lose(p)
+
+    async def _beat(self) -> None:
+        record = NodeRecord(
+            node=self.node, host=socket.gethostname(), pid=os.getpid(),
+            started_at=self.started_at, beat_at=time.time(), partitions=sorted(self.held),
+            live=self.live_count(), draining=self.draining, control=self.control,
+        )  # fmt: skip
+        await self.nats.nodes.put(token(self.node), msgspec.json.encode(record))
+
+    async def _live_nodes(self) -> list[str]:
+        records = await nodes_of(self.nats)
+        live = {r.node for r in records if not r.draining}
+        if not self.draining:
+            # our own record was just written, but a read can be served by a replica that has
+            # not applied it yet (seen under load: a node planned without itself and released
+            # every partition for one tick)
+            live.add(self.node)
+        return sorted(live)
+
+    async def _renew(self, p: int) -> None:
+        lease = self.held.get(p)
+        if lease is None:
+            return
+        sent = self.clock()
+        key = self.nats.names.lease_key(p)
+        try:
+            revision = await self.nats.leases.update(key, self.node.encode(), last=lease.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            if self.held.pop(p, None) is not None:
+                log.warning("lease_taken", partition=p)
+                self._lose(p)
+            return
+        if p not in self.held:
+            return  # lapsed while the renewal was on its way: dropped already
+        self.held[p] = Lease(revision, sent)
+
+    async def _take(self, p: int) -> None:
+        sent = self.clock()
+        key = self.nats.names.lease_key(p)
+        try:
+            revision = await self.nats.leases.create(key, self.node.encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return  # another node's lease still lives: it expires or is released
+        if not await self._confirmed(key, revision):
+            log.warning("lease_race_lost", partition=p, revision=revision)
+            return
+        if self.clock() >= sent + self.ttl - self.margin:
+            return  # the confirmation took too long to trust the lease: the next tick renews
+        self.held[p] = Lease(revision, sent)
+        log.info("partition_gained", partition=p)
+        self._gaining[p] = asyncio.ensure_future(self._gain(p))
+
+    async def _gain(self, p: int) -> None:
+        try:
+            await self.handler.gained(p)
+        except (nats.errors.Error, TimeoutError, OSError) as exc:
+            # no consumer: give the lease up, the next tick (or another node) takes it again
+            log.warning("partition_start_failed", partition=p, error=type(exc).__name__)
+            if self.held.pop(p, None) is not None:
+                self.handler.lost(p)
+        finally:
+            self._gaining.pop(p, None)
+
+    def _lose(self, p: int) -> None:
+        starting = self._gaining.pop(p, None)
+        if starting is not None:
+            starting.cancel()
+        self.handler.lost(p)
+
+    async def _confirmed(self, key: str, revision: int) -> bool:
+        """Whether our `create` is still the key's last write once concurrent writes are in.
+
+        nats-server before 2.9.21 checks the expected last sequence before the Raft proposal,
+        not in it (nats-io/nats-server#4320): two nodes racing for a released partition can
+        both be told they created it. The later write is the one the bucket keeps, so after
+        the proposals in flight have been applied (CONFIRM_WAIT, far above a commit on a LAN)
+        the stream leader's last message for the key names the one owner; the other yields.
+        """
+        await asyncio.sleep(CONFIRM_WAIT)
+        bucket = self.nats.names.bucket("leases")  # a KV bucket is stream KV_<b>, $KV.<b>.<k>
+        last = await self.nats.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{key}")
+        return last.seq == revision
+
+    async def _release(self, p: int) -> None:
+        try:
+            starting = self._gaining.get(p)
+            if starting is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+            await self.handler.release(p)
+            lease = self.held.pop(p, None)
+            if lease is not None:
+                key = self.nats.names.lease_key(p)
+                # it may have lapsed and been taken meanwhile: then nothing of ours is left
+                with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+                    await self.nats.leases.delete(key, last=lease.revision)
+                log.info("partition_released", partition=p)
+        finally:
+            self.releasing.discard(p)
+            self._wake.set()
+
+    async def release_all(self) -> None:
+        """At a graceful stop: hand every partition over now instead of after the TTL."""
+        self.draining = True
+        mine = [p for p in self.held if p not in self.releasing]
+        self.releasing.update(mine)
+        await asyncio.gather(*(self._release(p) for p in mine))
+        with contextlib.suppress(nats.errors.Error, nats.js.errors.KeyWrongLastSequenceError):
+            await self.nats.nodes.delete(token(self.node))
+
+
+async def nodes_of(nats_: Nats) -> list[NodeRecord]:
+    """The live nodes' records (their entries expire with the lease TTL)."""
+    try:
+        keys = await nats_.nodes.keys()
+    except nats.js.errors.NoKeysError:
+        return []
+    records = []
+    for key in keys:
+        try:
+            entry = await nats_.nodes.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            continue
+        try:
+            records.append(msgspec.json.decode(entry.value or b"", type=NodeRecord))
+        except msgspec.DecodeError:
+            log.warning("node_record_unreadable", key=untoken(key))
+    return records
+
+
+async def owners_of(nats_: Nats) -> dict[int, str]:
+    """Partition -> the node whose lease holds it now."""
+    try:
+        keys = await nats_.leases.keys()
+    except nats.js.errors.NoKeysError:
+        return {}
+    owners: dict[int, str] = {}
+    for key in keys:
+        try:
+            entry = await nats_.leases.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            continue
+        owners[int(key.split(".", 1)[1])] = (entry.value or b"").decode()
+    return owners

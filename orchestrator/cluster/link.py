@@ -1,0 +1,179 @@
+"""The connection to NATS and the swarm's JetStream streams and buckets (created if missing).
+
+Streams (ARCHITECTURE.md §15):
+- ingress `GOONDAN_<swarm>_IN`, subjects `goondan.<swarm>.in.<p>.<agent>.<key>`: every accepted
+  event; file storage, `replicas` copies, de-duplicated by `Nats-Msg-Id` over the dedupe
+  window, kept a day (a turn never waits that long: deferred calls expire in an hour);
+- history `GOONDAN_<swarm>_H`, subjects `goondan.<swarm>.h.<agent>.<key>`: every conversation
+  append, kept for good; direct gets, so an activation reads the last sequence in one trip.
+Buckets: `leases` and `nodes` (TTL = the lease TTL), `state` (instance files and the swarm's
+partition count), `replies` (10 minutes, for `send --attach`), `calls` (deferred calls).
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import (
+    DiscardPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.kv import KeyValue
+
+from orchestrator.cluster.names import SwarmNames
+from orchestrator.cluster.options import ClusterOptions
+from protocol.errors import ErrorCode
+
+INGRESS_MAX_AGE = 24 * 3600.0
+REPLY_KEEP = 600.0
+META_KEY = "swarm.meta"
+
+
+class ClusterUnavailable(Exception):
+    """NATS cannot be reached or refused what the node needs (coded, with the fix)."""
+
+    def __init__(self, message: str, suggestion: str, code: str = ErrorCode.E_CLUSTER_UNAVAILABLE):
+        super().__init__(f"{code}: {message} ({suggestion})")
+        self.code = code
+        self.message = message
+        self.suggestion = suggestion
+
+
+class SwarmMeta(msgspec.Struct, frozen=True):
+    partitions: int
+
+
+@dataclass(slots=True)
+class Nats:
+    nc: Client
+    js: JetStreamContext
+    names: SwarmNames
+    leases: KeyValue
+    nodes: KeyValue
+    state: KeyValue
+    replies: KeyValue
+    calls: KeyValue
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+
+async def connect_client(opts: ClusterOptions, name: str) -> Client:
+    kwargs: dict[str, Any] = {
+        "servers": list(opts.servers),
+        "name": name,
+        "connect_timeout": 3,
+        "reconnect_time_wait": 0.25,
+        "max_reconnect_attempts": -1,
+        "allow_reconnect": True,
+    }
+    if opts.creds is not None:
+        kwargs["user_credentials"] = str(opts.creds)
+    if opts.tls:
+        kwargs["tls"] = ssl.create_default_context()
+    try:
+        nc: Client = await nats.connect(**kwargs)
+    except (OSError, nats.errors.Error, TimeoutError) as exc:
+        raise ClusterUnavailable(
+            f"cannot connect to NATS at {', '.join(opts.redacted())} ({type(exc).__name__})",
+            "check that nats-server runs with JetStream (-js) and the URLs and credentials",
+        ) from None
+    return nc
+
+
+async def open_swarm(opts: ClusterOptions, swarm: str, client_name: str) -> Nats:
+    """Connect and make sure the swarm's streams and buckets exist (idempotent)."""
+    nc = await connect_client(opts, client_name)
+    try:
+        return await _prepare(nc, opts, SwarmNames(swarm))
+    except BaseException:
+        await nc.close()
+        raise
+
+
+async def _prepare(nc: Client, opts: ClusterOptions, names: SwarmNames) -> Nats:
+    js = nc.jetstream(timeout=5)
+    policy = opts.policy
+    replicas = policy.replicas
+    try:
+        await _ensure_stream(js, StreamConfig(
+            name=names.ingress_stream, subjects=[names.ingress_all],
+            retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, num_replicas=replicas,
+            max_age=INGRESS_MAX_AGE, duplicate_window=min(policy.dedupe_window_seconds,
+                                                          INGRESS_MAX_AGE),
+            discard=DiscardPolicy.OLD,
+        ))  # fmt: skip
+        await _ensure_stream(js, StreamConfig(
+            name=names.history_stream, subjects=[names.history_all],
+            retention=RetentionPolicy.LIMITS, storage=StorageType.FILE, num_replicas=replicas,
+            allow_direct=True, allow_rollup_hdrs=True, duplicate_window=120.0,
+        ))  # fmt: skip
+        ttl = policy.lease_ttl_seconds
+        kv = {
+            what: await _bucket(js, names.bucket(what), replicas, ttl=bucket_ttl)
+            for what, bucket_ttl in (
+                ("leases", ttl), ("nodes", ttl), ("state", None), ("replies", REPLY_KEEP),
+                ("calls", None),
+            )
+        }  # fmt: skip
+    except nats.js.errors.APIError as exc:
+        raise ClusterUnavailable(
+            f"JetStream refused the swarm's streams: {exc.description or exc}",
+            f"run nats-server with -js; with fewer than {replicas} servers set "
+            "Swarm.spec.policy.cluster.replicas",
+        ) from None
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError):
+        raise ClusterUnavailable(
+            "JetStream did not answer", "run nats-server with JetStream enabled (-js)"
+        ) from None
+    await _check_meta(kv["state"], policy.partitions, names.swarm)
+    return Nats(nc, js, names, kv["leases"], kv["nodes"], kv["state"], kv["replies"], kv["calls"])
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    assert config.name is not None
+    try:
+        await js.stream_info(config.name)
+    except nats.js.errors.NotFoundError:
+        await js.add_stream(config)
+
+
+async def _bucket(js: JetStreamContext, name: str, replicas: int, ttl: float | None) -> KeyValue:
+    try:
+        return await js.key_value(name)
+    except nats.js.errors.BucketNotFoundError:
+        config = KeyValueConfig(
+            bucket=name, history=1, replicas=replicas, storage=StorageType.FILE, ttl=ttl
+        )
+        return await js.create_key_value(config)
+
+
+async def _check_meta(state: KeyValue, partitions: int, swarm: str) -> None:
+    """The partition count is the swarm's for good: a node with another one is refused."""
+    data = msgspec.json.encode(SwarmMeta(partitions=partitions))
+    try:
+        await state.create(META_KEY, data)
+        return
+    except nats.js.errors.KeyWrongLastSequenceError:
+        pass
+    entry = await state.get(META_KEY)
+    meta = msgspec.json.decode(entry.value or b"{}", type=SwarmMeta)
+    if meta.partitions != partitions:
+        raise ClusterUnavailable(
+            f"swarm {swarm!r} has {meta.partitions} partitions in NATS, this bundle says "
+            f"{partitions}",
+            f"set Swarm.spec.policy.cluster.partitions: {meta.partitions}",
+            code=ErrorCode.E_CLUSTER_CONFIG,
+        )

@@ -1,0 +1,91 @@
+"""What `goondan run --cluster URLS --node NAME [--nats-creds FILE]` asks for, checked; pure.
+
+Credentials never reach a log line or argv a node re-executes: a URL's `user:password@` is
+replaced by `***@` in everything `redacted()` returns, and a creds file is passed by path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from bundles.kinds import ClusterPolicy
+from orchestrator.cluster.names import NODE_NAME
+from protocol.errors import ErrorCode
+
+SCHEMES = ("nats", "tls")
+
+
+class ClusterConfigError(Exception):
+    def __init__(self, message: str, suggestion: str) -> None:
+        super().__init__(f"{ErrorCode.E_CLUSTER_CONFIG}: {message} ({suggestion})")
+        self.code = ErrorCode.E_CLUSTER_CONFIG
+        self.message = message
+        self.suggestion = suggestion
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    servers: tuple[str, ...]
+    node: str
+    creds: Path | None = None
+    policy: ClusterPolicy = field(default_factory=ClusterPolicy)
+
+    @property
+    def tls(self) -> bool:
+        return any(url.startswith("tls://") for url in self.servers)
+
+    def redacted(self) -> list[str]:
+        return [redact_url(url) for url in self.servers]
+
+
+def redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://***@{host}{port}"
+
+
+def parse_servers(text: str) -> tuple[str, ...]:
+    """`nats://h:p[,tls://h:p...]` -> the URLs; ClusterConfigError naming the bad one."""
+    urls = tuple(u.strip() for u in text.split(",") if u.strip())
+    if not urls:
+        raise ClusterConfigError("--cluster names no server", "give nats://HOST:PORT[,...]")
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            raise ClusterConfigError(f"{redact_url(url)} is not a URL",
+                                     "write nats://HOST:PORT") from None  # fmt: skip
+        if parts.scheme not in SCHEMES or not parts.hostname:
+            raise ClusterConfigError(
+                f"{redact_url(url)} is not a NATS server URL",
+                "write nats://HOST:PORT, or tls://HOST:PORT for TLS",
+            )
+        if port is None:
+            raise ClusterConfigError(f"{redact_url(url)} has no port", "add :4222 (or yours)")
+    return urls
+
+
+def options(
+    cluster: str, node: str | None, creds: str | None, policy: ClusterPolicy
+) -> ClusterOptions:
+    servers = parse_servers(cluster)
+    if not node:
+        raise ClusterConfigError("--cluster needs --node NAME", "name this node, e.g. --node n1")
+    if not NODE_NAME.match(node):
+        raise ClusterConfigError(
+            f"node name {node!r} is not allowed",
+            "use letters, digits, '_' and '-' (at most 64, starting with a letter or digit)",
+        )
+    path = None
+    if creds is not None:
+        path = Path(creds).expanduser()
+        if not path.is_file():
+            raise ClusterConfigError(f"--nats-creds {path} is not a readable file",
+                                     "give the path of a NATS .creds file")  # fmt: skip
+    return ClusterOptions(servers=servers, node=node, creds=path, policy=policy)

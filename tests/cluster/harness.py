@@ -1,0 +1,130 @@
+"""Cluster nodes for tests: `goondan run --cluster ... --node nX`, each with its own state root,
+all on one machine against the 3-server NATS cluster of `natsd.py`."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import nats as natsio
+import nats.js.errors
+from nats.js.api import DeliverPolicy
+
+from orchestrator.cluster.names import SwarmNames
+from protocol.conversation import Message, Role, apply_event
+from protocol.ids import agent_address
+from protocol.transcript import decode_events
+from tests.cluster.natsd import NatsCluster
+from tests.integration.harness import Daemon
+
+BUNDLE = Path(__file__).parent / "bundle"
+SWARM = "clu"
+
+StartDaemon = Callable[..., Awaitable[Daemon]]
+
+
+def unique_swarm_bundle(tmp: Path) -> Path:
+    """The test bundle under a swarm name of its own: tests share one NATS cluster, and a
+    swarm's streams and leases are named after it."""
+    name = f"clu{uuid.uuid4().hex[:8]}"
+    text = (BUNDLE / "goondan.yaml").read_text().replace("name: clu\n", f"name: {name}\n")
+    target = tmp / "bundle"
+    target.mkdir(exist_ok=True)
+    (target / "goondan.yaml").write_text(text)
+    for extra in BUNDLE.glob("*.py"):
+        (target / extra.name).write_text(extra.read_text())
+    return target
+
+
+def swarm_of(bundle: Path) -> str:
+    for line in (bundle / "goondan.yaml").read_text().splitlines():
+        if line.startswith("  name: clu"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError("no swarm name")
+
+
+async def start_node(
+    start_daemon: StartDaemon,
+    nats: NatsCluster,
+    bundle: Path,
+    name: str,
+    root: Path,
+    args: Sequence[str] = (),
+    **kwargs: Any,
+) -> Daemon:
+    state_root = root / name
+    state_root.mkdir(parents=True, exist_ok=True)
+    return await start_daemon(
+        bundle, swarm=swarm_of(bundle), state_root=state_root,
+        args=("--cluster", nats.urls, "--node", name, *args), **kwargs,
+    )  # fmt: skip
+
+
+async def start_nodes(
+    start_daemon: StartDaemon, nats: NatsCluster, bundle: Path, root: Path, count: int = 3
+) -> list[Daemon]:
+    nodes = [await start_node(start_daemon, nats, bundle, f"n{i + 1}", root) for i in range(count)]
+    for node in nodes:  # every node took its share (the plan over all of them)
+        await node.wait_for("cluster_settled")
+    return nodes
+
+
+async def read_history(cluster: NatsCluster, swarm: str, agent: str, key: str) -> list[Message]:
+    """An instance's conversation as the history stream has it (folded like the store)."""
+    names = SwarmNames(swarm)
+    subject = names.history_subject(agent_address(agent, key))
+    nc = await natsio.connect(cluster.urls.split(","))
+    try:
+        js = nc.jetstream()
+        try:
+            last = (await js.get_last_msg(names.history_stream, subject)).seq or 0
+        except nats.js.errors.NotFoundError:
+            return []
+        sub = await js.subscribe(subject, stream=names.history_stream, ordered_consumer=True,
+                                 deliver_policy=DeliverPolicy.ALL)  # fmt: skip
+        data = b""
+        while True:
+            msg = await sub.next_msg(timeout=5)
+            data += msg.data
+            if msg.metadata.sequence.stream >= last:
+                break
+        await sub.unsubscribe()
+    finally:
+        await nc.close()
+    events, bad = decode_events(data)
+    assert not bad, bad
+    messages: list[Message] = []
+    for event in events:
+        apply_event(messages, event)
+    return messages
+
+
+class Progress:
+    """A count that load loops raise and a test awaits (no polling)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._changed = asyncio.Condition()
+
+    async def add(self) -> None:
+        async with self._changed:
+            self.count += 1
+            self._changed.notify_all()
+
+    async def reached(self, count: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.count >= count)
+
+
+def owner_of(nodes: list[Daemon], agent: str, key: str) -> Daemon:
+    """The node where the instance's process was started (its log says so); one only."""
+    found = [n for n in nodes if n.find("spawned", process=f"agent:{agent}:{key}:1")]
+    assert len(found) == 1, [n.pid for n in found]
+    return found[0]
+
+
+def user_texts(messages: list[Message]) -> list[str]:
+    return [m.content for m in messages if m.role is Role.USER]

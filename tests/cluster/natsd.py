@@ -1,0 +1,139 @@
+"""A 3-server NATS JetStream cluster on loopback ports, for the cluster tests.
+
+Each server is Debian's `nats-server` with its own store directory; servers can be killed
+(SIGKILL) and started again on the same ports and store, as a crashed machine would restart.
+When the binary is missing the tests skip with the install command, except under CI=true,
+where they fail: a green CI must not hide a missing install step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+import nats.errors
+import pytest
+
+INSTALL = "apt-get install -y nats-server   (or: make install, as root)"
+READY_WITHIN = 30.0
+
+
+def nats_server_or_skip() -> str:
+    path = shutil.which("nats-server") or (
+        "/usr/sbin/nats-server" if os.access("/usr/sbin/nats-server", os.X_OK) else None
+    )
+    if path is None:
+        message = f"nats-server is not installed: {INSTALL}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return path
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    cluster_port: int
+    store: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+
+@dataclass
+class NatsCluster:
+    binary: str
+    root: Path
+    servers: list[Server] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, binary: str, root: Path, size: int = 3) -> NatsCluster:
+        ports = free_ports(2 * size)
+        cluster = cls(binary, root)
+        for i in range(size):
+            name = f"s{i + 1}"
+            cluster.servers.append(Server(name, ports[i], ports[size + i], root / name,
+                                          root / f"{name}.log"))  # fmt: skip
+        return cluster
+
+    @property
+    def urls(self) -> str:
+        return ",".join(s.url for s in self.servers)
+
+    def start(self, server: Server) -> None:
+        routes = ",".join(f"nats://127.0.0.1:{s.cluster_port}" for s in self.servers)
+        args = [
+            self.binary, "-a", "127.0.0.1", "-p", str(server.port), "-js", "-sd",
+            str(server.store), "-n", server.name, "--cluster_name", "goondan-test",
+            "--cluster", f"nats://127.0.0.1:{server.cluster_port}", "--routes", routes,
+        ]  # fmt: skip
+        with server.log.open("ab") as out:
+            server.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+    def start_all(self) -> None:
+        for server in self.servers:
+            self.start(server)
+        asyncio.run(self.wait_ready())
+
+    def kill(self, server: Server) -> None:
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGKILL)
+            server.proc.wait()
+        server.proc = None
+
+    def stop_all(self) -> None:
+        for server in self.servers:
+            self.kill(server)
+
+    async def wait_ready(self, limit: float = READY_WITHIN) -> None:
+        """Until JetStream answers through every live server (the meta leader is elected).
+        There is nothing to await in the server, so this asks again every 0.2 s, bounded."""
+        deadline = time.monotonic() + limit
+        for server in self.servers:
+            if server.proc is None:
+                continue
+            while True:
+                try:
+                    nc = await nats.connect(server.url, connect_timeout=1,
+                                            max_reconnect_attempts=0)  # fmt: skip
+                    try:
+                        await nc.jetstream(timeout=1).account_info()
+                        break
+                    finally:
+                        await nc.close()
+                except (nats.errors.Error, OSError, TimeoutError) as exc:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"NATS {server.name} not ready: {exc!r}") from None
+                    await asyncio.sleep(0.2)
+
+    async def stream_leader(self, stream: str) -> Server:
+        nc = await nats.connect(self.urls.split(","))
+        try:
+            info = await nc.jetstream().stream_info(stream)
+        finally:
+            await nc.close()
+        assert info.cluster is not None and info.cluster.leader is not None
+        return next(s for s in self.servers if s.name == info.cluster.leader)

@@ -1,0 +1,92 @@
+"""`goondan cluster status|drain` against any node: the whole swarm's nodes, owners and lag;
+a drained node gives every partition away (the others answer its instances) and stays in the
+status as draining; a node that is not live is a coded error, and so is a one-machine daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.cluster.harness import StartDaemon, start_nodes, swarm_of, unique_swarm_bundle
+from tests.cluster.natsd import NatsCluster
+from tests.integration.harness import Daemon, run_cli
+
+PARTITIONS = 12
+
+
+def cli_args(node: Daemon, *args: str) -> list[str]:
+    assert node.state_root is not None
+    return ["cluster", *args, "--state-root", str(node.state_root), "--swarm", node.swarm]
+
+
+async def status_of(node: Daemon) -> dict[str, object]:
+    code, out, err = await run_cli(*cli_args(node, "status", "--json"))
+    assert code in (0, 1), err
+    result: dict[str, object] = json.loads(out)
+    assert (code == 1) == bool(result["unowned"])  # a partition between owners fails it
+    return result
+
+
+async def test_status_and_drain_from_any_node(
+    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    bundle = unique_swarm_bundle(tmp_path)
+    async with asyncio.timeout(60):
+        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        replies = await asyncio.gather(*(nodes[0].send(f"s{i}", key=f"k{i}") for i in range(9)))
+    assert all(r.ok for r in replies)
+
+    async with asyncio.timeout(60):
+        while True:  # a node's live count is in the record it beats every third of the TTL
+            views = [await status_of(node) for node in nodes]
+            if all(sum(r["liveInstances"] for r in v["nodes"]) >= 9 for v in views):  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0.2)
+    for view, node in zip(views, nodes, strict=True):
+        assert view["swarm"] == swarm_of(bundle)
+        assert view["answeredBy"] == f"n{nodes.index(node) + 1}"
+        rows = view["nodes"]
+        assert isinstance(rows, list)
+        assert [r["name"] for r in rows] == ["n1", "n2", "n3"]
+        assert sum(r["partitions"] for r in rows) == PARTITIONS
+        assert view["unowned"] == []
+    code, out, _ = await run_cli(*cli_args(nodes[1], "status"))
+    assert code == 0 and "n3" in out and "ingress stream" in out
+    assert nodes[1].state_root is not None
+    code, out, _ = await run_cli("status", "--state-root", str(nodes[1].state_root),
+                                 "--swarm", nodes[1].swarm)  # fmt: skip
+    assert code == 0 and "node n2" in out  # a node's own table says which node it is
+
+    victim = nodes[2]
+    mark = victim.mark()
+    code, out, err = await run_cli(*cli_args(nodes[0], "drain", "n3"))
+    assert code == 0, err
+    async with asyncio.timeout(30):
+        await victim.wait_for("cluster_draining", mark)
+        await victim.wait_for("cluster_settled", mark, partitions=0)
+        while True:  # the others' plans stop counting it once its record says draining
+            view = await status_of(nodes[0])
+            rows = {r["name"]: r for r in view["nodes"]}  # type: ignore[attr-defined]
+            if rows["n3"]["draining"] and rows["n3"]["partitions"] == 0 and not view["unowned"]:
+                break
+            await asyncio.sleep(0.2)
+        again = await asyncio.gather(*(victim.send(f"t{i}", key=f"k{i}") for i in range(9)))
+    assert all(r.ok for r in again), [r.error for r in again]
+    assert all(r.result["input"] == f"caller: t{i}" for i, r in enumerate(again))
+    assert not victim.find("spawned", mark)  # nothing runs on the drained node any more
+
+    code, _, err = await run_cli(*cli_args(nodes[0], "drain", "nobody"))
+    assert code == 1 and "E_CLUSTER_NODE_UNKNOWN" in err
+
+
+async def test_cluster_commands_on_one_machine_are_a_coded_error(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    bundle = unique_swarm_bundle(tmp_path)
+    state_root = tmp_path / "single"
+    state_root.mkdir()
+    async with asyncio.timeout(60):
+        daemon = await start_daemon(bundle, swarm=swarm_of(bundle), state_root=state_root)
+        code, _, err = await run_cli(*cli_args(daemon, "status"))
+    assert code == 1 and "E_CLUSTER_CONFIG" in err

@@ -1,0 +1,72 @@
+"""Proof 6: a turn suspended on a deferred (client-side) call whose node is SIGKILLed. The
+call was kept in the swarm's `calls` bucket before it was announced; the node that takes the
+partition writes it back before the instance starts, the instance resumes the suspended turn,
+and the call is answered with its id unchanged through that node; the turn ends once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.cluster.harness import (
+    StartDaemon,
+    owner_of,
+    read_history,
+    start_nodes,
+    swarm_of,
+    unique_swarm_bundle,
+)
+from tests.cluster.natsd import NatsCluster
+from tests.integration.harness import run_cli
+
+KEY = "d1"
+
+
+async def test_a_deferred_call_outlives_its_node(
+    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    bundle = unique_swarm_bundle(tmp_path)
+    swarm = swarm_of(bundle)
+    async with asyncio.timeout(60):
+        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        first = await nodes[0].send("hi", "worker", key=KEY)
+        assert first.ok, first.error
+    victim = owner_of(nodes, "worker", KEY)
+    survivors = [n for n in nodes if n is not victim]
+    marks = [n.mark() for n in survivors]
+    async with asyncio.timeout(30):
+        accepted = await survivors[0].send("ask colour", "worker", key=KEY, wait=False)
+        assert accepted.ok, accepted.error
+        made = await victim.wait_for("deferred_call_pending", agent="worker", instanceKey=KEY)
+    victim.proc.kill()
+
+    async with asyncio.timeout(60):
+        # the node that takes the partition writes the call back before the instance starts
+        waits = {asyncio.ensure_future(n.wait_for("deferred_calls_restored", m))
+                 for n, m in zip(survivors, marks, strict=True)}  # fmt: skip
+        _, waiting = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in waiting:
+            task.cancel()
+        owner = next(n for n, m in zip(survivors, marks, strict=True)
+                     if n.find("deferred_calls_restored", m))  # fmt: skip
+        assert owner.state_root is not None
+        code, out, err = await run_cli(  # the same call id, answered through the new owner
+            "calls", "list", "--json", "--state-root", str(owner.state_root), "--swarm", owner.swarm
+        )  # fmt: skip
+        assert code == 0, err
+        assert made["call_id"] in out
+        code, _, err = await run_cli(
+            "calls", "resolve", made["call_id"], "--result", json.dumps("blue"),
+            "--state-root", str(owner.state_root), "--swarm", owner.swarm,
+        )  # fmt: skip
+        assert code == 0, err
+        while True:
+            history = await read_history(nats_cluster, swarm, "worker", KEY)
+            said = [m.content for m in history if m.role.value == "assistant"]
+            answers = [text for text in said if text.startswith("asked:")]
+            if answers:
+                break
+            await asyncio.sleep(0.2)
+    assert [m.content for m in history if m.role.value == "user"] == ["hi", "ask colour"]
+    assert len(answers) == 1 and "blue" in answers[0], answers  # the turn ended once

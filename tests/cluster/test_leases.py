@@ -1,0 +1,135 @@
+"""Partition leases on a real 3-server NATS cluster: one owner per partition, takeover after
+a node's death, about a quarter moved when a 4th node joins, never two owners."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from dataclasses import dataclass, field
+
+from bundles.kinds import ClusterPolicy
+from orchestrator.cluster.leases import LeaseKeeper, owners_of
+from orchestrator.cluster.link import Nats, open_swarm
+from orchestrator.cluster.names import plan
+from orchestrator.cluster.options import options
+from tests.cluster.natsd import NatsCluster
+
+PARTITIONS = 24
+TTL = 1.5
+
+
+@dataclass
+class Handler:
+    """A partition handler that records what it was told."""
+
+    got: list[int] = field(default_factory=list)
+    released: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+
+    async def gained(self, p: int) -> None:
+        self.got.append(p)
+
+    async def release(self, p: int) -> None:
+        self.released.append(p)
+
+    def lost(self, p: int) -> None:
+        self.dropped.append(p)
+
+
+@dataclass
+class Node:
+    name: str
+    nats: Nats
+    keeper: LeaseKeeper
+    handler: Handler
+    task: asyncio.Task[None] | None = None
+
+
+async def start_node(cluster: NatsCluster, swarm: str, name: str) -> Node:
+    policy = ClusterPolicy(partitions=PARTITIONS, lease_ttl_seconds=TTL, replicas=3)
+    conn = await open_swarm(options(cluster.urls, name, None, policy), swarm, name)
+    handler = Handler()
+    keeper = LeaseKeeper(conn, name, PARTITIONS, TTL, handler)
+    node = Node(name, conn, keeper, handler)
+    node.task = asyncio.ensure_future(keeper.run())
+    return node
+
+
+async def stop(node: Node) -> None:
+    assert node.task is not None
+    node.task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await node.task
+    await node.nats.nc.close()
+
+
+def overlap(nodes: list[Node]) -> set[int]:
+    seen: set[int] = set()
+    twice: set[int] = set()
+    for node in nodes:
+        for p in node.keeper.held:
+            if node.keeper.holds(p):
+                (twice if p in seen else seen).add(p)
+    return twice
+
+
+async def settle(nodes: list[Node]) -> dict[int, str]:
+    """Until the live nodes hold the partitions the plan gives them, checking no partition is
+    ever held by two of them on the way (leases change on timers: this looks every 50 ms)."""
+    expect = plan(PARTITIONS, [n.name for n in nodes])
+    while True:
+        assert not overlap(nodes), "a partition had two owners"
+        held = {p: n.name for n in nodes for p in n.keeper.held}
+        if held == expect:
+            return held
+        await asyncio.sleep(0.05)
+
+
+async def test_one_owner_per_partition_takeover_and_join(nats_cluster: NatsCluster) -> None:
+    swarm = f"leases-{uuid.uuid4().hex[:6]}"
+    nodes = [await start_node(nats_cluster, swarm, f"n{i}") for i in (1, 2, 3)]
+    try:
+        async with asyncio.timeout(30):
+            held = await settle(nodes)
+        assert set(held.values()) == {"n1", "n2", "n3"}
+        assert await owners_of(nodes[0].nats) == held
+
+        # a node dies without releasing: its leases expire and the others take them
+        dead = nodes.pop(1)
+        await stop(dead)
+        async with asyncio.timeout(30):
+            after = await settle(nodes)
+        moved = {p for p, n in held.items() if n == "n2"}
+        assert {p for p, n in after.items() if n != held[p]} == moved
+
+        # a 4th node joins: only partitions they win move, to them, with a release
+        for node in nodes:  # what they gave away while starting is not this step's
+            node.handler.released.clear()
+        nodes.append(await start_node(nats_cluster, swarm, "n4"))
+        async with asyncio.timeout(30):
+            joined = await settle(nodes)
+        to_new = [p for p in range(PARTITIONS) if joined[p] != after[p]]
+        assert all(joined[p] == "n4" for p in to_new)
+        assert 2 <= len(to_new) <= PARTITIONS // 2
+        released = nodes[0].handler.released + nodes[1].handler.released
+        assert sorted(released) == sorted(to_new)
+        assert not nodes[0].handler.dropped and not nodes[1].handler.dropped
+    finally:
+        for node in nodes:
+            await stop(node)
+
+
+async def test_a_paused_node_drops_its_leases_before_acting(nats_cluster: NatsCluster) -> None:
+    swarm = f"pause-{uuid.uuid4().hex[:6]}"
+    node = await start_node(nats_cluster, swarm, "solo")
+    try:
+        async with asyncio.timeout(30):
+            await settle([node])
+        now = [node.keeper.clock()]
+        node.keeper.clock = lambda: now[0] + 2 * TTL  # as if the process was stopped 2x TTL
+        assert not any(node.keeper.holds(p) for p in range(PARTITIONS))
+        node.keeper._drop_lapsed()
+        assert sorted(node.handler.dropped) == list(range(PARTITIONS))
+    finally:
+        await stop(node)

@@ -1,0 +1,91 @@
+"""The ingress stream's leader (a NATS server) is SIGKILLed under load: sends pause while
+JetStream elects another leader, and every event whose acceptance was acknowledged is in its
+conversation exactly once. The pause is printed, never asserted (`make bench`)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import time
+from pathlib import Path
+
+from orchestrator.cluster.names import SwarmNames
+from tests.cluster.harness import (
+    Progress,
+    StartDaemon,
+    read_history,
+    start_nodes,
+    swarm_of,
+    unique_swarm_bundle,
+)
+from tests.cluster.natsd import NatsCluster
+from tests.integration.harness import Daemon
+
+KEYS = [f"l{i}" for i in range(6)]
+SENDERS = 4
+LOAD_SECONDS = float(os.environ.get("CLUSTER_LOAD_SECONDS", "8"))  # make cluster-chaos: long
+
+
+async def sender(nodes: list[Daemon], counter: itertools.count[int], until: float,
+                 accepted: dict[str, str], acks: list[float],
+                 progress: Progress) -> None:  # fmt: skip
+    rng = random.Random()
+    while time.monotonic() < until:
+        n = next(counter)
+        key = rng.choice(KEYS)
+        try:
+            reply = await nodes[n % len(nodes)].send(f"e{n}", key=key, wait=False)
+        except TimeoutError:
+            continue  # never acknowledged: the client would retry
+        if reply.ok:
+            accepted[reply.result] = key
+            acks.append(time.monotonic())
+            await progress.add()
+
+
+async def test_leader_kill_loses_no_acknowledged_event(
+    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    bundle = unique_swarm_bundle(tmp_path)
+    swarm = swarm_of(bundle)
+    async with asyncio.timeout(60):
+        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+    leader = await nats_cluster.stream_leader(SwarmNames(swarm).ingress_stream)
+    accepted: dict[str, str] = {}
+    acks: list[float] = []
+    counter = itertools.count()
+    until = time.monotonic() + LOAD_SECONDS
+    progress = Progress()
+    load = [asyncio.ensure_future(sender(nodes, counter, until, accepted, acks, progress))
+            for _ in range(SENDERS)]  # fmt: skip
+    try:
+        async with asyncio.timeout(90 + LOAD_SECONDS):
+            await progress.reached(20)
+            killed_at = time.monotonic()
+            nats_cluster.kill(leader)
+            await asyncio.gather(*load)
+    finally:
+        nats_cluster.start(leader)
+    async with asyncio.timeout(60):
+        await nats_cluster.wait_ready()
+    after = [t for t in acks if t >= killed_at]
+    pause = (after[0] - killed_at) if after else float("inf")
+    print(f"\nleader kill: {len(accepted)} events accepted; ingress paused {pause:.2f} s")
+
+    deadline = time.monotonic() + 90 + 2 * LOAD_SECONDS
+    while True:  # every accepted event reaches its conversation (turns run after the load)
+        seen: dict[str, int] = {}
+        async with asyncio.timeout(30):
+            for key in KEYS:
+                for m in await read_history(nats_cluster, swarm, "caller", key):
+                    event_id = m.metadata.get("eventId")
+                    if m.role.value == "user" and isinstance(event_id, str):
+                        seen[event_id] = seen.get(event_id, 0) + 1
+        assert all(count == 1 for count in seen.values()), "an event ran twice"
+        missing = {e: k for e, k in accepted.items() if e not in seen}
+        if not missing:
+            break
+        assert time.monotonic() < deadline, f"{len(missing)} accepted events never ran: {missing}"
+        await asyncio.sleep(0.5)
