@@ -20,7 +20,7 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 
-.PHONY: help install system-deps lock lock-check test test-latest lint typecheck imports bench run-example clean fuzz chaos soak cluster-chaos
+.PHONY: help install system-deps lock lock-check test test-latest lint typecheck imports bench bench-instances run-example clean fuzz chaos soak cluster-chaos
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -83,6 +83,9 @@ typecheck: ## mypy --strict only
 
 bench: ## run the benchmarks; each figure is printed as a ratio to a raw baseline of the same run
 	$(BIN)/python -m tests.bench
+
+bench-instances: ## 1,000,000 distinct instances through one daemon (GOONDAN_BENCH_INSTANCES; hours, ~20 GB in TMPDIR)
+	$(BIN)/python -m tests.bench bench_instances
 
 fuzz: ## long fuzz runs: frames at the daemon's sockets, hostile tool args, bundles (FUZZ_EXAMPLES)
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} FUZZ_EXAMPLES_TOOLS=$${FUZZ_EXAMPLES_TOOLS:-300} \

@@ -119,8 +119,10 @@ async def _assemble(
     approval_rules: dict[str, Approval],
 ) -> Parts:
     paths = req.paths
-    for directory in (paths.messages_dir, paths.extensions_dir) if req.sink is None else ():
-        private_dir(directory)
+    # only the conversation's directory: extension state and the workdir are made when first
+    # written (at a million hibernated instances, empty directories are 4 KiB each)
+    if req.sink is None:
+        private_dir(paths.messages_dir)
     logger = agent_logger(req.agent, req.instance_key)
     bus = EventBus(
         paths.runtime_events_jsonl, agent=req.agent, instance_key=req.instance_key, sink=req.sink
@@ -211,8 +213,6 @@ def _tool_calls(
     approval_rules: dict[str, Approval],
 ) -> ToolCallRunner:
     workdir = req.workdir if req.workdir is not None else req.paths.workdir
-    if req.sink is None:
-        private_dir(workdir)
     return ToolCallRunner(
         registry=registry,
         pipelines=pipelines,
@@ -222,6 +222,7 @@ def _tool_calls(
         runtime=req.agents if req.agents is not None else NotConnectedRuntime(),
         secret_values=req.bundle.secret_values,
         default_timeout_ms=resolve.swarm_policy(req.bundle, req.swarm).tools.default_timeout_ms,
+        make_workdir=req.sink is None,
         approval_rules=approval_rules,
         limits=resolve.limits(req.bundle, req.agent),
     )

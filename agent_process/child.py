@@ -215,6 +215,9 @@ class Child:
         self.draining = link.draining
         self.busy = False
         link.on_drain = self._wake_for_drain
+        # heartbeats only while a turn runs and does not wait for its client: idle is silent
+        link.set_active(False)
+        self.deferred.on_park = self._beat_if_working
 
     async def start(self, factory: RunnerFactory) -> bool:
         """hello -> the runner -> ready | start_error; then the work a previous process of
@@ -287,6 +290,10 @@ class Child:
                 return
             await self.run_one(event)
 
+    def _beat_if_working(self) -> None:
+        parked = self.deferred.parked.is_set()
+        self.link.set_active(self.busy and not parked, mid_turn=self.busy and parked)
+
     def _wake_for_drain(self) -> None:
         """A busy loop sees the drain after its turn; an idle one is parked on the queue."""
         if not self.busy:
@@ -297,6 +304,7 @@ class Child:
         if event.type == WAKE_EVENT_TYPE and not self.inbox.has_replies():
             return  # the replies were taken by a turn that ran in between
         self.busy = True
+        self._beat_if_working()
         self.bridge.current = event
         if isinstance(self.runner, AgentRuntime):  # before the status frame: it goes out first
             await self.runner.ask_ahead(event)
@@ -305,6 +313,7 @@ class Child:
             turn = await self._turn(event)
             if turn is None:  # parked by a drain: its pending call stays for the next process
                 self.busy = False
+                self._beat_if_working()
                 await self.bridge.drop_ahead()  # an unused permit asked ahead goes back
                 self.bridge.current = None
                 await self._status(ChildState.IDLE, event.id)
@@ -321,6 +330,7 @@ class Child:
             reply = response_to(event, source=self.source, text=text, error=error, metadata=meta)
             await self.send(Event(from_=self.me, to=event.reply_to.target, payload=reply))
         self.busy = False
+        self._beat_if_working()
         await self.bridge.drop_ahead()
         self.bridge.current = None
         await self._status(ChildState.IDLE, event.id, outcome)

@@ -242,6 +242,8 @@ class DeferredCalls:
         self._waiting: dict[str, tuple[PendingCall, asyncio.Future[ToolResult]]] = {}
         self.parked = asyncio.Event()
         """Set while a turn waits for a client: a draining child may stop it then."""
+        self.on_park: Callable[[], None] = lambda: None
+        """Called after `parked` is set or cleared (the child stops or resumes beating)."""
         self._resuming: tuple[str, list[PendingCall]] | None = None
         self._carried: dict[str, PendingCall] = {}
         """Approval calls of a resumed turn: the tool call runs again through its pipeline and
@@ -301,6 +303,7 @@ class DeferredCalls:
         future: asyncio.Future[ToolResult] = loop.create_future()
         self._waiting[call.id] = (call, future)
         self.parked.set()
+        self.on_park()
         timer = loop.call_later(max(0.0, call.expires_at - self._clock()), self._expire, call.id)
         try:
             self.on_answer(call.id)  # answered while no process was running
@@ -310,6 +313,7 @@ class DeferredCalls:
             self._waiting.pop(call.id, None)
             if not self._waiting:
                 self.parked.clear()
+                self.on_park()
         self.store.remove(call.id)
         log.info("deferred_resolved", call_id=call.id, status=result.status.value)
         return result

@@ -3,12 +3,17 @@
     connect: DEALER whose routing identity is the process id; SIGTERM starts a drain
     handshake: hello -> load() -> ready | start_error (logged `start_error`)
     serve: body runs while frames are decoded and dispatched (a bad one is logged
-      `frame_dropped` and skipped) and heartbeats go out; orchestrator silent for
-      `heartbeat_timeout` -> `orchestrator_lost`, exit 4 (EXIT_ORPHANED)
+      `frame_dropped` and skipped) and, while the link is active, heartbeats go out;
+      orchestrator silent for `heartbeat_timeout` then -> `orchestrator_lost`, exit 4
+      (EXIT_ORPHANED). A probe from the orchestrator (a heartbeat that is not an answer) is
+      answered whether active or not.
     shutdown frame -> `shutdown` logged, drain; the body ends with `shutdown_ack`
 
-A child also dies with its parent (`die_with_parent`: PR_SET_PDEATHSIG), so no orphan outlives
-even a SIGKILL of the daemon. What frames mean beyond this is the caller's `dispatch`.
+An agent is active only while it runs a turn that does not wait for a client: an idle agent
+sends nothing and wakes for nothing, so a thousand idle agents cost no CPU (the orchestrator
+probes idle children itself, rarely). A connector host is always active. A child also dies
+with its parent (`die_with_parent`: PR_SET_PDEATHSIG), so no orphan outlives even a SIGKILL of
+the daemon, busy or idle. What frames mean beyond this is the caller's `dispatch`.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from protocol.messages import (
     ShutdownAck,
     ShutdownAckPayload,
     ShutdownPayload,
+    ShutdownReason,
     StartError,
     StartErrorPayload,
 )
@@ -89,7 +95,7 @@ def too_large(msg: Message, size: int, limit: int) -> Message | None:
 class Link:
     """The child's end: send and receive frames, handshake, heartbeats, the drain signal."""
 
-    def __init__(self, launch: ChildLaunch, sock: FrameSocket) -> None:
+    def __init__(self, launch: ChildLaunch, sock: FrameSocket, *, active: bool = True) -> None:
         self.launch = launch
         self.sock = sock
         self.me = str(launch.process)
@@ -98,8 +104,27 @@ class Link:
         self.on_drain: Callable[[], None] = lambda: None
         """Called once the drain is asked, e.g. to wake a loop parked on its own queue."""
         self.last_heard = time.monotonic()
+        self._active = active
+        """Heartbeats go out (see the module docstring)."""
+        self._say_quiet = False
+        """One quiet beat is owed: the turn went on to wait for its client."""
+        self._wake = asyncio.Event()
+        """Set while the heartbeat loop has something to send (active, or a quiet beat owed)."""
+        if active:
+            self._wake.set()
         self._backlog: collections.deque[bytes] = collections.deque()
         """Frames `post` could not queue at once; `send` sends them first (order kept)."""
+
+    def set_active(self, active: bool, *, mid_turn: bool = False) -> None:
+        """Beat (a turn runs) or go silent: idle, or, with `mid_turn`, a turn that waits for
+        its client, which one last beat tells the orchestrator (`quiet`): silent mid-turn
+        would otherwise look wedged."""
+        self._active = active
+        self._say_quiet = not active and mid_turn
+        if active or self._say_quiet:
+            self._wake.set()  # wakes the loop even if it was already waiting: the beat is owed
+        else:
+            self._wake.clear()
 
     def post(self, msg: Message) -> None:
         """Send without awaiting, in order with `send`: queued in the socket now when the
@@ -174,8 +199,11 @@ class Link:
                 beat.cancel()
 
     def on_shutdown(self, payload: ShutdownPayload) -> None:
-        """The `shutdown` frame: the caller's dispatch hands it here."""
-        log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
+        """The `shutdown` frame: the caller's dispatch hands it here. A deactivation (reason
+        `idle`) is not logged here: the daemon's log says it, and an instance that logs
+        nothing else keeps no log file (a million hibernated instances, a million files)."""
+        if payload.reason is not ShutdownReason.IDLE:
+            log.info("shutdown", reason=payload.reason, grace_ms=payload.grace_period_ms)
         self.drain()
 
     def drain(self) -> None:
@@ -201,15 +229,35 @@ class Link:
             except ProtocolError as exc:
                 log.warning("frame_dropped", sender=ORCHESTRATOR, reason=exc.message)
                 continue
+            if isinstance(msg, Heartbeat) and not msg.payload.answer:
+                await self._answer(msg.payload)
             dispatch(msg)
+
+    async def _answer(self, probe: HeartbeatPayload) -> None:
+        answer = HeartbeatPayload(seq=probe.seq, sent_at=time.time(), answer=True)
+        await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=answer))
 
     async def _heartbeat_loop(self, on_beat: OnBeat | None) -> None:
         seq = 0
+        wake = self._wake
         while True:
+            if not wake.is_set():
+                await wake.wait()
+                # silence while idle says nothing about the orchestrator: the deadline starts
+                # now (the frame that woke us, if any, already moved it)
+                self.last_heard = max(self.last_heard, time.monotonic())
             await asyncio.sleep(self.launch.settings.heartbeat_interval)
+            if not wake.is_set():
+                continue  # gone idle while asleep: the idle status frame said it already
+            quiet = not self._active
+            if quiet:  # the owed quiet beat, sent once
+                self._say_quiet = False
+                wake.clear()
             seq += 1
-            beat = HeartbeatPayload(seq=seq, sent_at=time.time())
+            beat = HeartbeatPayload(seq=seq, sent_at=time.time(), quiet=quiet)
             await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=beat))
+            if quiet:
+                continue
             if on_beat is not None:
                 await on_beat()
             timeout = self.launch.settings.heartbeat_timeout

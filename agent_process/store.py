@@ -96,11 +96,16 @@ class ConversationStore:
             _log.info("conversation_replayed", events=replayed, path=str(self._events_path))
 
     def close(self) -> None:
+        """Fold, then close; an empty `events.jsonl` is removed (a hibernated instance keeps
+        no empty file; the next `open` creates it again)."""
         if self._fd is None:
             return
         self.fold()
         if self._fd != self._sink:
+            empty = os.fstat(self._fd).st_size == 0
             os.close(self._fd)
+            if empty:
+                self._events_path.unlink(missing_ok=True)
         self._fd = None
 
     # -- reading ------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from bundles.limits import NO_LIMITS, Limits
 from bundles.sdk import AgentsRuntime, MiddlewareError
 from protocol.conversation import Message, ToolCall
 from protocol.errors import ErrorCode
+from protocol.private import private_dir
 
 DeferredHook = Callable[[ToolCallMwContext, DeferredRequest], Awaitable[ToolResult]]
 
@@ -61,6 +62,7 @@ class ToolCallRunner:
         secret_values: frozenset[str],
         deferred_hook: DeferredHook = reject_deferred,
         default_timeout_ms: int | None = None,
+        make_workdir: bool = True,
         approval_rules: Mapping[str, Approval] | None = None,
         limits: Limits = NO_LIMITS,
     ) -> None:
@@ -73,6 +75,9 @@ class ToolCallRunner:
         self._secret_values = secret_values
         self.deferred_hook = deferred_hook
         self._default_timeout_ms = default_timeout_ms
+        self._make_workdir = make_workdir
+        """Create the workdir before the first handler runs (not at start: an instance
+        that never calls a tool leaves no empty directory)."""
         self._approvals = dict(approval_rules or {})
         self._limits = limits
 
@@ -158,6 +163,9 @@ class ToolCallRunner:
         return approvals.decided(answer, ctx.call.name)
 
     def _tool_context(self, entry: ToolEntry, ctx: ToolCallMwContext) -> ToolCallContext:
+        if self._make_workdir:
+            private_dir(self._workdir)
+            self._make_workdir = False
         turn = ctx.step.turn
         return ToolCallContext(
             workdir=self._workdir,

@@ -253,9 +253,14 @@ class RestartPolicy(_Spec):
     backoff_max_seconds: float = 300.0
 
 
+DEFAULT_IDLE_TIMEOUT_SECONDS = 600.0
+
+
 class LifecyclePolicy(_Spec):
-    idle_timeout_seconds: float | None = None
-    """Stop an idle child after this long (off by default); it respawns on the next event."""
+    idle_timeout_seconds: float | None = DEFAULT_IDLE_TIMEOUT_SECONDS
+    """Deactivate an agent instance idle this long: its process exits, its state stays on
+    disk, and its next event starts it again (about a spawn, ~10 ms). `null` keeps idle
+    instances live until the live bound (`maxLiveInstances`) makes room."""
     reconcile_interval_seconds: float = 5.0
     request_timeout_ms: int = 60_000
     deferred_ttl_seconds: float = 3600.0

@@ -17,6 +17,7 @@ from bundles.credentials import Setting
 from bundles.diagnostics import Collector, FieldPath
 from bundles.kinds import (
     AgentSpec,
+    ClusterPolicy,
     ConnectionSpec,
     Kind,
     ObjectRef,
@@ -206,15 +207,13 @@ class Checks:
             bad.append((("shutdown", "gracePeriodSeconds"), "gracePeriodSeconds must be >= 0"))
         if policy.lifecycle.reconcile_interval_seconds <= 0:
             bad.append((("lifecycle", "reconcileIntervalSeconds"), "must be > 0"))
-        cluster = policy.cluster
-        if not 1 <= cluster.partitions <= 4096:
-            bad.append((("cluster", "partitions"), "partitions must be 1..4096"))
-        if cluster.lease_ttl_seconds < 1:
-            bad.append((("cluster", "leaseTtlSeconds"), "leaseTtlSeconds must be >= 1"))
-        if not 1 <= cluster.replicas <= 5:
-            bad.append((("cluster", "replicas"), "replicas must be 1..5 (JetStream's limit)"))
-        if cluster.dedupe_window_seconds <= 0:
-            bad.append((("cluster", "dedupeWindowSeconds"), "must be > 0"))
+        if policy.max_live_instances is not None and policy.max_live_instances < 1:
+            bad.append((("maxLiveInstances",), "maxLiveInstances must be >= 1"))
+        idle = policy.lifecycle.idle_timeout_seconds
+        if idle is not None and idle <= 0:
+            bad.append((("lifecycle", "idleTimeoutSeconds"),
+                        "must be > 0 (null keeps idle instances live)"))  # fmt: skip
+        bad.extend(_cluster_problems(policy.cluster))
         self._metrics(res)
         if res.spec.instance_key is not None and not res.spec.instance_key:
             self.rep.error(
@@ -319,6 +318,19 @@ class Checks:
     def _secret(self, value: str) -> None:
         if value:
             self.secrets.add(value)
+
+
+def _cluster_problems(cluster: ClusterPolicy) -> list[tuple[FieldPath, str]]:
+    bad: list[tuple[FieldPath, str]] = []
+    if not 1 <= cluster.partitions <= 4096:
+        bad.append((("cluster", "partitions"), "partitions must be 1..4096"))
+    if cluster.lease_ttl_seconds < 1:
+        bad.append((("cluster", "leaseTtlSeconds"), "leaseTtlSeconds must be >= 1"))
+    if not 1 <= cluster.replicas <= 5:
+        bad.append((("cluster", "replicas"), "replicas must be 1..5 (JetStream's limit)"))
+    if cluster.dedupe_window_seconds <= 0:
+        bad.append((("cluster", "dedupeWindowSeconds"), "must be > 0"))
+    return bad
 
 
 def _settings(res: Resource[Any]) -> Iterator[Setting]:

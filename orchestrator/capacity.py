@@ -3,9 +3,10 @@
 Anyone who can send an event with a new instance key (a webhook client, a chat user) can make
 the daemon start a process; unbounded, that exhausts the machine. `Swarm.spec.policy.
 maxLiveInstances` bounds the live agent processes (connectors do not count). At the bound, the
-least recently used idle instance is stopped to make room: its conversation stays on disk and it
-starts again on its next event. Only when every live instance is busy does a new one wait for a
-slot, and a request to it is answered at once with E_AGENT_CAPACITY rather than left waiting.
+least recently used idle instance is deactivated to make room (a turn parked on a client-side
+call counts as idle since it parked): its state stays on disk and it starts again on its next
+event. Only when every live instance is busy does a new one wait for a slot, and a request to
+it is answered at once with E_AGENT_CAPACITY rather than left waiting.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Capacity:
         """Instances that want a process, in the order they asked (a set that keeps order)."""
 
     def _agents(self) -> list[ProcessEntry]:
-        return [e for e in self._table if e.address.kind is ProcessKind.AGENT and e.live]
+        return [e for e in self._table.live() if e.address.kind is ProcessKind.AGENT]
 
     def room(self) -> bool:
         return len(self._agents()) < self.limit
@@ -65,13 +66,20 @@ class Capacity:
         return sum(1 for e in self._agents() if e.status is S.DRAINING)
 
     def victim(self) -> ProcessEntry | None:
-        """The least recently used idle instance with nothing queued, if any."""
-        idle = []
-        for entry in self._agents():
-            box = self._mailbox(entry.address)
-            if entry.status is S.IDLE and (box is None or box.empty):
-                idle.append(entry)
-        return min(idle, key=lambda e: e.changed_at, default=None)
+        """The least recently used idle instance with nothing queued, if any: idle since its
+        last turn, or parked on a client-side call since it parked (resumed from its files)."""
+        idle = next((e for e in self._table.idle() if self._free(e, queued_only=False)), None)
+        parked = next((e for e in self._table.parked() if self._free(e, queued_only=True)), None)
+        if idle is None or parked is None:
+            return idle or parked
+        return parked if (parked.parked_at or 0.0) < idle.changed_at else idle
+
+    def _free(self, entry: ProcessEntry, *, queued_only: bool) -> bool:
+        """An agent with nothing waiting for it (a parked turn's own event is in flight)."""
+        if entry.address.kind is not ProcessKind.AGENT:
+            return False
+        box = self._mailbox(entry.address)
+        return box is None or (not box.queue if queued_only else box.empty)
 
 
 class Admitted:

@@ -37,6 +37,7 @@ from orchestrator.swarm import CurrentSwarm
 from orchestrator.trees import remove_tree
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
+    DEACTIVATED,
     Attach,
     CallsDecide,
     CallsList,
@@ -139,25 +140,30 @@ async def _status(ctx: ControlContext) -> StatusResult:
     return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models)
 
 
-def _instances(ctx: ControlContext) -> list[JsonObject]:
-    """The instance directories (orchestrator/localstate.py) with their processes' status."""
-    live = {
+async def _instances(ctx: ControlContext) -> list[JsonObject]:
+    """The instance directories (orchestrator/localstate.py) with their processes' status; one
+    the daemon holds no process for is `deactivated` (its next event starts it)."""
+    # a worker thread walks the directories: with a million hibernated instances the walk
+    # takes seconds, and the loop must keep routing (and answering heartbeats) meanwhile
+    rows = await asyncio.to_thread(localstate.instances, ctx.layout, ctx.info.swarm)
+    known = {
         ctx.layout.instance_paths(ctx.info.swarm, e.address.instance_key, e.address.name).root: e
         for e in ctx.supervisor.table
     }
-    rows = localstate.instances(ctx.layout, ctx.info.swarm)
     for row in rows:
-        entry = live.get(Path(str(row["path"])))
-        if entry is not None:
-            row.update(instanceKey=entry.address.instance_key, agent=entry.address.name,
-                       status=str(entry.status))  # fmt: skip
+        entry = known.get(Path(str(row["path"])))
+        if entry is None:
+            row["status"] = DEACTIVATED
+            continue
+        row.update(instanceKey=entry.address.instance_key, agent=entry.address.name,
+                   status=entry.info().status)  # fmt: skip
     return rows
 
 
 async def _instance_request(ctx: ControlContext, req: InstanceList | InstanceDelete) -> Any:
     if isinstance(req, InstanceDelete):
         return await _delete_instance(ctx, req)
-    return {"instances": _instances(ctx)}
+    return {"instances": await _instances(ctx)}
 
 
 async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObject:

@@ -188,6 +188,23 @@ class DeferredIndex:
             started.append(address)
         return started
 
+    def pending_for(self, address: Address) -> list[PendingCall]:
+        """The unanswered, unexpired calls of one instance, from its own directory: a send
+        asks this for its target, and must not scan every instance the swarm ever had."""
+        paths = self.layout.instance_paths(self.swarm, address.instance_key, address.name)
+        found, now = [], self.clock()
+        for path in sorted(paths.pending_calls_dir.glob("*" + PENDING_SUFFIX)):
+            answered = path.with_name(path.name[: -len(PENDING_SUFFIX)] + ANSWER_SUFFIX)
+            if path.name.endswith(ANSWER_SUFFIX) or answered.exists():
+                continue
+            try:
+                call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
+            except (OSError, msgspec.DecodeError):
+                continue  # scan() reports unreadable files
+            if call.expires_at > now:
+                found.append(call)
+        return found
+
     def list(self) -> list[JsonObject]:
         self.scan()
         now = self.clock()

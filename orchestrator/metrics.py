@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from orchestrator.states import ProcessStatus
 from orchestrator.table import ProcessEntry
+from protocol.control import DEACTIVATED
 from protocol.messages import TurnMetrics
 
 TURN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, float("inf"))
@@ -114,8 +115,9 @@ class DaemonMetrics:
         labels = (str(entry.address.kind), entry.address.name)
         if target is S.SPAWNING:
             self.spawns.labels(*labels).inc()
-            if entry.generation > 1:
-                self.restarts.labels(*labels).inc()
+            last = entry.last_exit
+            if entry.generation > 1 and (last is None or last.reason != DEACTIVATED):
+                self.restarts.labels(*labels).inc()  # a reactivation is not a restart
         elif target is S.CRASHED:
             self.crashes.labels(*labels).inc()
 

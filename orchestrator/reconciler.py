@@ -1,8 +1,11 @@
 """Desired vs actual, every `reconcileIntervalSeconds` (default 5 s): the safety net.
 
-Crashes are handled when the exit is seen; this loop only repairs what an event could have
-missed: queued events for a stopped process, a lost backoff timer, an idle child past its
-idle timeout, a child whose heartbeats stopped (its loop is wedged). `plan()` is pure.
+Crashes are handled when the exit is seen; this loop repairs what an event could have missed
+(queued events for a stopped process, a lost backoff timer), deactivates instances idle past
+`idleTimeoutSeconds` (a turn parked on a client-side call counts as idle), asks silent children
+whether they are alive and kills the wedged ones (orchestrator/liveness.py), and forgets the
+oldest deactivated instances beyond what it keeps (orchestrator/hibernation.py). `plan()` is
+pure.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from dataclasses import dataclass
 
 import structlog
 
+from orchestrator import hibernation, liveness
 from orchestrator.delivery import Mailbox
+from orchestrator.liveness import KillWedged, Probe
 from orchestrator.settings import Settings
 from orchestrator.states import READY, ProcessStatus
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
 from protocol.ids import Address, ProcessKind
-from protocol.messages import ShutdownReason
 
 S = ProcessStatus
 log = structlog.get_logger("goondan.reconciler")
@@ -40,13 +44,17 @@ class StopIdle:
     address: Address
 
 
-@dataclass(frozen=True, slots=True)
-class KillWedged:
-    address: Address
-    silent_for: float
+Intent = Start | ResumeBackoff | StopIdle | KillWedged | Probe
 
 
-Intent = Start | ResumeBackoff | StopIdle | KillWedged
+def _idle_for(entry: ProcessEntry, box: Mailbox | None, now: float) -> float:
+    """How long `entry` has had nothing to do (0 when it has work): idle with an empty
+    mailbox, or processing a turn that waits for its client with nothing queued behind it."""
+    if entry.status is S.IDLE and (box is None or box.empty):
+        return now - entry.changed_at
+    if entry.status is S.PROCESSING and entry.parked_at is not None and not (box and box.queue):
+        return now - entry.parked_at
+    return 0.0
 
 
 def _intent(
@@ -65,18 +73,15 @@ def _intent(
         and now >= retry_at + settings.reconcile_interval
     ):
         return ResumeBackoff(address)
-    if entry.status in READY and now - entry.last_seen > settings.heartbeat_timeout:
-        return KillWedged(address, silent_for=now - entry.last_seen)
+    if entry.status not in READY:
+        return None
+    alive = liveness.check(entry, now, settings)
+    if isinstance(alive, KillWedged):
+        return alive
     idle_timeout = settings.idle_timeout
-    if (
-        idle_timeout is not None
-        and not always_up
-        and entry.status is S.IDLE
-        and (box is None or box.empty)
-        and now - entry.changed_at >= idle_timeout
-    ):
+    if idle_timeout is not None and not always_up and _idle_for(entry, box, now) >= idle_timeout:
         return StopIdle(address)
-    return None
+    return alive
 
 
 def plan(
@@ -97,7 +102,8 @@ class Reconciler:
     def __init__(self, supervisor: Supervisor, settings: Settings) -> None:
         self.supervisor = supervisor
         self.settings = settings
-        self._stopping: set[asyncio.Task[bool]] = set()
+        self.keep = hibernation.kept(settings.max_live_instances)
+        """Deactivated instances the daemon keeps in its table (and `goondan status`)."""
 
     async def run(self) -> None:
         while True:
@@ -110,6 +116,7 @@ class Reconciler:
             return
         for intent in plan(sup.table, sup.router.mailboxes, sup.clock(), self.settings):
             self._apply(intent)
+        hibernation.sweep(sup, self.keep)
 
     def _apply(self, intent: Intent) -> None:
         sup = self.supervisor
@@ -121,9 +128,9 @@ class Reconciler:
                 sup.respawn_if_due(entry)
             case StopIdle():
                 log.info("idle_stop", process=str(entry.process_id))
-                task = asyncio.ensure_future(sup.stop(entry, ShutdownReason.IDLE))
-                self._stopping.add(task)
-                task.add_done_callback(self._stopping.discard)
+                sup.deactivate(entry)
+            case Probe():
+                liveness.probe(entry, sup.router.send)
             case KillWedged(silent_for=silent):
                 log.error("wedged", process=str(entry.process_id), silent_for=round(silent, 1))
                 sup.kill(entry)

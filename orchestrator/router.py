@@ -28,6 +28,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from orchestrator import liveness
 from orchestrator.accept import Acceptor
 from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AGENT_OPS, AgentsService
@@ -175,7 +176,7 @@ class Router:
 
     def _spawned(self, pid: int) -> bool:
         """Whether `pid` is one of our children (a foreign peer dropped is worth a line)."""
-        return any(entry.pid == pid for entry in self.table)
+        return self.table.had_pid(pid)
 
     def close(self) -> None:
         self.peers.close()
@@ -252,9 +253,7 @@ class Router:
             case Call(payload=payload):
                 self._on_call(entry, payload, services)
             case Heartbeat(payload=beat):
-                # each child's beat is answered: children beat on their own timers (spread by
-                # when they started), so no broadcast wakes 1,000 of them in the same instant
-                self.send(entry, Heartbeat(from_=ORCHESTRATOR, to=entry.id_text, payload=beat))
+                liveness.on_beat(self.table, entry, beat, self.send)
             case History(payload=payload) if services.history is not None:
                 services.history(entry, payload.line)  # cluster mode (ARCHITECTURE.md §15)
             case CallResult() | Shutdown() | History():
@@ -420,13 +419,22 @@ class Router:
         if box is None:
             return
         to = entry.id_text
-        for event in box.take():
+        events = box.take()
+        for event in events:
             if not self.send(entry, Event(from_=ORCHESTRATOR, to=to, payload=event)):
                 box.mark_done(event.id)
                 error = ErrorInfo(code=ErrorCode.E_AGENT_UNDELIVERABLE, message=f"{to} unreachable")
                 self._answer_error(event, error)
             elif event.in_reply_to is not None:
                 box.mark_done(event.id)  # a queued response runs no turn: nothing to track
+        if events:
+            liveness.probe_unless_beating(entry, self.send)
+
+    def forget(self, address: Address) -> None:
+        """The instance is hibernated (orchestrator/hibernation.py): nothing waits for it."""
+        box = self.mailboxes.get(address)
+        if box is not None and box.empty:
+            del self.mailboxes[address]
 
     def open_request(self, request: OpenRequest) -> None:
         """Open (or re-open, for a resumed turn) a request. Someone already waiting for its

@@ -61,10 +61,10 @@ def why_waiting(ctx: SendContext, target: Address, event_id: str) -> str | None:
     """Why an input for `target` will not be answered at once: a client-side call its
     instance waits for, or a turn ahead of it."""
     deferred = ctx.deferred
-    for call in deferred.list() if deferred is not None else []:
-        if (call["agent"], call["instanceKey"]) == (target.name, target.instance_key):
-            method = call["method"]
-            return f"waiting for call {call['id']} ({method}) to be answered (goondan calls list)"
+    calls = deferred.pending_for(target) if deferred is not None else []
+    if calls:
+        call = calls[0]
+        return f"waiting for call {call.id} ({call.method}) to be answered (goondan calls list)"
     entry = ctx.router.table.get(target)
     box = ctx.router.mailboxes.get(target)
     if entry is None or box is None or entry.status is not ProcessStatus.PROCESSING:

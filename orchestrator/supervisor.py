@@ -13,13 +13,13 @@ import secrets
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
 from orchestrator import capacity, reasons
 from orchestrator.calls import answer_call
+from orchestrator.exits import drop_empty_log, record_exit
 from orchestrator.policy import (
     ExitKind,
     HoldDown,
@@ -36,7 +36,7 @@ from orchestrator.stopping import park_queued
 from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry, ProcessTable
 from orchestrator.trees import remove_tree
-from protocol.control import ExitInfo, StopReport
+from protocol.control import StopReport
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.ids import ORCHESTRATOR, Address, ProcessKind
@@ -60,6 +60,7 @@ from protocol.messages import (
 )
 
 S = ProcessStatus
+T = TypeVar("T")
 log = structlog.get_logger("goondan.supervisor")
 
 
@@ -68,10 +69,6 @@ class RestartListener(Protocol):
 
     def restart_started(self) -> None: ...
     def restart_finished(self) -> None: ...
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
 class Supervisor:
@@ -107,8 +104,9 @@ class Supervisor:
         self._handles: dict[Address, ChildHandle] = {}
         self._exited: dict[Address, asyncio.Event] = {}
         self._timers: dict[Address, asyncio.TimerHandle] = {}
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._restart_listeners: list[RestartListener] = []
+        self._deactivation_listeners: list[Callable[[Address], None]] = []
         self.capacity = capacity.Capacity(settings.max_live_instances, table, router.mailboxes.get)
 
     def add_restart_listener(self, listener: RestartListener) -> None:
@@ -156,7 +154,7 @@ class Supervisor:
                 return True
             case capacity.Evict(victim=victim):
                 log.info("instance_evicted", process=victim.id_text, for_=str(entry.address))
-                self._task(self.stop(victim, ShutdownReason.IDLE))
+                self.deactivate(victim)
             case capacity.Busy(error=error):
                 self.router.fail_queued(entry.address, error, requests_only=True)
         return False
@@ -177,8 +175,8 @@ class Supervisor:
     # -- spawning ----------------------------------------------------------------------
 
     def _spawn(self, entry: ProcessEntry) -> None:
-        if entry.ever_started:
-            entry.restarts += 1
+        if entry.ever_started and not entry.deactivated:
+            entry.restarts += 1  # a reactivation is not a restart: nothing went wrong
         entry.ever_started = True
         entry.generation += 1
         entry.nonce = secrets.token_hex(16)
@@ -186,16 +184,18 @@ class Supervisor:
         entry.pid = None
         entry.start_error = None
         entry.retry_at = None
+        entry.deactivated = False
         entry.spawned_at = self.clock()
         self._exited[entry.address] = asyncio.Event()
         # terminated | crashed | crashLoopBackOff -> spawning
         self.table.transition(entry, S.SPAWNING, expect=DOWN)
         self._task(self._launch(entry, entry.generation))
 
-    def _task(self, coro: Coroutine[Any, Any, object]) -> None:
+    def _task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _launch(self, entry: ProcessEntry, generation: int) -> None:
         pid = entry.address.with_generation(generation)
@@ -216,6 +216,7 @@ class Supervisor:
             return
         self._handles[entry.address] = handle
         entry.pid = handle.pid
+        self.table.pid_started(handle.pid)
         log.info("spawned", process=str(pid), pid=handle.pid, mode=self.spawner.mode)
         handle.exited.add_done_callback(lambda _f: self._on_exit(entry, generation, None))
         if entry.status is S.DRAINING:  # stopped while the fork was on its way
@@ -228,12 +229,21 @@ class Supervisor:
             return
         handle = self._handles.pop(entry.address, None)
         how = "exited" if known is None else known.describe()
-        self._record_exit(entry, handle, known)
+        if entry.pid is not None:
+            self.table.pid_gone(entry.pid)
+        record_exit(entry, handle, known)
+        key = entry.address.instance_key
+        drop_empty_log(self.layout.process_log(self.launch.swarm, entry.address.name, key))
         self.router.on_process_dead(entry, how)
-        self._exited.get(entry.address, asyncio.Event()).set()
+        exited = self._exited.pop(entry.address, None)  # whoever waits holds it already
+        if exited is not None:
+            exited.set()
         if entry.status is S.DRAINING:
             # draining -> terminated: we asked it to stop
             self.table.transition(entry, S.TERMINATED, expect=S.DRAINING)
+            if entry.deactivated:
+                for listener in self._deactivation_listeners:
+                    listener(entry.address)
             if not self.closing:
                 self._admit_waiting()
                 if self.router.mailbox(entry.address).queue:
@@ -242,38 +252,6 @@ class Supervisor:
         # spawning | idle | processing -> crashed
         self.table.transition(entry, S.CRASHED, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
         self._after_crash(entry)
-
-    def _record_exit(
-        self, entry: ProcessEntry, handle: ChildHandle | None, known: ExitStatus | None
-    ) -> None:
-        if entry.start_error is not None:
-            reason = "start_error"
-        elif entry.status is S.DRAINING:
-            reason = "stopped"
-        else:
-            reason = "crashed"
-        now = _iso(time.time())
-        process = str(entry.process_id)
-        code, sig = (known.code, known.signal) if known is not None else (None, None)
-        recorded = entry.last_exit = ExitInfo(code=code, signal=sig, at=now, reason=reason)
-        if handle is None:
-            return
-
-        def fill(fut: asyncio.Future[ExitStatus]) -> None:
-            # the status may come after a respawn: update only the record made for this exit
-            status = fut.result()
-            why = reason
-            if status.signal == signal.SIGXCPU and reason == "crashed":
-                why = "cpu_limit"  # Agent.spec.limits.cpuSeconds (RLIMIT_CPU) ran out
-                log.warning("agent_limit", process=process, code=ErrorCode.E_AGENT_LIMIT,
-                            limit="cpuSeconds", exit=status.describe())  # fmt: skip
-            if entry.last_exit is recorded:
-                entry.last_exit = ExitInfo(
-                    code=status.code, signal=status.signal, at=now, reason=why
-                )
-            log.info("exit_status", process=process, exit=status.describe())
-
-        handle.status.add_done_callback(fill)
 
     def _after_crash(self, entry: ProcessEntry) -> None:
         if self.closing:
@@ -404,11 +382,7 @@ class Supervisor:
         killed (the grace period ran out, or a second signal forced the stop)."""
         if not entry.live:
             return False
-        if entry.status is not S.DRAINING:
-            # spawning | idle | processing -> draining
-            self.table.transition(entry, S.DRAINING, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
-            if entry.address in self._handles:
-                self._send_shutdown(entry, reason)
+        self._begin_stop(entry, reason)
         exited = self._exited[entry.address]
         try:
             async with asyncio.timeout(self.settings.grace_period):
@@ -424,6 +398,31 @@ class Supervisor:
                         await exited.wait()
             return True
         return self.forced
+
+    # -- virtual actors: deactivation (orchestrator/hibernation.py) ------------------------
+
+    def _begin_stop(self, entry: ProcessEntry, reason: ShutdownReason) -> None:
+        """A stop's first step, at once: draining (so the live bound counts the slot as
+        leaving before anyone else decides), then the shutdown frame."""
+        if entry.status is not S.DRAINING:
+            # spawning | idle | processing -> draining
+            self.table.transition(entry, S.DRAINING, expect=(S.SPAWNING, S.IDLE, S.PROCESSING))
+            if entry.address in self._handles:
+                self._send_shutdown(entry, reason)
+
+    def deactivate(self, entry: ProcessEntry) -> asyncio.Future[bool]:
+        """Stop the live agent instance of `entry` so that it comes back on its next event:
+        the idle timeout, room made at the live bound, or a caller that moves it elsewhere.
+        Its state is its files; `goondan status` shows it `deactivated`. It is draining when
+        this returns; the future says whether it had to be killed (see `stop`)."""
+        if entry.live and entry.status is not S.DRAINING:  # a stop under way keeps its reason
+            entry.deactivated = True
+            self._begin_stop(entry, ShutdownReason.IDLE)
+        return self._task(self.stop(entry, ShutdownReason.IDLE))
+
+    def add_deactivation_listener(self, listener: Callable[[Address], None]) -> None:
+        """Told when a deactivated instance's process has exited (its files are final)."""
+        self._deactivation_listeners.append(listener)
 
     async def shutdown_all(self) -> StopReport:
         """Stop every child in parallel; nothing respawns from now on. Queued events that

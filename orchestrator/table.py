@@ -12,12 +12,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from orchestrator.states import LIVE, ProcessStatus, is_allowed
-from protocol.control import ExitInfo, ProcessInfo
+from protocol.control import DEACTIVATED, ExitInfo, ProcessInfo
 from protocol.errors import ErrorInfo
 from protocol.ids import Address, ProcessId, routing_id
 
 Clock = Callable[[], float]
 TransitionListener = Callable[["ProcessEntry", ProcessStatus, ProcessStatus], None]
+GONE_PIDS = 4096
+"""Exited pids remembered: a connection closes just after its process exits."""
 
 
 class TransitionError(AssertionError):
@@ -48,6 +50,15 @@ class ProcessEntry:
     ever_started: bool = False
     nonce: str = ""
     """The current generation's spawn secret (part of its routing identity)."""
+    probed_at: float = 0.0
+    """Monotonic time the orchestrator last asked a silent process for a sign of life (an
+    idle one beats no more; ARCHITECTURE.md §4). Answered when `last_seen` is later."""
+    parked_at: float | None = None
+    """Monotonic time the process said its turn waits for a client (a `quiet` beat): it is
+    processing and silent. Any status change or beat ends it."""
+    deactivated: bool = False
+    """The last stop was a deactivation (idle timeout, or room made at the live bound): its
+    state is on disk and its next event starts it again."""
     protocol: int = 0
     """The protocol version the current generation said in `hello` (0: not yet)."""
     _ids: tuple[int, ProcessId, str, bytes] | None = field(default=None, repr=False)
@@ -86,6 +97,8 @@ class ProcessEntry:
         status = str(self.status)
         if self.status is ProcessStatus.TERMINATED and self.retry_at is not None:
             status = "startFailed"
+        elif self.status is ProcessStatus.TERMINATED and self.deactivated:
+            status = DEACTIVATED
         retry = None
         if self.retry_at is not None and now is not None:
             retry = round(max(0.0, self.retry_at - now), 1)
@@ -109,6 +122,17 @@ class ProcessTable:
     clock: Clock = time.monotonic
     listener: TransitionListener | None = None
     _entries: dict[Address, ProcessEntry] = field(default_factory=dict)
+    _live: dict[Address, ProcessEntry] = field(default_factory=dict)
+    """The entries in a LIVE status, kept by `transition()`: the capacity check and the
+    shutdown look at these, not at every instance ever seen."""
+    _idle: dict[Address, ProcessEntry] = field(default_factory=dict)
+    """The idle entries, least recently used first (a dict keeps insertion order, and an
+    entry is inserted when it becomes idle): where room is made at the live bound."""
+    _parked: dict[Address, ProcessEntry] = field(default_factory=dict)
+    """Processing entries whose turn waits for its client (`park`), in the order they parked."""
+    _pids: set[int] = field(default_factory=set)
+    _gone_pids: dict[int, None] = field(default_factory=dict)
+    """The last GONE_PIDS exited pids, oldest first (a dict keeps order)."""
 
     def get(self, address: Address) -> ProcessEntry | None:
         return self._entries.get(address)
@@ -134,7 +158,38 @@ class ProcessTable:
         return len(self._entries)
 
     def live(self) -> list[ProcessEntry]:
-        return [e for e in self._entries.values() if e.live]
+        return list(self._live.values())
+
+    def idle(self) -> Iterator[ProcessEntry]:
+        """The idle entries, least recently used first."""
+        return iter(list(self._idle.values()))
+
+    def parked(self) -> Iterator[ProcessEntry]:
+        """The entries whose turn waits for its client, the longest waiting first."""
+        return iter(list(self._parked.values()))
+
+    def park(self, entry: ProcessEntry, at: float | None) -> None:
+        """Its turn waits for its client since `at` (None: it goes on); any status change
+        ends a park too."""
+        entry.parked_at = at
+        self._parked.pop(entry.address, None)
+        if at is not None:
+            self._parked[entry.address] = entry
+
+    # -- pids: whose connections these were (orchestrator/peers.py) ---------------------
+
+    def pid_started(self, pid: int) -> None:
+        self._pids.add(pid)
+
+    def pid_gone(self, pid: int) -> None:
+        self._pids.discard(pid)
+        self._gone_pids[pid] = None
+        if len(self._gone_pids) > GONE_PIDS:
+            del self._gone_pids[next(iter(self._gone_pids))]
+
+    def had_pid(self, pid: int) -> bool:
+        """Whether `pid` is, or just was, one of our children."""
+        return pid in self._pids or pid in self._gone_pids
 
     def transition(
         self,
@@ -154,5 +209,14 @@ class ProcessTable:
             raise TransitionError(f"{entry.process_id}: {source} -> {target} is not allowed")
         entry.status = target
         entry.changed_at = self.clock()
+        self.park(entry, None)
+        address = entry.address
+        if target in LIVE:
+            self._live[address] = entry
+        else:
+            self._live.pop(address, None)
+        self._idle.pop(address, None)
+        if target is ProcessStatus.IDLE:
+            self._idle[address] = entry
         if self.listener is not None:
             self.listener(entry, source, target)

@@ -233,6 +233,9 @@ class ProcessInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
 FAILING = frozenset({"crashed", "crashLoopBackOff", "startFailed"})
 """Statuses that make `goondan status` exit non-zero."""
+DEACTIVATED = "deactivated"
+"""The status of an instance that was deactivated (idle, or room made at the live bound): no
+process, its state on disk, started again by its next event. Not a failure."""
 
 
 class UsageInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

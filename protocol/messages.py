@@ -210,8 +210,18 @@ class Delta(_Frame, frozen=True, tag="delta"):
 
 
 class HeartbeatPayload(_Payload, frozen=True):
+    """Liveness (ARCHITECTURE.md §4). A child beats only while it runs a turn that is not
+    waiting for a client, and the orchestrator answers each beat; an idle child is silent,
+    and the orchestrator probes it now and then (and when it hands it events). A beat is
+    answered only when `answer` is false, so a probe and its answer never ping-pong."""
+
     seq: int
     sent_at: float = 0.0
+    answer: bool = False
+    """This beat answers one (it asks for nothing back)."""
+    quiet: bool = False
+    """From a child: its turn now waits for a client and it stops beating until the turn
+    goes on (its next beat says so); its silence meanwhile is not a wedge."""
 
 
 class Heartbeat(_Frame, frozen=True, tag="heartbeat"):

@@ -9,7 +9,9 @@ today's model usage against each budget, and the Models' shared rate limits.
 With several daemons running (and no --swarm, outside their bundle directories) it shows each
 one, and `--json` prints `{"swarms": [<one status each>]}`. Exit 0 when every process is well,
 1 when one is crashed, in crashLoopBackOff or startFailed
-(so a health check can run it), or when no daemon answers.
+(so a health check can run it), or when no daemon answers. A `deactivated` instance (idle
+timeout, or room made at the live bound) is well: its next event starts it again; the daemon
+lists only the most recent ones (orchestrator/hibernation.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 
 from orchestrator.client import ClientError, Printer, call, find_daemons, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
-from protocol.control import FAILING, StatusQuery
+from protocol.control import DEACTIVATED, FAILING, StatusQuery
 from protocol.jsontypes import JsonObject
 
 
@@ -60,6 +62,12 @@ def render(result: JsonObject) -> str:
         for p in result["processes"]
     ]
     lines += _table(rows)
+    deactivated = sum(1 for p in result["processes"] if p["status"] == DEACTIVATED)
+    if deactivated:
+        lines.append(
+            f"{deactivated} deactivated: no process, state on disk, started by the next event "
+            "(only the most recent are listed; goondan instance list shows every instance)"
+        )
     usage = result.get("usage") or []
     if usage:
         lines += ["", f"usage today ({usage[0]['day']}, UTC)"]

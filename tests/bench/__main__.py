@@ -15,12 +15,17 @@ from pathlib import Path
 from tests.bench import report
 from tests.bench.baselines import Row, print_rows
 
+ON_DEMAND = frozenset({"bench_instances"})
+"""Run only when named (`make bench-instances`): a million instances take hours."""
+
 
 def _modules() -> list[str]:
     here = Path(__file__).parent
     names = [m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_")]
     only = sys.argv[1:]
-    return [n for n in sorted(names) if not only or n in only]
+    if only:
+        return [n for n in sorted(names) if n in only]
+    return [n for n in sorted(names) if n not in ON_DEMAND]
 
 
 def main() -> int:

@@ -78,7 +78,8 @@ def print_rows(title: str, rows: list[Row]) -> None:
         p = f"{r.p99:10.1f}" if r.p99 is not None else f"{'-':>10}"
         ratio = f"{r.ratio:6.2f}x" if r.ratio is not None else f"{'-':>7}"
         count = f"{r.stalls:9d}" if r.stalls is not None else f"{'-':>9}"
-        print(f"{r.name:46} {r.median:11.1f} {p} {r.unit:6} {ratio} {count}  {r.goal}")
+        median = f"{r.median:11.3f}" if 0 < abs(r.median) < 1 else f"{r.median:11.1f}"
+        print(f"{r.name:46} {median} {p} {r.unit:6} {ratio} {count}  {r.goal}")
 
 
 # -- the shared client and worker --------------------------------------------------------

@@ -94,6 +94,8 @@ def verdict(row: Row) -> str:
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
+    if 0 < abs(value) < 1:
+        return f"{value:.3f}"  # small figures (idle CPU in %core) would read as 0.0
     return f"{value:,.1f}" if abs(value) < 10_000 else f"{value:,.0f}"
 
 

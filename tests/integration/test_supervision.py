@@ -204,9 +204,9 @@ async def test_an_idle_child_is_stopped_and_respawns_on_the_next_event(
         await daemon.wait_for("transition", process="agent:napper:idle:1", target="terminated")
         napper = await daemon.process("napper")
         assert (napper.status, napper.pid, napper.last_exit.reason) == (
-            "terminated",
+            "deactivated",
             None,
-            "stopped",
+            "deactivated",
         )
         await daemon.wait_for("exit_status", process="agent:napper:idle:1", exit="exit code 0")
         again = await daemon.send("again", "napper")

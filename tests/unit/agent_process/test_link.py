@@ -28,6 +28,7 @@ from protocol.launch import ChildLaunch, LaunchSettings
 from protocol.messages import (
     Event,
     Heartbeat,
+    HeartbeatPayload,
     Hello,
     Message,
     Ready,
@@ -183,6 +184,50 @@ async def test_heartbeats_count_up_and_run_the_beat_hook_after_each(
     # beat n is sent before its hook runs, and the hook of beat n-1 ran before beat n
     assert [seq for seq, _ in beats] == [1, 2, 3]
     assert all(hooked >= seq - 1 for seq, hooked in beats)
+
+
+async def test_an_inactive_link_is_silent_but_answers_a_probe_and_says_when_a_turn_parks(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    async def exchange(link: Link) -> list[HeartbeatPayload]:
+        link.set_active(False)
+        # the child speaks first, as in the daemon: a ROUTER drops frames to a peer whose
+        # connection it has not seen yet
+        assert await link.handshake(_no_tools, _never_fails)
+        assert isinstance(await _recv(router), Hello) and isinstance(await _recv(router), Ready)
+        await _send(router, Heartbeat(from_=ORCHESTRATOR, to=PROCESS_ID,
+                                      payload=HeartbeatPayload(seq=0)))  # fmt: skip
+        seen = [await _recv(router)]  # the probe's answer, and nothing else while idle
+        link.set_active(True)  # a turn runs: beats
+        seen.append(await _recv(router))
+        link.set_active(False, mid_turn=True)  # the turn waits for its client: one quiet beat
+        seen.append(await _recv(router))
+        link.set_active(True)
+        seen.append(await _recv(router))
+        return [m.payload for m in seen if isinstance(m, Heartbeat)]
+
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path, interval=0.05)) as link:
+            beats = await link.serve(exchange(link), lambda msg: None)
+    assert [(b.answer, b.quiet) for b in beats] == [
+        (True, False), (False, False), (False, True), (False, False),
+    ]  # fmt: skip
+
+
+async def test_a_quiet_beat_is_owed_even_when_the_loop_already_waits(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    async def exchange(link: Link) -> Message:
+        link.set_active(False)  # the loop parks on its wake-up before the turn parks
+        assert await link.handshake(_no_tools, _never_fails)
+        assert isinstance(await _recv(router), Hello) and isinstance(await _recv(router), Ready)
+        link.set_active(False, mid_turn=True)
+        return await _recv(router)
+
+    async with asyncio.timeout(TIMEOUT):
+        with connect(_opts_for(router, tmp_path, interval=0.01)) as link:
+            beat = await link.serve(exchange(link), lambda msg: None)
+    assert isinstance(beat, Heartbeat) and beat.payload.quiet and not beat.payload.answer
 
 
 async def test_shutdown_ack_carries_the_events_never_started(

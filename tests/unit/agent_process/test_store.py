@@ -123,3 +123,15 @@ def test_a_store_on_a_sink_writes_every_event_there_and_nothing_to_its_directory
     assert not directory.exists()
     lines = sink_path.read_bytes().splitlines()
     assert [msgspec.json.decode(line)["type"] for line in lines] == ["append", "replace"]
+
+
+def test_a_closed_store_leaves_only_its_base_and_the_next_open_goes_on(tmp_path: Path) -> None:
+    store = opened(tmp_path)
+    store.append("user", "kept")
+    store.close()  # folds: the events file is empty, so it is removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.jsonl"]
+    again = opened(tmp_path)
+    again.append("assistant", "next")
+    again.fold()
+    assert [m.content for m in again.messages] == ["kept", "next"]
+    assert (tmp_path / "events.jsonl").read_bytes() == b""  # open made it again

@@ -63,6 +63,12 @@ CASES = [
      "  policy: {shutdown: {gracePeriodSeconds: -1}}\n",
      E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.policy.shutdown.gracePeriodSeconds"),
     ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
+     "  policy: {lifecycle: {idleTimeoutSeconds: 0}}\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.policy.lifecycle.idleTimeoutSeconds"),
+    ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
+     "  policy: {maxLiveInstances: 0}\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.policy.maxLiveInstances"),
+    ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
      "  observability: {metrics: {port: 70000}}\n",
      E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.observability.metrics.port"),
     ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"

@@ -10,12 +10,23 @@ from orchestrator.table import ProcessTable
 from protocol.errors import ErrorCode
 from protocol.ids import Address, agent_address
 
+PATHS = {
+    S.SPAWNING: [S.SPAWNING],
+    S.IDLE: [S.SPAWNING, S.IDLE],
+    S.PROCESSING: [S.SPAWNING, S.IDLE, S.PROCESSING],
+    S.DRAINING: [S.SPAWNING, S.DRAINING],
+    S.TERMINATED: [],
+}
+
 
 def table_of(*entries: tuple[str, S, float]) -> ProcessTable:
+    """Entries brought to each status through the table's transitions, changed at `changed`."""
     table = ProcessTable()
     for key, status, changed in entries:
         entry = table.entry(agent_address("a", key))
-        entry.status, entry.changed_at = status, changed
+        for step in PATHS[status]:
+            table.transition(entry, step, expect=entry.status)
+        entry.changed_at = changed
     return table
 
 
@@ -71,3 +82,16 @@ def test_the_new_instance_bucket_refills_over_a_minute() -> None:
     assert [bucket.take(0.0) for _ in range(5)] == [True] * 4 + [False]
     assert not bucket.take(10.0)  # 10 s: 0.67 of a token
     assert bucket.take(15.0)
+
+
+def test_a_turn_parked_on_its_client_makes_room_like_an_idle_instance() -> None:
+    table = table_of(("parked", S.PROCESSING, 1.0), ("idle", S.IDLE, 5.0))
+    parked = table.entry(agent_address("a", "parked"))
+    table.park(parked, 3.0)  # parked before the other one went idle: it is the older
+    decision = capacity.decide(cap(table), agent_address("a", "new"))
+    assert isinstance(decision, capacity.Evict)
+    assert decision.victim is parked
+    # a turn still working (not parked) never makes room
+    table.park(parked, None)
+    decision = capacity.decide(cap(table), agent_address("a", "new2"))
+    assert isinstance(decision, capacity.Evict) and decision.victim.address.instance_key == "idle"

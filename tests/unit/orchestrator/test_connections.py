@@ -12,7 +12,8 @@ import pytest
 from bundles.loader import load_bundle
 from orchestrator.connections import Connections
 from orchestrator.ingress import CompiledRule, Ingress, route
-from orchestrator.reconciler import KillWedged, Start, plan
+from orchestrator.liveness import KillWedged
+from orchestrator.reconciler import Start, plan
 from orchestrator.settings import Settings
 from orchestrator.states import ProcessStatus
 from orchestrator.swarm import Connection, CurrentSwarm, SwarmView, swarm_connections

@@ -83,6 +83,18 @@ def test_list_shows_pending_calls_only(router: Router, tmp_path: Path) -> None:
                               "params": {"q": 1}}  # fmt: skip
 
 
+def test_one_instances_pending_calls_are_read_from_its_own_directory(
+    router: Router, tmp_path: Path
+) -> None:
+    idx = index(router, tmp_path)
+    write(idx.layout, pending("live"))
+    write(idx.layout, pending("old", expires_at=NOW - 1))
+    other = msgspec.structs.replace(pending("elsewhere"), instance_key="other")
+    write(idx.layout, other)
+    assert [c.id for c in idx.pending_for(agent_address("a", "k"))] == ["live"]
+    assert idx.pending_for(agent_address("a", "nobody")) == []  # no directory: no call
+
+
 async def test_submit_hands_the_request_to_the_waiting_control_client(
     router: Router, tmp_path: Path
 ) -> None:

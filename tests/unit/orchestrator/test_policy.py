@@ -58,3 +58,13 @@ def test_backoff_delay_is_monotonic_and_capped() -> None:
     delays = [backoff_delay(n, DEFAULT) for n in range(1, 40)]
     assert delays == sorted(delays)
     assert max(delays) == DEFAULT.backoff_max
+
+
+def test_idle_instances_are_deactivated_after_ten_minutes_unless_the_swarm_says_null() -> None:
+    from bundles.kinds import LifecyclePolicy, SwarmPolicy
+    from orchestrator.settings import Settings
+
+    assert Settings.from_policy(SwarmPolicy(), env={}).idle_timeout == 600.0
+    kept = SwarmPolicy(lifecycle=LifecyclePolicy(idle_timeout_seconds=None))
+    assert Settings.from_policy(kept, env={}).idle_timeout is None
+    assert Settings.from_policy(SwarmPolicy(), env={}).idle_probe_interval == 60.0

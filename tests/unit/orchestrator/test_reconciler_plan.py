@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from orchestrator.delivery import Mailbox
-from orchestrator.reconciler import KillWedged, ResumeBackoff, Start, StopIdle, plan
+from orchestrator.liveness import KillWedged, Probe
+from orchestrator.reconciler import ResumeBackoff, Start, StopIdle, plan
 from orchestrator.settings import Settings
 from orchestrator.states import ProcessStatus
 from orchestrator.table import ProcessEntry
@@ -41,12 +42,37 @@ def test_a_lost_backoff_timer_is_resumed_one_interval_late() -> None:
     assert plan([entry], {}, 15.0, settings) == [ResumeBackoff(ADDR)]
 
 
-def test_idle_timeout_is_off_by_default_and_stops_idle_children_when_set() -> None:
-    entry = ProcessEntry(address=ADDR, status=S.IDLE, changed_at=0.0, last_seen=99.0)
-    assert plan([entry], {}, 100.0, Settings()) == []
+def test_an_idle_instance_is_deactivated_after_the_default_ten_minutes() -> None:
+    entry = ProcessEntry(address=ADDR, status=S.IDLE, changed_at=0.0, last_seen=590.0)
+    assert plan([entry], {}, 599.0, Settings()) == []
+    assert plan([entry], {}, 600.0, Settings()) == [StopIdle(ADDR)]
     assert plan([entry], {}, 100.0, Settings(idle_timeout=30.0)) == [StopIdle(ADDR)]
+    # null keeps it live (it is only asked now and then whether it is alive)
+    assert plan([entry], {}, 10**6, Settings(idle_timeout=None)) == [Probe(ADDR)]
+
+
+def test_an_idle_instance_with_events_waiting_is_not_deactivated() -> None:
+    entry = ProcessEntry(address=ADDR, status=S.IDLE, changed_at=0.0, last_seen=99.0)
+    assert plan([entry], {ADDR: _box_with_event()}, 100.0, Settings(idle_timeout=30.0)) == []
+
+
+def test_a_turn_parked_on_its_client_counts_as_idle_from_when_it_parked() -> None:
+    entry = ProcessEntry(address=ADDR, status=S.PROCESSING, changed_at=0.0, last_seen=50.0,
+                         parked_at=50.0)  # fmt: skip
+    settings = Settings(idle_timeout=30.0)
+    assert plan([entry], {}, 79.0, settings) == []
+    assert plan([entry], {}, 80.0, settings) == [StopIdle(ADDR)]
+    # something queued behind the parked turn: it has work, it stays
+    assert plan([entry], {ADDR: _box_with_event()}, 80.0, settings) == []
 
 
 def test_a_silent_ready_child_is_killed() -> None:
     entry = ProcessEntry(address=ADDR, status=S.PROCESSING, last_seen=0.0)
     assert plan([entry], {}, 11.0, Settings(heartbeat_timeout=10.0)) == [KillWedged(ADDR, 11.0)]
+
+
+def test_an_unanswered_probe_kills_before_the_idle_timeout_stops() -> None:
+    entry = ProcessEntry(address=ADDR, status=S.IDLE, changed_at=0.0, last_seen=0.0,
+                         probed_at=70.0)  # fmt: skip
+    settings = Settings(idle_timeout=30.0, heartbeat_timeout=10.0)
+    assert plan([entry], {}, 81.0, settings) == [KillWedged(ADDR, 81.0)]

@@ -79,3 +79,38 @@ def test_info_reports_pid_only_while_live() -> None:
         "k:1",
         "agent:coder:k:1:0",
     )
+
+
+def test_the_table_keeps_its_live_entries_apart_and_remembers_exited_pids() -> None:
+    from orchestrator.table import GONE_PIDS
+
+    table = ProcessTable()
+    entry = table.entry(agent_address("a", "k"))
+    assert table.live() == []
+    table.transition(entry, ProcessStatus.SPAWNING, expect=ProcessStatus.TERMINATED)
+    assert table.live() == [entry]
+    table.pid_started(4242)
+    assert table.had_pid(4242)
+    table.transition(entry, ProcessStatus.CRASHED, expect=ProcessStatus.SPAWNING)
+    table.pid_gone(4242)
+    assert table.live() == [] and table.had_pid(4242)  # its connection closes after its exit
+    for pid in range(10_000, 10_000 + GONE_PIDS):
+        table.pid_gone(pid)
+    assert not table.had_pid(4242)  # only the last GONE_PIDS are kept
+
+
+def test_idle_entries_are_kept_least_recently_used_first_and_parks_end_with_a_change() -> None:
+    table = ProcessTable()
+    a, b = table.entry(agent_address("a", "1")), table.entry(agent_address("a", "2"))
+    for entry in (a, b):
+        table.transition(entry, S.SPAWNING, expect=S.TERMINATED)
+        table.transition(entry, S.IDLE, expect=S.SPAWNING)
+    assert list(table.idle()) == [a, b]
+    table.transition(a, S.PROCESSING, expect=S.IDLE)  # a works again: b is now the oldest
+    table.transition(a, S.IDLE, expect=S.PROCESSING)
+    assert list(table.idle()) == [b, a]
+    table.transition(a, S.PROCESSING, expect=S.IDLE)
+    table.park(a, 5.0)
+    assert list(table.parked()) == [a] and list(table.idle()) == [b]
+    table.transition(a, S.IDLE, expect=S.PROCESSING)  # the turn ended: no longer parked
+    assert list(table.parked()) == [] and a.parked_at is None
