@@ -61,9 +61,11 @@ lock-check: $(UV) ## fail when uv.lock does not match pyproject.toml
 # Line coverage of our four packages by every Python process of the run: pytest's and those the
 # tests start (daemons, fork servers, forked and cold agents, CLI calls; pyproject.toml
 # [tool.coverage.run] patch), combined. A process killed by SIGKILL saves nothing. `make test`
-# fails below COV_FLOOR: the figure measured on 3.13 (89.4 % on 2026-11-25; 75.5 % counting the
-# pytest process alone), rounded down. PYTEST_COV= runs without coverage.
-COV_FLOOR ?= 89
+# fails below COV_FLOOR: the figure measured on 3.13 with nats-server installed (86.0 % on
+# 2026-11-25 with cluster mode, whose nodes the tests mostly SIGKILL; 75.5 % counting the pytest
+# process alone), rounded down. PYTEST_COV= runs without coverage. .ci/run measures it once, on
+# the newest Python.
+COV_FLOOR ?= 85
 PYTEST_COV ?= --cov=protocol --cov=bundles --cov=orchestrator --cov=agent_process \
 	--cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
 
