@@ -20,27 +20,13 @@ from pathlib import Path
 
 import structlog
 
+from bundles.cgroupfs import marked_delegated, own_cgroup
 from protocol.launch import agent_cgroup
 
 log = structlog.get_logger("goondan.cgroups")
 
 LEAF = "orchestrator"
 CONTROLLERS = ("memory", "pids", "cpu")
-
-
-def own_cgroup() -> Path | None:
-    """This process's cgroup v2 directory (None on a v1-only system)."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return None
-    relative = next((line[3:] for line in lines if line.startswith("0::")), None)
-    # mountinfo: id parent major:minor root mountpoint options ... - fstype source options
-    mount = next((m.split()[4] for m in mounts if " - cgroup2 " in m and m.split()[3] == "/"), None)
-    if relative is None or mount is None:
-        return None
-    return Path(mount + relative.rstrip("/")) if relative != "/" else Path(mount)
 
 
 def delegated(directory: Path) -> bool:
@@ -50,11 +36,7 @@ def delegated(directory: Path) -> bool:
     files = [directory / n for n in ("cgroup.procs", "cgroup.subtree_control", "cgroup.kill")]
     if not all(f.exists() and os.access(f, os.W_OK) for f in files):
         return False
-    for attribute in ("trusted.delegate", "user.delegate"):
-        with contextlib.suppress(OSError):
-            if os.getxattr(directory, attribute) == b"1":
-                return True
-    return os.geteuid() != 0 and directory.stat().st_uid == os.geteuid()
+    return marked_delegated(directory)
 
 
 def prepare(own: Path | None = None, pid: int | None = None) -> Path | None:

@@ -30,6 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
+from bundles.cgroupfs import marked_delegated, own_cgroup
 from bundles.sdk import ToolFailed
 
 REAPER = Path(__file__).with_name("_reaper.py")
@@ -61,40 +62,15 @@ class CallProcesses(Protocol):
         """After the leader exited: make sure nothing of the call is left, and clean up."""
 
 
-def _own_cgroup() -> Path | None:
-    """The agent process's cgroup v2 directory, or None on a v1-only system."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return None
-    relative = next((line[3:] for line in lines if line.startswith("0::")), None)
-    # mountinfo: id parent major:minor root mountpoint options ... - fstype source options
-    mount = next((m.split()[4] for m in mounts if " - cgroup2 " in m and m.split()[3] == "/"), None)
-    if relative is None or mount is None:
-        return None
-    return Path(mount + relative.rstrip("/")) if relative != "/" else Path(mount)
-
-
-def _is_delegated(directory: Path) -> bool:
-    """systemd marks a delegated cgroup with a `trusted.delegate` or `user.delegate` xattr; a
-    cgroup owned by a non-root daemon was delegated to it by whoever chowned it."""
-    for attribute in ("trusted.delegate", "user.delegate"):
-        with contextlib.suppress(OSError):
-            if os.getxattr(directory, attribute) == b"1":
-                return True
-    return os.geteuid() != 0 and directory.stat().st_uid == os.geteuid()
-
-
 def delegated_cgroup() -> Path | None:
     """Where per-call cgroups may be made: our cgroup, if it is delegated to us, writable and
     new enough to have `cgroup.kill` (Linux 5.14); else None."""
-    own = _own_cgroup()
+    own = own_cgroup()
     if own is None or not (own / "cgroup.kill").exists():
         return None
     if not (os.access(own, os.W_OK) and os.access(own / "cgroup.procs", os.W_OK)):
         return None
-    return own if _is_delegated(own) else None
+    return own if marked_delegated(own) else None
 
 
 class CgroupCall:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bundles.cgroupfs import own_cgroup
 from bundles.sdk import ToolFailed
 
 from .conftest import FakeContext, call, load_tool
@@ -62,7 +63,7 @@ def pids(workdir: Path) -> dict[str, int]:
 def _test_cgroup_parent() -> Path | None:
     """A cgroup v2 directory of our own for per-call cgroups, when this machine lets us make
     one (the agent's cgroup is not delegated in a test run, so `auto` would not use it)."""
-    own = _contain()._own_cgroup()
+    own = own_cgroup()
     if own is None or not os.access(own, os.W_OK):
         return None
     parent = own / f"goondan-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
