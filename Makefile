@@ -71,7 +71,7 @@ PYTEST_COV ?= --cov=protocol --cov=bundles --cov=orchestrator --cov=agent_proces
 
 test: ## run the unit and integration tests (real processes, real sockets) with the coverage floor
 	@$(BIN)/python -m compileall -q -j 0 protocol bundles orchestrator agent_process tests
-	$(BIN)/python -m pytest -q $(PYTEST_COV) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not quarantine" $(PYTEST_COV) $(PYTEST_ARGS)
 
 lint: ## ruff, mypy --strict and the import contracts of ARCHITECTURE.md §2
 	$(BIN)/ruff check .

@@ -11,6 +11,8 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from orchestrator.cluster.names import SwarmNames
 from tests.cluster.harness import (
     Progress,
@@ -45,6 +47,7 @@ async def sender(nodes: list[Daemon], counter: itertools.count[int], until: floa
             await progress.add()
 
 
+@pytest.mark.quarantine
 async def test_leader_kill_loses_no_acknowledged_event(
     start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
 ) -> None:
