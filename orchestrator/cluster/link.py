@@ -12,12 +12,15 @@ partition count), `replies` (10 minutes, for `send --attach`), `calls` (deferred
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import nats
+import structlog
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
@@ -38,6 +41,12 @@ from protocol.errors import ErrorCode
 INGRESS_MAX_AGE = 24 * 3600.0
 REPLY_KEEP = 600.0
 META_KEY = "swarm.meta"
+PREPARE_PATIENCE = 20.0
+"""How long a starting node waits for JetStream to place the swarm's streams: a NATS cluster that
+was just (re)started answers before its meta group knows every peer, and refuses a replicated
+stream meanwhile. A node that gives up exits with the coded error (systemd restarts it)."""
+
+log = structlog.get_logger("goondan.cluster.link")
 
 
 class ClusterUnavailable(Exception):
@@ -97,10 +106,24 @@ async def open_swarm(opts: ClusterOptions, swarm: str, client_name: str) -> Nats
     """Connect and make sure the swarm's streams and buckets exist (idempotent)."""
     nc = await connect_client(opts, client_name)
     try:
-        return await _prepare(nc, opts, SwarmNames(swarm))
+        return await _prepare_patiently(nc, opts, SwarmNames(swarm))
     except BaseException:
         await nc.close()
         raise
+
+
+async def _prepare_patiently(nc: Client, opts: ClusterOptions, names: SwarmNames) -> Nats:
+    deadline = time.monotonic() + PREPARE_PATIENCE
+    pause = 0.25
+    while True:
+        try:
+            return await _prepare(nc, opts, names)
+        except ClusterUnavailable as exc:
+            if exc.code != ErrorCode.E_CLUSTER_UNAVAILABLE or time.monotonic() + pause > deadline:
+                raise
+            log.warning("cluster_waiting", reason=exc.message, retry_in=pause)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
 
 async def _prepare(nc: Client, opts: ClusterOptions, names: SwarmNames) -> Nats:

@@ -154,6 +154,9 @@ class Daemon:
         if not started.done() or started.exception() is not None:
             started.cancel()
             await exited
+            with contextlib.suppress(TimeoutError):  # the last lines, for the error below
+                await asyncio.wait_for(asyncio.shield(daemon._reader), 5)
+            await daemon.close()  # its reader and zmq context, which would leak into later tests
             raise RuntimeError(f"daemon exited with {proc.returncode}: {daemon.lines[-8:]}")
         exited.cancel()
         return daemon
