@@ -20,9 +20,9 @@ from typing import Any
 
 import msgspec
 import nats
-import structlog
 import nats.errors
 import nats.js.errors
+import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import (
