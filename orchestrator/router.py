@@ -384,7 +384,7 @@ class Router:
         if event.reply_to is not None:
             self.book.open(OpenRequest.of(event, event.reply_to, target, waiter))
         lifecycle = self.services.lifecycle
-        problem = lifecycle.check_target(target, request=event.reply_to is not None)
+        problem = lifecycle.check_target(target, request=self.awaited(event))
         if problem is None:
             problem = self._over_budget(event, target)
         if problem is not None:
@@ -494,11 +494,24 @@ class Router:
             return
         self.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=response))
 
+    def awaited(self, event: AgentEvent) -> bool:
+        """Whether someone waits for `event`'s reply now: an agent, a connector, or a control
+        client still connected. A `send --no-wait` (or one redelivered after a restart) has a
+        `replyTo` only so `--attach` can read its reply later: nobody hears an error at once."""
+        if event.reply_to is None:
+            return False
+        if event.reply_to.target != CONTROL:
+            return True
+        request = self.book.get(event.reply_to.correlation_id)
+        return request is not None and request.waiter is not None and not request.waiter.done()
+
     def _answer_error(self, request: AgentEvent, error: ErrorInfo) -> None:
-        if request.reply_to is None:
+        """Answer `request` with `error`; an event nobody waits for is logged as dropped (with
+        a `replyTo`, the error is still its reply, kept in the journal for `--attach`)."""
+        if not self.awaited(request):
             log.warning("event_dropped", event_id=request.id, code=error.code, reason=error.message)
-            return
-        self.respond(response_to(request, source=ORCHESTRATOR_SOURCE, text="", error=error))
+        if request.reply_to is not None:
+            self.respond(response_to(request, source=ORCHESTRATOR_SOURCE, text="", error=error))
 
     def _reject(
         self, event: AgentEvent, code: str, message: str, suggestion: str | None = None
@@ -531,13 +544,13 @@ class Router:
         self, address: Address, error: ErrorInfo, *, requests_only: bool = False
     ) -> int:
         """Answer the queued events of `address` with `error` (with `requests_only`, only
-        those that carry `replyTo`; the others stay queued for the next process)."""
+        those someone waits for; the others stay queued for the next process)."""
         box = self.mailboxes.get(address)
         if box is None:
             return 0
         events = box.drain_queue()
         for event in events:
-            if requests_only and event.reply_to is None:
+            if requests_only and not self.awaited(event):
                 box.queue.append(event)
             else:
                 self._answer_error(event, error)

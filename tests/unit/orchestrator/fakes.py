@@ -29,8 +29,11 @@ class FakeTargets:
 
     refused: dict[Address, ErrorInfo] = field(default_factory=dict)
     ensured: list[Address] = field(default_factory=list)
+    checked: list[tuple[Address, bool]] = field(default_factory=list)
+    """(target, whether the event was a request someone waits for), per `check_target`."""
 
     def check_target(self, target: Address, *, request: bool = False) -> ErrorInfo | None:
+        self.checked.append((target, request))
         return self.refused.get(target)
 
     def ensure(self, target: Address) -> None:

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 import zmq.asyncio
+from structlog.testing import capture_logs
 
 from orchestrator.delivery import OpenRequest
 from orchestrator.router import Router, Services
 from orchestrator.states import ProcessStatus
 from orchestrator.table import ProcessTable
 from protocol.codec import encode
+from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, response_to
 from protocol.ids import ORCHESTRATOR
 from protocol.messages import ShutdownAck, ShutdownAckPayload
@@ -95,3 +97,39 @@ async def test_a_drained_process_whose_exit_is_seen_first_crashes_nothing(
         assert (await routed.lifecycle.acks.get()).undelivered_events == [kept.id]
     assert list(box.queue) == [kept]
     peer.close()
+
+
+async def test_a_no_wait_send_is_no_request_while_nobody_waits(routed: Routed) -> None:
+    """A `send --no-wait` carries `replyTo` only so `--attach` can read its reply later: an
+    agent in crash-loop backoff keeps it queued (as any event) instead of failing it at once,
+    where the chaos run saw accepted events fail with no one told and nothing logged."""
+    router, address = routed.router, routed.entry.address
+    routed.entry.status = ProcessStatus.CRASH_LOOP_BACKOFF
+    no_wait = request("control")
+    router.submit(no_wait, address)
+    waiting = new_event(type="ask", input="!", instance_key="k", source=SOURCE,
+                        reply_to=ReplyTo(target="control", correlation_id="waited"))  # fmt: skip
+    waiter: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+    router.submit(waiting, address, waiter)
+    assert routed.lifecycle.checked == [(address, False), (address, True)]
+    backoff = ErrorInfo(code=ErrorCode.E_AGENT_BACKOFF, message="backing off")
+    with capture_logs() as logs:
+        assert router.fail_queued(address, backoff, requests_only=True) == 1
+    assert list(router.mailbox(address).queue) == [no_wait]
+    assert waiter.result().error == backoff
+    assert not [line for line in logs if line["event"] == "event_dropped"]
+
+
+def test_a_crashed_event_nobody_waits_for_is_logged_and_answered(routed: Routed) -> None:
+    """Its error is still its reply (the journal keeps it for `goondan send --attach`)."""
+    router, entry = routed.router, routed.entry
+    entry.status = ProcessStatus.SPAWNING  # queued, then taken as a process would get it
+    no_wait = request("control")
+    router.submit(no_wait, entry.address)
+    assert router.book.get("corr") is not None
+    assert [e.id for e in router.mailbox(entry.address).take()] == [no_wait.id]
+    with capture_logs() as logs:
+        router.on_process_dead(entry, "signal 9")
+    [dropped] = [line for line in logs if line["event"] == "event_dropped"]
+    assert dropped["event_id"] == no_wait.id and dropped["code"] == ErrorCode.E_AGENT_CRASHED
+    assert router.book.get("corr") is None  # answered: respond() closed its request
