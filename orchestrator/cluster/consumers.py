@@ -169,6 +169,10 @@ class Consumers:
                     log.warning("fetch_failed", partition=partition, error=type(exc).__name__)
                     await asyncio.sleep(0.2)
                     continue
+                except Exception:  # a dead loop would hold the lease and pull nothing
+                    log.exception("fetch_raised", partition=partition)
+                    await asyncio.sleep(0.2)
+                    continue
                 busy = len(msgs) > 0
                 for msg in msgs:
                     self._take(partition, msg)
