@@ -15,8 +15,6 @@ import os
 import signal
 from collections.abc import Sequence
 
-import pytest
-
 from protocol.control import StatusQuery
 from protocol.endpoints import StateLayout
 from tests.chaos import checks
@@ -101,7 +99,6 @@ def assert_paths(books: Books, missing: dict[str, str], traces: Sequence[str] = 
     assert not missing, (list(missing.values())[:10], traces)
 
 
-@pytest.mark.quarantine
 async def test_chaos_no_hangs_no_lost_events_no_orphans(start_daemon: StartDaemon) -> None:
     async with asyncio.timeout(SECONDS + 150):
         daemon, url = await start_chaos(start_daemon)
