@@ -29,6 +29,10 @@ from protocol.ids import Address
 from protocol.jsonrpc import ANSWER_SUFFIX, PENDING_SUFFIX, PendingCall
 
 log = structlog.get_logger("goondan.cluster.calls")
+SWEEP_EVERY = 600.0
+SWEEP_GRACE = 600.0
+"""A call is swept this long after it expired: its agent, if live, failed it at expiry and its
+owner had time to restore it into a process that fails it the same way."""
 
 
 def call_key(agent: str, instance_key: str, call_id: str) -> str:
@@ -82,6 +86,37 @@ class CallMirror:
         if written:
             log.info("deferred_calls_restored", instance=str(address), calls=written)
         return written
+
+    async def sweep(self, now: float) -> int:
+        """Delete the calls that expired more than SWEEP_GRACE ago: an agent fails an expired
+        call in its own directory and tells no node, so without this the bucket would keep it
+        for good. Any node may sweep (a delete is idempotent); how many were deleted."""
+        try:
+            keys = await self.nats.calls.keys()
+        except nats.js.errors.NoKeysError:
+            return 0
+        swept = 0
+        for key in keys:
+            try:
+                entry = await self.nats.calls.get(key)
+                call = msgspec.json.decode(entry.value or b"", type=PendingCall)
+            except nats.js.errors.KeyNotFoundError:
+                continue  # answered meanwhile
+            except msgspec.DecodeError:
+                log.warning("deferred_call_unreadable", key=key)
+                continue
+            if call.expires_at + SWEEP_GRACE <= now:
+                await self._delete(key)
+                swept += 1
+        if swept:
+            log.info("deferred_calls_swept", calls=swept)
+        return swept
+
+    async def sweep_forever(self, clock: Callable[[], float]) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await self.sweep(clock())
 
     async def _put(self, key: str, data: bytes) -> None:
         try:

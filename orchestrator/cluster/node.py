@@ -236,6 +236,8 @@ class ClusterNode:
         async with asyncio.TaskGroup() as group:
             group.create_task(self.leases.run())
             group.create_task(self.consumers.keep_alive())
+            if self.call_mirror is not None:
+                group.create_task(self.call_mirror.sweep_forever(time.time))
 
     async def leave(self) -> None:
         """A graceful stop: give every partition away (the others take them at once)."""
