@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import msgspec
@@ -63,25 +63,14 @@ class CallMirror:
         """Write the instance's pending calls from the bucket into its `pending-calls/`
         (those not answered here already); how many were written."""
         prefix = f"{token(address.name)}.{token(address.instance_key)}."
-        try:
-            # every key, filtered here: key filters need nats-server 2.10 (2.9 ignores them);
-            # pending calls are few (answered ones are deleted, all expire within the hour)
-            keys = [k for k in await self.nats.calls.keys() if k.startswith(prefix)]
-        except nats.js.errors.NoKeysError:
-            return 0
         written = 0
-        for key in keys:
-            try:
-                entry = await self.nats.calls.get(key)
-                call = msgspec.json.decode(entry.value or b"", type=PendingCall)
-            except (nats.js.errors.KeyNotFoundError, msgspec.DecodeError):
-                continue
+        async for raw, call in self._calls(prefix):
             stem = path_segment(call.id)
             pending = paths.pending_calls_dir / (stem + PENDING_SUFFIX)
             if pending.exists() or (paths.pending_calls_dir / (stem + ANSWER_SUFFIX)).exists():
                 continue
             pending.parent.mkdir(parents=True, exist_ok=True)
-            await asyncio.to_thread(write_atomic, pending, entry.value or b"")
+            await asyncio.to_thread(write_atomic, pending, raw)
             written += 1
         if written:
             log.info("deferred_calls_restored", instance=str(address), calls=written)
@@ -91,26 +80,34 @@ class CallMirror:
         """Delete the calls that expired more than SWEEP_GRACE ago: an agent fails an expired
         call in its own directory and tells no node, so without this the bucket would keep it
         for good. Any node may sweep (a delete is idempotent); how many were deleted."""
-        try:
-            keys = await self.nats.calls.keys()
-        except nats.js.errors.NoKeysError:
-            return 0
         swept = 0
-        for key in keys:
-            try:
-                entry = await self.nats.calls.get(key)
-                call = msgspec.json.decode(entry.value or b"", type=PendingCall)
-            except nats.js.errors.KeyNotFoundError:
-                continue  # answered meanwhile
-            except msgspec.DecodeError:
-                log.warning("deferred_call_unreadable", key=key)
-                continue
+        async for _, call in self._calls():
             if call.expires_at + SWEEP_GRACE <= now:
-                await self._delete(key)
+                await self._delete(call_key(call.agent, call.instance_key, call.id))
                 swept += 1
         if swept:
             log.info("deferred_calls_swept", calls=swept)
         return swept
+
+    async def _calls(self, prefix: str = "") -> AsyncIterator[tuple[bytes, PendingCall]]:
+        """(stored bytes, call) for each readable call whose key starts with `prefix`."""
+        try:
+            # every key, filtered here: key filters need nats-server 2.10 (2.9 ignores them);
+            # pending calls are few (answered ones are deleted, expired ones swept)
+            keys = [k for k in await self.nats.calls.keys() if k.startswith(prefix)]
+        except nats.js.errors.NoKeysError:
+            return
+        for key in keys:
+            try:
+                raw = (await self.nats.calls.get(key)).value or b""
+            except nats.js.errors.KeyNotFoundError:
+                continue  # answered meanwhile
+            try:
+                call = msgspec.json.decode(raw, type=PendingCall)
+            except msgspec.DecodeError:
+                log.warning("deferred_call_unreadable", key=key)
+                continue
+            yield raw, call
 
     async def sweep_forever(self, clock: Callable[[], float]) -> None:
         while True:
