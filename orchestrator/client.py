@@ -205,5 +205,27 @@ class Printer:
         self.error(reply.error or ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message="failed"))
 
 
+def ask(
+    args: argparse.Namespace,
+    req: ControlRequest,
+    printer: Printer,
+    timeout: float,
+    info: OrchestratorInfo | None = None,
+) -> tuple[OrchestratorInfo, ControlReply] | None:
+    """The daemon `args` pick (or `info`) and its successful reply to `req`; None when there
+    is no such daemon, it did not answer, or it refused (each printed: the command exits
+    EXIT_RUNTIME)."""
+    try:
+        info = info or find_daemon(args)
+        reply = call(info, req, timeout=timeout)
+    except ClientError as exc:
+        printer.error(exc.error)
+        return None
+    if not reply.ok:
+        printer.reply_error(reply)
+        return None
+    return info, reply
+
+
 def result_of(reply: ControlReply) -> Any:
     return reply.result

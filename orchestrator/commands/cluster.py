@@ -16,7 +16,7 @@ import argparse
 import json
 import time
 
-from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.client import Printer, ask, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import ClusterDrain, ClusterStatusQuery, ControlRequest
 from protocol.jsontypes import JsonObject
@@ -73,15 +73,10 @@ class _Cluster:
             req = ClusterDrain(request_id=new_request_id(), node=args.node)
         else:
             req = ClusterStatusQuery(request_id=new_request_id())
-        try:
-            reply = call(find_daemon(args), req, timeout=STATUS_TIMEOUT)
-        except ClientError as exc:
-            printer.error(exc.error)
+        answered = ask(args, req, printer, STATUS_TIMEOUT)
+        if answered is None:
             return EXIT_RUNTIME
-        if not reply.ok:
-            printer.reply_error(reply)
-            return EXIT_RUNTIME
-        result: JsonObject = reply.result
+        result: JsonObject = answered[1].result
         if args.action == "drain":
             print(f"node {result['node']} is draining: its partitions move to the others "
                   "after its running turns; `goondan cluster status` shows it")  # fmt: skip

@@ -18,7 +18,14 @@ import json
 import sys
 
 from orchestrator import localstate
-from orchestrator.client import ClientError, Printer, call, find_daemon, layout_of, new_request_id
+from orchestrator.client import (
+    ClientError,
+    Printer,
+    ask,
+    find_daemon,
+    layout_of,
+    new_request_id,
+)
 from orchestrator.client import pick_swarm as _pick_swarm
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import ControlRequest, InstanceDelete, InstanceList
@@ -70,14 +77,10 @@ class _Instance:
         if args.action == "delete":
             req = InstanceDelete(request_id=new_request_id(), instance_key=args.instance_key,
                                  agent=args.agent)  # fmt: skip
-        try:
-            reply = call(info, req, timeout=60.0)
-        except ClientError as exc:
-            printer.error(exc.error)
+        answered = ask(args, req, printer, 60.0, info)
+        if answered is None:
             return EXIT_RUNTIME
-        if not reply.ok:
-            printer.reply_error(reply)
-            return EXIT_RUNTIME
+        reply = answered[1]
         if args.action == "delete":
             _print_deleted(reply.result)
             return EXIT_OK

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.client import Printer, ask, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import Reload, Restart
 
@@ -33,14 +33,10 @@ class _Restart:
         )
         if args.reload:
             req = Reload(request_id=new_request_id())
-        try:
-            reply = call(find_daemon(args), req, timeout=args.timeout)
-        except ClientError as exc:
-            printer.error(exc.error)
+        answered = ask(args, req, printer, args.timeout)
+        if answered is None:
             return EXIT_RUNTIME
-        if not reply.ok:
-            printer.reply_error(reply)
-            return EXIT_RUNTIME
+        _, reply = answered
         restarted = reply.result.get("restarted", [])
         if args.reload:
             lines = [f"restarted {len(restarted)} process(es)"] + [f"  {p}" for p in restarted]

@@ -14,7 +14,7 @@ import select
 
 import msgspec
 
-from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.client import Printer, ask, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import Stop, StopReport
 from protocol.errors import ErrorCode, ErrorInfo
@@ -41,16 +41,11 @@ class _Stop:
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer(self.name)
-        try:
-            info = find_daemon(args)
-            req = Stop(request_id=new_request_id(), wait=not args.no_wait)
-            reply = call(info, req, timeout=args.timeout)
-        except ClientError as exc:
-            printer.error(exc.error)
+        req = Stop(request_id=new_request_id(), wait=not args.no_wait)
+        answered = ask(args, req, printer, args.timeout)
+        if answered is None:
             return EXIT_RUNTIME
-        if not reply.ok:
-            printer.reply_error(reply)
-            return EXIT_RUNTIME
+        info, reply = answered
         if not args.no_wait and not wait_gone(info.pid, args.timeout):
             message = f"pid {info.pid} still running after {args.timeout:g} s"
             printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_TIMEOUT, message=message))
