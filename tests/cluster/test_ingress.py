@@ -6,7 +6,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.cluster.harness import StartDaemon, start_nodes, unique_swarm_bundle
+from tests.cluster.harness import (
+    StartDaemon,
+    owner_of,
+    read_history,
+    start_nodes,
+    swarm_of,
+    unique_swarm_bundle,
+    user_texts,
+)
 from tests.cluster.natsd import NatsCluster
 
 
@@ -33,3 +41,38 @@ async def test_sends_through_every_node_reach_their_owners(
         assert f'"response":"worker: req {i}"' in reply.result["input"]
     served = {n: len(node.find("spawned")) for n, node in enumerate(nodes)}
     assert all(count > 0 for count in served.values()), served
+
+
+async def test_agents_send_reaches_a_worker_on_another_node_once(
+    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    """`agents__send` (no reply) from a caller to its worker, usually owned by another node:
+    the event goes through the worker's partition of the ingress stream and lands once in
+    the worker's conversation (the history stream, which every node reads)."""
+    bundle = unique_swarm_bundle(tmp_path)
+    swarm = swarm_of(bundle)
+    keys = [f"fwd-{i}" for i in range(12)]
+    async with asyncio.timeout(60):
+        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+    async with asyncio.timeout(60):
+        sent = await asyncio.gather(*(
+            nodes[i % 3].send(f"fwd {i}", key=key) for i, key in enumerate(keys)
+        ))  # fmt: skip
+    for reply in sent:
+        assert reply.ok, reply.error
+        assert '"status":"ok"' in reply.result["input"]  # the caller's tool: accepted
+    async with asyncio.timeout(90):
+        for i, key in enumerate(keys):
+            while True:  # the worker's turn runs after the caller's reply: poll the stream
+                texts = user_texts(await read_history(nats_cluster, swarm, "worker", key))
+                if texts:
+                    break
+                await asyncio.sleep(0.2)
+            assert texts == [f"fwd {i}"]
+        for i, key in enumerate(keys):  # and still once when all have run
+            assert user_texts(await read_history(nats_cluster, swarm, "worker", key)) == [
+                f"fwd {i}"
+            ]
+    crossed = [k for k in keys
+               if owner_of(nodes, "caller", k) is not owner_of(nodes, "worker", k)]  # fmt: skip
+    assert crossed, "no caller and worker on different nodes: the test proved nothing"
