@@ -321,6 +321,7 @@ class Child:
             report = turn
             outcome, text, error = report.outcome, report.text, turn_error(report)
             usage = report.usage
+            self.deferred.forget_turn(event.id)  # its calls' results are in the conversation
         except Exception as exc:  # the runtime promises not to raise; never go silent anyway
             log.exception("turn_raised", event_id=event.id)
             outcome, text, usage = TurnOutcome.FAILED, "", {}

@@ -245,6 +245,10 @@ class DeferredCalls:
         self.on_park: Callable[[], None] = lambda: None
         """Called after `parked` is set or cleared (the child stops or resumes beating)."""
         self._resuming: tuple[str, list[PendingCall]] | None = None
+        self._answered: set[str] = set()
+        """Calls whose result was handed to the turn and is not yet in the conversation: their
+        files stay until it is (`recorded`), so a process that dies in between leaves the
+        answer for the next one instead of losing it."""
         self._carried: dict[str, PendingCall] = {}
         """Approval calls of a resumed turn: the tool call runs again through its pipeline and
         its approval gate waits here on the call an earlier process made."""
@@ -298,7 +302,8 @@ class DeferredCalls:
         return self.resumed(calls)
 
     async def wait(self, call: PendingCall) -> ToolResult:
-        """Until answered or expired; the files go only then (a cancelled wait keeps them)."""
+        """Until answered or expired. The files go once the result is in the conversation
+        (`recorded`); a cancelled wait keeps them."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ToolResult] = loop.create_future()
         self._waiting[call.id] = (call, future)
@@ -314,9 +319,28 @@ class DeferredCalls:
             if not self._waiting:
                 self.parked.clear()
                 self.on_park()
-        self.store.remove(call.id)
+        if call.method == APPROVE_METHOD:
+            # an approval is spent here: the tool runs next, and a death during its run must
+            # not find the approval again and run a non-idempotent tool a second time
+            self.store.remove(call.id)
+        else:  # the answer is the result: kept until it is in the conversation
+            self._answered.add(call.id)
         log.info("deferred_resolved", call_id=call.id, status=result.status.value)
         return result
+
+    def recorded(self, call_id: str) -> None:
+        """The turn wrote the result of `call_id` to the conversation: its files can go."""
+        if call_id in self._answered:
+            self._answered.discard(call_id)
+            self.store.remove(call_id)
+
+    def forget_turn(self, event_id: str) -> None:
+        """The turn of `event_id` ended: no call of it waits any more. Files left by a process
+        that died after writing a result and before removing them go now."""
+        for call in self.pending():
+            if call.event.get("id") == event_id:
+                self._answered.discard(call.id)
+                self.store.remove(call.id)
 
     def on_answer(self, call_id: str) -> None:
         """`deferred_resolve` from the orchestrator: the answer file is there."""
@@ -373,13 +397,15 @@ class Deferring(Protocol):
 
     deferred_policy: DeferredPolicy
 
-    def set_deferred_hook(self, hook: DeferredHook) -> None: ...
+    def set_deferred_hook(
+        self, hook: DeferredHook, recorded: Callable[[str], None] | None = None
+    ) -> None: ...
 
 
 def install(runner: Deferring, calls: DeferredCalls) -> None:
     """Plug `calls` into `runner`: the runner's policy (from the bundle), `calls`'s hook."""
     calls.policy = runner.deferred_policy
-    runner.set_deferred_hook(calls.hook)
+    runner.set_deferred_hook(calls.hook, calls.recorded)
 
 
 def submit_frame(sender: str, call: PendingCall) -> Call:

@@ -13,6 +13,7 @@ happens (see `agent_process.store`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from agent_process import otel, resolve
@@ -106,10 +107,15 @@ class AgentRuntime:
         """Message events replayed from a previous process's unfolded log."""
         return self.store.recovered_events
 
-    def set_deferred_hook(self, hook: DeferredHook) -> None:
+    def set_deferred_hook(
+        self, hook: DeferredHook, recorded: Callable[[str], None] | None = None
+    ) -> None:
         """Where the deferred-call cycle (ARCHITECTURE.md §10) plugs in: `hook(ctx, request)` gets
-        every call whose handler raised `CallDeferred` and returns its final ToolResult."""
+        every call whose handler raised `CallDeferred` and returns its final ToolResult;
+        `recorded(call_id)` hears when a tool result is in the conversation."""
         self._tool_calls.deferred_hook = hook
+        if recorded is not None:
+            self._tool_calls.recorded = recorded
 
     def stream_to(self, out: DeltaOut) -> None:
         """Where a turn whose requester asked for a stream (`replyTo.stream`) sends its

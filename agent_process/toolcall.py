@@ -49,6 +49,10 @@ async def reject_deferred(ctx: ToolCallMwContext, request: DeferredRequest) -> T
     )
 
 
+def _nothing(call_id: str) -> None:
+    return None
+
+
 class ToolCallRunner:
     def __init__(
         self,
@@ -74,6 +78,8 @@ class ToolCallRunner:
         self._runtime = runtime
         self._secret_values = secret_values
         self.deferred_hook = deferred_hook
+        self.recorded: Callable[[str], None] = _nothing
+        """Told each call id whose result the turn wrote to the conversation."""
         self._default_timeout_ms = default_timeout_ms
         self._make_workdir = make_workdir
         """Create the workdir before the first handler runs (not at start: an instance

@@ -390,6 +390,7 @@ class TurnEngine:
                 metadata={"status": result.status.value},
             )
         )
+        self._d.tool_calls.recorded(call.id)
 
     def _take_inbox(self, turn: TurnContext) -> None:
         """Append stored async replies as user messages marked as inter-agent responses; a

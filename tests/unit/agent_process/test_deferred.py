@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def calls_for(rt: AgentRuntime, policy: DeferredPolicy | None = None) -> Deferre
     calls = DeferredCalls(PendingStore(rt.paths.pending_calls_dir), policy or DeferredPolicy(),
                           submit)  # fmt: skip
     calls.submitted = submitted  # type: ignore[attr-defined]
-    rt.set_deferred_hook(calls.hook)
+    rt.set_deferred_hook(calls.hook, calls.recorded)
     return calls
 
 
@@ -213,3 +214,37 @@ async def test_a_later_call_of_the_step_is_answered_when_a_new_process_resumes()
     assert results[1]["error"]["code"] == "E_AGENT_CRASHED"
     assert "was not run" in results[1]["error"]["message"]
     assert result.outcome is TurnOutcome.COMPLETED
+
+
+async def test_an_answer_stays_on_disk_until_its_result_is_in_the_conversation(
+    tmp_path: Path,
+) -> None:
+    """A process that dies after taking the client's answer and before writing the tool result
+    must leave the answer for the next process: the files go at `recorded`, not at the
+    answer. A turn's end clears what a process that died after writing the result left."""
+    calls = DeferredCalls(PendingStore(tmp_path), DeferredPolicy(), submit=_no_submit)
+    first = call(id="c1", expires_at=time.time() + 60, event={"id": "e1"})
+    calls.store.save(first)
+    (tmp_path / ("c1" + ANSWER_SUFFIX)).write_bytes(
+        msgspec.json.encode(JsonRpcResponse(id="c1", result={"ok": 1}))
+    )
+    async with asyncio.timeout(TIMEOUT):
+        result = await calls.wait(first)
+    assert result.output == {"ok": 1}
+    assert [c.id for c in calls.pending()] == ["c1"]  # taken, not yet recorded
+    assert calls.store.answer("c1") is not None
+    calls.recorded("other")  # another call's result: nothing of c1 goes
+    assert [c.id for c in calls.pending()] == ["c1"]
+    calls.recorded("c1")
+    assert calls.pending() == [] and calls.store.answer("c1") is None
+
+    left = call(id="c2", expires_at=time.time() + 60, event={"id": "e2"})  # a dead process's
+    mine = call(id="c3", expires_at=time.time() + 60, event={"id": "e3"})
+    calls.store.save(left)
+    calls.store.save(mine)
+    calls.forget_turn("e2")
+    assert [c.id for c in calls.pending()] == ["c3"]
+
+
+async def _no_submit(call: PendingCall) -> None:
+    return None
