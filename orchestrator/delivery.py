@@ -2,9 +2,10 @@
 
 A `Mailbox` holds the events of one address: `queue` (waiting for a ready process, in
 order) and `inflight` (sent to the current generation and not finished). When the process
-dies, the event whose turn had started is the one that crashed (answered, never retried);
-the events it had received but not started go back to the front of the queue for the
-replacement (ARCHITECTURE.md §5).
+dies, the event whose turn had started goes first to the replacement, which resumes its turn;
+if a process dies running it a second time it is the one that crashed (a poison event would
+kill every replacement) and is answered. The events it had received but not started go back
+to the front of the queue for the replacement (ARCHITECTURE.md §5).
 
 The `RequestBook` knows every open correlation id: who asked (an address, or a control
 client's future) and which address serves it, so a crash answers the caller at once.
@@ -27,6 +28,8 @@ class Mailbox:
     """Insertion-ordered: the order the process received them."""
     started: str | None = None
     """The event whose turn the process reported `processing` for."""
+    retried: set[str] = field(default_factory=set)
+    """Events given again to a replacement after their process died running them."""
 
     def take(self) -> list[AgentEvent]:
         """Everything queued, now in flight to the current process."""
@@ -42,8 +45,19 @@ class Mailbox:
 
     def mark_done(self, event_id: str) -> None:
         self.inflight.pop(event_id, None)
+        self.retried.discard(event_id)
         if self.started == event_id:
             self.started = None
+
+    def retry(self, event: AgentEvent) -> bool:
+        """`event` was running when its process died (`on_death` returned it): put it first in
+        the queue for the replacement, unless it already was given again once; True when so."""
+        if event.id in self.retried:
+            self.retried.discard(event.id)
+            return False
+        self.retried.add(event.id)
+        self.queue.appendleft(event)
+        return True
 
     def mark_answered(self, correlation_id: str) -> None:
         """The process sent the response to this request: that turn is over.
@@ -87,6 +101,7 @@ class Mailbox:
     def drain_queue(self) -> list[AgentEvent]:
         events = list(self.queue)
         self.queue.clear()
+        self.retried.difference_update(event.id for event in events)
         return events
 
     @property

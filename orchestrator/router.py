@@ -523,16 +523,22 @@ class Router:
     # -- lifecycle hooks the supervisor calls ------------------------------------------
 
     def on_process_dead(self, entry: ProcessEntry, how: str) -> None:
-        """The process of `entry` is gone: answer its running request, keep the rest."""
+        """The process of `entry` is gone: its running turn goes again to the replacement
+        (once), the rest is kept in order."""
         box = self.mailboxes.get(entry.address)
         if box is None:
             return
-        crashed = box.on_death(drained=entry.status is ProcessStatus.DRAINING)
+        stopped = entry.status is ProcessStatus.DRAINING
+        crashed = box.on_death(drained=stopped)
         if crashed is None:
             return
         deferred = self.services.deferred
         if deferred is not None and deferred.on_death(entry.address, crashed):
             return  # its turn waits for a client on disk: the next process resumes it
+        # Not when the daemon ended it (a stop, a wedge): the next process would do the same.
+        if not stopped and not entry.killed and box.retry(crashed):
+            log.warning("event_retried", event_id=crashed.id, process=entry.id_text, how=how)
+            return
         error = ErrorInfo(
             code=ErrorCode.E_AGENT_CRASHED,
             message=f"{entry.process_id} ({how}) died while handling event {crashed.id}",

@@ -185,6 +185,7 @@ class Supervisor:
         entry.start_error = None
         entry.retry_at = None
         entry.deactivated = False
+        entry.killed = False
         entry.spawned_at = self.clock()
         self._exited[entry.address] = asyncio.Event()
         # terminated | crashed | crashLoopBackOff -> spawning
@@ -457,9 +458,11 @@ class Supervisor:
         self.kill(entry)
 
     def kill(self, entry: ProcessEntry) -> None:
-        """SIGKILL the current process of `entry`; its death is handled as a crash."""
+        """SIGKILL the current process of `entry`; its death is handled as a crash (the turn
+        it ran is answered E_AGENT_CRASHED, not given to the next process)."""
         handle = self._handles.get(entry.address)
         if handle is not None:
+            entry.killed = True
             handle.kill()
 
     def kill_all(self) -> None:

@@ -59,6 +59,9 @@ class ProcessEntry:
     deactivated: bool = False
     """The last stop was a deactivation (idle timeout, or room made at the live bound): its
     state is on disk and its next event starts it again."""
+    killed: bool = False
+    """The daemon SIGKILLed the current generation (a wedge, a limit it enforces, a stop whose
+    grace ran out): the turn it ran is not given to the next one, which would do the same."""
     protocol: int = 0
     """The protocol version the current generation said in `hello` (0: not yet)."""
     _ids: tuple[int, ProcessId, str, bytes] | None = field(default=None, repr=False)

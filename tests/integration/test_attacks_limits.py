@@ -51,7 +51,8 @@ async def test_a_tool_that_burns_cpu_past_the_limit_ends_its_process_coded(
     start_daemon: StartDaemon,
 ) -> None:
     """RLIMIT_CPU: SIGXCPU ends the process; the supervisor records it as a crash with the
-    reason `cpu_limit` and the next event gets a new process."""
+    reason `cpu_limit`, the cut turn resumes once in a new process (its idempotent tool runs
+    again and ends that one too: E_AGENT_CRASHED) and the next event gets a new process."""
     async with asyncio.timeout(90):
         daemon = await start_daemon(BUNDLE, swarm="limits")
         reply = await daemon.send("spin", "busy")
@@ -62,7 +63,7 @@ async def test_a_tool_that_burns_cpu_past_the_limit_ends_its_process_coded(
         again = await daemon.send("pid", "busy")
         assert again.ok, again.error
         busy = await daemon.process("busy")
-        assert busy.generation == 2
+        assert busy.generation == 3  # its cut turn resumed once, and the limit ended it again
         assert busy.last_exit is not None
         assert (busy.last_exit.reason, busy.last_exit.signal) == ("cpu_limit", signal.SIGXCPU)
         assert (await daemon.status()).orchestrator.pid == daemon.pid

@@ -138,7 +138,7 @@ async def test_send_status_restart_and_stop_through_the_cli(start_daemon: StartD
         assert code == 0 and "agent:beta:probe:2" in out
         assert paths.base_jsonl.exists()  # history kept
         alpha = await daemon.process("alpha")
-        assert alpha.generation == 2, alpha  # only beta was restarted
+        assert alpha.generation == 3, alpha  # only beta was restarted (alpha ran crash twice)
         paths.workdir.mkdir()  # made at an instance's first tool call; beta calls none
         (paths.workdir / "notes.txt").write_text("keep me")
         code, _, _ = await run_cli("restart", "--agent", "beta", "--fresh")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 
 from protocol.control import Attach
@@ -66,6 +67,39 @@ async def test_six_accepted_sends_survive_an_orchestrator_sigkill(
     finals = [m for m in messages if m["role"] == "assistant" and not m.get("toolCalls")]
     done = [json.loads(str(m["content"]))["output"] for m in finals]
     assert done == [f"slept 0.{i + 3}" for i in range(6)]
+
+
+async def test_an_agent_sigkilled_mid_turn_finishes_the_turn_in_its_replacement(
+    start_daemon: StartDaemon,
+) -> None:
+    """The daemon lives, the agent process is SIGKILLed from outside (the OOM killer, an
+    operator) while a waiting send and two `--no-wait` sends are in flight: the cut turn goes
+    once more to the replacement, which resumes it (its idempotent `sleep` runs again), and
+    every event ends in its reply, once in the conversation, in order."""
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        waiting = asyncio.ensure_future(daemon.send("sleep 0.6", "alpha"))
+        await daemon.wait_for("transition", process="agent:alpha:probe:1", target="processing")
+        later = [await daemon.send(f"sleep 0.{i}", "alpha", wait=False) for i in (1, 2)]
+        alpha = await daemon.process("alpha")
+        os.kill(alpha.pid, signal.SIGKILL)
+        reply = await waiting
+        assert reply.ok, reply.error
+        assert json.loads(reply.result["input"])["output"] == "slept 0.6"
+        [retried] = daemon.find("event_retried", process="agent:alpha:probe:1")
+        for accepted in later:
+            done = await daemon.request(
+                Attach(request_id=accepted.result, event_id=accepted.result, timeout_ms=30_000),
+                limit=30,
+            )
+            assert done.ok, done.error
+        assert (await daemon.process("alpha")).generation == 2
+    inputs = [m for m in conversation() if m["role"] == "user"]
+    assert [m["metadata"]["eventId"] for m in inputs][-3:] == [
+        retried["event_id"],
+        *(a.result for a in later),
+    ]
+    assert all(m["metadata"]["turnOutcome"] == "completed" for m in inputs)
 
 
 async def test_send_to_a_busy_instance_says_which_turn_it_waits_behind(

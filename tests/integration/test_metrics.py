@@ -68,7 +68,7 @@ async def test_metrics_match_the_runtime_events_of_a_scripted_run(
         crashed = await daemon.send("die", "alpha")
         assert crashed.error is not None and crashed.error.code == "E_AGENT_CRASHED"
         await daemon.wait_for("transition", since=mark, target="crashed")
-        await turn(daemon, "after", "alpha")  # generation 2
+        await turn(daemon, "after", "alpha")  # generation 3 (the poison turn ran twice)
         await garbage(daemon)
 
         response, samples = await scrape(port)
@@ -100,9 +100,10 @@ async def test_metrics_match_the_runtime_events_of_a_scripted_run(
                          direction=direction) == used  # fmt: skip
 
         alpha = {"kind": "agent", "name": "alpha"}
-        assert total(samples, "goondan_process_spawns_total", **alpha) == 2
-        assert total(samples, "goondan_process_restarts_total", **alpha) == 1
-        assert total(samples, "goondan_process_crashes_total", **alpha) == 1
+        # "die" is a poison tool: its turn went once more to a replacement, which died too
+        assert total(samples, "goondan_process_spawns_total", **alpha) == 3
+        assert total(samples, "goondan_process_restarts_total", **alpha) == 2
+        assert total(samples, "goondan_process_crashes_total", **alpha) == 2
         assert total(samples, "goondan_process_spawns_total", name="beta") == 1
         assert total(samples, "goondan_processes", name="alpha", state="idle") == 1
         assert total(samples, "goondan_mailbox_queued_events") == 0

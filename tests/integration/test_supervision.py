@@ -38,9 +38,11 @@ async def test_two_agents_run_in_two_processes(start_daemon: StartDaemon) -> Non
 
 
 @pytest.mark.parametrize("env", MODES)
-async def test_a_crash_answers_the_caller_at_once_and_restarts_only_that_process(
+async def test_a_poison_event_answers_the_caller_and_restarts_only_that_process(
     start_daemon: StartDaemon, env: dict[str, str]
 ) -> None:
+    """`crash` kills its process, and (idempotent) again when its cut turn resumes in the
+    replacement: the second death answers E_AGENT_CRASHED, the third process serves on."""
     async with asyncio.timeout(30):  # the request itself would wait 60 s: we never get there
         daemon = await start_daemon(env=env)
         beta_before = output((await daemon.send("pid", "beta")).result)
@@ -48,11 +50,13 @@ async def test_a_crash_answers_the_caller_at_once_and_restarts_only_that_process
         crashed = await daemon.send("crash", "alpha")
         assert not crashed.ok
         assert crashed.error is not None and crashed.error.code == ErrorCode.E_AGENT_CRASHED
-        assert "agent:alpha:probe:1" in crashed.error.message
+        assert "agent:alpha:probe:2" in crashed.error.message
+        assert daemon.find("event_retried", process="agent:alpha:probe:1")
+        assert not daemon.find("event_retried", process="agent:alpha:probe:2")
         second = output((await daemon.send("pid", "alpha")).result)
         assert second != first
         alpha = await daemon.process("alpha")
-        assert (alpha.generation, alpha.restarts, alpha.pid) == (2, 1, second)
+        assert (alpha.generation, alpha.restarts, alpha.pid) == (3, 2, second)
         assert alpha.last_exit is not None and alpha.last_exit.reason == "crashed"
         beta = await daemon.process("beta")
         assert (beta.generation, beta.restarts, beta.pid) == (1, 0, beta_before)
@@ -70,7 +74,7 @@ async def test_events_behind_a_crash_are_served_by_the_replacement(
         assert crash.error is not None and crash.error.code == ErrorCode.E_AGENT_CRASHED
         assert [r.result["input"] for r in replies] == [f"echo {i}" for i in range(5)]
         assert {r.result["source"]["instanceKey"] for r in replies} == {"probe"}
-        assert (await daemon.process("alpha")).generation == 2
+        assert (await daemon.process("alpha")).generation == 3  # crash ran twice (poison)
 
 
 async def test_events_sent_while_spawning_are_queued_in_order_not_lost(

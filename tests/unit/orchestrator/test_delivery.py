@@ -111,3 +111,26 @@ def test_request_book_open_close_and_served_by() -> None:
     assert book.close("c1") == req
     assert book.close("c1") is None
     assert len(book) == 0
+
+
+def test_a_retried_event_goes_first_once_and_is_forgotten_when_done() -> None:
+    box = Mailbox()
+    a, b = _event("a"), _event("b")
+    box.queue.extend([a, b])
+    box.take()
+    box.mark_started(a.id)
+    crashed = box.on_death()
+    assert crashed == a and box.retry(a)
+    assert list(box.queue) == [a, b]  # first for the replacement, in order
+    box.take()
+    box.mark_started(a.id)
+    assert box.on_death() == a and not box.retry(a)  # twice: answered, not retried again
+    assert list(box.queue) == [b] and not box.retried
+    c = _event("c")
+    box.queue.append(c)
+    box.take()
+    box.mark_started(c.id)
+    assert box.on_death() == c and box.retry(c)
+    box.take()
+    box.mark_done(c.id)  # the replacement finished it: no memory of it is kept
+    assert not box.retried

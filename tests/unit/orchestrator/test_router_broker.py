@@ -127,9 +127,14 @@ def test_a_crashed_event_nobody_waits_for_is_logged_and_answered(routed: Routed)
     no_wait = request("control")
     router.submit(no_wait, entry.address)
     assert router.book.get("corr") is not None
-    assert [e.id for e in router.mailbox(entry.address).take()] == [no_wait.id]
+    box = router.mailbox(entry.address)
+    assert [e.id for e in box.take()] == [no_wait.id]
     with capture_logs() as logs:
+        router.on_process_dead(entry, "signal 9")  # retried once: the next process resumes it
+        assert [e.id for e in box.take()] == [no_wait.id]
         router.on_process_dead(entry, "signal 9")
+    [retried] = [line for line in logs if line["event"] == "event_retried"]
+    assert retried["event_id"] == no_wait.id
     [dropped] = [line for line in logs if line["event"] == "event_dropped"]
     assert dropped["event_id"] == no_wait.id and dropped["code"] == ErrorCode.E_AGENT_CRASHED
     assert router.book.get("corr") is None  # answered: respond() closed its request
