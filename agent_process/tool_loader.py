@@ -82,6 +82,7 @@ def _from_handlers(
     for export in spec.exports:
         check_name_part(export.name, "export name", origin)
         handler = handlers.get(export.name)
+        client_only = export.deferred is not None and handler is None
         if export.deferred is not None and handler is None:
             handler = _deferred_handler(export.deferred)
         if not callable(handler):
@@ -91,7 +92,12 @@ def _from_handlers(
                 "or remove the export",
                 ErrorCode.E_TOOL_LOAD,
             )
-        entries.append(_entry(export, handler, _is_async(handler), spec, origin))
+        entry = _entry(export, handler, _is_async(handler), spec, origin)
+        if client_only and not entry.idempotent:
+            # It does nothing here: cut before its pending call was saved, the client never
+            # saw it, so a resumed turn may simply ask again (saved, the call itself resumes).
+            entry.idempotent = True
+        entries.append(entry)
     return entries
 
 

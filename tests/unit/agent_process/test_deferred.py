@@ -248,3 +248,17 @@ async def test_an_answer_stays_on_disk_until_its_result_is_in_the_conversation(
 
 async def _no_submit(call: PendingCall) -> None:
     return None
+
+
+def test_a_client_only_export_may_run_again_when_its_cut_turn_resumes() -> None:
+    """It does nothing in the agent: cut before its pending call was saved, the client never
+    saw the call, so the resumed turn asks again rather than telling the model it crashed.
+    An export with a handler of its own keeps what it declares."""
+    from agent_process.tool_loader import load_tool_resource
+
+    exports = [*EXPORTS, {"name": "echo"}, {"name": "rpc", "deferred": {"method": "m"}},
+               {"name": "pending", "deferred": {"method": "m"}}]  # fmt: skip
+    entries = {e.name: e for e in load_tool_resource(b.tool("t", "tools/basic.py", exports))}
+    assert entries["t__cal"].idempotent and entries["t__rpc"].idempotent
+    assert not entries["t__echo"].idempotent
+    assert not entries["t__pending"].idempotent  # its own handler: it may act before deferring
