@@ -161,6 +161,10 @@ async def test_a_reply_reaches_a_caller_deactivated_to_make_room_while_it_waited
         daemon = await start_daemon(_bundle(tmp_path, *docs), swarm="actors")
         asked = await daemon.send("job 7", "caller", key="a")
         assert asked.ok and json.loads(asked.result["input"])["output"]["async"] is True
+        # the reply comes before the caller's `idle` report: until that is read it is busy,
+        # and a send to b would find no idle instance to deactivate (E_AGENT_CAPACITY)
+        await daemon.wait_for("transition", process="agent:caller:a:1", source="processing",
+                              target="idle")  # fmt: skip
         assert (await daemon.send("hello", "caller", key="b")).ok  # a's slot: a was idle
         gone = await daemon.wait_for("transition", process="agent:caller:a:1", target="terminated")
         answered = await daemon.wait_for("transition", process="agent:caller:a:2",
