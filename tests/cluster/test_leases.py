@@ -113,9 +113,9 @@ async def test_one_owner_per_partition_takeover_and_join(nats_cluster: NatsClust
         assert all(joined[p] == "n4" for p in to_new)
         assert 2 <= len(to_new) <= PARTITIONS // 2
         released = nodes[0].handler.released + nodes[1].handler.released
-        # only what moved to n4 is given away; under load one may go twice: a node that read
-        # the node records from a replica without n4 yet takes a released partition back for
-        # a tick (never while another node holds it) and releases it again
+        # only what moved to n4 is given away; under CI load one went twice (ownership of a
+        # moving partition flapped for a tick, most likely a node planning from node records
+        # read on a replica without n4 yet: it takes the free partition back, then releases it)
         assert sorted(set(released)) == sorted(to_new)
         assert not nodes[0].handler.dropped and not nodes[1].handler.dropped
     finally:
