@@ -92,12 +92,10 @@ def _from_handlers(
                 "or remove the export",
                 ErrorCode.E_TOOL_LOAD,
             )
-        entry = _entry(export, handler, _is_async(handler), spec, origin)
-        if client_only and not entry.idempotent:
-            # It does nothing here: cut before its pending call was saved, the client never
-            # saw it, so a resumed turn may simply ask again (saved, the call itself resumes).
-            entry.idempotent = True
-        entries.append(entry)
+        # A client-only export does nothing here: cut before its pending call was saved, the
+        # client never saw it, so a resumed turn may simply ask again (saved, the call resumes).
+        idempotent = export.idempotent or client_only
+        entries.append(_entry(export, handler, _is_async(handler), spec, origin, idempotent))
     return entries
 
 
@@ -139,6 +137,7 @@ def _entry(
     is_async: bool,
     spec: ToolSpec,
     origin: ToolOrigin,
+    idempotent: bool,
 ) -> ToolEntry:
     return ToolEntry(
         name=export.name,
@@ -151,7 +150,7 @@ def _entry(
         error_message_limit=spec.error_message_limit,
         result_limit=spec.result_limit,
         config=spec.config,
-        idempotent=export.idempotent,
+        idempotent=idempotent,
     )
 
 
