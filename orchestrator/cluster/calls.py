@@ -91,17 +91,7 @@ class CallMirror:
 
     async def _calls(self, prefix: str = "") -> AsyncIterator[tuple[bytes, PendingCall]]:
         """(stored bytes, call) for each readable call whose key starts with `prefix`."""
-        try:
-            # every key, filtered here: key filters need nats-server 2.10 (2.9 ignores them);
-            # pending calls are few (answered ones are deleted, expired ones swept)
-            keys = [k for k in await self.nats.calls.keys() if k.startswith(prefix)]
-        except nats.js.errors.NoKeysError:
-            return
-        for key in keys:
-            try:
-                raw = (await self.nats.calls.get(key)).value or b""
-            except nats.js.errors.KeyNotFoundError:
-                continue  # answered meanwhile
+        for key, raw in (await self.nats.entries("calls", prefix)).items():
             try:
                 call = msgspec.json.decode(raw, type=PendingCall)
             except msgspec.DecodeError:

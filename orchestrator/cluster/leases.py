@@ -194,9 +194,9 @@ class LeaseKeeper:
         records = await nodes_of(self.nats)
         live = {r.node for r in records if not r.draining}
         if not self.draining:
-            # our own record was just written, but a read can be served by a replica that has
-            # not applied it yet (seen under load: a node planned without itself and released
-            # every partition for one tick)
+            # our own record was just written; a read that misses it must not make us plan
+            # without ourselves and release every partition for a tick (seen under load while
+            # keys were read with nats-py's KeyValue.keys(), which drops keys under writes)
             live.add(self.node)
         return sorted(live)
 
@@ -294,18 +294,10 @@ class LeaseKeeper:
 
 async def nodes_of(nats_: Nats) -> list[NodeRecord]:
     """The live nodes' records (their entries expire with the lease TTL)."""
-    try:
-        keys = await nats_.nodes.keys()
-    except nats.js.errors.NoKeysError:
-        return []
     records = []
-    for key in keys:
+    for key, value in (await nats_.entries("nodes")).items():
         try:
-            entry = await nats_.nodes.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            continue
-        try:
-            records.append(msgspec.json.decode(entry.value or b"", type=NodeRecord))
+            records.append(msgspec.json.decode(value, type=NodeRecord))
         except msgspec.DecodeError:
             log.warning("node_record_unreadable", key=untoken(key))
     return records
@@ -313,15 +305,5 @@ async def nodes_of(nats_: Nats) -> list[NodeRecord]:
 
 async def owners_of(nats_: Nats) -> dict[int, str]:
     """Partition -> the node whose lease holds it now."""
-    try:
-        keys = await nats_.leases.keys()
-    except nats.js.errors.NoKeysError:
-        return {}
-    owners: dict[int, str] = {}
-    for key in keys:
-        try:
-            entry = await nats_.leases.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            continue
-        owners[int(key.split(".", 1)[1])] = (entry.value or b"").decode()
-    return owners
+    leases = await nats_.entries("leases")
+    return {int(key.split(".", 1)[1]): value.decode() for key, value in leases.items()}

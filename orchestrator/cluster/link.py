@@ -16,7 +16,7 @@ import asyncio
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import nats
@@ -34,6 +34,7 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
+from orchestrator.cluster.kvkeys import bucket_keys
 from orchestrator.cluster.names import SwarmNames
 from orchestrator.cluster.options import ClusterOptions
 from protocol.errors import ErrorCode
@@ -41,6 +42,7 @@ from protocol.errors import ErrorCode
 INGRESS_MAX_AGE = 24 * 3600.0
 REPLY_KEEP = 600.0
 META_KEY = "swarm.meta"
+API_TIMEOUT = 5.0
 PREPARE_PATIENCE = 20.0
 """How long a starting node waits for JetStream to place the swarm's streams: a NATS cluster that
 was just (re)started answers before its meta group knows every peer, and refuses a replicated
@@ -74,9 +76,27 @@ class Nats:
     replies: KeyValue
     calls: KeyValue
 
+    async def entries(
+        self, what: Literal["leases", "nodes", "calls"], prefix: str = ""
+    ) -> dict[str, bytes]:
+        """Key -> value of every key of a bucket under `prefix` (see kvkeys for why not
+        `KeyValue.keys()`); a key deleted meanwhile is left out."""
+        bucket: KeyValue = getattr(self, what)
+        keys = await bucket_keys(self.nc, self.names.bucket(what), API_TIMEOUT, prefix)
+        values = await asyncio.gather(*(_value(bucket, key) for key in keys))
+        return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
+
     async def close(self) -> None:
         if not self.nc.is_closed:
             await self.nc.drain()
+
+
+async def _value(bucket: KeyValue, key: str) -> bytes | None:
+    try:
+        entry = await bucket.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    return entry.value or b""
 
 
 async def connect_client(opts: ClusterOptions, name: str) -> Client:
@@ -127,7 +147,7 @@ async def _prepare_patiently(nc: Client, opts: ClusterOptions, names: SwarmNames
 
 
 async def _prepare(nc: Client, opts: ClusterOptions, names: SwarmNames) -> Nats:
-    js = nc.jetstream(timeout=5)
+    js = nc.jetstream(timeout=API_TIMEOUT)
     policy = opts.policy
     replicas = policy.replicas
     try:

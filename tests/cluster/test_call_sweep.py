@@ -45,7 +45,7 @@ async def test_calls_expired_past_the_grace_are_swept_and_the_others_kept(
             mirror = CallMirror(conn)
             assert await mirror.sweep(now) == 1
             assert await mirror.sweep(now) == 0  # idempotent
-            left = set(await conn.calls.keys())
+            left = set(await conn.entries("calls"))
             assert left == {call_key("worker", "k", i) for i in ("recent", "live")} | {
                 "worker.k.garbage"
             }

@@ -9,8 +9,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.cluster.harness import (
     StartDaemon,
     owner_of,
@@ -25,7 +23,6 @@ from tests.integration.harness import run_cli
 KEY = "d1"
 
 
-@pytest.mark.quarantine
 async def test_a_deferred_call_outlives_its_node(
     start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
 ) -> None:
