@@ -209,7 +209,7 @@ async def _calls(req: CallsRequest, ctx: ControlContext) -> Any:
     if index is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")
     if isinstance(req, CallsList):
-        return {"calls": index.list()}
+        return {"calls": await index.list()}
     try:
         if isinstance(req, CallsDecide):
             by = req.by or req.via

@@ -246,6 +246,8 @@ class Daemon:
         deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
         if node is not None:
             deferred.mirror = node.call_mirror
+            if node.answers is not None:
+                node.answers.handle = deferred.handle  # answers other nodes forward here
         permits = self._permits(router)
         reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
         agents = self._agents_service(table, supervisor)

@@ -33,12 +33,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 import structlog
 
 from orchestrator.broker import RequestBroker, Targets
+from orchestrator.deferred_remote import CallMirror, Forward
 from orchestrator.delivery import OpenRequest
 from orchestrator.table import ProcessEntry
 from protocol.durable import write_atomic
@@ -69,16 +70,6 @@ PASSED_ON = frozenset({"deferred", "pendingCall", "usage"})
 client-side call when the turn made another, and the token counts."""
 log = structlog.get_logger("goondan.deferred")
 SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
-
-
-class CallMirror(Protocol):
-    """Cluster mode: where pending calls are kept beyond this node (orchestrator/cluster/)."""
-
-    def pending(self, call: PendingCall, then: Callable[[], None]) -> None:
-        """Keep `call`, then run `then` (announce it): a client never hears of a call that
-        another node could not resume."""
-
-    def answered(self, call: PendingCall) -> None: ...
 
 
 class DeferredCallError(Exception):
@@ -205,11 +196,16 @@ class DeferredIndex:
                 found.append(call)
         return found
 
-    def list(self) -> list[JsonObject]:
+    async def list(self) -> list[JsonObject]:
+        """The pending calls, oldest first: this node's, and in cluster mode every node's."""
         self.scan()
+        calls = {f.call.id: f.call for f in self.calls.values()}
         now = self.clock()
-        rows = sorted(self.calls.values(), key=lambda f: f.call.created_at)
-        return [call_row(f.call, now) for f in rows]
+        if self.mirror is not None:
+            for call in await self.mirror.swarm_calls():
+                if call.expires_at > now:
+                    calls.setdefault(call.id, call)
+        return [call_row(c, now) for c in sorted(calls.values(), key=lambda c: c.created_at)]
 
     # -- from agent processes ---------------------------------------------------------
 
@@ -322,20 +318,26 @@ class DeferredIndex:
         wait_s: float,
         *,
         via: str = "cli",
+        here: bool = False,
     ) -> Any:
         """`goondan calls approve|deny` (and Studio's buttons, `via` studio): a person's
-        decision on a `goondan.approve` call."""
-        call = self._find(call_id).call
+        decision on a `goondan.approve` call. `here`: forwarded by another node (never
+        forwarded again)."""
+        located = await self._locate(call_id, forwardable=not here)
+        call = located.call if isinstance(located, Found) else located
         if call.method != APPROVE_METHOD:
             raise DeferredCallError(
                 ErrorCode.E_CALL_NOT_APPROVAL,
                 f"call {call_id} is a {call.method} call, not an approval; answer it with "
                 "`goondan calls resolve ID --result JSON | --error CODE`",
             )
+        if not isinstance(located, Found):
+            return await self._forward(located, wait_s, via, approve=approve, by=by,
+                                       message=message)  # fmt: skip
         answer = approval_answer(
             call_id, approved=approve, by=by, via=via, at=self.clock(), message=message
         )
-        return await self.resolve(call_id, answer, wait_s, via=via)
+        return await self.resolve(call_id, answer, wait_s, via=via, here=True)
 
     async def resolve(
         self,
@@ -345,11 +347,16 @@ class DeferredIndex:
         *,
         wait: bool = False,
         via: str = "cli",
+        here: bool = False,
     ) -> Any:
         """Store the answer, route it to the owning process; wait for the resumed turn's
         reply when the control client started it or `wait` (else return at once). An answer
-        to an approval becomes a decision record (who, how, when) logged as it is stored."""
-        found = self._find(call_id)
+        to an approval becomes a decision record (who, how, when) logged as it is stored.
+        In cluster mode a call another node runs is answered there (`here`: this is that
+        node, asked by another)."""
+        found = await self._locate(call_id, forwardable=not here)
+        if not isinstance(found, Found):
+            return await self._forward(found, wait_s, via, answer=answer, wait=wait)
         call = found.call
         if call.method == APPROVE_METHOD:
             answer = self._decision(call, answer, via)
@@ -392,11 +399,43 @@ class DeferredIndex:
         return approval_answer(call.id, approved=approved, by=by, via=via, at=self.clock(),
                                message=str(message) if message else None)  # fmt: skip
 
-    def _find(self, call_id: str) -> Found:
+    async def handle(self, forward: Forward) -> Any:
+        """An answer another node forwarded: this node runs the call's instance."""
+        if forward.answer is not None:
+            return await self.resolve(forward.call_id, forward.answer, forward.wait_s,
+                                      wait=forward.wait, via=forward.via, here=True)  # fmt: skip
+        return await self.decide(forward.call_id, bool(forward.approve), forward.by,
+                                 forward.message, forward.wait_s, via=forward.via,
+                                 here=True)  # fmt: skip
+
+    async def _locate(self, call_id: str, *, forwardable: bool) -> Found | PendingCall:
+        """The call in this node's files, or (cluster mode) the call another node runs."""
+        if self._local(call_id) is None and self.mirror is not None:
+            elsewhere = await self.mirror.locate(call_id)
+            if elsewhere is not None:
+                if forwardable:
+                    return elsewhere
+                raise DeferredCallError(
+                    ErrorCode.E_CLUSTER_UNAVAILABLE,
+                    f"call {call_id}'s instance moved to another node meanwhile; try again",
+                )
+        return self._find(call_id)
+
+    async def _forward(self, call: PendingCall, wait_s: float, via: str, **asked: Any) -> Any:
+        assert self.mirror is not None
+        forward = Forward(call_id=call.id, agent=call.agent, instance_key=call.instance_key,
+                          wait_s=wait_s, via=via, **asked)  # fmt: skip
+        return await self.mirror.forward(call, forward)
+
+    def _local(self, call_id: str) -> Found | None:
         found = self.calls.get(call_id)
         if found is None or found.call.expires_at <= self.clock():
             self.scan()
             found = self.calls.get(call_id)
+        return found
+
+    def _find(self, call_id: str) -> Found:
+        found = self._local(call_id)
         if found is None:
             raise DeferredCallError(
                 ErrorCode.E_CALL_NOT_FOUND,

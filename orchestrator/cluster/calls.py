@@ -7,6 +7,10 @@ deleted. Before an instance's process starts on a node (an activation after its 
 the calls still pending in the bucket are written back into its `pending-calls/`, so the
 process resumes the suspended turn as after a crash on one machine, and `goondan calls list`
 and `resolve` on the new owner see the call with its id unchanged.
+
+The bucket is also what makes calls a swarm's and not a node's: `calls list` on any node lists
+it, and an answer given to a node that does not run the call's instance is forwarded to the
+one that does (`answers.py`).
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ import nats.errors
 import nats.js.errors
 import structlog
 
+from orchestrator.cluster.answers import Answers
 from orchestrator.cluster.link import Nats
 from orchestrator.cluster.names import token
+from orchestrator.deferred_remote import Forward
 from protocol.durable import write_atomic
 from protocol.endpoints import InstancePaths, path_segment
-from protocol.ids import Address
+from protocol.ids import Address, agent_address
 from protocol.jsonrpc import ANSWER_SUFFIX, PENDING_SUFFIX, PendingCall
 
 log = structlog.get_logger("goondan.cluster.calls")
@@ -40,8 +46,18 @@ def call_key(agent: str, instance_key: str, call_id: str) -> str:
 
 
 class CallMirror:
-    def __init__(self, nats_: Nats) -> None:
+    def __init__(
+        self,
+        nats_: Nats,
+        runs: Callable[[Address], bool] | None = None,
+        paths: Callable[[Address], InstancePaths] | None = None,
+        answers: Answers | None = None,
+    ) -> None:
         self.nats = nats_
+        self.runs = runs
+        """Whether this node runs an instance now (the node's `admits`)."""
+        self.paths = paths
+        self.answers = answers
         self._tasks: set[asyncio.Future[None]] = set()
 
     def pending(self, call: PendingCall, then: Callable[[], None]) -> None:
@@ -76,6 +92,28 @@ class CallMirror:
             log.info("deferred_calls_restored", instance=str(address), calls=written)
         return written
 
+    async def swarm_calls(self) -> list[PendingCall]:
+        return [call async for _, call in self._calls()]
+
+    async def locate(self, call_id: str) -> PendingCall | None:
+        """The call when another node runs its instance; when this node does, its files are
+        written here first (an instance not activated since its partition moved) and None."""
+        assert self.runs is not None
+        assert self.paths is not None
+        suffix = "." + token(call_id)
+        found = [call async for _, call in self._calls(suffix=suffix) if call.id == call_id]
+        if not found:
+            return None
+        address = agent_address(found[0].agent, found[0].instance_key)
+        if not self.runs(address):
+            return found[0]
+        await self.restore(address, self.paths(address))
+        return None
+
+    async def forward(self, call: PendingCall, forward: Forward) -> Any:
+        assert self.answers is not None
+        return await self.answers.forward(forward)
+
     async def sweep(self, now: float) -> int:
         """Delete the calls that expired more than SWEEP_GRACE ago: an agent fails an expired
         call in its own directory and tells no node, so without this the bucket would keep it
@@ -89,9 +127,12 @@ class CallMirror:
             log.info("deferred_calls_swept", calls=swept)
         return swept
 
-    async def _calls(self, prefix: str = "") -> AsyncIterator[tuple[bytes, PendingCall]]:
-        """(stored bytes, call) for each readable call whose key starts with `prefix`."""
-        for key, raw in (await self.nats.entries("calls", prefix)).items():
+    async def _calls(
+        self, prefix: str = "", suffix: str = ""
+    ) -> AsyncIterator[tuple[bytes, PendingCall]]:
+        """(stored bytes, call) for each readable call whose key starts with `prefix` and ends
+        with `suffix`."""
+        for key, raw in (await self.nats.entries("calls", prefix, suffix)).items():
             try:
                 call = msgspec.json.decode(raw, type=PendingCall)
             except msgspec.DecodeError:

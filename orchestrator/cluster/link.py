@@ -77,12 +77,13 @@ class Nats:
     calls: KeyValue
 
     async def entries(
-        self, what: Literal["leases", "nodes", "calls"], prefix: str = ""
+        self, what: Literal["leases", "nodes", "calls"], prefix: str = "", suffix: str = ""
     ) -> dict[str, bytes]:
-        """Key -> value of every key of a bucket under `prefix` (see kvkeys for why not
-        `KeyValue.keys()`); a key deleted meanwhile is left out."""
+        """Key -> value of every key of a bucket under `prefix` and ending with `suffix` (see
+        kvkeys for why not `KeyValue.keys()`); a key deleted meanwhile is left out."""
         bucket: KeyValue = getattr(self, what)
-        keys = await bucket_keys(self.nc, self.names.bucket(what), API_TIMEOUT, prefix)
+        listed = await bucket_keys(self.nc, self.names.bucket(what), API_TIMEOUT, prefix)
+        keys = [key for key in listed if key.endswith(suffix)]
         values = await asyncio.gather(*(_value(bucket, key) for key in keys))
         return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
 

@@ -123,7 +123,8 @@ class SwarmNames:
         return f"{self.prefix}.reply.{token(correlation_id)}"
 
     def node_subject(self, node: str) -> str:
-        """Core NATS: requests to one node (`cluster status`, `cluster drain`)."""
+        """Core NATS: requests to one node (answers to the deferred calls of the instances it
+        runs, from the nodes they were given to: `answers.py`)."""
         return f"{self.prefix}.node.{token(node)}"
 
     @staticmethod

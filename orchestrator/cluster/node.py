@@ -20,6 +20,7 @@ import structlog
 
 from orchestrator.cluster import admin
 from orchestrator.cluster.accept import ClusterAcceptor
+from orchestrator.cluster.answers import Answers
 from orchestrator.cluster.calls import CallMirror
 from orchestrator.cluster.consumers import Consumers
 from orchestrator.cluster.history import HistoryWriter
@@ -56,6 +57,7 @@ class ClusterNode:
     leases: LeaseKeeper | None = None
     history: HistoryWriter | None = None
     call_mirror: CallMirror | None = None
+    answers: Answers | None = None
     leaving: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -82,7 +84,10 @@ class ClusterNode:
         self.consumers = Consumers(self.nats, ttl, self._deliver, self._drop, self._settle)
         self.history = HistoryWriter(self.nats, layout, self.nats.names.swarm, self._writes,
                                      self._fenced)  # fmt: skip
-        self.call_mirror = CallMirror(self.nats)
+        partitions = self.opts.policy.partitions
+        # an answer for a moved instance waits out a dead holder's lease and the takeover
+        self.answers = Answers(self.nats, self.node, partitions, self.admits, 2 * ttl + 2)
+        self.call_mirror = CallMirror(self.nats, self.admits, self.history.paths, self.answers)
         self.acceptor = ClusterAcceptor(self.journal, self.consumers)
         self.acceptor.after = self.history.after
         self.leases = LeaseKeeper(
@@ -231,6 +236,8 @@ class ClusterNode:
         assert self.leases is not None
         assert self.consumers is not None
         await admin.clear_drain(self.nats, self.node)  # a (re)start ends an earlier drain
+        if self.answers is not None:
+            await self.answers.serve()
         log.info("cluster_joined", node=self.node, servers=self.opts.redacted(),
                  partitions=self.opts.policy.partitions)  # fmt: skip
         async with asyncio.TaskGroup() as group:
@@ -253,6 +260,8 @@ class ClusterNode:
                 await task
         if self.consumers is not None:
             await self.consumers.close()
+        if self.answers is not None:
+            await self.answers.close()
         if self.call_mirror is not None:
             await self.call_mirror.close()
         await self.nats.close()

@@ -119,6 +119,12 @@ class Progress:
             await self._changed.wait_for(lambda: self.count >= count)
 
 
+def on_node(node: Daemon, *args: str) -> list[str]:
+    """A CLI command's arguments for `node` (its state root and swarm)."""
+    assert node.state_root is not None
+    return [*args, "--state-root", str(node.state_root), "--swarm", node.swarm]
+
+
 def owner_of(nodes: list[Daemon], agent: str, key: str) -> Daemon:
     """The node where the instance's process was started (its log says so); one only."""
     found = [n for n in nodes if n.find("spawned", process=f"agent:{agent}:{key}:1")]

@@ -8,7 +8,13 @@ import asyncio
 import json
 from pathlib import Path
 
-from tests.cluster.harness import StartDaemon, start_nodes, swarm_of, unique_swarm_bundle
+from tests.cluster.harness import (
+    StartDaemon,
+    on_node,
+    start_nodes,
+    swarm_of,
+    unique_swarm_bundle,
+)
 from tests.cluster.natsd import NatsCluster
 from tests.integration.harness import Daemon, run_cli
 
@@ -16,8 +22,7 @@ PARTITIONS = 12
 
 
 def cli_args(node: Daemon, *args: str) -> list[str]:
-    assert node.state_root is not None
-    return ["cluster", *args, "--state-root", str(node.state_root), "--swarm", node.swarm]
+    return on_node(node, "cluster", *args)
 
 
 async def status_of(node: Daemon) -> dict[str, object]:

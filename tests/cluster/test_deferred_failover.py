@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.cluster.harness import (
     StartDaemon,
+    on_node,
     owner_of,
     read_history,
     start_nodes,
@@ -50,16 +51,13 @@ async def test_a_deferred_call_outlives_its_node(
             task.cancel()
         owner = next(n for n, m in zip(survivors, marks, strict=True)
                      if n.find("deferred_calls_restored", m))  # fmt: skip
-        assert owner.state_root is not None
-        code, out, err = await run_cli(  # the same call id, answered through the new owner
-            "calls", "list", "--json", "--state-root", str(owner.state_root), "--swarm", owner.swarm
-        )  # fmt: skip
+        # the same call id, answered through the new owner
+        code, out, err = await run_cli(*on_node(owner, "calls", "list", "--json"))
         assert code == 0, err
         assert made["call_id"] in out
         code, _, err = await run_cli(
-            "calls", "resolve", made["call_id"], "--result", json.dumps("blue"),
-            "--state-root", str(owner.state_root), "--swarm", owner.swarm,
-        )  # fmt: skip
+            *on_node(owner, "calls", "resolve", made["call_id"], "--result", json.dumps("blue"))
+        )
         assert code == 0, err
         while True:
             history = await read_history(nats_cluster, swarm, "worker", KEY)

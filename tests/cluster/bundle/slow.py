@@ -1,4 +1,5 @@
-"""A tool that takes a while: a turn still running when its node is stopped or killed."""
+"""A tool that takes a while (a turn still running when its node is stopped or killed), and one
+that runs only once a person approved it."""
 
 from __future__ import annotations
 
@@ -11,4 +12,8 @@ async def wait(ctx: Any, args: dict[str, Any]) -> str:
     return "waited"
 
 
-handlers = {"wait": wait}
+async def wipe(ctx: Any, args: dict[str, Any]) -> str:
+    return "wiped"
+
+
+handlers = {"wait": wait, "wipe": wipe}

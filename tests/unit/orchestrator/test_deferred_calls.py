@@ -69,13 +69,13 @@ def index(router: Router, tmp_path: Path, targets: FakeTargets | None = None) ->
     return DeferredIndex(router, targets or FakeTargets(), layout, SWARM, clock=lambda: NOW)
 
 
-def test_list_shows_pending_calls_only(router: Router, tmp_path: Path) -> None:
+async def test_list_shows_pending_calls_only(router: Router, tmp_path: Path) -> None:
     idx = index(router, tmp_path)
     write(idx.layout, pending("live"))
     write(idx.layout, pending("old", expires_at=NOW - 1))
     answered = write(idx.layout, pending("done"))
     answered.with_name("done" + ANSWER_SUFFIX).write_bytes(b"{}")
-    [row] = idx.list()
+    [row] = await idx.list()
     assert (row["id"], row["agent"], row["instanceKey"], row["method"]) == ("live", "a", "k",
                                                                              "ui.ask")  # fmt: skip
     assert (row["ageSeconds"], row["expiresInSeconds"]) == (10, 60)
@@ -129,7 +129,7 @@ async def test_resolve_stores_the_answer_starts_the_agent_and_waits_for_the_repl
     reply = response_to(event, source=CLI, text="resumed")
     router.respond(reply)
     assert (await asyncio.wait_for(resolving, 5)).input == "resumed"
-    assert idx.list() == []
+    assert await idx.list() == []
 
 
 async def test_resolve_of_an_unknown_call_is_a_coded_error(router: Router, tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ async def test_a_call_whose_agent_cannot_run_here_is_kept_for_later(tmp_path: Pa
             await idx.resolve("c1", answer_of("c1", 1, None, None, None), 5)
     assert info.value.code == ErrorCode.E_AGENT_NOT_IN_SWARM
     assert not path.with_name("c1" + ANSWER_SUFFIX).exists()
-    assert [row["id"] for row in idx.list()] == ["c1"]
+    assert [row["id"] for row in await idx.list()] == ["c1"]
     assert (broker.opened, broker.sent) == ([], [])
 
 

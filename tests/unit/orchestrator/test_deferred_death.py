@@ -93,7 +93,7 @@ async def test_death_after_the_save_hands_the_call_to_the_client(router: Router)
     notice = waiter.result()
     assert notice.error is None
     assert notice.metadata["deferred"]["id"] == "call_1"
-    assert [row["id"] for row in deferred(router).list()] == ["call_1"]
+    assert [row["id"] for row in await deferred(router).list()] == ["call_1"]
 
 
 async def test_death_of_an_ordinary_turn_is_retried_once_then_a_crash(router: Router) -> None:
