@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, assert_never
 
+import msgspec
 import structlog
 import zmq
 import zmq.asyncio
@@ -50,6 +51,7 @@ from protocol.control import (
     InstanceList,
     OrchestratorInfo,
     Ping,
+    ProcessInfo,
     ProcessStop,
     Reload,
     Restart,
@@ -114,6 +116,10 @@ class ClusterControl(Protocol):
 
     async def drain(self, node: str) -> JsonObject: ...
 
+    async def processes(self) -> tuple[list[ProcessInfo], list[str]]:
+        """The other live nodes' process rows, and the nodes whose rows did not come."""
+        ...
+
 
 async def _cluster(ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain) -> JsonObject:
     if ctx.cluster is None:
@@ -134,10 +140,16 @@ async def _status(ctx: ControlContext) -> StatusResult:
         pending.update(entry.target for entry in await acceptor.journal.pending())
     now = ctx.supervisor.clock()
     rows = [e.info(now, pending[str(e.address)]) for e in ctx.supervisor.table]
+    unanswered: list[str] = []
+    if ctx.cluster is not None:  # every node's processes, this one's first
+        rows = [msgspec.structs.replace(row, node=ctx.info.node) for row in rows]
+        others, unanswered = await ctx.cluster.processes()
+        rows += others
     if ctx.permits is None:
-        return StatusResult(orchestrator=ctx.info, processes=rows)
+        return StatusResult(orchestrator=ctx.info, processes=rows, unanswered=unanswered)
     usage, models = ctx.permits.budgets.rows(), ctx.permits.limits.rows()
-    return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models)
+    return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models,
+                        unanswered=unanswered)  # fmt: skip
 
 
 async def _instances(ctx: ControlContext) -> list[JsonObject]:

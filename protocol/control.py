@@ -229,6 +229,8 @@ class ProcessInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """For `crashLoopBackOff` and `startFailed`: when the next start is due."""
     pending: int = 0
     """Accepted events the journal holds for this instance (not yet finished)."""
+    node: str | None = None
+    """Cluster mode: the node that runs it."""
 
 
 FAILING = frozenset({"crashed", "crashLoopBackOff", "startFailed"})
@@ -274,6 +276,8 @@ class StatusResult(msgspec.Struct, frozen=True, kw_only=True):
     processes: list[ProcessInfo] = msgspec.field(default_factory=list)
     usage: list[UsageInfo] = msgspec.field(default_factory=list)
     models: list[ModelLimitInfo] = msgspec.field(default_factory=list)
+    unanswered: list[str] = msgspec.field(default_factory=list)
+    """Cluster mode: live nodes whose process table did not come (their rows are missing)."""
 
 
 class StopReport(msgspec.Struct, kw_only=True):

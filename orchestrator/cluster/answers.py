@@ -2,8 +2,8 @@
 
 `goondan calls resolve|approve|deny`, Studio's buttons and a connector's `/rpc` may reach any
 node; the call's suspended turn runs on the node that leases the instance's partition. A node
-that does not run it sends the answer (`Forward`) as a core-NATS request to the lease holder's
-own subject (`goondan.<swarm>.node.<node>`); that node answers it as if it had been asked
+that does not run it sends the answer (`Forward`) as a request to the lease holder
+(`node_requests.py`, `answer`); that node answers it as if it had been asked
 itself and replies with what its index returned (the resumed turn's reply when the client
 waits for it) or the coded error. A holder that is handing the partition over says `moved`,
 and a node that died has no responder: the asker reads the lease again and retries until
@@ -13,20 +13,16 @@ another node holds it, at most `patience` seconds, then says the call is still p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-import nats.errors
 import nats.js.errors
 import structlog
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
-from orchestrator.cluster.link import Nats
 from orchestrator.cluster.names import partition_of
+from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.deferred_calls import DeferredCallError
 from orchestrator.deferred_remote import Forward
 from protocol.errors import ErrorCode
@@ -34,6 +30,7 @@ from protocol.events import AgentEvent
 from protocol.ids import Address, agent_address
 
 log = structlog.get_logger("goondan.cluster.answers")
+WHAT = "answer"
 RETRY_EVERY = 0.25
 ANSWER_MARGIN = 10.0
 """How much longer than the client's own wait the asker waits for the holder's reply."""
@@ -54,35 +51,28 @@ _decode_reply = msgspec.json.Decoder(AnswerReply).decode
 
 class Answers:
     def __init__(
-        self, nats_: Nats, node: str, partitions: int, runs: Callable[[Address], bool],
+        self,
+        requests: NodeRequests,
+        partitions: int,
+        runs: Callable[[Address], bool],
         patience: float,
-    ) -> None:  # fmt: skip
-        self.nats = nats_
-        self.node = node
+    ) -> None:
+        self.requests = requests
+        self.nats = requests.nats
         self.partitions = partitions
         self.runs = runs
         """Whether this node runs an instance now (holds its partition, not handing it over)."""
         self.patience = patience
         self.handle: Callable[[Forward], Awaitable[Any]] | None = None
         """The deferred-call index's `handle`, set when the daemon has built it."""
-        self._sub: Subscription | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
 
     # -- the node that runs the call -------------------------------------------------------
 
     async def serve(self) -> None:
-        subject = self.nats.names.node_subject(self.node)
-        self._sub = await self.nats.nc.subscribe(subject, cb=self._on_request)
+        await self.requests.serve(WHAT, self._answer)
 
-    async def _on_request(self, msg: Msg) -> None:
-        # one subscription's callbacks run one at a time: a client waiting for a resumed turn
-        # must not hold up the next answer
-        self._background(self._answer(msg))
-
-    async def _answer(self, msg: Msg) -> None:
-        reply = await self._reply_to(msg.data)
-        with contextlib.suppress(nats.errors.Error):
-            await msg.respond(_encode(reply))
+    async def _answer(self, data: bytes) -> bytes:
+        return _encode(await self._reply_to(data))
 
     async def _reply_to(self, data: bytes) -> AnswerReply:
         try:
@@ -125,19 +115,19 @@ class Answers:
 
     async def _ask(self, holder: str, data: bytes, forward: Forward) -> AnswerReply | None:
         """The holder's reply; None when it is gone (no responder)."""
-        subject = self.nats.names.node_subject(holder)
+        wait_s = forward.wait_s + ANSWER_MARGIN
         try:
-            msg = await self.nats.nc.request(subject, data, timeout=forward.wait_s + ANSWER_MARGIN)
-        except nats.errors.NoRespondersError:
-            return None
-        except (nats.errors.TimeoutError, TimeoutError):
+            raw = await self.requests.ask(holder, WHAT, data, wait_s)
+        except TimeoutError:
             raise DeferredCallError(
                 ErrorCode.E_AGENT_TIMEOUT,
                 f"node {holder} took the answer to call {forward.call_id} but did not reply "
-                f"within {forward.wait_s + ANSWER_MARGIN:.0f} s (see `goondan calls list`)",
+                f"within {wait_s:.0f} s (see `goondan calls list`)",
             ) from None
+        if raw is None:
+            return None
         try:
-            return _decode_reply(msg.data)
+            return _decode_reply(raw)
         except msgspec.DecodeError:
             raise DeferredCallError(
                 ErrorCode.E_CLUSTER_UNAVAILABLE, f"node {holder} sent an unreadable reply"
@@ -149,19 +139,6 @@ class Answers:
         except nats.js.errors.KeyNotFoundError:
             return None
         return (entry.value or b"").decode() or None
-
-    async def close(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(nats.errors.Error):
-                await self._sub.unsubscribe()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
 
 def _target(forward: Forward) -> Address:

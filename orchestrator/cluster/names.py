@@ -122,10 +122,10 @@ class SwarmNames:
         """Core NATS: where the owner of a turn sends the reply a control client waits for."""
         return f"{self.prefix}.reply.{token(correlation_id)}"
 
-    def node_subject(self, node: str) -> str:
-        """Core NATS: requests to one node (answers to the deferred calls of the instances it
-        runs, from the nodes they were given to: `answers.py`)."""
-        return f"{self.prefix}.node.{token(node)}"
+    def node_subject(self, node: str, what: str) -> str:
+        """Core NATS: requests to one node (`node_requests.py`): `answer` (a deferred call it runs),
+        `status` (its process table)."""
+        return f"{self.prefix}.node.{token(node)}.{what}"
 
     @staticmethod
     def consumer(partition: int) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import nats.errors
 import structlog
 
@@ -28,6 +29,7 @@ from orchestrator.cluster.ingress import Envelope, NatsJournal
 from orchestrator.cluster.leases import LeaseKeeper
 from orchestrator.cluster.link import Nats, open_swarm
 from orchestrator.cluster.names import partition_of
+from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.options import ClusterOptions
 from orchestrator.control import ControlFailed
 from orchestrator.journal import JournalError
@@ -35,6 +37,7 @@ from orchestrator.router import Router
 from orchestrator.spawner import SpawnError
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
+from protocol.control import ProcessInfo
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent
@@ -43,6 +46,11 @@ from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
 log = structlog.get_logger("goondan.cluster")
+STATUS = "status"
+STATUS_WAIT = 2.0
+"""How long `goondan status` waits for another node's table (it says which did not come)."""
+_encode = msgspec.json.Encoder().encode
+_decode_rows = msgspec.json.Decoder(list[ProcessInfo]).decode
 
 
 @dataclass
@@ -57,6 +65,7 @@ class ClusterNode:
     leases: LeaseKeeper | None = None
     history: HistoryWriter | None = None
     call_mirror: CallMirror | None = None
+    requests: NodeRequests | None = None
     answers: Answers | None = None
     leaving: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
@@ -86,7 +95,8 @@ class ClusterNode:
                                      self._fenced)  # fmt: skip
         partitions = self.opts.policy.partitions
         # an answer for a moved instance waits out a dead holder's lease and the takeover
-        self.answers = Answers(self.nats, self.node, partitions, self.admits, 2 * ttl + 2)
+        self.requests = NodeRequests(self.nats, self.node)
+        self.answers = Answers(self.requests, partitions, self.admits, 2 * ttl + 2)
         self.call_mirror = CallMirror(self.nats, self.admits, self.history.paths, self.answers)
         self.acceptor = ClusterAcceptor(self.journal, self.consumers)
         self.acceptor.after = self.history.after
@@ -230,6 +240,28 @@ class ClusterNode:
         except admin.UnknownNode as exc:
             raise ControlFailed(ErrorCode.E_CLUSTER_NODE_UNKNOWN, str(exc)) from None
 
+    async def processes(self) -> tuple[list[ProcessInfo], list[str]]:
+        """`goondan status` on this node: the other live nodes' process rows (asked at once,
+        each given STATUS_WAIT), and the nodes whose rows did not come."""
+        assert self.requests is not None
+        replies = await self.requests.ask_others(STATUS, b"", STATUS_WAIT)
+        rows: list[ProcessInfo] = []
+        unanswered: list[str] = []
+        for node, raw in replies.items():
+            try:
+                rows += _decode_rows(raw) if raw is not None else []
+            except msgspec.DecodeError:
+                raw = None
+            if raw is None:
+                unanswered.append(node)
+        return rows, unanswered
+
+    async def _own_processes(self, _request: bytes) -> bytes:
+        assert self.supervisor is not None
+        now = self.supervisor.clock()
+        table = self.supervisor.table
+        return _encode([msgspec.structs.replace(e.info(now), node=self.node) for e in table])
+
     # -- running -----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -238,6 +270,8 @@ class ClusterNode:
         await admin.clear_drain(self.nats, self.node)  # a (re)start ends an earlier drain
         if self.answers is not None:
             await self.answers.serve()
+        if self.requests is not None:
+            await self.requests.serve(STATUS, self._own_processes)
         log.info("cluster_joined", node=self.node, servers=self.opts.redacted(),
                  partitions=self.opts.policy.partitions)  # fmt: skip
         async with asyncio.TaskGroup() as group:
@@ -260,8 +294,8 @@ class ClusterNode:
                 await task
         if self.consumers is not None:
             await self.consumers.close()
-        if self.answers is not None:
-            await self.answers.close()
+        if self.requests is not None:
+            await self.requests.close()
         if self.call_mirror is not None:
             await self.call_mirror.close()
         await self.nats.close()

@@ -1,7 +1,8 @@
 """`goondan status [--json]`: the orchestrator and its process table (ARCHITECTURE.md §9).
 
 `--json` prints `{"orchestrator": {...}, "processes": [{"id", "kind", "name", "instanceKey",
-"pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending"}, ...],
+"pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending", "node"},
+...], "unanswered": [node, ...],
 "usage": [{"scope", "name", "day", "turns", "inputTokens", "outputTokens", "cachedInputTokens",
 "costUsd", "turnsPerDay", "tokensPerDay", "costUsdPerDay", "exceeded"}, ...], "models":
 [{"name", "requestsPerMinute", "tokensPerMinute", "waiting", "blockedForSeconds", "granted"}]}`:
@@ -12,6 +13,9 @@ one, and `--json` prints `{"swarms": [<one status each>]}`. Exit 0 when every pr
 (so a health check can run it), or when no daemon answers. A `deactivated` instance (idle
 timeout, or room made at the live bound) is well: its next event starts it again; the daemon
 lists only the most recent ones (orchestrator/hibernation.py).
+
+On a cluster node the table lists every live node's processes (a NODE column, `node` in the
+JSON); a node that does not answer within 2 s is named in `unanswered` and makes it exit 1.
 """
 
 from __future__ import annotations
@@ -43,25 +47,20 @@ def _status_text(p: JsonObject) -> str:
 def render(result: JsonObject) -> str:
     orch = result["orchestrator"]
     lines = [f"orchestrator pid {orch['pid']}  swarm {orch['swarm']}  since {orch['startedAt']}"]
-    if orch.get("node"):  # cluster mode: the table is this node's; the swarm's is elsewhere
-        lines[0] += f"  node {orch['node']} (the whole cluster: goondan cluster status)"
+    nodes = bool(orch.get("node"))  # cluster mode: every node's processes, a NODE column
+    if nodes:
+        lines[0] += f"  node {orch['node']} (nodes and partitions: goondan cluster status)"
     header = ("KIND", "NAME", "INSTANCE", "PID", "STATUS", "PENDING", "RESTARTS", "GEN",
               "LAST EXIT")  # fmt: skip
-    rows = [header] + [
-        (
-            p["kind"],
-            p["name"],
-            p["instanceKey"],
-            str(p["pid"] or "-"),
-            _status_text(p),
-            str(p.get("pending", 0)),
-            str(p["restarts"]),
-            str(p["generation"]),
-            _exit_text(p.get("lastExit")),
-        )
-        for p in result["processes"]
-    ]
+    rows = [header] + [_process_row(p) for p in result["processes"]]
+    if nodes:
+        rows = [("NODE", *rows[0])] + [
+            (p.get("node") or "-", *row)
+            for p, row in zip(result["processes"], rows[1:], strict=True)
+        ]
     lines += _table(rows)
+    for node in result.get("unanswered") or []:
+        lines.append(f"node {node} did not answer: its processes are not listed")
     deactivated = sum(1 for p in result["processes"] if p["status"] == DEACTIVATED)
     if deactivated:
         lines.append(
@@ -79,6 +78,20 @@ def render(result: JsonObject) -> str:
         lines += _table([("MODEL", "REQ/MIN", "TOKENS/MIN", "WAITING", "BLOCKED", "GRANTED")]
                         + [_model_row(m) for m in models])  # fmt: skip
     return "\n".join(lines)
+
+
+def _process_row(p: JsonObject) -> tuple[str, ...]:
+    return (
+        p["kind"],
+        p["name"],
+        p["instanceKey"],
+        str(p["pid"] or "-"),
+        _status_text(p),
+        str(p.get("pending", 0)),
+        str(p["restarts"]),
+        str(p["generation"]),
+        _exit_text(p.get("lastExit")),
+    )
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
@@ -143,7 +156,8 @@ class _Status:
         else:
             print("\n\n".join(render(result) for result in results))
         failing = [p for r in results for p in r["processes"] if p["status"] in FAILING]
-        return EXIT_RUNTIME if failing or failed else EXIT_OK
+        silent = [n for r in results for n in r.get("unanswered") or []]
+        return EXIT_RUNTIME if failing or failed or silent else EXIT_OK
 
 
 COMMAND = _Status()

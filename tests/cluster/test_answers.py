@@ -16,6 +16,7 @@ from bundles.kinds import ClusterPolicy
 from orchestrator.cluster.answers import AnswerReply, Answers
 from orchestrator.cluster.link import Nats, open_swarm
 from orchestrator.cluster.names import partition_of
+from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.options import options
 from orchestrator.deferred_calls import DeferredCallError
 from orchestrator.deferred_remote import Forward
@@ -42,8 +43,10 @@ async def test_an_answer_reaches_the_holder_and_its_reply_comes_back(
     async with asyncio.timeout(60):
         conn = await open_swarm(opts, f"ans{uuid.uuid4().hex[:8]}", "n1")
         running = {"k1", "k2"}
-        holder = Answers(conn, "n1", PARTITIONS, lambda a: a.instance_key in running, 5.0)
-        asker = Answers(conn, "n2", PARTITIONS, lambda _a: False, 0.6)
+        holder = Answers(
+            NodeRequests(conn, "n1"), PARTITIONS, lambda a: a.instance_key in running, 5.0
+        )
+        asker = Answers(NodeRequests(conn, "n2"), PARTITIONS, lambda _a: False, 0.6)
         asked: list[Forward] = []
 
         async def handle(given: Forward) -> Any:
@@ -74,7 +77,7 @@ async def test_an_answer_reaches_the_holder_and_its_reply_comes_back(
             assert dead.value.code == ErrorCode.E_CLUSTER_UNAVAILABLE
             assert [f.call_id for f in asked] == ["c1", "gone"]
 
-            subject = conn.names.node_subject("n1")
+            subject = conn.names.node_subject("n1", "answer")
             for garbage in (b"", b"\xff\x00garbage", b'{"call_id": 7}', b"[]"):
                 msg = await conn.nc.request(subject, garbage, timeout=5)
                 reply = msgspec.json.decode(msg.data, type=AnswerReply)
@@ -82,6 +85,6 @@ async def test_an_answer_reaches_the_holder_and_its_reply_comes_back(
             running.add("k1")  # and garbage harmed nothing: the holder answers the next one
             assert await asker.forward(forward("c4")) == {"resolved": "c4"}
         finally:
-            await holder.close()
-            await asker.close()
+            await holder.requests.close()
+            await asker.requests.close()
             await conn.close()

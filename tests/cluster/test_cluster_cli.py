@@ -11,6 +11,7 @@ from pathlib import Path
 from tests.cluster.harness import (
     StartDaemon,
     on_node,
+    owner_of,
     start_nodes,
     swarm_of,
     unique_swarm_bundle,
@@ -95,3 +96,29 @@ async def test_cluster_commands_on_one_machine_are_a_coded_error(
         daemon = await start_daemon(bundle, swarm=swarm_of(bundle), state_root=state_root)
         code, _, err = await run_cli(*cli_args(daemon, "status"))
     assert code == 1 and "E_CLUSTER_CONFIG" in err
+
+
+async def test_status_on_any_node_lists_every_nodes_processes(
+    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    bundle = unique_swarm_bundle(tmp_path)
+    keys = [f"k{i}" for i in range(9)]
+    async with asyncio.timeout(60):
+        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        replies = await asyncio.gather(*(nodes[0].send(f"s{k}", key=k) for k in keys))
+        assert all(r.ok for r in replies)
+        code, out, err = await run_cli(*on_node(nodes[2], "status", "--json"))
+        assert code == 0, err
+        view = json.loads(out)
+        assert view["unanswered"] == []
+        callers = {p["instanceKey"]: p["node"] for p in view["processes"]
+                   if p["kind"] == "agent" and p["name"] == "caller"}  # fmt: skip
+        assert set(callers) == set(keys)
+        for key, node in callers.items():  # each row names the node that runs it
+            assert node == f"n{nodes.index(owner_of(nodes, 'caller', key)) + 1}"
+        code, out, err = await run_cli(*on_node(nodes[2], "status"))
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("NODE"))
+    assert header.split()[:3] == ["NODE", "KIND", "NAME"]
+    for node in set(callers.values()):
+        assert any(line.startswith(node + " ") for line in out.splitlines())
