@@ -48,6 +48,7 @@ from protocol.control import (
     ControlReply,
     ControlRequest,
     InstanceDelete,
+    InstanceHistory,
     InstanceList,
     OrchestratorInfo,
     Ping,
@@ -120,8 +121,14 @@ class ClusterControl(Protocol):
         """The other live nodes' process rows, and the nodes whose rows did not come."""
         ...
 
+    async def conversation(self, req: InstanceHistory) -> JsonObject:
+        """An instance's conversation events from the swarm's history stream."""
+        ...
 
-async def _cluster(ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain) -> JsonObject:
+
+async def _cluster(
+    ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain | InstanceHistory
+) -> JsonObject:
     if ctx.cluster is None:
         raise ControlFailed(
             ErrorCode.E_CLUSTER_CONFIG,
@@ -130,6 +137,8 @@ async def _cluster(ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain) 
         )
     if isinstance(req, ClusterDrain):
         return await ctx.cluster.drain(req.node)
+    if isinstance(req, InstanceHistory):
+        return await ctx.cluster.conversation(req)
     return await ctx.cluster.status()
 
 
@@ -316,7 +325,7 @@ async def handle(
             return await _instance_request(ctx, req)
         case Reload() | CallsList() | CallsResolve() | CallsDecide():
             return await _reload_or_later(req, ctx)
-        case ClusterStatusQuery() | ClusterDrain():
+        case ClusterStatusQuery() | ClusterDrain() | InstanceHistory():
             return await _cluster(ctx, req)
         case _:
             assert_never(req)

@@ -138,6 +138,17 @@ class ClusterDrain(_Request, frozen=True, tag="cluster_drain"):
     node: str
 
 
+class InstanceHistory(_Request, frozen=True, tag="instance_history"):
+    """`goondan instance show` on a cluster node: the instance's conversation events from the
+    swarm's history stream (wherever it runs), each agent's after the sequence `after` gives.
+    Result: `{"agents": {agent: {"lines": [jsonl...], "lastSeq": n, "more": bool}}}`; `more`
+    when the reply was cut at its size bound (ask again from `lastSeq`)."""
+
+    instance_key: str
+    agent: str | None = None
+    after: dict[str, int] = msgspec.field(default_factory=dict)
+
+
 ControlRequest = (
     Ping
     | SendText
@@ -155,6 +166,7 @@ ControlRequest = (
     | StreamAck
     | ClusterStatusQuery
     | ClusterDrain
+    | InstanceHistory
 )
 
 CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
@@ -173,6 +185,7 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     StreamAck,
     ClusterStatusQuery,
     ClusterDrain,
+    InstanceHistory,
 )
 
 

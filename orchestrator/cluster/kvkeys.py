@@ -1,4 +1,5 @@
-"""The keys a JetStream KV bucket holds, from one server-side snapshot.
+"""The keys a JetStream KV bucket holds (and the subjects a stream holds), from one
+server-side snapshot.
 
 nats-py's `KeyValue.keys()` reads a watcher and stops at the first message the server marks as
 the last one pending. While the bucket is being written (leases renew every third of their TTL)
@@ -46,11 +47,19 @@ async def bucket_keys(nc: Client, bucket: str, api_timeout: float, prefix: str =
     `nats.js.errors.APIError` for any other refusal, `nats.errors.TimeoutError` as a request does.
     """
     subject_prefix = f"$KV.{bucket}."
-    keys: list[str] = []
+    subjects = await stream_subjects(nc, f"KV_{bucket}", f"{subject_prefix}{prefix}>", api_timeout)
+    return [subject[len(subject_prefix) :] for subject in subjects]
+
+
+async def stream_subjects(
+    nc: Client, stream: str, subjects_filter: str, api_timeout: float
+) -> list[str]:
+    """Every subject of `stream` matching `subjects_filter` that has a message, sorted."""
+    subjects: list[str] = []
     while True:
-        query = {"subjects_filter": f"{subject_prefix}{prefix}>", "offset": len(keys)}
+        query = {"subjects_filter": subjects_filter, "offset": len(subjects)}
         body = msgspec.json.encode(query)
-        reply = await nc.request(f"{JS_API}.STREAM.INFO.KV_{bucket}", body, timeout=api_timeout)
+        reply = await nc.request(f"{JS_API}.STREAM.INFO.{stream}", body, timeout=api_timeout)
         page = msgspec.json.decode(reply.data, type=_StreamInfoPage)
         if page.error is not None:
             error = page.error
@@ -61,7 +70,7 @@ async def bucket_keys(nc: Client, bucket: str, api_timeout: float, prefix: str =
             raise nats.js.errors.APIError(
                 code=error.code, err_code=error.err_code, description=error.description
             )
-        subjects = (page.state.subjects if page.state is not None else None) or {}
-        keys.extend(subject[len(subject_prefix) :] for subject in subjects)
-        if not subjects or len(keys) >= page.total:
-            return sorted(keys)
+        found = (page.state.subjects if page.state is not None else None) or {}
+        subjects.extend(found)
+        if not found or len(subjects) >= page.total:
+            return sorted(subjects)

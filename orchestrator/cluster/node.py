@@ -19,7 +19,7 @@ import msgspec
 import nats.errors
 import structlog
 
-from orchestrator.cluster import admin
+from orchestrator.cluster import admin, history_view
 from orchestrator.cluster.accept import ClusterAcceptor
 from orchestrator.cluster.answers import Answers
 from orchestrator.cluster.calls import CallMirror
@@ -37,7 +37,7 @@ from orchestrator.router import Router
 from orchestrator.spawner import SpawnError
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
-from protocol.control import ProcessInfo
+from protocol.control import InstanceHistory, ProcessInfo
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent
@@ -255,6 +255,21 @@ class ClusterNode:
             if raw is None:
                 unanswered.append(node)
         return rows, unanswered
+
+    async def conversation(self, req: InstanceHistory) -> JsonObject:
+        """`goondan instance show` on this node: from the swarm's history stream."""
+        try:
+            return await history_view.instance_history(
+                self.nats, req.instance_key, req.agent, req.after
+            )
+        except history_view.NoHistory:
+            which = f"agent {req.agent!r} of " if req.agent else ""
+            missing = f"the swarm's history has no {which}instance {req.instance_key!r}"
+            raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND,
+                                f"{missing}; see goondan instance list") from None  # fmt: skip
+        except (nats.errors.Error, TimeoutError) as exc:
+            unreadable = f"the swarm's history stream is unreadable now ({type(exc).__name__})"
+            raise ControlFailed(ErrorCode.E_CLUSTER_UNAVAILABLE, unreadable) from None
 
     async def _own_processes(self, _request: bytes) -> bytes:
         assert self.supervisor is not None

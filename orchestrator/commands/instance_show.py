@@ -3,6 +3,8 @@
 Roles, tool calls and their results, timestamps and each turn's trace id (`goondan logs
 --trace ID` takes the short id printed), read from the files with or without a daemon
 (orchestrator/conversations.py). `--follow` keeps printing messages as they are written.
+On a cluster node the conversation comes from the swarm's history stream through the node
+(orchestrator/node_conversation.py), wherever the instance runs or ran.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from orchestrator import localstate
 from orchestrator.client import ClientError, Printer, find_daemon, layout_of, pick_swarm
 from orchestrator.conversations import InstanceConversation, Line, NoSuchInstance, TextRenderer
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from orchestrator.node_conversation import NodeConversation
+from protocol.control import OrchestratorInfo
 from protocol.errors import ErrorCode, ErrorInfo
 
 FOLLOW_INTERVAL = 0.25
 """Seconds between looks at the files when following (as `goondan logs -f`, same reasons)."""
+NODE_FOLLOW_INTERVAL = 1.0
+"""Seconds between asks to a cluster node when following (each reads the history stream)."""
 
 
 def _swarm(args: argparse.Namespace) -> str | None:
@@ -32,6 +38,24 @@ def _swarm(args: argparse.Namespace) -> str | None:
         return pick_swarm(args, localstate.swarms(layout_of(args)))
 
 
+def _cluster_node(args: argparse.Namespace, swarm: str) -> OrchestratorInfo | None:
+    """The running cluster node of `swarm` here, which reads the swarm's history stream (the
+    files here hold only the instances this node ran); None on one machine or without one."""
+    try:
+        info = find_daemon(args)
+    except ClientError:
+        return None
+    return info if info.node and info.swarm == swarm else None
+
+
+def _conversation(
+    args: argparse.Namespace, swarm: str, node: OrchestratorInfo | None
+) -> InstanceConversation | NodeConversation:
+    if node is not None:
+        return NodeConversation(node, args.instance_key, args.agent)
+    return InstanceConversation(layout_of(args), swarm, args.instance_key, args.agent)
+
+
 def show(args: argparse.Namespace, printer: Printer) -> int:
     swarm = _swarm(args)
     if swarm is None:
@@ -40,9 +64,11 @@ def show(args: argparse.Namespace, printer: Printer) -> int:
                                 message=f"several swarms or none have state ({known})",
                                 suggestion="choose one with --swarm S"))  # fmt: skip
         return EXIT_USAGE
+    node = _cluster_node(args, swarm)
     try:
-        conversation = InstanceConversation(layout_of(args), swarm, args.instance_key, args.agent)
-    except NoSuchInstance as exc:
+        conversation = _conversation(args, swarm, node)
+        first = conversation.poll()
+    except (NoSuchInstance, ClientError) as exc:
         printer.error(exc.error)
         return EXIT_RUNTIME
     renderer = TextRenderer(agent_width=conversation.agent_width)
@@ -56,12 +82,15 @@ def show(args: argparse.Namespace, printer: Printer) -> int:
         sys.stdout.flush()
 
     try:
-        emit(conversation.poll())
+        emit(first)
         while args.follow:
-            time.sleep(FOLLOW_INTERVAL)
+            time.sleep(FOLLOW_INTERVAL if node is None else NODE_FOLLOW_INTERVAL)
             emit(conversation.poll())
     except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C, or `| head` has seen enough
         return EXIT_OK
+    except (NoSuchInstance, ClientError) as exc:  # the node went away while following
+        printer.error(exc.error)
+        return EXIT_RUNTIME
     if conversation.bad_lines:
         sys.stderr.write(f"goondan instance: skipped {conversation.bad_lines} unreadable "
                          "line(s) of the conversation files\n")  # fmt: skip

@@ -122,3 +122,33 @@ async def test_status_on_any_node_lists_every_nodes_processes(
     assert header.split()[:3] == ["NODE", "KIND", "NAME"]
     for node in set(callers.values()):
         assert any(line.startswith(node + " ") for line in out.splitlines())
+
+
+async def test_instance_show_on_any_node_reads_the_swarms_history(
+    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    bundle = unique_swarm_bundle(tmp_path)
+    async with asyncio.timeout(60):
+        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        reply = await nodes[0].send("req colour", key="v1")  # caller@v1 asks worker@v1
+        assert reply.ok, reply.error
+        runs = {owner_of(nodes, "caller", "v1"), owner_of(nodes, "worker", "v1")}
+        reader = next((n for n in nodes if n not in runs), nodes[0])
+        code, out, err = await run_cli(*on_node(reader, "instance", "show", "v1", "--json"))
+        assert code == 0, err
+        lines = [json.loads(line) for line in out.splitlines()]
+        said = [(m["agent"], m["role"], m.get("content")) for m in lines]
+        assert ("caller", "user", "req colour") in said
+        assert ("worker", "user", "req colour") in said
+        assert ("worker", "assistant", "worker: req colour") in said
+        assert all(m["instanceKey"] == "v1" for m in lines)
+        assert any(m.get("traceId") for m in lines if m["role"] == "user")
+
+        code, out, err = await run_cli(*on_node(reader, "instance", "show", "v1",
+                                                "--agent", "worker", "--json"))  # fmt: skip
+        assert code == 0, err
+        assert {json.loads(line)["agent"] for line in out.splitlines()} == {"worker"}
+        code, out, err = await run_cli(*on_node(reader, "instance", "show", "v1"))
+        assert code == 0 and "worker: req colour" in out, err
+        code, _, err = await run_cli(*on_node(reader, "instance", "show", "nobody"))
+    assert code == 1 and "E_INSTANCE_NOT_FOUND" in err
