@@ -113,10 +113,10 @@ async def test_one_owner_per_partition_takeover_and_join(nats_cluster: NatsClust
         assert all(joined[p] == "n4" for p in to_new)
         assert 2 <= len(to_new) <= PARTITIONS // 2
         released = nodes[0].handler.released + nodes[1].handler.released
-        # only what moved to n4 is given away; under CI load one went twice (ownership of a
-        # moving partition flapped for a tick, most likely a node planning from node records
-        # read on a replica without n4 yet: it takes the free partition back, then releases it)
-        assert sorted(set(released)) == sorted(to_new)
+        # only what moved to n4 is given away, once: a node whose read of the node records
+        # missed n4 would take a freed partition back and release it again (it did under CI
+        # load while nats-py's KeyValue.keys() dropped keys; kvkeys.py reads them all)
+        assert sorted(released) == sorted(to_new)
         assert not nodes[0].handler.dropped and not nodes[1].handler.dropped
     finally:
         for node in nodes:
