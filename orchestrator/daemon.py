@@ -9,12 +9,13 @@ second one as "SIGKILL what is left now".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -63,6 +64,9 @@ CHILD_MODULE = "agent_process"
 log = structlog.get_logger("goondan.daemon")
 OnStarted = Callable[[ControlContext], Awaitable[int]]
 """Run once everything is up (e.g. `run --input`); its return value is the exit code."""
+Backends = tuple["Metrics | None", "SqliteJournal | None", "ClusterNode | None"]
+"""What the daemon stores and exports through: its metrics endpoint, the embedded journal or
+(cluster mode) the node's NATS connection."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,9 +282,7 @@ class Daemon:
         permits.configure(self.opts.bundle, swarm)
         return permits
 
-    async def _backends(
-        self,
-    ) -> tuple[Metrics | None, SqliteJournal | None, ClusterNode | None] | None:
+    async def _backends(self) -> Backends | None:
         """The metrics endpoint, then the embedded journal or (cluster mode) the node's NATS
         connection; None (logged) when one cannot start."""
         try:
@@ -291,12 +293,30 @@ class Daemon:
             return None
         if self.opts.cluster is None:
             return metrics, await self._journal(), None
-        node = await self._join(self.opts.cluster)
-        if node is None:
-            if metrics is not None:
-                metrics.close()
-            return None
-        return metrics, None, node
+        node: ClusterNode | None = None
+        try:
+            node = await self._join(self.opts.cluster)
+        finally:
+            if node is None and metrics is not None:
+                metrics.close()  # refused, or the start was stopped meanwhile
+        return (metrics, None, node) if node is not None else None
+
+    async def _unless_stopped(
+        self, opening: Coroutine[Any, Any, Backends | None]
+    ) -> Backends | None:
+        """What `opening` returns, or None when a stop (SIGTERM, Ctrl-C) comes first: a node
+        waiting for NATS at its start stops when asked, as a running daemon does."""
+        work = asyncio.ensure_future(opening)
+        stop = asyncio.ensure_future(self.events.get())
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            stop.cancel()
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        log.warning("start_interrupted", reason=stop.result())
+        return None
 
     async def _journal(self) -> SqliteJournal | None:
         """The embedded journal unless it is off; raises JournalError (nothing is accepted on
@@ -368,7 +388,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.events.put_nowait, signal.Signals(sig).name)
-        opened = await self._backends()
+        opened = await self._unless_stopped(self._backends())
         if opened is None:
             return 1
         metrics, journal, node = opened

@@ -13,13 +13,13 @@ partition count), `replies` (10 minutes, for `send --attach`), `calls` (deferred
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
-import nats
 import nats.errors
 import nats.js.errors
 import structlog
@@ -43,6 +43,8 @@ INGRESS_MAX_AGE = 24 * 3600.0
 REPLY_KEEP = 600.0
 META_KEY = "swarm.meta"
 API_TIMEOUT = 5.0
+CONNECT_PATIENCE = 10.0
+ERROR_LOG_EVERY = 30.0
 PREPARE_PATIENCE = 20.0
 """How long a starting node waits for JetStream to place the swarm's streams: a NATS cluster that
 was just (re)started answers before its meta group knows every peer, and refuses a replicated
@@ -100,7 +102,36 @@ async def _value(bucket: KeyValue, key: str) -> bytes | None:
     return entry.value or b""
 
 
+class _NatsTrouble:
+    """nats-py's error callback: one log line per kind of trouble every ERROR_LOG_EVERY (it
+    calls back on each failed reconnect, every 0.25 s while NATS is down), and the last
+    error, which a failed first connect names. Without it nats-py prints tracebacks that are
+    not the daemon's log lines."""
+
+    def __init__(self) -> None:
+        self.last: BaseException | None = None
+        self._logged: dict[str, float] = {}
+
+    async def on_error(self, exc: Exception) -> None:
+        self.last = exc
+        kind, now = type(exc).__name__, time.monotonic()
+        if now - self._logged.get(kind, -ERROR_LOG_EVERY) >= ERROR_LOG_EVERY:
+            self._logged[kind] = now
+            log.warning("nats_error", error=kind, detail=str(exc)[:300])
+
+    @staticmethod
+    async def on_disconnected() -> None:
+        log.warning("nats_disconnected")
+
+    @staticmethod
+    async def on_reconnected() -> None:
+        log.info("nats_reconnected")
+
+
 async def connect_client(opts: ClusterOptions, name: str) -> Client:
+    """Connected, or ClusterUnavailable within CONNECT_PATIENCE: nats-py retries a first
+    connect forever when a server answers but the handshake fails (an untrusted certificate)."""
+    trouble = _NatsTrouble()
     kwargs: dict[str, Any] = {
         "servers": list(opts.servers),
         "name": name,
@@ -108,19 +139,43 @@ async def connect_client(opts: ClusterOptions, name: str) -> Client:
         "reconnect_time_wait": 0.25,
         "max_reconnect_attempts": -1,
         "allow_reconnect": True,
+        "error_cb": trouble.on_error,
+        "disconnected_cb": trouble.on_disconnected,
+        "reconnected_cb": trouble.on_reconnected,
     }
     if opts.creds is not None:
         kwargs["user_credentials"] = str(opts.creds)
     if opts.tls:
         kwargs["tls"] = ssl.create_default_context()
+    nc = Client()
     try:
-        nc: Client = await nats.connect(**kwargs)
+        async with asyncio.timeout(CONNECT_PATIENCE):
+            await nc.connect(**kwargs)
+    except asyncio.CancelledError:  # the daemon was stopped while it waited
+        await _close_quietly(nc)
+        raise
     except (OSError, nats.errors.Error, TimeoutError) as exc:
+        await _close_quietly(nc)
+        why = trouble.last if trouble.last is not None else exc
         raise ClusterUnavailable(
-            f"cannot connect to NATS at {', '.join(opts.redacted())} ({type(exc).__name__})",
-            "check that nats-server runs with JetStream (-js) and the URLs and credentials",
+            f"cannot connect to NATS at {', '.join(opts.redacted())} ({type(why).__name__})",
+            _connect_fix(why),
         ) from None
     return nc
+
+
+async def _close_quietly(nc: Client) -> None:
+    with contextlib.suppress(nats.errors.Error, OSError):
+        await nc.close()
+
+
+def _connect_fix(why: BaseException) -> str:
+    if isinstance(why, ssl.SSLCertVerificationError):
+        return ("the server's TLS certificate is not trusted here: add its CA to the system's "
+                "store, or point SSL_CERT_FILE at it")  # fmt: skip
+    if isinstance(why, ssl.SSLError):
+        return "the TLS handshake failed: check that the server speaks TLS (tls:// URLs)"
+    return "check that nats-server runs with JetStream (-js) and the URLs and credentials"
 
 
 async def open_swarm(opts: ClusterOptions, swarm: str, client_name: str) -> Nats:

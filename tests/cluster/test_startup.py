@@ -1,9 +1,13 @@
 """A node that starts while the NATS cluster is still gathering its peers: JetStream refuses a
-replicated stream until enough servers joined, and the node waits (bounded) instead of exiting."""
+replicated stream until enough servers joined, and the node waits (bounded) instead of exiting.
+A node that cannot reach NATS at all gives up (bounded) with the coded error, says why once per
+kind of trouble, and stops at once when asked to while it waits."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +19,9 @@ from orchestrator.cluster import link
 from orchestrator.cluster.link import ClusterUnavailable, open_swarm
 from orchestrator.cluster.options import options
 from protocol.errors import ErrorCode
-from tests.cluster.natsd import NatsCluster, nats_server_or_skip
+from tests.cluster.harness import unique_swarm_bundle
+from tests.cluster.natsd import NatsCluster, free_ports, nats_server_or_skip
+from tests.integration.harness import PYTHON, child_env
 
 
 @pytest.fixture
@@ -57,3 +63,48 @@ async def test_a_starting_node_waits_for_the_peers_its_streams_need(
             assert info.config.num_replicas == 3
         finally:
             await conn.close()
+
+
+async def test_a_node_that_cannot_reach_nats_gives_up_with_the_coded_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    [port] = free_ports(1)  # nothing listens there
+    opts = options(f"nats://127.0.0.1:{port}", "n1", None, ClusterPolicy(partitions=8))
+    monkeypatch.setattr(link, "CONNECT_PATIENCE", 1.5)
+    async with asyncio.timeout(30):
+        with capture_logs() as logs, pytest.raises(ClusterUnavailable) as refused:
+            await open_swarm(opts, "unreachable", "n1")
+    assert refused.value.code == ErrorCode.E_CLUSTER_UNAVAILABLE
+    assert str(port) in refused.value.message
+    # nats-py calls back on every retry (each 0.25 s): the log says it once per kind
+    troubles = [entry["error"] for entry in logs if entry["event"] == "nats_error"]
+    assert troubles and len(troubles) == len(set(troubles)), logs
+
+
+async def test_a_node_waiting_for_nats_at_its_start_stops_when_asked(tmp_path: Path) -> None:
+    [port] = free_ports(1)
+    bundle = unique_swarm_bundle(tmp_path)
+    env = child_env({"GOONDAN_STATE_ROOT": str(tmp_path / "state")})
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON, "-m", "orchestrator", "run", str(bundle), "--no-entry-check",
+        "--log-format", "json", "--cluster", f"nats://127.0.0.1:{port}", "--node", "n1",
+        env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    events: list[str] = []
+    try:
+        async with asyncio.timeout(30):
+            async for raw in proc.stderr:  # it is waiting once it said why
+                events.append(json.loads(raw).get("event", ""))
+                if events[-1] == "nats_error":
+                    break
+            proc.send_signal(signal.SIGTERM)
+            events += [json.loads(raw).get("event", "") async for raw in proc.stderr]
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert "start_interrupted" in events and "cluster_unavailable" not in events, events
+    assert code == 1
