@@ -150,7 +150,13 @@ class Daemon:
         daemon = cls(proc, swarm, state_root)
         started = asyncio.ensure_future(daemon.wait_for("started"))
         exited = asyncio.ensure_future(proc.wait())
-        await asyncio.wait({started, exited}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({started, exited}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the test's timeout: no fixture knows this daemon yet
+            started.cancel()
+            exited.cancel()
+            await asyncio.shield(daemon.close())
+            raise
         if not started.done() or started.exception() is not None:
             started.cancel()
             await exited
