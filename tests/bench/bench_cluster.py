@@ -8,6 +8,12 @@
   instances through the survivors; the time from the kill to the first and to every answer.
   Baseline: the lease TTL (a node's partitions cannot move before its leases expire). Goal
   ≤ 6 s.
+- throughput with 3 nodes vs 1, on the same NATS cluster: THROUGHPUT_KEYS instances, each
+  activated once, then sent THROUGHPUT_EVENTS more events, every instance at once (through
+  the nodes in turn): events per second, and the CPU time (user + system) per event of the
+  goondan nodes with their agent processes and of the NATS servers. A 2-core machine cannot
+  show scaling (three nodes share its two cores), so the CPU per event is the figure to read:
+  what one more node costs per event, which is what a machine of its own would spend.
 
 Needs nats-server (`apt-get install -y nats-server`); without it this prints why and skips.
 Run: `python -m tests.bench bench_cluster`.
@@ -16,21 +22,29 @@ Run: `python -m tests.bench bench_cluster`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import psutil
 
 from protocol.endpoints import StateLayout
 from tests.bench.baselines import Row, p99, print_rows
 
 if TYPE_CHECKING:
+    from tests.cluster.natsd import NatsCluster
     from tests.integration.harness import Daemon
 
 KEYS = [f"b{i}" for i in range(36)]
+THROUGHPUT_KEYS = 60
+THROUGHPUT_EVENTS = 5
+"""Events measured per instance after its activation (serial per instance, instances at once)."""
 PER_KEY = 6
 """Requests measured per key after one warm-up (the first spawns both processes)."""
 TTL = 2.0
@@ -89,23 +103,33 @@ def _durations(root: Path, key: str) -> list[float]:
     return found[1:]  # the first spawned the worker
 
 
-async def _drive(tmp: Path, urls: str) -> list[Row]:
+async def _drive(tmp: Path, nats: NatsCluster) -> list[Row]:
     from tests.integration.harness import Daemon
 
     bundle = tmp / "bundle"
     bundle.mkdir()
     (bundle / "goondan.yaml").write_text(BUNDLE)
     nodes: list[Daemon] = []
+
+    async def start(name: str) -> Daemon:
+        root = tmp / name
+        root.mkdir()
+        node = await Daemon.start(bundle / "goondan.yaml", swarm="bench", state_root=root,
+                                  args=("--cluster", nats.urls, "--node", name))  # fmt: skip
+        nodes.append(node)
+        return node
+
     try:
-        for name in ("n1", "n2", "n3"):
-            root = tmp / name
-            root.mkdir()
-            nodes.append(await Daemon.start(
-                bundle / "goondan.yaml", swarm="bench", state_root=root,
-                args=("--cluster", urls, "--node", name),
-            ))  # fmt: skip
-        for node in nodes:
-            await node.wait_for("cluster_settled")
+        await (await start("n1")).wait_for("cluster_settled")
+        alone = await _throughput(nodes, nats, "a")
+        marks = [nodes[0].mark()]
+        for name in ("n2", "n3"):
+            await start(name)
+            marks.append(0)
+        for node, mark in zip(nodes, marks, strict=True):  # the plan over all three
+            await node.wait_for("cluster_settled", mark, nodes=3)
+        three = await _throughput(nodes, nats, "c")
+        rows = _throughput_rows(alone, three)
         for i in range(PER_KEY + 1):  # one at a time: a latency, not a queue on 2 cores
             for n, key in enumerate(KEYS):
                 reply = await nodes[n % 3].send(f"req {i}", "caller", key=key)
@@ -117,12 +141,78 @@ async def _drive(tmp: Path, urls: str) -> list[Row]:
             caller = next(r for r in roots if _instance_dir(r, "caller", key).exists())
             local = _instance_dir(caller, "worker", key).exists()
             (same if local else cross).extend(_durations(caller, key))
-        rows = _request_rows(same, cross)
+        rows += _request_rows(same, cross)
         rows.append(await _failover(nodes, roots))
         return rows
     finally:
         for node in nodes:
             await node.close()
+
+
+@dataclass(frozen=True)
+class Throughput:
+    nodes: int
+    events: int
+    seconds: float
+    node_cpu: float
+    """CPU seconds of the goondan nodes, their fork servers and agent processes."""
+    nats_cpu: float
+
+    @property
+    def per_second(self) -> float:
+        return self.events / self.seconds
+
+
+def _cpu(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes and every descendant (live or reaped)."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            root = psutil.Process(pid)
+            for proc in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    t = proc.cpu_times()
+                    total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+async def _throughput(nodes: list[Daemon], nats: NatsCluster, prefix: str) -> Throughput:
+    keys = [f"{prefix}{i}" for i in range(THROUGHPUT_KEYS)]
+
+    async def one(n: int, key: str, events: int) -> None:
+        for i in range(events):
+            reply = await nodes[(n + i) % len(nodes)].send(f"t{i}", "caller", key=key)
+            assert reply.ok, reply.error
+
+    await asyncio.gather(*(one(n, k, 1) for n, k in enumerate(keys)))  # activations
+    daemons = [n.pid for n in nodes]
+    servers = [s.proc.pid for s in nats.servers if s.proc is not None]
+    cpu_before, nats_before = _cpu(daemons), _cpu(servers)
+    started = time.monotonic()
+    await asyncio.gather(*(one(n, k, THROUGHPUT_EVENTS) for n, k in enumerate(keys)))
+    seconds = time.monotonic() - started
+    return Throughput(len(nodes), len(keys) * THROUGHPUT_EVENTS, seconds,
+                      _cpu(daemons) - cpu_before, _cpu(servers) - nats_before)  # fmt: skip
+
+
+def _throughput_rows(alone: Throughput, three: Throughput) -> list[Row]:
+    rows = []
+    for run in (alone, three):
+        base = alone.per_second
+        label = "1 node (baseline)" if run is alone else "3 nodes"
+        rows.append(Row(f"throughput, {label}, {run.events} warm events", run.per_second,
+                        None, "ev/s", base))  # fmt: skip
+    for run in (alone, three):
+        ms = 1000 * run.node_cpu / run.events
+        base = 1000 * alone.node_cpu / alone.events
+        label = "1 node (baseline)" if run is alone else "3 nodes together"
+        rows.append(Row(f"CPU per event, goondan {label}", ms, None, "ms", base))
+    for run in (alone, three):
+        ms = 1000 * run.nats_cpu / run.events
+        base = 1000 * alone.nats_cpu / alone.events
+        label = "with 1 node (baseline)" if run is alone else "with 3 nodes"
+        rows.append(Row(f"CPU per event, 3 NATS servers {label}", ms, None, "ms", base))
+    return rows
 
 
 def _request_rows(same: list[float], cross: list[float]) -> list[Row]:
@@ -175,7 +265,7 @@ def run() -> list[Row]:
         nats = NatsCluster.create(binary, Path(tmp) / "nats")
         nats.start_all()
         try:
-            return asyncio.run(_drive(Path(tmp), nats.urls))
+            return asyncio.run(_drive(Path(tmp), nats))
         finally:
             nats.stop_all()
 
