@@ -130,6 +130,17 @@ def find_daemons(args: argparse.Namespace) -> list[OrchestratorInfo]:
     return sorted(running, key=lambda i: i.swarm)
 
 
+def cluster_node(args: argparse.Namespace, swarm: str | None = None) -> OrchestratorInfo | None:
+    """The running cluster node a command means (of `swarm` when given), which sees the whole
+    swarm where the files here hold only what this node ran; None on one machine, without a
+    daemon, or when several could be meant."""
+    try:
+        info = find_daemon(args)
+    except ClientError:
+        return None
+    return info if info.node and swarm in (None, info.swarm) else None
+
+
 def find_daemon(args: argparse.Namespace) -> OrchestratorInfo:
     """The one daemon a command acts on (ClientError when several could be meant)."""
     running = find_daemons(args)

@@ -50,6 +50,7 @@ from protocol.control import (
     InstanceDelete,
     InstanceHistory,
     InstanceList,
+    LogsQuery,
     OrchestratorInfo,
     Ping,
     ProcessInfo,
@@ -125,9 +126,13 @@ class ClusterControl(Protocol):
         """An instance's conversation events from the swarm's history stream."""
         ...
 
+    async def logs(self, req: LogsQuery) -> JsonObject:
+        """Every live node's matching log lines, merged by time."""
+        ...
+
 
 async def _cluster(
-    ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain | InstanceHistory
+    ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain | InstanceHistory | LogsQuery
 ) -> JsonObject:
     if ctx.cluster is None:
         raise ControlFailed(
@@ -139,6 +144,8 @@ async def _cluster(
         return await ctx.cluster.drain(req.node)
     if isinstance(req, InstanceHistory):
         return await ctx.cluster.conversation(req)
+    if isinstance(req, LogsQuery):
+        return await ctx.cluster.logs(req)
     return await ctx.cluster.status()
 
 
@@ -325,7 +332,7 @@ async def handle(
             return await _instance_request(ctx, req)
         case Reload() | CallsList() | CallsResolve() | CallsDecide():
             return await _reload_or_later(req, ctx)
-        case ClusterStatusQuery() | ClusterDrain() | InstanceHistory():
+        case ClusterStatusQuery() | ClusterDrain() | InstanceHistory() | LogsQuery():
             return await _cluster(ctx, req)
         case _:
             assert_never(req)

@@ -26,6 +26,8 @@ from protocol.endpoints import StateLayout
 from protocol.jsontypes import JsonObject
 
 SourceKind = Literal["orchestrator", "process", "events"]
+NO_PATH = Path("-")
+"""The source path of a line read elsewhere (another cluster node's file)."""
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -227,6 +229,26 @@ class Reader:
                 self.last_at = record.at
                 out.append(record)
         return out
+
+
+class LogTail:
+    """Every log and runtime-events file of a swarm (or of all) and how far each was read:
+    `read_new` gives what was written since, merged by time, files that appeared included."""
+
+    def __init__(self, layout: StateLayout, swarm: str | None) -> None:
+        self.layout = layout
+        self.swarm = swarm
+        self.readers: dict[str, Reader] = {}
+
+    def refresh(self) -> int:
+        """Pick up files that appeared since the last look; return how many are known."""
+        for source in discover(self.layout, self.swarm):
+            self.readers.setdefault(str(source.path), Reader(source))
+        return len(self.readers)
+
+    def read_new(self) -> list[Record]:
+        self.refresh()
+        return list(merged(reader.read_new() for reader in self.readers.values()))
 
 
 def merged(batches: Iterable[list[Record]]) -> Iterator[Record]:

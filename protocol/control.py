@@ -149,6 +149,19 @@ class InstanceHistory(_Request, frozen=True, tag="instance_history"):
     after: dict[str, int] = msgspec.field(default_factory=dict)
 
 
+class LogsQuery(_Request, frozen=True, tag="logs"):
+    """`goondan logs` on a cluster node: every node's matching lines, merged by time. Result:
+    `{"lines": [{"at", "node", "kind", "swarm", "data", "agent"?, "instance"?}],
+    "dropped": {node: n}, "unanswered": [node]}`; with `follower`, only lines written since
+    the last ask with that id."""
+
+    agent: str | None = None
+    instance: str | None = None
+    trace: str | None = None
+    since: float | None = None
+    follower: str | None = None
+
+
 ControlRequest = (
     Ping
     | SendText
@@ -167,6 +180,7 @@ ControlRequest = (
     | ClusterStatusQuery
     | ClusterDrain
     | InstanceHistory
+    | LogsQuery
 )
 
 CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
@@ -186,6 +200,7 @@ CONTROL_REQUEST_TYPES: tuple[type[ControlRequest], ...] = (
     ClusterStatusQuery,
     ClusterDrain,
     InstanceHistory,
+    LogsQuery,
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -29,15 +30,17 @@ from orchestrator.cluster.ingress import Envelope, NatsJournal
 from orchestrator.cluster.leases import LeaseKeeper
 from orchestrator.cluster.link import Nats, open_swarm
 from orchestrator.cluster.names import partition_of
+from orchestrator.cluster.node_logs import NodeLogs
 from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.options import ClusterOptions
 from orchestrator.control import ControlFailed
 from orchestrator.journal import JournalError
+from orchestrator.loglines import LogsAsk, LogsPage, decode_page
 from orchestrator.router import Router
 from orchestrator.spawner import SpawnError
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
-from protocol.control import InstanceHistory, ProcessInfo
+from protocol.control import InstanceHistory, LogsQuery, ProcessInfo
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent
@@ -47,6 +50,9 @@ from protocol.messages import ShutdownReason
 
 log = structlog.get_logger("goondan.cluster")
 STATUS = "status"
+LOGS = "logs"
+LOGS_WAIT = 5.0
+"""How long `goondan logs` waits for another node's lines (it says which did not come)."""
 STATUS_WAIT = 2.0
 """How long `goondan status` waits for another node's table (it says which did not come)."""
 _encode = msgspec.json.Encoder().encode
@@ -67,6 +73,7 @@ class ClusterNode:
     call_mirror: CallMirror | None = None
     requests: NodeRequests | None = None
     answers: Answers | None = None
+    own_logs: NodeLogs | None = None
     leaving: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -96,6 +103,7 @@ class ClusterNode:
         partitions = self.opts.policy.partitions
         # an answer for a moved instance waits out a dead holder's lease and the takeover
         self.requests = NodeRequests(self.nats, self.node)
+        self.own_logs = NodeLogs(layout, self.nats.names.swarm, self.node)
         self.answers = Answers(self.requests, partitions, self.admits, 2 * ttl + 2)
         self.call_mirror = CallMirror(self.nats, self.admits, self.history.paths, self.answers)
         self.acceptor = ClusterAcceptor(self.journal, self.consumers)
@@ -271,6 +279,28 @@ class ClusterNode:
             unreadable = f"the swarm's history stream is unreadable now ({type(exc).__name__})"
             raise ControlFailed(ErrorCode.E_CLUSTER_UNAVAILABLE, unreadable) from None
 
+    async def logs(self, req: LogsQuery) -> JsonObject:
+        """`goondan logs` on this node: its own lines and every other live node's."""
+        assert self.requests is not None
+        assert self.own_logs is not None
+        ask = LogsAsk(agent=req.agent, instance=req.instance, trace=req.trace, since=req.since,
+                      follower=req.follower)  # fmt: skip
+        pages: dict[str, LogsPage | None] = {self.node: await self.own_logs.page(ask)}
+        replies = await self.requests.ask_others(LOGS, _encode(ask), LOGS_WAIT)
+        for node, raw in replies.items():
+            try:
+                pages[node] = decode_page(raw) if raw is not None else None
+            except msgspec.DecodeError:
+                pages[node] = None
+        unanswered = [node for node, page in pages.items() if page is None]
+        got = {node: page for node, page in pages.items() if page is not None}
+        lines = heapq.merge(*(page.lines for page in got.values()), key=lambda line: line.at)
+        return {
+            "lines": [msgspec.to_builtins(line) for line in lines],
+            "dropped": {node: page.dropped for node, page in got.items() if page.dropped},
+            "unanswered": unanswered,
+        }
+
     async def _own_processes(self, _request: bytes) -> bytes:
         assert self.supervisor is not None
         now = self.supervisor.clock()
@@ -287,6 +317,8 @@ class ClusterNode:
             await self.answers.serve()
         if self.requests is not None:
             await self.requests.serve(STATUS, self._own_processes)
+            if self.own_logs is not None:
+                await self.requests.serve(LOGS, self.own_logs.answer)
         log.info("cluster_joined", node=self.node, servers=self.opts.redacted(),
                  partitions=self.opts.policy.partitions)  # fmt: skip
         async with asyncio.TaskGroup() as group:

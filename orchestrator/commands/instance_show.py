@@ -15,7 +15,14 @@ import sys
 import time
 
 from orchestrator import localstate
-from orchestrator.client import ClientError, Printer, find_daemon, layout_of, pick_swarm
+from orchestrator.client import (
+    ClientError,
+    Printer,
+    cluster_node,
+    find_daemon,
+    layout_of,
+    pick_swarm,
+)
 from orchestrator.conversations import InstanceConversation, Line, NoSuchInstance, TextRenderer
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from orchestrator.node_conversation import NodeConversation
@@ -38,16 +45,6 @@ def _swarm(args: argparse.Namespace) -> str | None:
         return pick_swarm(args, localstate.swarms(layout_of(args)))
 
 
-def _cluster_node(args: argparse.Namespace, swarm: str) -> OrchestratorInfo | None:
-    """The running cluster node of `swarm` here, which reads the swarm's history stream (the
-    files here hold only the instances this node ran); None on one machine or without one."""
-    try:
-        info = find_daemon(args)
-    except ClientError:
-        return None
-    return info if info.node and info.swarm == swarm else None
-
-
 def _conversation(
     args: argparse.Namespace, swarm: str, node: OrchestratorInfo | None
 ) -> InstanceConversation | NodeConversation:
@@ -64,7 +61,7 @@ def show(args: argparse.Namespace, printer: Printer) -> int:
                                 message=f"several swarms or none have state ({known})",
                                 suggestion="choose one with --swarm S"))  # fmt: skip
         return EXIT_USAGE
-    node = _cluster_node(args, swarm)
+    node = cluster_node(args, swarm)
     try:
         conversation = _conversation(args, swarm, node)
         first = conversation.poll()

@@ -3,21 +3,33 @@
 Reads the orchestrator log, the agent process logs and the runtime events of the swarm
 (`--swarm`, else every swarm under the state root), merged by time. Files only: it works the
 same with or without a running daemon. `--follow` keeps printing lines as they are written.
+On a cluster node it asks the node, which adds every other live node's lines (each line starts
+with its node; `node` in the JSON); a node's page holds its newest 5,000 matching lines.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import sys
 import time
+import uuid
 from collections.abc import Callable
 
-from orchestrator import logview
-from orchestrator.client import layout_of
-from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
-from protocol.endpoints import StateLayout
+import msgspec
 
+from orchestrator import logview
+from orchestrator.client import ClientError, Printer, call, cluster_node, layout_of, new_request_id
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from orchestrator.loglines import LogLine
+from protocol.control import LogsQuery, OrchestratorInfo
+from protocol.endpoints import StateLayout
+from protocol.jsontypes import JsonObject
+
+NODE_FOLLOW_INTERVAL = 1.0
+"""Seconds between asks to a cluster node when following (each asks every node)."""
+NODE_ASK_TIMEOUT = 30.0
 FOLLOW_INTERVAL = 0.25
 """Seconds between looks at the files when following. A stat/read loop, not inotify: the
 stdlib has no inotify binding, a CLI follower can afford four cheap reads a second, and the
@@ -49,6 +61,9 @@ class _Logs:
             return EXIT_USAGE
         keep = logview.Filter(agent=args.agent, instance=args.instance, trace=args.trace,
                               since=since)  # fmt: skip
+        node = cluster_node(args)
+        if node is not None:
+            return _from_nodes(node, keep, args)
         layout = layout_of(args)
         problem = _unknown(layout, args.swarm, args.agent)
         if problem is not None:
@@ -69,6 +84,47 @@ class _Logs:
         return EXIT_OK
 
 
+def _from_nodes(node: OrchestratorInfo, keep: logview.Filter, args: argparse.Namespace) -> int:
+    """On a cluster node: every node's lines, through it (each line names its node)."""
+    follower = uuid.uuid4().hex if args.follow else None
+    req = LogsQuery(request_id=new_request_id(), agent=keep.agent, instance=keep.instance,
+                    trace=keep.trace, since=keep.since, follower=follower)  # fmt: skip
+    try:
+        while True:
+            reply = call(node, req, timeout=NODE_ASK_TIMEOUT)
+            if not reply.ok:
+                Printer("logs").reply_error(reply)
+                return EXIT_RUNTIME
+            _print_lines(reply.result, args.json)
+            if not args.follow:
+                return EXIT_OK
+            time.sleep(NODE_FOLLOW_INTERVAL)
+            req = msgspec.structs.replace(req, request_id=new_request_id())
+    except ClientError as exc:
+        Printer("logs").error(exc.error)
+        return EXIT_RUNTIME
+    except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C, or `| head` has seen enough
+        return EXIT_OK
+
+
+def _print_lines(result: JsonObject, as_json: bool) -> None:
+    for node, dropped in result.get("dropped", {}).items():
+        print(f"goondan logs: node {node}: {dropped} older line(s) left out (narrow with "
+              "--since, --agent, --instance or --trace)", file=sys.stderr)  # fmt: skip
+    for node in result.get("unanswered", []):
+        print(f"goondan logs: node {node} did not answer: its lines are missing", file=sys.stderr)
+    for raw in result.get("lines", []):
+        line = msgspec.convert(raw, LogLine)
+        record = line.record()
+        if as_json:
+            data = json.loads(logview.as_json(record))
+            data["node"] = line.node
+            sys.stdout.write(json.dumps(data, separators=(",", ":")) + "\n")
+        else:
+            sys.stdout.write(f"{line.node} {logview.render(record)}\n")
+    sys.stdout.flush()
+
+
 def _unknown(layout: StateLayout, swarm: str | None, agent: str | None) -> str | None:
     """Why `--swarm`/`--agent` can match nothing (a typo would otherwise print nothing)."""
     swarms = logview.swarm_names(layout)
@@ -84,7 +140,7 @@ def _unknown(layout: StateLayout, swarm: str | None, agent: str | None) -> str |
 
 
 class Follower:
-    """The set of files and how far each has been read."""
+    """Prints the new lines of a swarm's files that pass the filter."""
 
     def __init__(
         self,
@@ -93,22 +149,17 @@ class Follower:
         keep: logview.Filter,
         emit: Callable[[logview.Record], str],
     ) -> None:
-        self.layout = layout
-        self.swarm = swarm
+        self.tail = logview.LogTail(layout, swarm)
         self.keep = keep
         self.emit = emit
-        self.readers: dict[str, logview.Reader] = {}
 
     def refresh(self) -> int:
         """Pick up files that appeared since the last look; return how many are known."""
-        for source in logview.discover(self.layout, self.swarm):
-            self.readers.setdefault(str(source.path), logview.Reader(source))
-        return len(self.readers)
+        return self.tail.refresh()
 
     def print_new(self) -> int:
-        batches = [reader.read_new() for reader in self.readers.values()]
         count = 0
-        for record in logview.merged(batches):
+        for record in self.tail.read_new():
             if self.keep(record):
                 sys.stdout.write(self.emit(record) + "\n")
                 count += 1
@@ -118,7 +169,6 @@ class Follower:
     def follow(self) -> None:
         while True:
             time.sleep(FOLLOW_INTERVAL)
-            self.refresh()
             self.print_new()
 
 

@@ -17,7 +17,7 @@ from tests.cluster.harness import (
     unique_swarm_bundle,
 )
 from tests.cluster.natsd import NatsCluster
-from tests.integration.harness import Daemon, run_cli
+from tests.integration.harness import PYTHON, Daemon, child_env, run_cli
 
 PARTITIONS = 12
 
@@ -152,3 +152,45 @@ async def test_instance_show_on_any_node_reads_the_swarms_history(
         assert code == 0 and "worker: req colour" in out, err
         code, _, err = await run_cli(*on_node(reader, "instance", "show", "nobody"))
     assert code == 1 and "E_INSTANCE_NOT_FOUND" in err
+
+
+async def test_logs_on_any_node_show_every_nodes_lines(
+    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    bundle = unique_swarm_bundle(tmp_path)
+    keys = [f"g{i}" for i in range(9)]
+    async with asyncio.timeout(90):
+        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        replies = await asyncio.gather(*(nodes[0].send(f"hi {k}", key=k) for k in keys))
+        assert all(r.ok for r in replies)
+        reader = nodes[0]
+        elsewhere = next(k for k in keys if owner_of(nodes, "caller", k) is not reader)
+        code, out, err = await run_cli(*on_node(reader, "logs", "--json"))
+        assert code == 0, err
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert {line["node"] for line in lines} == {"n1", "n2", "n3"}
+        code, out, err = await run_cli(*on_node(reader, "logs", "--instance", elsewhere))
+        assert code == 0, err
+        owner = f"n{nodes.index(owner_of(nodes, 'caller', elsewhere)) + 1}"
+        said = [line for line in out.splitlines() if "turn.completed" in line]
+        assert said and all(line.startswith(owner + " ") for line in said), out
+
+        follower = await asyncio.create_subprocess_exec(
+            PYTHON, "-m", "orchestrator",
+            *on_node(reader, "logs", "--follow", "--json", "--instance", elsewhere),
+            env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert follower.stdout is not None
+        try:
+            first = json.loads(await follower.stdout.readline())  # it has started
+            completed = int(first.get("type") == "turn.completed")
+            reply = await nodes[2].send("once more", key=elsewhere)
+            assert reply.ok, reply.error
+            while completed < 2:  # the first turn's, then the new one's, as it is written
+                line = json.loads(await follower.stdout.readline())
+                if line.get("type") == "turn.completed":
+                    assert line["node"] == owner
+                    completed += 1
+        finally:
+            follower.kill()
+            await follower.wait()

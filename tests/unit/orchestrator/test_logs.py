@@ -61,10 +61,8 @@ def layout() -> StateLayout:
 
 
 def _records(layout: StateLayout, keep: logview.Filter | None = None) -> list[logview.Record]:
-    follower = Follower(layout, None, keep or logview.Filter(), logview.render)
-    follower.refresh()
-    batches = [r.read_new() for r in follower.readers.values()]
-    return [r for r in logview.merged(batches) if (keep or logview.Filter())(r)]
+    tail = logview.LogTail(layout, None)
+    return [r for r in tail.read_new() if (keep or logview.Filter())(r)]
 
 
 def _events(records: list[logview.Record]) -> list[str]:
