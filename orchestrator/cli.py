@@ -51,7 +51,7 @@ COMMANDS = (
     CommandInfo("instance", "list, show (the conversation) or delete agent instances"),
     CommandInfo("restart", "gracefully restart agent processes, keeping history"),
     CommandInfo("stop", "stop the running daemon gracefully"),
-    CommandInfo("logs", "read the logs and runtime events, merged by time (on a cluster: all nodes')"),
+    CommandInfo("logs", "read logs and runtime events merged by time (a cluster: every node's)"),
     CommandInfo("calls", "list or resolve pending client-side (deferred) tool calls"),
     CommandInfo("studio", "serve the web dashboard (processes, graph, conversations, traces)"),
     CommandInfo("service", "systemd helpers: print-unit writes a unit file for a bundle to stdout"),
