@@ -130,6 +130,10 @@ class ClusterControl(Protocol):
         """Every live node's matching log lines, merged by time."""
         ...
 
+    async def instances(self) -> list[JsonObject]:
+        """Every instance of the swarm, with the status and node of its process."""
+        ...
+
 
 async def _cluster(
     ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain | InstanceHistory | LogsQuery
@@ -191,6 +195,8 @@ async def _instances(ctx: ControlContext) -> list[JsonObject]:
 async def _instance_request(ctx: ControlContext, req: InstanceList | InstanceDelete) -> Any:
     if isinstance(req, InstanceDelete):
         return await _delete_instance(ctx, req)
+    if ctx.cluster is not None:  # the swarm's, from its history stream
+        return {"instances": await ctx.cluster.instances()}
     return {"instances": await _instances(ctx)}
 
 

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 import nats.errors
 import structlog
 
-from orchestrator.cluster import admin, history_view
+from orchestrator.cluster import admin
 from orchestrator.cluster.accept import ClusterAcceptor
 from orchestrator.cluster.answers import Answers
 from orchestrator.cluster.calls import CallMirror
@@ -33,30 +31,18 @@ from orchestrator.cluster.names import partition_of
 from orchestrator.cluster.node_logs import NodeLogs
 from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.options import ClusterOptions
-from orchestrator.control import ControlFailed
+from orchestrator.cluster.swarm_reads import SwarmReads
 from orchestrator.journal import JournalError
-from orchestrator.loglines import LogsAsk, LogsPage, decode_page
 from orchestrator.router import Router
 from orchestrator.spawner import SpawnError
 from orchestrator.supervisor import Supervisor
 from orchestrator.table import ProcessEntry
-from protocol.control import InstanceHistory, LogsQuery, ProcessInfo
 from protocol.endpoints import StateLayout
-from protocol.errors import ErrorCode
 from protocol.events import AgentEvent
 from protocol.ids import Address, ProcessKind
-from protocol.jsontypes import JsonObject
 from protocol.messages import ShutdownReason
 
 log = structlog.get_logger("goondan.cluster")
-STATUS = "status"
-LOGS = "logs"
-LOGS_WAIT = 5.0
-"""How long `goondan logs` waits for another node's lines (it says which did not come)."""
-STATUS_WAIT = 2.0
-"""How long `goondan status` waits for another node's table (it says which did not come)."""
-_encode = msgspec.json.Encoder().encode
-_decode_rows = msgspec.json.Decoder(list[ProcessInfo]).decode
 
 
 @dataclass
@@ -73,7 +59,8 @@ class ClusterNode:
     call_mirror: CallMirror | None = None
     requests: NodeRequests | None = None
     answers: Answers | None = None
-    own_logs: NodeLogs | None = None
+    reads: SwarmReads | None = None
+    """What a control client asks this node about the whole swarm."""
     leaving: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -101,9 +88,10 @@ class ClusterNode:
         self.history = HistoryWriter(self.nats, layout, self.nats.names.swarm, self._writes,
                                      self._fenced)  # fmt: skip
         partitions = self.opts.policy.partitions
-        # an answer for a moved instance waits out a dead holder's lease and the takeover
         self.requests = NodeRequests(self.nats, self.node)
-        self.own_logs = NodeLogs(layout, self.nats.names.swarm, self.node)
+        own_logs = NodeLogs(layout, self.nats.names.swarm, self.node)
+        self.reads = SwarmReads(self.nats, partitions, self.requests, supervisor, own_logs)
+        # an answer for a moved instance waits out a dead holder's lease and the takeover
         self.answers = Answers(self.requests, partitions, self.admits, 2 * ttl + 2)
         self.call_mirror = CallMirror(self.nats, self.admits, self.history.paths, self.answers)
         self.acceptor = ClusterAcceptor(self.journal, self.consumers)
@@ -235,78 +223,6 @@ class ClusterNode:
         finally:
             self.leaving.discard(partition)
 
-    # -- goondan cluster status|drain ---------------------------------------------------------
-
-    async def status(self) -> JsonObject:
-        result = await admin.cluster_status(self.nats, self.opts.policy.partitions)
-        result["answeredBy"] = self.node
-        return result
-
-    async def drain(self, node: str) -> JsonObject:
-        try:
-            return await admin.request_drain(self.nats, node)
-        except admin.UnknownNode as exc:
-            raise ControlFailed(ErrorCode.E_CLUSTER_NODE_UNKNOWN, str(exc)) from None
-
-    async def processes(self) -> tuple[list[ProcessInfo], list[str]]:
-        """`goondan status` on this node: the other live nodes' process rows (asked at once,
-        each given STATUS_WAIT), and the nodes whose rows did not come."""
-        assert self.requests is not None
-        replies = await self.requests.ask_others(STATUS, b"", STATUS_WAIT)
-        rows: list[ProcessInfo] = []
-        unanswered: list[str] = []
-        for node, raw in replies.items():
-            try:
-                rows += _decode_rows(raw) if raw is not None else []
-            except msgspec.DecodeError:
-                raw = None
-            if raw is None:
-                unanswered.append(node)
-        return rows, unanswered
-
-    async def conversation(self, req: InstanceHistory) -> JsonObject:
-        """`goondan instance show` on this node: from the swarm's history stream."""
-        try:
-            return await history_view.instance_history(
-                self.nats, req.instance_key, req.agent, req.after
-            )
-        except history_view.NoHistory:
-            which = f"agent {req.agent!r} of " if req.agent else ""
-            missing = f"the swarm's history has no {which}instance {req.instance_key!r}"
-            raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND,
-                                f"{missing}; see goondan instance list") from None  # fmt: skip
-        except (nats.errors.Error, TimeoutError) as exc:
-            unreadable = f"the swarm's history stream is unreadable now ({type(exc).__name__})"
-            raise ControlFailed(ErrorCode.E_CLUSTER_UNAVAILABLE, unreadable) from None
-
-    async def logs(self, req: LogsQuery) -> JsonObject:
-        """`goondan logs` on this node: its own lines and every other live node's."""
-        assert self.requests is not None
-        assert self.own_logs is not None
-        ask = LogsAsk(agent=req.agent, instance=req.instance, trace=req.trace, since=req.since,
-                      follower=req.follower)  # fmt: skip
-        pages: dict[str, LogsPage | None] = {self.node: await self.own_logs.page(ask)}
-        replies = await self.requests.ask_others(LOGS, _encode(ask), LOGS_WAIT)
-        for node, raw in replies.items():
-            try:
-                pages[node] = decode_page(raw) if raw is not None else None
-            except msgspec.DecodeError:
-                pages[node] = None
-        unanswered = [node for node, page in pages.items() if page is None]
-        got = {node: page for node, page in pages.items() if page is not None}
-        lines = heapq.merge(*(page.lines for page in got.values()), key=lambda line: line.at)
-        return {
-            "lines": [msgspec.to_builtins(line) for line in lines],
-            "dropped": {node: page.dropped for node, page in got.items() if page.dropped},
-            "unanswered": unanswered,
-        }
-
-    async def _own_processes(self, _request: bytes) -> bytes:
-        assert self.supervisor is not None
-        now = self.supervisor.clock()
-        table = self.supervisor.table
-        return _encode([msgspec.structs.replace(e.info(now), node=self.node) for e in table])
-
     # -- running -----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -315,10 +231,8 @@ class ClusterNode:
         await admin.clear_drain(self.nats, self.node)  # a (re)start ends an earlier drain
         if self.answers is not None:
             await self.answers.serve()
-        if self.requests is not None:
-            await self.requests.serve(STATUS, self._own_processes)
-            if self.own_logs is not None:
-                await self.requests.serve(LOGS, self.own_logs.answer)
+        if self.reads is not None:
+            await self.reads.serve()
         log.info("cluster_joined", node=self.node, servers=self.opts.redacted(),
                  partitions=self.opts.policy.partitions)  # fmt: skip
         async with asyncio.TaskGroup() as group:

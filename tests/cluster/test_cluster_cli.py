@@ -194,3 +194,22 @@ async def test_logs_on_any_node_show_every_nodes_lines(
         finally:
             follower.kill()
             await follower.wait()
+
+
+async def test_instance_list_on_any_node_lists_the_swarms_instances(
+    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    bundle = unique_swarm_bundle(tmp_path)
+    keys = [f"i{i}" for i in range(6)]
+    async with asyncio.timeout(60):
+        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        replies = await asyncio.gather(*(nodes[1].send(f"hi {k}", key=k) for k in keys))
+        assert all(r.ok for r in replies)
+        code, out, err = await run_cli(*on_node(nodes[0], "instance", "list", "--json"))
+    assert code == 0, err
+    rows = {(r["agent"], r["instanceKey"]): r for r in json.loads(out)}
+    assert {k for a, k in rows if a == "caller"} == set(keys)
+    for key in keys:  # each with the node that runs it
+        row = rows[("caller", key)]
+        assert row["status"] == "idle"
+        assert row["node"] == f"n{nodes.index(owner_of(nodes, 'caller', key)) + 1}"
