@@ -34,12 +34,14 @@ from bundles.values import ValueProblem, value_of
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import ORCHESTRATOR, ProcessId, agent_address
-from protocol.jsonrpc import RESUMED_CALL
+from protocol.jsonrpc import ANSWER_EVENT, PENDING_CALL, RESUMED_CALL
 from protocol.messages import Event, Message
 from protocol.stream import StreamDelta
 
 Send = Callable[[Message], Awaitable[None]]
 RunFn = Callable[[Any], Coroutine[Any, Any, None]]
+CALL_TURNS_KEPT = 1024
+"""Pending calls whose turn a streaming answer can still hear (the newest)."""
 
 
 class ConnectorStartFailed(Exception):
@@ -239,6 +241,9 @@ class HostContext:
     _pending: dict[str, asyncio.Future[AgentEvent]] = field(default_factory=dict)
     _deltas: dict[str, Callable[[StreamDelta], None]] = field(default_factory=dict)
     """The `on_delta` of each waiting emit that asked for a stream, by correlation id."""
+    _call_turns: dict[str, str] = field(default_factory=dict)
+    """A pending call's id -> the correlation id of the turn it suspended (the emit that
+    started it): an answer that streams hears that turn's deltas when it resumes."""
     _on_resumed: OnResumed | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -289,17 +294,39 @@ class HostContext:
             return None
         fut: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = fut
+        turn = self._answered_turn(event, props)
         if on_delta is not None:
             self._deltas[correlation_id] = on_delta
+            if turn is not None:  # the resumed turn streams under its first emit's id
+                self._deltas[turn] = on_delta
         try:
             await self.send(Event(from_=str(self.process_id), to=to, payload=frame))
-            answer = Reply.of(frame.id, await fut)
+            response = await fut
+            self._remember_call(response, turn or correlation_id)
+            answer = Reply.of(frame.id, response)
             if answer.error_code is None:
                 self.answered += 1
             return answer
         finally:  # also when the caller's own timeout cancels the wait
             self._pending.pop(correlation_id, None)
             self._deltas.pop(correlation_id, None)
+            if turn is not None and on_delta is not None and self._deltas.get(turn) is on_delta:
+                del self._deltas[turn]
+
+    def _answered_turn(self, event: str, props: Mapping[str, Any]) -> str | None:
+        """For an answer to a pending call: the correlation id of the turn it resumes."""
+        rpc = props.get("rpc")
+        if event != ANSWER_EVENT or not isinstance(rpc, Mapping):
+            return None
+        return self._call_turns.get(str(rpc.get("id")))
+
+    def _remember_call(self, response: AgentEvent, turn: str) -> None:
+        call = response.metadata.get(PENDING_CALL)
+        if not isinstance(call, str):
+            return
+        self._call_turns[call] = turn
+        while len(self._call_turns) > CALL_TURNS_KEPT:  # the oldest calls go first
+            del self._call_turns[next(iter(self._call_turns))]
 
     def deliver_delta(self, delta: StreamDelta) -> bool:
         """A delta of a waiting emit's turn, to its `on_delta`; False when none waits for it.

@@ -74,6 +74,12 @@ class PendingCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
 PENDING_SUFFIX = ".json"
 ANSWER_SUFFIX = ".answer.json"
 
+ANSWER_EVENT = "deferred.answer"
+"""A connector's event carrying a client's JSON-RPC response to a pending call in
+`metadata.rpc`; its reply is the resumed turn's reply."""
+PENDING_CALL = "pendingCall"
+"""`metadata` of the reply that tells a client a turn waits on its call: the call's id."""
+
 APPROVE_METHOD = "goondan.approve"
 """The method of a pending call that asks a person to approve a tool call (a Tool export's
 `approval:`); its params are `{tool, arguments, message}`."""

@@ -81,6 +81,41 @@ async def test_the_openai_sdk_gets_the_models_text_as_it_is_written(
     assert unstreamed.choices[0].message.content == "it is noon now"
 
 
+async def test_a_turn_resumed_by_a_tool_message_streams_its_reply(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(90):
+        edge = await start_edge(start_daemon)
+        client = _client(edge.url)
+        ask = [{"role": "user", "content": "calendar next week"}]
+        asked = await client.chat.completions.create(
+            model="front", user="cal3", stream=True, messages=ask)  # fmt: skip
+        calls = [c.choices[0].delta.tool_calls async for c in asked if c.choices]
+        call = next(found[0] for found in calls if found)
+        assert call.function is not None and call.id is not None
+        answer = [
+            *ask,
+            {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+            {"role": "tool", "tool_call_id": call.id, "content": '{"events": ["retro"]}'},
+        ]  # fmt: skip
+        resumed = await client.chat.completions.create(
+            model="front", user="cal3", stream=True, messages=answer)  # fmt: skip
+        texts: list[str] = []
+        on_disk_at_first: list[str] = []
+        async for chunk in resumed:
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    if not texts:
+                        on_disk_at_first = _history("cal3")
+                    texts.append(choice.delta.content)
+        await client.close()
+    reply = "".join(texts)
+    assert len(texts) >= 5 and reply.startswith("calendar says") and "retro" in reply
+    assert reply not in on_disk_at_first  # the first delta came while the resumed turn ran
+    assert _history("cal3")[-1] == reply
+
+
 async def test_a_client_gone_mid_stream_leaves_the_streamed_turn_to_finish(
     start_daemon: StartDaemon,
 ) -> None:

@@ -133,7 +133,7 @@ class Executor(AgentExecutor):
         await updater.start_work()
         parts = list(message.parts)
         if call is not None:
-            pieces = self.edge.answer(str(call["id"]), **answer_of(parts))
+            pieces = self.edge.answer(str(call["id"]), stream=True, **answer_of(parts))
         else:
             headers = context.call_context.state.get("headers", {})
             meta = dict(message.metadata) if message.HasField("metadata") else {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,7 +196,7 @@ class Edge:
                 return key
         return self.ctx.swarm.instance_key
 
-    async def pieces(
+    def pieces(
         self,
         agent: str,
         key: str,
@@ -204,18 +204,44 @@ class Edge:
         *,
         idempotency_key: str | None = None,
         stream: bool = False,
-    ) -> AsyncIterator[Piece]:
+    ) -> AsyncGenerator[Piece]:
         """The reply of `agent`@`key` to `text`, piece by piece (the streaming seam); with
         `stream`, as the agent works. Closing the iterator early (a client gone) stops the
         wait only: the turn goes on and is recorded."""
+        return self._replied(MESSAGE_EVENT, {}, text, agent, key, idempotency_key, stream)
+
+    def answer(
+        self,
+        call_id: str,
+        *,
+        result: Any = None,
+        error: Mapping[str, Any] | None = None,
+        stream: bool = False,
+    ) -> AsyncGenerator[Piece]:
+        """Answer the client-side call `call_id`; the pieces of the resumed turn's reply (with
+        `stream`, as it works, when the turn's first request streamed too)."""
+        rpc: dict[str, Any] = {"jsonrpc": "2.0", "id": call_id}
+        rpc.update({"error": dict(error)} if error is not None else {"result": result})
+        return self._replied(ANSWER_EVENT, {"rpc": rpc}, "", None, None, None, stream)
+
+    async def _replied(
+        self,
+        event: str,
+        properties: dict[str, Any],
+        text: str,
+        agent: str | None,
+        key: str | None,
+        idempotency_key: str | None,
+        stream: bool,
+    ) -> AsyncGenerator[Piece]:
         if not stream:
-            reply = await self._emit(MESSAGE_EVENT, {}, text, agent, key, idempotency_key)
+            reply = await self._emit(event, properties, text, agent, key, idempotency_key)
             done = done_of(reply)
             yield Piece(text=done.text, done=done)
             return
         deltas = Backlog()
         emit = asyncio.ensure_future(
-            self._emit(MESSAGE_EVENT, {}, text, agent, key, idempotency_key, deltas.put)
+            self._emit(event, properties, text, agent, key, idempotency_key, deltas.put)
         )
         emit.add_done_callback(lambda _: deltas.put(None))  # after every delta
         shown = Shown()
@@ -225,16 +251,6 @@ class Edge:
             yield shown.last(done_of(await emit))
         finally:
             emit.cancel()
-
-    async def answer(
-        self, call_id: str, *, result: Any = None, error: Mapping[str, Any] | None = None
-    ) -> AsyncIterator[Piece]:
-        """Answer the client-side call `call_id`; the pieces of the resumed turn's reply."""
-        rpc: dict[str, Any] = {"jsonrpc": "2.0", "id": call_id}
-        rpc.update({"error": dict(error)} if error is not None else {"result": result})
-        reply = await self._emit(ANSWER_EVENT, {"rpc": rpc}, "", None, None, None)
-        done = done_of(reply)
-        yield Piece(text=done.text, done=done)
 
     async def cancel(self, call_id: str, why: str) -> None:
         """Answer a call as cancelled by the user, without waiting for the resumed turn."""

@@ -134,7 +134,8 @@ class McpEdge:
             raise edge.Refusal(400, "E_API_BAD_REQUEST", "`id` must be the pending call's id")
         error = args.get("error")
         pieces = self.edge.answer(call_id, result=args.get("result"),
-                                  error=error if isinstance(error, dict) else None)  # fmt: skip
+                                  error=error if isinstance(error, dict) else None,
+                                  stream=_wants_progress(ctx))  # fmt: skip
         await _progress(ctx, 0, f"answered call {call_id}")
         return await self._result(ctx, pieces)
 

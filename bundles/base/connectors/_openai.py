@@ -15,7 +15,7 @@ IDEs) can talk to a swarm.
   tool call (`finish_reason: "tool_calls"`, id = the call id, name = its JSON-RPC method,
   arguments = its params); the client answers it in its next request with a message
   `{role: tool, tool_call_id, content}` (JSON, or text), and that request's completion is the
-  resumed turn's reply.
+  resumed turn's reply, streamed as it is written when both requests stream.
 - Errors use OpenAI's shape `{error: {message, type, param, code}}` with the HTTP status of the
   coded error (`_edge.STATUS_OF`: 404 unknown model, 429 over capacity, 503 in backoff, ...).
 
@@ -158,7 +158,7 @@ class Completions:
     def _pieces(self, chat: ChatRequest, headers: Any) -> AsyncGenerator[Any]:
         answers = tool_answers(chat)
         if answers:  # only the last answer's reply is this completion
-            return _answer_all(self.edge, answers)
+            return _answer_all(self.edge, answers, chat.stream)
         key = self.edge.key(chat.user, headers.get(INSTANCE_HEADER))
         idempotency = headers.get("idempotency-key")
         text = user_input(chat)
@@ -230,12 +230,14 @@ async def _chain(first: Any, rest: AsyncGenerator[Any]) -> AsyncGenerator[Any]:
         await rest.aclose()
 
 
-async def _answer_all(edge_: Any, answers: list[ChatMessage]) -> AsyncGenerator[Any]:
-    """Answer each call in order; the pieces of the reply to the last answer."""
+async def _answer_all(edge_: Any, answers: list[ChatMessage], stream: bool) -> AsyncGenerator[Any]:
+    """Answer each call in order; the pieces of the reply to the last answer (streamed when
+    the request streams)."""
     for index, message in enumerate(answers):
         result = edge.result_of(text_of(message))
-        pieces = edge_.answer(message.tool_call_id, result=result)
-        if index < len(answers) - 1:
+        last = index == len(answers) - 1
+        pieces = edge_.answer(message.tool_call_id, result=result, stream=stream and last)
+        if not last:
             done = await edge.whole(pieces)
             if done.error is not None:
                 raise done.error

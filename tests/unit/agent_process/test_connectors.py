@@ -15,6 +15,7 @@ import msgspec
 import pytest
 import structlog
 
+from agent_process import connector_context
 from agent_process.connector_context import (
     ConnectorStartFailed,
     HostContext,
@@ -413,3 +414,43 @@ async def test_an_emit_with_on_delta_asks_for_the_stream_and_gets_its_deltas() -
         reply, _, _ = await waiting, await other, await bad
     assert seen == [piece] and reply is not None and reply.text == "hi!"
     assert not ctx.deliver_delta(piece)  # the emit is over
+
+
+async def test_an_answer_that_streams_hears_the_resumed_turn_under_its_first_emits_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx, sent = host_context()
+    seen: list[StreamDelta] = []
+    async with asyncio.timeout(5):
+        asking = asyncio.ensure_future(ctx.emit("chat", text="calendar", on_delta=seen.append))
+        first = (await sent.get()).payload
+        assert isinstance(first, AgentEvent) and first.reply_to is not None
+        turn = first.reply_to.correlation_id
+        ctx.deliver(answer(first, "[pending call c1]", metadata={"pendingCall": "c1"}))
+        await asking
+
+        rpc = {"jsonrpc": "2.0", "id": "c1", "result": "ok"}
+        resolving = asyncio.ensure_future(
+            ctx.emit("deferred.answer", {"rpc": rpc}, on_delta=seen.append)
+        )
+        second = (await sent.get()).payload
+        assert isinstance(second, AgentEvent) and second.reply_to is not None
+        piece = StreamDelta(correlation_id=turn, seq=0, kind=DeltaKind.TEXT, step=1, text="c")
+        assert ctx.deliver_delta(piece)  # the resumed turn streams under the first emit's id
+        ctx.deliver(answer(second, "calendar says ok"))
+        await resolving
+        ctx._remember_call(answer(first, metadata={"pendingCall": "c2"}), turn)
+        rpc2 = {"jsonrpc": "2.0", "id": "c2", "result": "ok"}
+        waiting = asyncio.ensure_future(ctx.emit("deferred.answer", {"rpc": rpc2}))  # whole
+        third = (await sent.get()).payload
+        assert isinstance(third, AgentEvent)
+        ctx.deliver(answer(third, "calendar says ok again"))
+        whole = await waiting
+    assert seen == [piece]
+    assert whole is not None and whole.text == "calendar says ok again"
+    assert not ctx.deliver_delta(piece)  # the answers' waits are over
+
+    monkeypatch.setattr(connector_context, "CALL_TURNS_KEPT", 2)
+    for i in range(5):  # a client that never answers does not grow the connector
+        ctx._remember_call(answer(first, metadata={"pendingCall": f"x{i}"}), turn)
+    assert list(ctx._call_turns) == ["x3", "x4"]
