@@ -65,7 +65,9 @@ async def test_the_openai_sdk_gets_the_models_text_as_it_is_written(
         timed = await client.chat.completions.create(
             model="front", user="clock", stream=True,
             messages=[{"role": "user", "content": "what time is it"}])  # fmt: skip
-        timed_text = "".join([c.choices[0].delta.content or "" async for c in timed if c.choices])
+        timed_chunks = [c async for c in timed]
+        timed_text = "".join(c.choices[0].delta.content or "" for c in timed_chunks if c.choices)
+        tools = [(c.model_extra or {}).get("goondan", {}).get("tool") for c in timed_chunks]
         unstreamed = await client.chat.completions.create(
             model="front", user="clock2", messages=[{"role": "user", "content": "what time"}]
         )
@@ -78,6 +80,10 @@ async def test_the_openai_sdk_gets_the_models_text_as_it_is_written(
     assert len([t for t in told_texts if t]) >= 5 and "".join(t or "" for t in told_texts) == STORY
     # a step's text before a tool call streams as its own paragraph; the reply is the last step
     assert timed_text == "let me look\n\nit is noon now"
+    # the agent's own tool shows as the chunks' extension, started then finished
+    assert [(t["name"], t["status"]) for t in tools if t] == [
+        ("clock__now", "started"), ("clock__now", "ok"),
+    ]  # fmt: skip
     assert unstreamed.choices[0].message.content == "it is noon now"
 
 

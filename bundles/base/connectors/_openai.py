@@ -8,8 +8,10 @@ IDEs) can talk to a swarm.
 - `stream: true` answers with server-sent `chat.completion.chunk`s as the model writes, one
   per delta (`_edge.Edge.pieces`), ending with `finish_reason: "stop"` and `data: [DONE]`
   (`stream_options.include_usage` adds a usage chunk). Text a step wrote before a tool call
-  streams too, as a paragraph of its own; the API has no place for a server-side tool's
-  progress, so tool calls that run in the agent are not shown. `usage` comes from the turn's
+  streams too, as a paragraph of its own. The API has no place for a server-side tool's
+  progress, so a tool call that runs in the agent is a chunk with an empty `delta` and the
+  extension field `goondan: {tool: {name, callId, status}}` (`status` started, then ok, error
+  or pending): clients that do not know it see nothing. `usage` comes from the turn's
   token counts. A client that goes away mid-stream leaves the turn to finish and be recorded.
 - A client-side call the turn waits for (ARCHITECTURE.md §10) ends the completion with one
   tool call (`finish_reason: "tool_calls"`, id = the call id, name = its JSON-RPC method,
@@ -192,6 +194,10 @@ class Completions:
         shown = False
         async with aclosing(_chain(first, pieces)) as chain:  # a client gone: stop waiting
             async for piece in chain:
+                if piece.tool is not None:  # an extension field: clients that know it show it
+                    yield _event({**head, "choices": [{"index": 0, "delta": {},
+                                                       "finish_reason": None}],
+                                  "goondan": {"tool": tool_progress(piece.tool)}})  # fmt: skip
                 if piece.text and (piece.done is None or piece.done.call is None):
                     yield chunk({"content": f"\n\n{piece.text}" if piece.fresh and shown
                                  else piece.text})  # fmt: skip
@@ -214,6 +220,11 @@ class Completions:
         if include_usage:
             lines.append(_event({**head, "choices": [], "usage": usage_of(done)}))
         return lines
+
+
+def tool_progress(tool: Any) -> dict[str, Any]:
+    """A tool call of the turn as the `goondan.tool` extension of a chunk."""
+    return {"name": tool.name, "callId": tool.call_id, "status": tool.status or "started"}
 
 
 def _event(body: dict[str, Any]) -> bytes:
