@@ -28,6 +28,7 @@ import zmq.asyncio
 from orchestrator import localstate, sending
 from orchestrator.accept import Acceptor
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
+from orchestrator.instance_delete import delete_here
 from orchestrator.peers import PeerWatch, descends_from, peer_pid
 from orchestrator.permits import Permits
 from orchestrator.router import Router
@@ -35,7 +36,6 @@ from orchestrator.states import ProcessStatus
 from orchestrator.streams import ClientStream
 from orchestrator.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm
-from orchestrator.trees import remove_tree
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
     DEACTIVATED,
@@ -134,6 +134,10 @@ class ClusterControl(Protocol):
         """Every instance of the swarm, with the status and node of its process."""
         ...
 
+    async def delete_instance(self, key: str, agent: str | None) -> JsonObject:
+        """Delete the instance on every node and from the swarm's streams."""
+        ...
+
 
 async def _cluster(
     ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain | InstanceHistory | LogsQuery
@@ -202,24 +206,15 @@ async def _instance_request(ctx: ControlContext, req: InstanceList | InstanceDel
 
 async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObject:
     """Stop the instance's processes and remove its state, workspace included; a coded error
-    when it has neither."""
-    sup = ctx.supervisor
-    chosen = [
-        e
-        for e in sup.table
-        if e.address.kind is ProcessKind.AGENT
-        and e.address.instance_key == req.instance_key
-        and (req.agent is None or e.address.name == req.agent)
-    ]
-    target = localstate.instance_dir(ctx.layout, ctx.info.swarm, req.instance_key, req.agent)
-    if not chosen and not target.exists():
+    when it has neither. A cluster node does it on every node and in the swarm's streams."""
+    if ctx.cluster is not None:
+        return await ctx.cluster.delete_instance(req.instance_key, req.agent)
+    done = await delete_here(ctx.supervisor, ctx.layout, ctx.info.swarm, req.instance_key,
+                             req.agent)  # fmt: skip
+    if done is None:
         missing = f"swarm {ctx.info.swarm!r} has no instance {req.instance_key!r}"
         raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND, missing)
-    await asyncio.gather(*(sup.stop(e, ShutdownReason.RESTART) for e in chosen))
-    existed = target.exists()
-    await remove_tree(target)
-    return {"stopped": [str(e.address) for e in chosen],
-            "deleted": [str(target)] if existed else []}  # fmt: skip
+    return {"stopped": done.stopped, "deleted": done.deleted}
 
 
 async def _stop_process(ctx: ControlContext, req: ProcessStop) -> JsonObject:

@@ -412,7 +412,7 @@ class Daemon:
             acceptor=parts.acceptor,
             permits=parts.permits,
             stopped=loop.create_future(),
-            cluster=node.reads if node is not None else None,
+            cluster=node.control if node is not None else None,
         )
         control = ControlServer(
             zctx, self.endpoints[1], control_ctx, rundir.write_token(self.paths)

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -65,6 +66,10 @@ class InstanceLog:
     task: asyncio.Task[None] | None = None
     fenced: bool = False
     published: int = 0
+    epoch: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """In each append's `Nats-Msg-Id` with the sequence it follows: a retried publish of this
+    log is stored once, and the first append of a conversation that was purged (`instance
+    delete`) is not taken for a duplicate of the old first one, still in the dedupe window."""
 
 
 class HistoryWriter:
@@ -207,7 +212,7 @@ class HistoryWriter:
             entry.last_seq = await self._last_seq(address)
         js, names = self.nats.js, self.nats.names
         subject = names.history_subject(address)
-        headers = {EXPECTED: str(entry.last_seq), MSG_ID: f"{entry.last_seq}:{subject}"}
+        headers = {EXPECTED: str(entry.last_seq), MSG_ID: f"{entry.epoch}:{entry.last_seq}"}
         deadline = time.monotonic() + PUBLISH_DEADLINE
         while True:
             try:

@@ -31,7 +31,8 @@ from orchestrator.cluster.names import partition_of
 from orchestrator.cluster.node_logs import NodeLogs
 from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.options import ClusterOptions
-from orchestrator.cluster.swarm_reads import SwarmReads
+from orchestrator.cluster.swarm_control import SwarmControl
+from orchestrator.cluster.swarm_delete import SwarmDelete
 from orchestrator.journal import JournalError
 from orchestrator.router import Router
 from orchestrator.spawner import SpawnError
@@ -59,7 +60,7 @@ class ClusterNode:
     call_mirror: CallMirror | None = None
     requests: NodeRequests | None = None
     answers: Answers | None = None
-    reads: SwarmReads | None = None
+    control: SwarmControl | None = None
     """What a control client asks this node about the whole swarm."""
     leaving: set[int] = field(default_factory=set)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
@@ -90,7 +91,9 @@ class ClusterNode:
         partitions = self.opts.policy.partitions
         self.requests = NodeRequests(self.nats, self.node)
         own_logs = NodeLogs(layout, self.nats.names.swarm, self.node)
-        self.reads = SwarmReads(self.nats, partitions, self.requests, supervisor, own_logs)
+        deleting = SwarmDelete(self.nats, self.requests, supervisor, layout)
+        self.control = SwarmControl(self.nats, partitions, self.requests, supervisor, own_logs,
+                                    deleting)  # fmt: skip
         # an answer for a moved instance waits out a dead holder's lease and the takeover
         self.answers = Answers(self.requests, partitions, self.admits, 2 * ttl + 2)
         self.call_mirror = CallMirror(self.nats, self.admits, self.history.paths, self.answers)
@@ -231,8 +234,8 @@ class ClusterNode:
         await admin.clear_drain(self.nats, self.node)  # a (re)start ends an earlier drain
         if self.answers is not None:
             await self.answers.serve()
-        if self.reads is not None:
-            await self.reads.serve()
+        if self.control is not None:
+            await self.control.serve()
         log.info("cluster_joined", node=self.node, servers=self.opts.redacted(),
                  partitions=self.opts.policy.partitions)  # fmt: skip
         async with asyncio.TaskGroup() as group:

@@ -129,6 +129,12 @@ def _print_deleted(result: JsonObject) -> None:
         print(f"stopped {process}")
     for path in result.get("deleted", []):
         print(f"deleted {path}")
+    if result.get("purged"):  # a cluster node: the swarm's streams too
+        print(f"purged {result['purged']} conversation(s) from the swarm's history stream")
+    if result.get("calls"):
+        print(f"dropped {result['calls']} pending call(s)")
+    for node in result.get("unanswered", []):
+        print(f"node {node} did not answer: its copy, if any, is still there", file=sys.stderr)
 
 
 def _print_list(rows: list[JsonObject], as_json: bool) -> None:

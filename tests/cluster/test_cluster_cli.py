@@ -12,6 +12,7 @@ from tests.cluster.harness import (
     StartDaemon,
     on_node,
     owner_of,
+    read_history,
     start_nodes,
     swarm_of,
     unique_swarm_bundle,
@@ -213,3 +214,38 @@ async def test_instance_list_on_any_node_lists_the_swarms_instances(
         row = rows[("caller", key)]
         assert row["status"] == "idle"
         assert row["node"] == f"n{nodes.index(owner_of(nodes, 'caller', key)) + 1}"
+
+
+async def test_instance_delete_on_any_node_removes_it_everywhere(
+    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+) -> None:
+    bundle = unique_swarm_bundle(tmp_path)
+    swarm = swarm_of(bundle)
+    keys = [f"d{i}" for i in range(6)]
+    async with asyncio.timeout(90):
+        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        replies = await asyncio.gather(*(nodes[1].send(f"hi {k}", key=k) for k in keys))
+        assert all(r.ok for r in replies)
+        asker = nodes[0]
+        gone = next(k for k in keys if owner_of(nodes, "caller", k) is not asker)
+        owner = owner_of(nodes, "caller", gone)
+        code, out, err = await run_cli(*on_node(asker, "instance", "delete", gone, "--yes"))
+        assert code == 0, err
+        name = f"n{nodes.index(owner) + 1}"
+        assert f"stopped {name}: agent:caller:{gone}" in out
+        assert "purged 1 conversation(s)" in out
+        assert owner.state_root is not None
+        assert not (owner.state_root / "instances" / swarm / gone).exists()
+        code, out, err = await run_cli(*on_node(asker, "instance", "list", "--json"))
+        assert code == 0, err
+        assert gone not in {r["instanceKey"] for r in json.loads(out)}
+        assert await read_history(nats_cluster, swarm, "caller", gone) == []
+        code, _, err = await run_cli(*on_node(asker, "instance", "show", gone))
+        assert code == 1 and "E_INSTANCE_NOT_FOUND" in err
+        code, _, err = await run_cli(*on_node(asker, "instance", "delete", "nobody", "--yes"))
+        assert code == 1 and "E_INSTANCE_NOT_FOUND" in err
+
+        again = await nodes[2].send("back again", key=gone)  # a fresh conversation
+        assert again.ok, again.error
+        history = await read_history(nats_cluster, swarm, "caller", gone)
+    assert [m.content for m in history if m.role.value == "user"] == ["back again"]

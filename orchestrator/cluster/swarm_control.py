@@ -1,8 +1,8 @@
 """What a control client asks a cluster node about the whole swarm (ARCHITECTURE.md §15):
-`goondan cluster status|drain`, and the swarm-wide views of `status` (every node's processes),
+`goondan cluster status|drain`, and the swarm-wide forms of `status` (every node's processes),
 `instance list` (every instance in the history stream), `instance show` (a conversation from
-the history stream) and `logs` (every node's lines). The other nodes are asked through
-`node_requests.py`; this node answers their `status` and `logs` asks.
+the history stream), `logs` (every node's lines) and `instance delete` (`swarm_delete.py`).
+The other nodes are asked through `node_requests.py`; this node answers their asks too.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from orchestrator.cluster.link import API_TIMEOUT, Nats
 from orchestrator.cluster.names import untoken
 from orchestrator.cluster.node_logs import NodeLogs
 from orchestrator.cluster.node_requests import NodeRequests
+from orchestrator.cluster.swarm_delete import SwarmDelete
 from orchestrator.control import ControlFailed
 from orchestrator.loglines import LogsAsk, LogsPage, decode_page
 from orchestrator.supervisor import Supervisor
@@ -36,7 +37,7 @@ _encode = msgspec.json.Encoder().encode
 _decode_rows = msgspec.json.Decoder(list[ProcessInfo]).decode
 
 
-class SwarmReads:
+class SwarmControl:
     def __init__(
         self,
         nats_: Nats,
@@ -44,6 +45,7 @@ class SwarmReads:
         requests: NodeRequests,
         supervisor: Supervisor,
         own_logs: NodeLogs,
+        deleting: SwarmDelete,
     ) -> None:
         self.nats = nats_
         self.partitions = partitions
@@ -51,10 +53,15 @@ class SwarmReads:
         self.node = requests.node
         self.supervisor = supervisor
         self.own_logs = own_logs
+        self.deleting = deleting
 
     async def serve(self) -> None:
         await self.requests.serve(STATUS, self._own_processes)
         await self.requests.serve(LOGS, self.own_logs.answer)
+        await self.deleting.serve()
+
+    async def delete_instance(self, key: str, agent: str | None) -> JsonObject:
+        return await self.deleting.delete(key, agent)
 
     async def status(self) -> JsonObject:
         result = await admin.cluster_status(self.nats, self.partitions)
