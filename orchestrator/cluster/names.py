@@ -123,8 +123,8 @@ class SwarmNames:
         return f"{self.prefix}.reply.{token(correlation_id)}"
 
     def node_subject(self, node: str, what: str) -> str:
-        """Core NATS: requests to one node (`node_requests.py`): `answer` (a deferred call it runs),
-        `status` (its process table)."""
+        """Core NATS: requests to one node (`node_requests.py`): `answer` (a deferred call it
+        runs), `status` (its process table), `logs` (its log lines), `delete` (an instance)."""
         return f"{self.prefix}.node.{token(node)}.{what}"
 
     @staticmethod

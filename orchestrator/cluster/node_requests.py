@@ -2,7 +2,8 @@
 
 Each node answers on core-NATS subjects of its own, `goondan.<swarm>.node.<node>.<what>`: an
 answer to a deferred call it runs (`answers.py`), its process table (`goondan status` on any
-node lists every node's). A request to a node that is gone has no responder, which the asker
+node lists every node's), its log lines (`node_logs.py`), an instance to delete
+(`swarm_delete.py`). A request to a node that is gone has no responder, which the asker
 sees at once (`None`) rather than after its timeout. Each request is handled in a task of its
 own: one subscription's callbacks run one at a time, and an answer waiting for a resumed turn
 must not hold up the next request.
