@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,15 @@ async def start_nodes(
     for node in nodes:  # every node took its share (the plan over all of them)
         await node.wait_for("cluster_settled")
     return nodes
+
+
+@dataclass(frozen=True)
+class FreshSwarm:
+    """Three nodes of a swarm of its own (the `fresh` fixture)."""
+
+    bundle: Path
+    swarm: str
+    nodes: list[Daemon]
 
 
 async def read_history(cluster: NatsCluster, swarm: str, agent: str, key: str) -> list[Message]:

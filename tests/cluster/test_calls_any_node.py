@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 from tests.cluster.harness import (
-    StartDaemon,
+    FreshSwarm,
     on_node,
     owner_of,
     read_history,
-    start_nodes,
-    swarm_of,
-    unique_swarm_bundle,
 )
 from tests.cluster.natsd import NatsCluster
 from tests.integration.harness import Daemon, run_cli
@@ -44,12 +40,11 @@ async def assistant_texts(cluster: NatsCluster, swarm: str, key: str, count: int
 
 
 async def test_calls_are_listed_and_answered_from_any_node(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
+    swarm = fresh.swarm
     async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         owner, call_id = await pending_on_owner(nodes, "ask colour", "a1")
         other, third = [n for n in nodes if n is not owner]
 
@@ -78,12 +73,11 @@ async def test_calls_are_listed_and_answered_from_any_node(
 
 
 async def test_approvals_are_decided_from_any_node(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
+    swarm = fresh.swarm
     async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         for key, action in (("w1", "approve"), ("w2", "deny")):
             owner, call_id = await pending_on_owner(nodes, "wipe", key)
             other = next(n for n in nodes if n is not owner)

@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 from tests.cluster.harness import (
+    FreshSwarm,
     StartDaemon,
     on_node,
     owner_of,
     read_history,
-    start_nodes,
     swarm_of,
     unique_swarm_bundle,
 )
@@ -35,12 +35,10 @@ async def status_of(node: Daemon) -> dict[str, object]:
     return result
 
 
-async def test_status_and_drain_from_any_node(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
-) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
+async def test_status_and_drain_from_any_node(fresh: FreshSwarm) -> None:
+    bundle = fresh.bundle
     async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         replies = await asyncio.gather(*(nodes[0].send(f"s{i}", key=f"k{i}") for i in range(9)))
     assert all(r.ok for r in replies)
 
@@ -99,13 +97,10 @@ async def test_cluster_commands_on_one_machine_are_a_coded_error(
     assert code == 1 and "E_CLUSTER_CONFIG" in err
 
 
-async def test_status_on_any_node_lists_every_nodes_processes(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
-) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
+async def test_status_on_any_node_lists_every_nodes_processes(fresh: FreshSwarm) -> None:
     keys = [f"k{i}" for i in range(9)]
     async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         replies = await asyncio.gather(*(nodes[0].send(f"s{k}", key=k) for k in keys))
         assert all(r.ok for r in replies)
         code, out, err = await run_cli(*on_node(nodes[2], "status", "--json"))
@@ -125,12 +120,9 @@ async def test_status_on_any_node_lists_every_nodes_processes(
         assert any(line.startswith(node + " ") for line in out.splitlines())
 
 
-async def test_instance_show_on_any_node_reads_the_swarms_history(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
-) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
+async def test_instance_show_on_any_node_reads_the_swarms_history(fresh: FreshSwarm) -> None:
     async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         reply = await nodes[0].send("req colour", key="v1")  # caller@v1 asks worker@v1
         assert reply.ok, reply.error
         runs = {owner_of(nodes, "caller", "v1"), owner_of(nodes, "worker", "v1")}
@@ -155,13 +147,10 @@ async def test_instance_show_on_any_node_reads_the_swarms_history(
     assert code == 1 and "E_INSTANCE_NOT_FOUND" in err
 
 
-async def test_logs_on_any_node_show_every_nodes_lines(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
-) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
+async def test_logs_on_any_node_show_every_nodes_lines(fresh: FreshSwarm) -> None:
     keys = [f"g{i}" for i in range(9)]
     async with asyncio.timeout(90):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         replies = await asyncio.gather(*(nodes[0].send(f"hi {k}", key=k) for k in keys))
         assert all(r.ok for r in replies)
         reader = nodes[0]
@@ -197,13 +186,10 @@ async def test_logs_on_any_node_show_every_nodes_lines(
             await follower.wait()
 
 
-async def test_instance_list_on_any_node_lists_the_swarms_instances(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
-) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
+async def test_instance_list_on_any_node_lists_the_swarms_instances(fresh: FreshSwarm) -> None:
     keys = [f"i{i}" for i in range(6)]
     async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         replies = await asyncio.gather(*(nodes[1].send(f"hi {k}", key=k) for k in keys))
         assert all(r.ok for r in replies)
         code, out, err = await run_cli(*on_node(nodes[0], "instance", "list", "--json"))
@@ -217,13 +203,12 @@ async def test_instance_list_on_any_node_lists_the_swarms_instances(
 
 
 async def test_instance_delete_on_any_node_removes_it_everywhere(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
+    swarm = fresh.swarm
     keys = [f"d{i}" for i in range(6)]
     async with asyncio.timeout(90):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         replies = await asyncio.gather(*(nodes[1].send(f"hi {k}", key=k) for k in keys))
         assert all(r.ok for r in replies)
         asker = nodes[0]

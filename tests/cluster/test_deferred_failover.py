@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 from tests.cluster.harness import (
-    StartDaemon,
+    FreshSwarm,
     on_node,
     owner_of,
     read_history,
-    start_nodes,
-    swarm_of,
-    unique_swarm_bundle,
 )
 from tests.cluster.natsd import NatsCluster
 from tests.integration.harness import run_cli
@@ -25,12 +21,11 @@ KEY = "d1"
 
 
 async def test_a_deferred_call_outlives_its_node(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
+    swarm = fresh.swarm
     async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         first = await nodes[0].send("hi", "worker", key=KEY)
         assert first.ok, first.error
     victim = owner_of(nodes, "worker", KEY)

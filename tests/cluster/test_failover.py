@@ -7,15 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import datetime
-from pathlib import Path
 
 from tests.cluster.harness import (
-    StartDaemon,
+    FreshSwarm,
     owner_of,
     read_history,
-    start_nodes,
-    swarm_of,
-    unique_swarm_bundle,
     user_texts,
 )
 from tests.cluster.natsd import NatsCluster
@@ -46,12 +42,11 @@ def _wall(line: dict[str, object]) -> float:
 
 
 async def test_a_killed_node_s_instances_answer_elsewhere_with_their_history(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
+    swarm = fresh.swarm
     async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         for label in ("a", "b"):
             await send_round(nodes, label, KEYS)
         before = {k: user_texts(await read_history(nats_cluster, swarm, "caller", k)) for k in KEYS}

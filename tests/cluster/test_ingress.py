@@ -4,26 +4,18 @@ partition owner's consumer, answered through the node the client talks to."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from tests.cluster.harness import (
-    StartDaemon,
+    FreshSwarm,
     owner_of,
     read_history,
-    start_nodes,
-    swarm_of,
-    unique_swarm_bundle,
     user_texts,
 )
 from tests.cluster.natsd import NatsCluster
 
 
-async def test_sends_through_every_node_reach_their_owners(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
-) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+async def test_sends_through_every_node_reach_their_owners(fresh: FreshSwarm) -> None:
+    nodes = fresh.nodes
     async with asyncio.timeout(60):
         replies = await asyncio.gather(*(
             nodes[i % 3].send(f"hello {i}", key=f"user-{i}") for i in range(24)
@@ -44,16 +36,14 @@ async def test_sends_through_every_node_reach_their_owners(
 
 
 async def test_agents_send_reaches_a_worker_on_another_node_once(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
+    swarm = fresh.swarm
     """`agents__send` (no reply) from a caller to its worker, usually owned by another node:
     the event goes through the worker's partition of the ingress stream and lands once in
     the worker's conversation (the history stream, which every node reads)."""
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
     keys = [f"fwd-{i}" for i in range(12)]
-    async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+    nodes = fresh.nodes
     async with asyncio.timeout(60):
         sent = await asyncio.gather(*(
             nodes[i % 3].send(f"fwd {i}", key=key) for i, key in enumerate(keys)

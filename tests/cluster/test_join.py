@@ -12,13 +12,11 @@ from pathlib import Path
 
 from orchestrator.cluster.names import partition_of, plan
 from tests.cluster.harness import (
+    FreshSwarm,
     Progress,
     StartDaemon,
     read_history,
     start_node,
-    start_nodes,
-    swarm_of,
-    unique_swarm_bundle,
     user_texts,
 )
 from tests.cluster.natsd import NatsCluster
@@ -47,12 +45,11 @@ async def load(
 
 
 async def test_a_joining_node_takes_its_share_without_loss(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
 ) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
-    async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+    bundle = fresh.bundle
+    swarm = fresh.swarm
+    nodes = fresh.nodes
     sent: dict[str, list[str]] = {k: [] for k in KEYS}
     stop = asyncio.Event()
     progress = Progress()

@@ -14,15 +14,11 @@ import asyncio
 import os
 import random
 import time
-from pathlib import Path
 
 from tests.cluster.harness import (
-    StartDaemon,
+    FreshSwarm,
     owner_of,
     read_history,
-    start_nodes,
-    swarm_of,
-    unique_swarm_bundle,
     user_texts,
 )
 from tests.cluster.natsd import NatsCluster
@@ -46,12 +42,10 @@ async def sender(nodes: list[Daemon], key: str, until: float, sent: list[str]) -
 
 
 async def test_no_loss_no_duplicates_and_order_under_load_with_cross_node_requests(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
-    async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+    swarm = fresh.swarm
+    nodes = fresh.nodes
     sent: dict[str, list[str]] = {key: [] for key in KEYS}
     started = time.monotonic()
     async with asyncio.timeout(LOAD_SECONDS + 120):

@@ -9,18 +9,14 @@ import itertools
 import os
 import random
 import time
-from pathlib import Path
 
 import pytest
 
 from orchestrator.cluster.names import SwarmNames
 from tests.cluster.harness import (
+    FreshSwarm,
     Progress,
-    StartDaemon,
     read_history,
-    start_nodes,
-    swarm_of,
-    unique_swarm_bundle,
 )
 from tests.cluster.natsd import NatsCluster
 from tests.integration.harness import Daemon
@@ -49,12 +45,10 @@ async def sender(nodes: list[Daemon], counter: itertools.count[int], until: floa
 
 @pytest.mark.quarantine
 async def test_leader_kill_loses_no_acknowledged_event(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
-    async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+    swarm = fresh.swarm
+    nodes = fresh.nodes
     leader = await nats_cluster.stream_leader(SwarmNames(swarm).ingress_stream)
     accepted: dict[str, str] = {}
     acks: list[float] = []

@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from pathlib import Path
 
 from tests.cluster.harness import (
-    StartDaemon,
+    FreshSwarm,
     owner_of,
     read_history,
-    start_nodes,
-    swarm_of,
-    unique_swarm_bundle,
 )
 from tests.cluster.natsd import NatsCluster
 from tests.integration.harness import Daemon
@@ -24,12 +20,11 @@ KEYS = [f"z{i}" for i in range(9)]
 
 
 async def test_a_paused_node_cannot_append_and_drops_its_instances(
-    start_daemon: StartDaemon, nats_cluster: NatsCluster, tmp_path: Path
+    fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
-    bundle = unique_swarm_bundle(tmp_path)
-    swarm = swarm_of(bundle)
+    swarm = fresh.swarm
     async with asyncio.timeout(60):
-        nodes = await start_nodes(start_daemon, nats_cluster, bundle, tmp_path)
+        nodes = fresh.nodes
         await asyncio.gather(*(nodes[0].send("hi", "worker", key=k) for k in KEYS))
     owners = {k: owner_of(nodes, "worker", k) for k in KEYS}
     key = next(k for k in KEYS if owners[k] is not nodes[0])
