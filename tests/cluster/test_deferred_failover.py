@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from tests.cluster.harness import (
     FreshSwarm,
     on_node,
@@ -20,6 +22,7 @@ from tests.integration.harness import run_cli
 KEY = "d1"
 
 
+@pytest.mark.quarantine
 async def test_a_deferred_call_outlives_its_node(
     fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
