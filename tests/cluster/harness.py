@@ -68,8 +68,8 @@ async def start_nodes(
     start_daemon: StartDaemon, nats: NatsCluster, bundle: Path, root: Path, count: int = 3
 ) -> list[Daemon]:
     nodes = [await start_node(start_daemon, nats, bundle, f"n{i + 1}", root) for i in range(count)]
-    for node in nodes:  # every node took its share (the plan over all of them)
-        await node.wait_for("cluster_settled")
+    for node in nodes:  # every node holds its share of the plan over all of them
+        await node.wait_for("cluster_settled", nodes=count)
     return nodes
 
 
