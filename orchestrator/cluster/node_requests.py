@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -23,6 +25,7 @@ from orchestrator.cluster.leases import nodes_of
 from orchestrator.cluster.link import Nats
 
 Handler = Callable[[bytes], Awaitable[bytes]]
+T = TypeVar("T")
 
 
 class NodeRequests:
@@ -53,8 +56,11 @@ class NodeRequests:
             raise TimeoutError(f"node {node} did not reply within {wait_s:g} s") from None
         return msg.data
 
-    async def ask_others(self, what: str, data: bytes, wait_s: float) -> dict[str, bytes | None]:
-        """Every other live node's reply (None: gone, or no reply in time), at once."""
+    async def ask_others(
+        self, what: str, data: bytes, wait_s: float, decode: Callable[[bytes], T]
+    ) -> tuple[dict[str, T], list[str]]:
+        """Every other live node's reply, asked at once and decoded; and the nodes that gave
+        none (gone, or not in time) or one `decode` refused (msgspec.DecodeError)."""
         others = sorted({r.node for r in await nodes_of(self.nats)} - {self.node})
 
         async def one(node: str) -> bytes | None:
@@ -62,8 +68,17 @@ class NodeRequests:
                 return await self.ask(node, what, data, wait_s)
             return None
 
-        replies = await asyncio.gather(*(one(node) for node in others))
-        return dict(zip(others, replies, strict=True))
+        replies: dict[str, T] = {}
+        unanswered: list[str] = []
+        for node, raw in zip(others, await asyncio.gather(*(one(n) for n in others)), strict=True):
+            try:
+                if raw is not None:
+                    replies[node] = decode(raw)
+                    continue
+            except msgspec.DecodeError:
+                pass
+            unanswered.append(node)
+        return replies, unanswered
 
     async def close(self) -> None:
         for sub in self._subs:

@@ -20,7 +20,7 @@ from orchestrator.cluster.node_logs import NodeLogs
 from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.swarm_delete import SwarmDelete
 from orchestrator.control import ControlFailed
-from orchestrator.loglines import LogsAsk, LogsPage, decode_page
+from orchestrator.loglines import LogsAsk, decode_page
 from orchestrator.supervisor import Supervisor
 from protocol.control import DEACTIVATED, InstanceHistory, LogsQuery, ProcessInfo
 from protocol.errors import ErrorCode
@@ -77,16 +77,8 @@ class SwarmControl:
     async def processes(self) -> tuple[list[ProcessInfo], list[str]]:
         """`goondan status` on this node: the other live nodes' process rows (asked at once,
         each given STATUS_WAIT), and the nodes whose rows did not come."""
-        replies = await self.requests.ask_others(STATUS, b"", STATUS_WAIT)
-        rows: list[ProcessInfo] = []
-        unanswered: list[str] = []
-        for node, raw in replies.items():
-            try:
-                rows += _decode_rows(raw) if raw is not None else []
-            except msgspec.DecodeError:
-                raw = None
-            if raw is None:
-                unanswered.append(node)
+        tables, unanswered = await self.requests.ask_others(STATUS, b"", STATUS_WAIT, _decode_rows)
+        rows = [row for table in tables.values() for row in table]
         return rows, unanswered
 
     async def conversation(self, req: InstanceHistory) -> JsonObject:
@@ -108,15 +100,10 @@ class SwarmControl:
         """`goondan logs` on this node: its own lines and every other live node's."""
         ask = LogsAsk(agent=req.agent, instance=req.instance, trace=req.trace, since=req.since,
                       follower=req.follower)  # fmt: skip
-        pages: dict[str, LogsPage | None] = {self.node: await self.own_logs.page(ask)}
-        replies = await self.requests.ask_others(LOGS, _encode(ask), LOGS_WAIT)
-        for node, raw in replies.items():
-            try:
-                pages[node] = decode_page(raw) if raw is not None else None
-            except msgspec.DecodeError:
-                pages[node] = None
-        unanswered = [node for node, page in pages.items() if page is None]
-        got = {node: page for node, page in pages.items() if page is not None}
+        own = await self.own_logs.page(ask)
+        others, unanswered = await self.requests.ask_others(LOGS, _encode(ask), LOGS_WAIT,
+                                                            decode_page)  # fmt: skip
+        got = {self.node: own, **others}
         lines = heapq.merge(*(page.lines for page in got.values()), key=lambda line: line.at)
         return {
             "lines": [msgspec.to_builtins(line) for line in lines],

@@ -68,16 +68,10 @@ class SwarmDelete:
     async def delete(self, key: str, agent: str | None) -> JsonObject:
         ask = DeleteAsk(key=key, agent=agent)
         node = self.requests.node
-        done: dict[str, DeletedHere | None] = {node: await self._delete_here(ask)}
-        replies = await self.requests.ask_others(DELETE, _encode(ask), DELETE_WAIT)
-        unanswered = []
-        for other, raw in replies.items():
-            try:
-                done[other] = _decode_done(raw) if raw is not None else None
-            except msgspec.DecodeError:
-                raw = None
-            if raw is None:
-                unanswered.append(other)
+        here = await self._delete_here(ask)
+        others, unanswered = await self.requests.ask_others(DELETE, _encode(ask), DELETE_WAIT,
+                                                            _decode_done)  # fmt: skip
+        done: dict[str, DeletedHere | None] = {node: here, **others}
         try:
             purged = await self._purge(key, agent)
             calls = await self._forget_calls(key, agent)
