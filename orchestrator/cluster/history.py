@@ -33,8 +33,8 @@ import msgspec
 import nats.errors
 import nats.js.errors
 import structlog
-from nats.js.api import DeliverPolicy
 
+from orchestrator.cluster.history_view import read_subject
 from orchestrator.cluster.link import Nats
 from orchestrator.spawner import SpawnError
 from orchestrator.table import ProcessEntry
@@ -49,7 +49,6 @@ SEQ_FILE = ".history-seq"
 EXPECTED = "Nats-Expected-Last-Subject-Sequence"
 MSG_ID = "Nats-Msg-Id"
 PUBLISH_DEADLINE = 30.0
-READ_WAIT = 5.0
 WRONG_LAST_SEQUENCE = 10071
 _encode = msgspec.json.Encoder().encode
 
@@ -141,21 +140,10 @@ class HistoryWriter:
         """Every line of the instance's history up to stream sequence `last`."""
         if last == 0:
             return b""
-        js, names = self.nats.js, self.nats.names
-        sub = await js.subscribe(
-            names.history_subject(address), stream=names.history_stream,
-            ordered_consumer=True, deliver_policy=DeliverPolicy.ALL,
-        )  # fmt: skip
-        chunks: list[bytes] = []
-        try:
-            while True:
-                msg = await sub.next_msg(timeout=READ_WAIT)
-                chunks.append(msg.data)
-                if msg.metadata.sequence.stream >= last:
-                    return b"".join(chunks)
-        finally:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
+        names = self.nats.names
+        chunks, _ = await read_subject(self.nats.js, names.history_stream,
+                                       names.history_subject(address), 0, last)  # fmt: skip
+        return b"".join(chunks)
 
     # -- appends and the steps behind them -----------------------------------------------------
 

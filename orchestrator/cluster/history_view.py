@@ -14,6 +14,7 @@ import contextlib
 
 import nats.errors
 import nats.js.errors
+from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from orchestrator.cluster.kvkeys import stream_subjects
@@ -60,19 +61,31 @@ async def _read(nats_: Nats, subject: str, start: int, budget: int) -> tuple[lis
         return [], start, False
     if budget <= 0:
         return [], start, True
-    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start + 1)
+    chunks, read = await read_subject(js, stream, subject, start, last, budget)
+    return [chunk.decode(errors="replace") for chunk in chunks], read, read < last
+
+
+async def read_subject(
+    js: JetStreamContext, stream: str, subject: str, after: int, last: int,
+    budget: int | None = None,
+) -> tuple[list[bytes], int]:  # fmt: skip
+    """The messages of `subject` after stream sequence `after`, up to `last` (or to the first
+    that brings them past `budget` bytes); and the sequence of the last one read. Also how an
+    activation rebuilds its cache (`history.py`)."""
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
     sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=config)
-    lines: list[str] = []
-    read = start
+    chunks: list[bytes] = []
+    read = after
     try:
         while read < last:
             msg = await sub.next_msg(timeout=READ_WAIT)
-            lines.append(msg.data.decode(errors="replace"))
+            chunks.append(msg.data)
             read = msg.metadata.sequence.stream
-            budget -= len(msg.data)
-            if budget <= 0:
-                break
+            if budget is not None:
+                budget -= len(msg.data)
+                if budget <= 0:
+                    break
     finally:
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
-    return lines, read, read < last
+    return chunks, read
