@@ -129,6 +129,12 @@ class Progress:
             await self._changed.wait_for(lambda: self.count >= count)
 
 
+async def send_each(node: Daemon, texts: dict[str, str]) -> None:
+    """Send each key its text through `node`, all at once; every send is answered."""
+    replies = await asyncio.gather(*(node.send(text, key=key) for key, text in texts.items()))
+    assert all(r.ok for r in replies), [r.error for r in replies if not r.ok]
+
+
 def on_node(node: Daemon, *args: str) -> list[str]:
     """A CLI command's arguments for `node` (its state root and swarm)."""
     assert node.state_root is not None

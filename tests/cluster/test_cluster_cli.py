@@ -14,6 +14,7 @@ from tests.cluster.harness import (
     on_node,
     owner_of,
     read_history,
+    send_each,
     swarm_of,
     unique_swarm_bundle,
 )
@@ -39,8 +40,7 @@ async def test_status_and_drain_from_any_node(fresh: FreshSwarm) -> None:
     bundle = fresh.bundle
     async with asyncio.timeout(60):
         nodes = fresh.nodes
-        replies = await asyncio.gather(*(nodes[0].send(f"s{i}", key=f"k{i}") for i in range(9)))
-    assert all(r.ok for r in replies)
+        await send_each(nodes[0], {f"k{i}": f"s{i}" for i in range(9)})
 
     async with asyncio.timeout(60):
         while True:  # a node's live count is in the record it beats every third of the TTL
@@ -101,8 +101,7 @@ async def test_status_on_any_node_lists_every_nodes_processes(fresh: FreshSwarm)
     keys = [f"k{i}" for i in range(9)]
     async with asyncio.timeout(60):
         nodes = fresh.nodes
-        replies = await asyncio.gather(*(nodes[0].send(f"s{k}", key=k) for k in keys))
-        assert all(r.ok for r in replies)
+        await send_each(nodes[0], {k: f"s{k}" for k in keys})
         code, out, err = await run_cli(*on_node(nodes[2], "status", "--json"))
         assert code == 0, err
         view = json.loads(out)
@@ -151,8 +150,7 @@ async def test_logs_on_any_node_show_every_nodes_lines(fresh: FreshSwarm) -> Non
     keys = [f"g{i}" for i in range(9)]
     async with asyncio.timeout(90):
         nodes = fresh.nodes
-        replies = await asyncio.gather(*(nodes[0].send(f"hi {k}", key=k) for k in keys))
-        assert all(r.ok for r in replies)
+        await send_each(nodes[0], {k: f"hi {k}" for k in keys})
         reader = nodes[0]
         elsewhere = next(k for k in keys if owner_of(nodes, "caller", k) is not reader)
         code, out, err = await run_cli(*on_node(reader, "logs", "--json"))
@@ -190,8 +188,7 @@ async def test_instance_list_on_any_node_lists_the_swarms_instances(fresh: Fresh
     keys = [f"i{i}" for i in range(6)]
     async with asyncio.timeout(60):
         nodes = fresh.nodes
-        replies = await asyncio.gather(*(nodes[1].send(f"hi {k}", key=k) for k in keys))
-        assert all(r.ok for r in replies)
+        await send_each(nodes[1], {k: f"hi {k}" for k in keys})
         code, out, err = await run_cli(*on_node(nodes[0], "instance", "list", "--json"))
     assert code == 0, err
     rows = {(r["agent"], r["instanceKey"]): r for r in json.loads(out)}
@@ -209,8 +206,7 @@ async def test_instance_delete_on_any_node_removes_it_everywhere(
     keys = [f"d{i}" for i in range(6)]
     async with asyncio.timeout(90):
         nodes = fresh.nodes
-        replies = await asyncio.gather(*(nodes[1].send(f"hi {k}", key=k) for k in keys))
-        assert all(r.ok for r in replies)
+        await send_each(nodes[1], {k: f"hi {k}" for k in keys})
         asker = nodes[0]
         gone = next(k for k in keys if owner_of(nodes, "caller", k) is not asker)
         owner = owner_of(nodes, "caller", gone)
