@@ -6,8 +6,8 @@ Durability (why each write is what it is):
   so a SIGKILL (or any crash of this process) loses nothing written; only a power loss or
   kernel crash could, and that is what the fsync at the durability point covers.
 - The durability point is `fold()` at turn end (and on close). Two ways, same result on disk:
-  - *append* (the usual turn: only new messages were appended since the last fold, and the
-    base on disk is known clean): the new message lines are appended to `base.jsonl` with one
+  - *append* (the usual turn: only new messages were appended since the last fold, edits
+    touched only those, and the base on disk is known clean): the new message lines are appended to `base.jsonl` with one
     `write` and `fdatasync`ed; no temp file, no rename, no directory fsync, and the cost does
     not grow with the history.
   - *rewrite* (anything else: a replace, remove or truncate, the first fold, a recovery): the
@@ -154,8 +154,21 @@ class ConversationStore:
         if self._appended is not None:
             if isinstance(event, AppendEvent) and len(self._messages) == count + 1:
                 self._appended.append(event.message)
-            else:  # an edit of what the base already holds: only a rewrite can fold it
-                self._appended = None
+            elif not self._edits_unfolded(event):
+                self._appended = None  # an edit of what the base holds: only a rewrite folds it
+
+    def _edits_unfolded(self, event: MessageEvent) -> bool:
+        """Apply a replace or remove of a message appended since the last fold to the
+        pending appends, and say so: the base does not hold that message yet, so the fold can
+        still append. Every turn ends with such an edit (its user message is marked ended), and
+        without this each turn's fold would rewrite the whole history."""
+        assert self._appended is not None
+        if not isinstance(event, ReplaceEvent | RemoveEvent):
+            return False
+        if not any(m.id == event.message_id for m in self._appended):
+            return False
+        apply_event(self._appended, event)
+        return True
 
     # -- folding (the durability point) -------------------------------------------------
 

@@ -68,3 +68,35 @@ def test_a_base_removed_under_the_store_is_written_whole(tmp_path: Path) -> None
     store.append("assistant", "two")
     store.fold()
     assert base_contents(tmp_path) == ["one", "two"]
+
+
+def test_edits_of_messages_not_yet_folded_still_append(tmp_path: Path) -> None:
+    """A turn marks its own user message ended before the fold: that edit touches nothing the
+    base holds, so the fold appends (the history is not rewritten every turn)."""
+    store = opened(tmp_path)
+    store.append("user", "one")
+    store.fold()
+    inode = os.stat(tmp_path / "base.jsonl").st_ino
+    asked = store.append("user", "two")
+    dropped = store.append("assistant", "draft")
+    store.append("assistant", "three")
+    store.replace(asked.id, "two", metadata={"turnOutcome": "completed"})
+    store.remove(dropped.id)
+    store.fold()
+    assert os.stat(tmp_path / "base.jsonl").st_ino == inode  # appended, not replaced
+    assert base_contents(tmp_path) == ["one", "two", "three"]
+    again = opened(tmp_path)
+    assert [m.content for m in again.messages] == ["one", "two", "three"]
+    assert again.messages[1].metadata == {"turnOutcome": "completed"}
+
+
+def test_an_edit_of_a_folded_message_after_an_append_still_rewrites(tmp_path: Path) -> None:
+    store = opened(tmp_path)
+    first = store.append("user", "one")
+    store.fold()
+    inode = os.stat(tmp_path / "base.jsonl").st_ino
+    store.append("assistant", "two")
+    store.remove(first.id)
+    store.fold()
+    assert os.stat(tmp_path / "base.jsonl").st_ino != inode
+    assert base_contents(tmp_path) == ["two"]
