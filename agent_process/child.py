@@ -315,6 +315,7 @@ class Child:
                 self.busy = False
                 self._beat_if_working()
                 await self.bridge.drop_ahead()  # an unused permit asked ahead goes back
+                await self.bridge.flush_usage()
                 self.bridge.current = None
                 await self._status(ChildState.IDLE, event.id)
                 return
@@ -333,6 +334,7 @@ class Child:
         self.busy = False
         self._beat_if_working()
         await self.bridge.drop_ahead()
+        await self.bridge.flush_usage()  # after the reply: it did not wait for them
         self.bridge.current = None
         await self._status(ChildState.IDLE, event.id, outcome)
         self._wake()

@@ -48,7 +48,7 @@ class PermitDesk(Protocol):
 
     async def ask_ahead(self, args: JsonObject) -> None: ...
 
-    async def report(self, args: JsonObject) -> None: ...
+    async def report(self, args: JsonObject, *, last: bool = False) -> None: ...
 
 
 def estimate_tokens(request: ModelRequest) -> int:
@@ -116,7 +116,8 @@ class Governed:
         self._record("model.usage", {"model": self.resource, **response.usage.as_dict(),
                                      "costUsd": round(cost, 8), **waited})  # fmt: skip
         if desk is not None:
-            await desk.report(self._usage_args(desk, response.usage, estimate, cost))
+            usage = self._usage_args(desk, response.usage, estimate, cost)
+            await desk.report(usage, last=not response.tool_calls)
         return response
 
     async def _permit(self, desk: PermitDesk, estimate: int) -> int:

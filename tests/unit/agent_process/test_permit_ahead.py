@@ -8,7 +8,8 @@ import asyncio
 
 from agent_process.permit_ahead import FRESH_S, Ahead
 from protocol.messages import Call, CallOp, CallResultPayload, Message
-from tests.unit.agent_process.test_bridge import Sent, bridge
+from protocol.events import new_event
+from tests.unit.agent_process.test_bridge import ME, Sent, bridge
 
 ARGS = {"model": "m", "eventId": "e1", "estimatedTokens": 40}
 
@@ -80,3 +81,27 @@ async def test_an_old_grant_is_not_used_and_a_refusal_gives_nothing_back() -> No
     refused: asyncio.Future[CallResultPayload] = loop.create_future()
     refused.set_result(CallResultPayload(call_id="p1", ok=False))
     assert Ahead.of(ARGS, "p1", refused, now=0.0).give_back() is None
+
+
+async def test_the_last_calls_usage_waits_for_the_turns_end_or_the_next_frame() -> None:
+    """The usage of a turn's last model call does not go out before the reply; it goes at
+    `flush_usage` (the turn's end) or ahead of any frame sent before that."""
+    async with asyncio.timeout(5):
+        sent: Sent = asyncio.Queue()
+        b = bridge(sent)
+        b.current = new_event(type="user.message", input="hi", instance_key="k", source=ME)
+        await b.report({"model": "m", "inputTokens": 3}, last=True)
+        assert sent.empty()
+        await b.report({"model": "m", "inputTokens": 4})  # a call with tool calls after it
+        first, second = await next_call(sent), await next_call(sent)
+        assert [first.payload.args["inputTokens"], second.payload.args["inputTokens"]] == [3, 4]
+        await b.report({"model": "m", "inputTokens": 5}, last=True)
+        await b.ask_ahead(ARGS)  # any frame of the bridge: the held report goes first
+        assert (await next_call(sent)).payload.op is CallOp.MODEL_USAGE
+        assert (await next_call(sent)).payload.op is CallOp.MODEL_PERMIT
+        await b.report({"model": "m", "inputTokens": 6}, last=True)
+        await b.flush_usage()
+        assert (await next_call(sent)).payload.args["inputTokens"] == 6
+        b.current = None
+        await b.report({"model": "m", "inputTokens": 7}, last=True)  # no turn: sent at once
+        assert (await next_call(sent)).payload.args["inputTokens"] == 7
