@@ -49,48 +49,45 @@ class RouterSocket:
         self.sock.bind(endpoint)
         self.shadow: zmq.Socket[bytes] = zmq.Socket.shadow(self.sock.underlying)
         self._recheck_due = False
-        self._on_frames: Callable[[Frames], None] | None = None
-        self._stopped: asyncio.Future[None] | None = None
+        self._readable: asyncio.Future[None] | None = None
         self._unwatch: Callable[[], object] | None = None
 
     async def serve(self, on_frames: Callable[[Frames], None]) -> None:
-        """Hand every inbound message (its frames) to `on_frames` until cancelled; an exception
-        of `on_frames` ends the serve with it."""
+        """Hand every inbound message (its frames) to `on_frames`, forever."""
         loop = asyncio.get_running_loop()
-        self._on_frames = on_frames
-        self._stopped = loop.create_future()
-        fd = int(self.shadow.getsockopt(zmq.FD))
-        loop.add_reader(fd, self._drain)
+        shadow = self.shadow
+        fd = int(shadow.getsockopt(zmq.FD))
+        loop.add_reader(fd, self._wake)
         self._unwatch = lambda: loop.remove_reader(fd)
-        loop.call_soon(self._drain)  # frames queued before the reader existed fire no edge
         try:
-            await self._stopped
+            while True:
+                for _ in range(DRAIN_MAX):
+                    try:
+                        frames = shadow.recv_multipart(NOBLOCK)
+                    except zmq.Again:
+                        break
+                    on_frames(frames)
+                else:  # more queued: let the loop's other work in first
+                    await asyncio.sleep(0)
+                    continue
+                self._readable = loop.create_future()
+                try:
+                    await self._readable
+                finally:
+                    self._readable = None
         finally:
-            self._stop_serving()
+            self._stop_watching()
 
-    def _stop_serving(self) -> None:
+    def _wake(self) -> None:
+        """The FD fired (or a send's re-check saw a frame): the parked serve goes on."""
+        readable = self._readable
+        if readable is not None and not readable.done():
+            readable.set_result(None)
+
+    def _stop_watching(self) -> None:
         unwatch, self._unwatch = self._unwatch, None
         if unwatch is not None:
             unwatch()  # before the socket (and its FD) closes
-        if self._stopped is not None and not self._stopped.done():
-            self._stopped.cancel()
-
-    def _drain(self) -> None:
-        stopped, on_frames = self._stopped, self._on_frames
-        if stopped is None or stopped.done() or on_frames is None or self.sock.closed:
-            return
-        shadow = self.shadow
-        try:
-            for _ in range(DRAIN_MAX):
-                try:
-                    frames = shadow.recv_multipart(NOBLOCK)
-                except zmq.Again:
-                    return
-                on_frames(frames)
-        except Exception as exc:  # noqa: BLE001 - ends serve() with it, as an awaited recv did
-            stopped.set_exception(exc)
-            return
-        asyncio.get_running_loop().call_soon(self._drain)  # more queued: go on next iteration
 
     def send(self, routing_id: bytes, data: bytes) -> str | None:
         """Send without awaiting; None when sent, else why it could not be routed."""
@@ -108,7 +105,7 @@ class RouterSocket:
         return None
 
     def close(self) -> None:
-        self._stop_serving()
+        self._stop_watching()
         self.sock.close(linger=0)
 
     def _recheck_soon(self) -> None:
@@ -124,4 +121,4 @@ class RouterSocket:
     def _recheck(self) -> None:
         self._recheck_due = False
         if not self.sock.closed and int(self.shadow.getsockopt(EVENTS)) & POLLIN:
-            self._drain()
+            self._wake()

@@ -190,22 +190,27 @@ class Completions:
             body = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
             return _event(body)
 
-        yield chunk({"role": "assistant", "content": ""})
+        # one write per piece (the role chunk rides with the first, [DONE] with the end): each
+        # write is a send on the socket and a wake-up of the client
+        out = [chunk({"role": "assistant", "content": ""})]
         shown = False
         async with aclosing(_chain(first, pieces)) as chain:  # a client gone: stop waiting
             async for piece in chain:
                 if piece.tool is not None:  # an extension field: clients that know it show it
-                    yield _event({**head, "choices": [{"index": 0, "delta": {},
-                                                       "finish_reason": None}],
-                                  "goondan": {"tool": tool_progress(piece.tool)}})  # fmt: skip
+                    out.append(_event({**head, "choices": [{"index": 0, "delta": {},
+                                                            "finish_reason": None}],
+                                       "goondan": {"tool": tool_progress(piece.tool)}}))  # fmt: skip
                 if piece.text and (piece.done is None or piece.done.call is None):
-                    yield chunk({"content": f"\n\n{piece.text}" if piece.fresh and shown
-                                 else piece.text})  # fmt: skip
+                    out.append(chunk({"content": f"\n\n{piece.text}" if piece.fresh and shown
+                                      else piece.text}))  # fmt: skip
                     shown = True
                 if piece.done is not None:
-                    for line in self._end(head, piece.done, include_usage, chunk):
-                        yield line
-        yield b"data: [DONE]\n\n"
+                    out.extend(self._end(head, piece.done, include_usage, chunk))
+                    break
+                if out:
+                    yield b"".join(out)
+                    out = []
+        yield b"".join([*out, b"data: [DONE]\n\n"])
 
     def _end(self, head: dict[str, Any], done: Any, include_usage: bool, chunk: Any) -> list[bytes]:
         lines: list[bytes] = []
