@@ -32,12 +32,15 @@ from protocol.launch import LaunchSettings
 
 __all__ = ["main", "preload", "refresh"]
 
+ASYNC_HTTP = "anyio._backends._asyncio"
+"""What the SDKs' HTTP stack (httpx, httpcore) imports at a client's first request, not at
+import: ~10 ms of a new child's first model call, and private pages, if left to each child."""
 MODELS = {
-    "scripted": "agent_process.models.scripted",
-    "openai": "agent_process.models.openai_chat",
-    "anthropic": "agent_process.models.anthropic_messages",
+    "scripted": ("agent_process.models.scripted",),
+    "openai": ("agent_process.models.openai_chat", ASYNC_HTTP),
+    "anthropic": ("agent_process.models.anthropic_messages", ASYNC_HTTP),
 }
-"""Model adapter module per provider: the runtime imports them lazily, a child would import
+"""Model adapter modules per provider: the runtime imports them lazily, a child would import
 its own after the fork."""
 
 
@@ -47,8 +50,9 @@ def preload(bundle: Bundle | None = None, launch: LaunchSettings | None = None) 
     logs.configure("json")  # the usual format; a child asking for another redoes it
     providers = {m.spec.provider for m in bundle.of_kind(Kind.MODEL)} if bundle else set(MODELS)
     for provider in sorted(providers):  # only the SDKs the bundle uses: a smaller fork server
-        with contextlib.suppress(ImportError, KeyError):
-            importlib.import_module(MODELS[provider])
+        for module in MODELS.get(provider, ()):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
     if bundle is not None and launch is not None:
         preloaded.remember(bundle, launch)
         prepare(bundle, launch)
