@@ -7,9 +7,9 @@ Durability (why each write is what it is):
   kernel crash could, and that is what the fsync at the durability point covers.
 - The durability point is `fold()` at turn end (and on close). Two ways, same result on disk:
   - *append* (the usual turn: only new messages were appended since the last fold, edits
-    touched only those, and the base on disk is known clean): the new message lines are appended to `base.jsonl` with one
-    `write` and `fdatasync`ed; no temp file, no rename, no directory fsync, and the cost does
-    not grow with the history.
+    touched only those, and the base on disk is known clean): the new message lines are
+    appended to `base.jsonl` with one `write` and `fdatasync`ed; no temp file, no rename, no
+    directory fsync, and the cost does not grow with the history.
   - *rewrite* (anything else: a replace, remove or truncate, the first fold, a recovery): the
     folded messages go to a temp file, which is fsynced, renamed over `base.jsonl`, and the
     directory fsynced.

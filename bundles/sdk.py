@@ -20,6 +20,7 @@ from bundles import codecache
 from protocol.jsontypes import JsonObject as JsonObject
 from protocol.jsontypes import JsonValue as JsonValue
 from protocol.stream import DeltaKind as DeltaKind
+from protocol.stream import GapWatch as GapWatch
 from protocol.stream import StreamDelta as StreamDelta
 
 

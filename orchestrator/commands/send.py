@@ -25,7 +25,7 @@ from orchestrator.client import ClientError, Printer, call, find_daemon, new_req
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import Attach, ControlReply, SendText
 from protocol.errors import ErrorCode, ErrorInfo
-from protocol.stream import DeltaKind, StreamDelta
+from protocol.stream import DeltaKind, GapWatch, StreamDelta
 
 
 class JsonLines:
@@ -46,8 +46,12 @@ class Terminal:
         self.shown: list[str] = []
         """The text printed of the latest step that had text."""
         self.mid_line = False
+        self.gaps = GapWatch()
+        """After a delta lost on the way, text waits for the reply (`reply` prints the rest)."""
 
     def delta(self, delta: StreamDelta) -> None:
+        if not self.gaps.passes(delta):
+            return
         if delta.kind is DeltaKind.TEXT:
             if delta.step != self.step:
                 self.end_line(blank=self.step is not None)  # a new step: a new paragraph

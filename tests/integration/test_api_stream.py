@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
 import httpx
+import httpx2
 import openai
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.types.a2a_pb2 import TaskState
@@ -209,3 +211,43 @@ async def test_mcp_progress_notifications_carry_the_deltas(start_daemon: StartDa
     text = "".join(m or "" for m in messages if m and not m.startswith("clock__now"))
     assert text == "let me look\n\nit is noon now"
     assert time.content[0].text == "it is noon now"
+
+
+async def test_a_slow_reader_gets_the_backlog_merged_and_the_turn_ends_without_it(
+    start_daemon: StartDaemon,
+) -> None:
+    """A client that stops reading mid-stream (a 64 KiB receive buffer, then no reads) stalls
+    only its own answer: the turn writes its 2 MiB reply (~2,000 deltas) to the end and records
+    it while the client reads nothing; the deltas that piled up meanwhile reach the client as a
+    few large chunks (the edge's backlog holds a few entries, not one per delta), and their
+    text is the whole reply."""
+    async with asyncio.timeout(120):
+        edge = await start_edge(start_daemon)
+        small = httpx2.AsyncHTTPTransport(
+            socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)]
+        )
+        http = openai.DefaultAsyncHttpxClient(transport=small)
+        client = openai.AsyncOpenAI(base_url=f"{edge.url}/v1", api_key=TOKEN, max_retries=0,
+                                    http_client=http)  # fmt: skip
+        text = "flood " + "0123456789abcdef" * 4096  # 64 KiB in, 32 copies out
+        mark = edge.daemon.mark()
+        stream = await client.chat.completions.create(
+            model="front", user="flood", stream=True,
+            messages=[{"role": "user", "content": text}])  # fmt: skip
+        texts: list[str] = []
+        chunks = aiter(stream)
+        while not texts:
+            chunk = await anext(chunks)
+            texts.extend(c.delta.content for c in chunk.choices if c.delta.content)
+        # the client reads nothing more until the turn has ended and its reply is on disk
+        await edge.daemon.wait_for("transition", process="agent:front:flood:1",
+                                   source="processing", target="idle", since=mark)  # fmt: skip
+        on_disk = _history("flood")
+        async for chunk in chunks:
+            texts.extend(c.delta.content for c in chunk.choices if c.delta.content)
+        await client.close()
+    reply = text * 32
+    assert on_disk == [text, reply]
+    assert "".join(texts) == reply
+    deltas = -(-len(reply) // 1024)
+    assert len(texts) < deltas // 4, (len(texts), deltas)  # merged while the client stalled

@@ -29,7 +29,14 @@ from typing import Any
 
 import msgspec
 
-from bundles.sdk import ConnectorContext, ConnectorReply, DeltaKind, StreamDelta, load_sibling
+from bundles.sdk import (
+    ConnectorContext,
+    ConnectorReply,
+    DeltaKind,
+    GapWatch,
+    StreamDelta,
+    load_sibling,
+)
 
 MESSAGE_EVENT = "message"
 ANSWER_EVENT = "deferred.answer"
@@ -147,14 +154,18 @@ class Backlog:
     piled up meanwhile as one delta: the backlog holds at most a few entries per step, never
     one per delta, and the client fewer, larger chunks."""
 
-    __slots__ = ("_items", "_ready")
+    __slots__ = ("_gaps", "_items", "_ready")
 
     def __init__(self) -> None:
         self._items: deque[StreamDelta | list[StreamDelta] | None] = deque()
         """A step's text that waits is a list of its deltas (joined once, when taken)."""
         self._ready = asyncio.Event()
+        self._gaps = GapWatch()
+        """After a delta lost on the way, text waits for the reply (Shown.last)."""
 
     def put(self, delta: StreamDelta | None) -> None:
+        if delta is not None and not self._gaps.passes(delta):
+            return
         last = self._items[-1] if self._items else None
         if delta is not None and delta.kind is DeltaKind.TEXT:
             if isinstance(last, list) and last[0].step == delta.step:

@@ -197,9 +197,9 @@ class Completions:
         async with aclosing(_chain(first, pieces)) as chain:  # a client gone: stop waiting
             async for piece in chain:
                 if piece.tool is not None:  # an extension field: clients that know it show it
-                    out.append(_event({**head, "choices": [{"index": 0, "delta": {},
-                                                            "finish_reason": None}],
-                                       "goondan": {"tool": tool_progress(piece.tool)}}))  # fmt: skip
+                    progress = {"tool": tool_progress(piece.tool)}
+                    choices = [{"index": 0, "delta": {}, "finish_reason": None}]
+                    out.append(_event({**head, "choices": choices, "goondan": progress}))
                 if piece.text and (piece.done is None or piece.done.call is None):
                     out.append(chunk({"content": f"\n\n{piece.text}" if piece.fresh and shown
                                       else piece.text}))  # fmt: skip

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from agent_process.permit_ahead import FRESH_S, Ahead
-from protocol.messages import Call, CallOp, CallResultPayload, Message
 from protocol.events import new_event
+from protocol.messages import Call, CallOp, CallResultPayload, Message
 from tests.unit.agent_process.test_bridge import ME, Sent, bridge
 
 ARGS = {"model": "m", "eventId": "e1", "estimatedTokens": 40}

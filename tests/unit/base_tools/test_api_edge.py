@@ -130,6 +130,23 @@ async def test_a_reader_behind_gets_a_steps_waiting_text_as_one_delta() -> None:
         assert (await backlog.get()).text == "f"
 
 
+async def test_after_a_lost_delta_the_text_waits_for_the_reply_and_nothing_repeats() -> None:
+    """A delta dropped on the way (seq 2 is missing): the text after it is held back, tool
+    deltas still pass, and the reply finishes what was shown (the client's chunks add up to
+    the reply, with no part of it twice)."""
+    started = {"kind": DeltaKind.TOOL_STARTED, "tool": "t", "tool_call_id": "k"}
+    ctx = StreamingCtx(answer=Reply(text="abcdef"), deltas=[
+        _delta(0, 1, "ab"), _delta(1, 1, "c"), _delta(3, 1, "e"), _delta(4, 1, **started),
+        _delta(5, 1, "f"),
+    ])  # fmt: skip
+    seam = edge.Edge(ctx, 5.0, frozenset({"a"}))
+    async with asyncio.timeout(5):
+        pieces = [p async for p in seam.pieces("a", "k", "x", stream=True)]
+    assert "".join(p.text for p in pieces) == "abcdef"
+    assert [p.text for p in pieces if p.tool is None] == ["ab", "c", "def"]
+    assert [p.tool.name for p in pieces if p.tool] == ["t"]
+
+
 @pytest.mark.parametrize(
     ("streamed", "reply", "last"),
     [([], "whole", ("whole", False)),  # nothing streamed: all of it
