@@ -65,16 +65,18 @@ _EVENT_TYPES = {
 class GapWatch:
     """A receiver's check of a stream's `seq`: after a gap (a delta dropped on the way), the
     text deltas that follow are held back, so the text shown is still a prefix of what the
-    step wrote and the reply can finish it without repeating any of it. Tool deltas pass."""
+    step wrote and the reply can finish it without repeating any of it. Tool deltas pass.
+    The first delta seen sets the start: a turn resumed after a client-side call goes on
+    numbering where its first part stopped."""
 
     __slots__ = ("broken", "next")
 
     def __init__(self) -> None:
-        self.next = 0
+        self.next: int | None = None
         self.broken = False
 
     def passes(self, delta: StreamDelta) -> bool:
-        if delta.seq != self.next:
+        if self.next is not None and delta.seq != self.next:
             self.broken = True
         self.next = delta.seq + 1
         return not (self.broken and delta.kind is DeltaKind.TEXT)
