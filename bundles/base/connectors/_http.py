@@ -31,6 +31,7 @@ from typing import Any
 
 import uvicorn
 from starlette.datastructures import Headers
+from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -250,6 +251,36 @@ class BodyGuard:
                    (b"content-length", str(len(body)).encode())]  # fmt: skip
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+class EventStream(StreamingResponse):
+    """A streamed answer sent from the request's own task: Starlette's StreamingResponse first
+    opens an anyio task group and starts the stream in a second task (a loop iteration and a
+    task group per answer before the first byte). A client that hangs up is heard by one
+    asyncio task, which cancels the stream as Starlette's does: the body's iterator is closed
+    (the edge stops waiting for the reply; the turn goes on)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        streaming = asyncio.current_task()
+        assert streaming is not None
+        gone = False
+
+        async def hang_up() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            streaming.cancel()
+
+        listener = asyncio.ensure_future(hang_up())
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            streaming.uncancel()
+        finally:
+            listener.cancel()
 
 
 class _BodyTooLarge(Exception):

@@ -35,12 +35,13 @@ from typing import Any
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bundles.sdk import load_sibling
 
 edge = load_sibling(__file__, "_edge")
+EventStream = load_sibling(__file__, "_http").EventStream
 Refusal = edge.Refusal
 INSTANCE_HEADER = "x-goondan-instance"
 TYPE_OF = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
@@ -152,8 +153,8 @@ class Completions:
         if chat.stream:
             include_usage = chat.stream_options is not None and chat.stream_options.include_usage
             chunks = self._chunks(chat.model, first, pieces, include_usage)
-            return StreamingResponse(chunks, media_type="text/event-stream",
-                                     headers={"cache-control": "no-cache"})  # fmt: skip
+            return EventStream(chunks, media_type="text/event-stream",
+                               headers={"cache-control": "no-cache"})  # fmt: skip
         done = await edge.whole(_chain(first, pieces))
         return JSONResponse(self._completion(chat.model, done))
 

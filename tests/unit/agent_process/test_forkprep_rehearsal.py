@@ -76,8 +76,8 @@ def test_preparing_rehearses_every_start_and_turn_and_leaves_nothing_behind(
 
 
 def test_a_rehearsal_is_the_child_s_own_frames(tmp_path: Path) -> None:
-    """hello, ready; then for the event: processing, the model call's usage report, the reply,
-    idle (as a real child)."""
+    """hello, ready; then for the event: processing, the reply, the usage report of its last
+    model call, idle (as a real child)."""
     root, state = _copy(tmp_path), tmp_path / "state"
     bundle = load_bundle(root, state_root=state)
     pid = parse_process_id("agent:alpha:rehearsal:1")
@@ -88,7 +88,7 @@ def test_a_rehearsal_is_the_child_s_own_frames(tmp_path: Path) -> None:
         sent = rehearsal._run(text, factory, True)
     finally:
         os.close(sink)
-    assert sent == ["Hello", "Ready", "Status", "Call", "Event", "Status"]
+    assert sent == ["Hello", "Ready", "Status", "Event", "Call", "Status"]
 
 
 def test_an_agent_that_cannot_start_is_left_to_the_child(
