@@ -372,6 +372,8 @@ class Child:
             case CallResult(payload=result):
                 self.bridge.deliver_call_result(result)
             case Call(payload=call) if call.op is CallOp.DEFERRED_RESOLVE:
+                if call.args.get("stream") is True and isinstance(self.runner, AgentRuntime):
+                    self.runner.stream_rest()  # before the turn goes on with the answer
                 self.deferred.on_answer(str(call.args.get("id", "")))
             case Shutdown(payload=payload):
                 self.link.on_shutdown(payload)

@@ -122,6 +122,10 @@ class AgentRuntime:
         deltas: the child's link (ARCHITECTURE.md §4)."""
         self._engine.deltas = out
 
+    def stream_rest(self) -> None:
+        """The answer to this instance's client-side call asked to stream (TurnEngine)."""
+        self._engine.stream_rest()
+
     async def ask_ahead(self, event: AgentEvent) -> None:
         """A turn is about to start: its first model call's permit is asked now (the primary
         Model's; agent_process/permit_ahead.py)."""

@@ -75,10 +75,11 @@ class TurnStream:
             self.dropped += 1
 
 
-def stream_of(out: DeltaOut | None, event: AgentEvent) -> TurnStream | None:
+def stream_of(out: DeltaOut | None, event: AgentEvent, *, asked: bool = False) -> TurnStream | None:
     """The stream of `event`'s turn, or None when nobody asked for one (or there is no way
-    out: a runtime outside a child, a test)."""
+    out: a runtime outside a child, a test). `asked`: the answer that resumes the turn asked
+    for one, though its first request did not."""
     reply_to = event.reply_to
-    if out is None or reply_to is None or not reply_to.stream:
+    if out is None or reply_to is None or not (reply_to.stream or asked):
         return None
     return TurnStream(out, reply_to.correlation_id)

@@ -113,6 +113,19 @@ class TurnEngine:
         self._d = deps
         self.deltas: DeltaOut | None = None
         """How a turn streams to a requester that asked (the child's link); None: never."""
+        self._running: TurnContext | None = None
+        self._stream_resumed = False
+        """The answer that resumes the next turn asked to stream (`stream_rest`)."""
+
+    def stream_rest(self) -> None:
+        """An answer to a client-side call of this instance asked to stream: the rest of the
+        turn streams under its first request's correlation id (where the connector waits),
+        now if the turn runs, else once it resumes in this process."""
+        ctx = self._running
+        if ctx is None:
+            self._stream_resumed = True
+        elif ctx.stream is None:
+            ctx.stream = stream_of(self.deltas, ctx.event, asked=True)
 
     async def run(self, event: AgentEvent, resumed: Resumed | None = None) -> TurnResult:
         d = self._d
@@ -129,8 +142,11 @@ class TurnEngine:
             conversation=d.store,
             span=span,
             agents=d.agents,
-            stream=stream_of(self.deltas, event),
+            stream=stream_of(
+                self.deltas, event, asked=resumed is not None and self._stream_resumed
+            ),
         )
+        self._stream_resumed = False
         d.bus.current_trace_id = span.trace_id
         started = time.perf_counter()
         source = event.source  # who started it: Studio's swarm graph draws the edge
@@ -144,7 +160,11 @@ class TurnEngine:
             core = partial(self._resume_core, resumed=resumed)
         elif record is not None:
             core = partial(self._continue_core, record=record)
-        result = await self._guarded(ctx, core)
+        self._running = ctx
+        try:
+            result = await self._guarded(ctx, core)
+        finally:
+            self._running = None
         self._mark_ended(ctx, result)
         result = self._persist(ctx, result)
         kind = "turn.completed" if result.outcome is TurnOutcome.COMPLETED else "turn.failed"

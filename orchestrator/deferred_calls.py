@@ -130,7 +130,8 @@ class DeferredIndex:
         self.swarm = swarm
         self.clock = clock
         self.calls: dict[str, Found] = {}
-        self._held: dict[Address, set[str]] = {}
+        self._held: dict[Address, dict[str, bool]] = {}
+        """Answered calls whose process is starting: call id -> whether the answer streams."""
         """Resolutions for a process that is not ready yet: sent when it is."""
         self._tasks: set[asyncio.Future[None]] = set()
         self.mirror: CallMirror | None = None
@@ -292,7 +293,9 @@ class DeferredIndex:
         try:
             answer = msgspec.convert(event.metadata.get("rpc"), JsonRpcResponse)
             via = f"{event.source.kind}:{event.source.name}"
-            reply = await self.resolve(answer.id, answer, RPC_WAIT_S, wait=True, via=via)
+            streams = event.reply_to is not None and event.reply_to.stream
+            reply = await self.resolve(answer.id, answer, RPC_WAIT_S, wait=True, via=via,
+                                       stream=streams)  # fmt: skip
         except msgspec.ValidationError as exc:
             message = f"not a JSON-RPC 2.0 response {{jsonrpc, id, result | error}}: {exc}"
             error = ErrorInfo(code=ErrorCode.E_CALL_INVALID_ANSWER, message=message)
@@ -348,6 +351,7 @@ class DeferredIndex:
         wait: bool = False,
         via: str = "cli",
         here: bool = False,
+        stream: bool = False,
     ) -> Any:
         """Store the answer, route it to the owning process; wait for the resumed turn's
         reply when the control client started it or `wait` (else return at once). An answer
@@ -370,7 +374,7 @@ class DeferredIndex:
         if self.mirror is not None:
             self.mirror.answered(call)
         waiter = self._reopen(call, wait, via)
-        self._route(address, call.id)
+        self._route(address, call.id, stream)
         log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)
         if waiter is None:
             return {"resolved": call.id, "agent": call.agent, "instanceKey": call.instance_key}
@@ -474,25 +478,26 @@ class DeferredIndex:
         self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=reply))
         log.info("resumed_reply_to_origin", call_id=call_id, connector=str(origin))
 
-    def _route(self, address: Address, call_id: str) -> None:
+    def _route(self, address: Address, call_id: str, stream: bool) -> None:
+        """`stream`: the answer asked for the resumed turn's deltas (a connector's streaming
+        request; they go under the turn's first request, whose connector waits)."""
         entry = self.broker.ready(address)
         if entry is not None:
-            self._poke(entry, call_id)
+            self._poke(entry, call_id, stream)
             return
-        self._held.setdefault(address, set()).add(call_id)
+        self._held.setdefault(address, {})[call_id] = stream
         self.targets.ensure(address)  # a new process resumes the turn from the files
 
     def on_ready(self, address: Address) -> None:
         held = self._held.pop(address, None)
         entry = self.broker.ready(address)
         if held and entry is not None:
-            for call_id in held:
-                self._poke(entry, call_id)
+            for call_id, stream in held.items():
+                self._poke(entry, call_id, stream)
 
-    def _poke(self, entry: ProcessEntry, call_id: str) -> None:
-        payload = CallPayload(
-            call_id=uuid.uuid4().hex, op=CallOp.DEFERRED_RESOLVE, args={"id": call_id}
-        )
+    def _poke(self, entry: ProcessEntry, call_id: str, stream: bool = False) -> None:
+        args: JsonObject = {"id": call_id, "stream": True} if stream else {"id": call_id}
+        payload = CallPayload(call_id=uuid.uuid4().hex, op=CallOp.DEFERRED_RESOLVE, args=args)
         self.broker.send(entry, Call(from_=ORCHESTRATOR, to=entry.id_text, payload=payload))
 
 

@@ -251,3 +251,40 @@ async def test_a_slow_reader_gets_the_backlog_merged_and_the_turn_ends_without_i
     assert "".join(texts) == reply
     deltas = -(-len(reply) // 1024)
     assert len(texts) < deltas // 4, (len(texts), deltas)  # merged while the client stalled
+
+
+async def test_a_resumed_turn_streams_when_only_the_answer_asks(
+    start_daemon: StartDaemon,
+) -> None:
+    """The tool call comes in a completion that did not stream; the tool message asks for a
+    stream: the rest of the turn streams to it all the same."""
+    async with asyncio.timeout(90):
+        edge = await start_edge(start_daemon)
+        client = _client(edge.url)
+        ask = [{"role": "user", "content": "calendar the week after"}]
+        asked = await client.chat.completions.create(model="front", user="cal4", messages=ask)
+        calls = asked.choices[0].message.tool_calls
+        assert calls is not None
+        call = calls[0]
+        assert call.type == "function"
+        answer = [
+            *ask,
+            {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+            {"role": "tool", "tool_call_id": call.id, "content": '{"events": ["demo"]}'},
+        ]  # fmt: skip
+        resumed = await client.chat.completions.create(
+            model="front", user="cal4", stream=True, messages=answer)  # fmt: skip
+        texts: list[str] = []
+        on_disk_at_first: list[str] = []
+        async for chunk in resumed:
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    if not texts:
+                        on_disk_at_first = _history("cal4")
+                    texts.append(choice.delta.content)
+        await client.close()
+    reply = "".join(texts)
+    assert len(texts) >= 5 and reply.startswith("calendar says") and "demo" in reply
+    assert reply not in on_disk_at_first  # the first delta came while the resumed turn ran
+    assert _history("cal4")[-1] == reply

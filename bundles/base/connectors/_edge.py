@@ -230,7 +230,7 @@ class Edge:
         stream: bool = False,
     ) -> AsyncGenerator[Piece]:
         """Answer the client-side call `call_id`; the pieces of the resumed turn's reply (with
-        `stream`, as it works, when the turn's first request streamed too)."""
+        `stream`, as it works, whether or not the turn's first request streamed)."""
         rpc: dict[str, Any] = {"jsonrpc": "2.0", "id": call_id}
         rpc.update({"error": dict(error)} if error is not None else {"result": result})
         return self._replied(ANSWER_EVENT, {"rpc": rpc}, "", None, None, None, stream)
