@@ -1,10 +1,10 @@
 """The agents ROUTER socket's mechanics, apart from what the router decides (ARCHITECTURE.md §3-4).
 
-Receiving uses the drain pattern of ARCHITECTURE.md §8 on a loop reader of the socket's ZMQ_FD:
-when it fires, every queued message (up to DRAIN_MAX per loop iteration) is taken through a sync
-shadow of the socket and handed on. zmq.asyncio's awaited `recv` did the same first step through
-a future, poller bookkeeping and enum arithmetic per wake-up (~20-40 µs of a warm hop, and a
-reply's waiter resumed only after it). Sending goes through the shadow without awaiting.
+Receiving uses the drain pattern of ARCHITECTURE.md §8: every queued message (up to DRAIN_MAX
+per loop iteration) is taken through a sync shadow of the socket and handed on, then the serve
+parks on a future of its own that a loop reader of the socket's ZMQ_FD resolves. Awaiting
+zmq.asyncio's `recv` instead cost a future, poller bookkeeping and enum arithmetic per wake-up
+on the warm hop. Sending goes through the shadow without awaiting.
 ROUTER_MANDATORY turns an unroutable send into an error the caller counts and answers, never a
 silent drop.
 
