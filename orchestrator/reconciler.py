@@ -11,12 +11,13 @@ pure.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import structlog
 
-from orchestrator import hibernation, liveness
+from orchestrator import heaptrim, hibernation, liveness
 from orchestrator.delivery import Mailbox
 from orchestrator.liveness import KillWedged, Probe
 from orchestrator.settings import Settings
@@ -104,11 +105,16 @@ class Reconciler:
         self.settings = settings
         self.keep = hibernation.kept(settings.max_live_instances)
         """Deactivated instances the daemon keeps in its table (and `goondan status`)."""
+        self._trimmed_at = 0.0
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.settings.reconcile_interval)
             self.tick()
+            now = time.monotonic()
+            if now - self._trimmed_at >= heaptrim.EVERY_S:
+                self._trimmed_at = now
+                heaptrim.trim()  # the RSS stays flat over millions of instances
 
     def tick(self) -> None:
         sup = self.supervisor

@@ -1,0 +1,36 @@
+"""Hand the C heap's free pages back to the kernel now and then (glibc's `malloc_trim`).
+
+The daemon allocates and frees per event and per instance (frames, decoded events, journal
+rows, log lines). Its live objects stay flat, but glibc keeps the freed blocks in its heap, so
+the RSS crept up by ~220 bytes per instance driven (`bench_instances`, 20,000 instances, after
+the bounded caches filled) with nothing growing. `malloc_trim(0)` returns free pages, from the
+middle of the heap too: on a daemon driving new instances it gave back 2.3 MB after ~5,000 of
+them, leaving ~13 bytes per instance. The reconciler calls `trim` once a minute; it takes a
+few ms of that loop iteration. Without glibc (musl) there is nothing to call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable
+
+EVERY_S = 60.0
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        fn: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return fn
+
+
+def trim() -> bool:
+    """Return the heap's free pages to the kernel; False where libc has no `malloc_trim`."""
+    fn = _malloc_trim()
+    if fn is None:
+        return False
+    fn(0)
+    return True
