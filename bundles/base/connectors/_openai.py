@@ -153,8 +153,9 @@ class Completions:
         if chat.stream:
             include_usage = chat.stream_options is not None and chat.stream_options.include_usage
             chunks = self._chunks(chat.model, first, pieces, include_usage)
-            return EventStream(chunks, media_type="text/event-stream",
-                               headers={"cache-control": "no-cache"})  # fmt: skip
+            stream: Response = EventStream(chunks, media_type="text/event-stream",
+                                           headers={"cache-control": "no-cache"})  # fmt: skip
+            return stream
         done = await edge.whole(_chain(first, pieces))
         return JSONResponse(self._completion(chat.model, done))
 
