@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import httpx2
 import openai
+import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.types.a2a_pb2 import TaskState
 from google.protobuf.json_format import MessageToDict
@@ -89,39 +90,56 @@ async def test_the_openai_sdk_gets_the_models_text_as_it_is_written(
     assert unstreamed.choices[0].message.content == "it is noon now"
 
 
+async def _calendar_call(client: openai.AsyncOpenAI, key: str, ask: list[Any],
+                         stream: bool) -> tuple[str, str, str]:  # fmt: skip
+    """The client-side call a completion ends with, streamed or not: (id, name, arguments)."""
+    if stream:
+        asked = await client.chat.completions.create(
+            model="front", user=key, stream=True, messages=ask)  # fmt: skip
+        calls = [c.choices[0].delta.tool_calls async for c in asked if c.choices]
+        found = next(found[0] for found in calls if found)
+        assert found.function is not None and found.id is not None
+        return found.id, str(found.function.name), str(found.function.arguments)
+    whole = await client.chat.completions.create(model="front", user=key, messages=ask)
+    tool_calls = whole.choices[0].message.tool_calls
+    assert tool_calls is not None and tool_calls[0].type == "function"
+    call = tool_calls[0]
+    return call.id, call.function.name, call.function.arguments
+
+
+@pytest.mark.parametrize("first_streamed", [True, False])
 async def test_a_turn_resumed_by_a_tool_message_streams_its_reply(
-    start_daemon: StartDaemon,
+    start_daemon: StartDaemon, first_streamed: bool
 ) -> None:
+    """The tool message asks for a stream: the rest of the turn streams to it, whether the
+    completion that ended with the tool call streamed or not."""
+    key = f"cal{int(first_streamed)}"
     async with asyncio.timeout(90):
         edge = await start_edge(start_daemon)
         client = _client(edge.url)
-        ask = [{"role": "user", "content": "calendar next week"}]
-        asked = await client.chat.completions.create(
-            model="front", user="cal3", stream=True, messages=ask)  # fmt: skip
-        calls = [c.choices[0].delta.tool_calls async for c in asked if c.choices]
-        call = next(found[0] for found in calls if found)
-        assert call.function is not None and call.id is not None
+        ask: list[Any] = [{"role": "user", "content": "calendar next week"}]
+        call_id, name, arguments = await _calendar_call(client, key, ask, first_streamed)
         answer = [
             *ask,
-            {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function",
-             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
-            {"role": "tool", "tool_call_id": call.id, "content": '{"events": ["retro"]}'},
+            {"role": "assistant", "tool_calls": [{"id": call_id, "type": "function",
+             "function": {"name": name, "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": '{"events": ["retro"]}'},
         ]  # fmt: skip
         resumed = await client.chat.completions.create(
-            model="front", user="cal3", stream=True, messages=answer)  # fmt: skip
+            model="front", user=key, stream=True, messages=answer)  # fmt: skip
         texts: list[str] = []
         on_disk_at_first: list[str] = []
         async for chunk in resumed:
             for choice in chunk.choices:
                 if choice.delta.content:
                     if not texts:
-                        on_disk_at_first = _history("cal3")
+                        on_disk_at_first = _history(key)
                     texts.append(choice.delta.content)
         await client.close()
     reply = "".join(texts)
     assert len(texts) >= 5 and reply.startswith("calendar says") and "retro" in reply
     assert reply not in on_disk_at_first  # the first delta came while the resumed turn ran
-    assert _history("cal3")[-1] == reply
+    assert _history(key)[-1] == reply
 
 
 async def test_a_client_gone_mid_stream_leaves_the_streamed_turn_to_finish(
@@ -251,40 +269,3 @@ async def test_a_slow_reader_gets_the_backlog_merged_and_the_turn_ends_without_i
     assert "".join(texts) == reply
     deltas = -(-len(reply) // 1024)
     assert len(texts) < deltas // 4, (len(texts), deltas)  # merged while the client stalled
-
-
-async def test_a_resumed_turn_streams_when_only_the_answer_asks(
-    start_daemon: StartDaemon,
-) -> None:
-    """The tool call comes in a completion that did not stream; the tool message asks for a
-    stream: the rest of the turn streams to it all the same."""
-    async with asyncio.timeout(90):
-        edge = await start_edge(start_daemon)
-        client = _client(edge.url)
-        ask = [{"role": "user", "content": "calendar the week after"}]
-        asked = await client.chat.completions.create(model="front", user="cal4", messages=ask)
-        calls = asked.choices[0].message.tool_calls
-        assert calls is not None
-        call = calls[0]
-        assert call.type == "function"
-        answer = [
-            *ask,
-            {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function",
-             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
-            {"role": "tool", "tool_call_id": call.id, "content": '{"events": ["demo"]}'},
-        ]  # fmt: skip
-        resumed = await client.chat.completions.create(
-            model="front", user="cal4", stream=True, messages=answer)  # fmt: skip
-        texts: list[str] = []
-        on_disk_at_first: list[str] = []
-        async for chunk in resumed:
-            for choice in chunk.choices:
-                if choice.delta.content:
-                    if not texts:
-                        on_disk_at_first = _history("cal4")
-                    texts.append(choice.delta.content)
-        await client.close()
-    reply = "".join(texts)
-    assert len(texts) >= 5 and reply.startswith("calendar says") and "demo" in reply
-    assert reply not in on_disk_at_first  # the first delta came while the resumed turn ran
-    assert _history("cal4")[-1] == reply
