@@ -114,7 +114,8 @@ class Reconciler:
             now = time.monotonic()
             if now - self._trimmed_at >= heaptrim.EVERY_S:
                 self._trimmed_at = now
-                heaptrim.trim()  # the RSS stays flat over millions of instances
+                # in a thread: a trim walks the heap for a few ms, the loop goes on meanwhile
+                await asyncio.to_thread(heaptrim.trim)
 
     def tick(self) -> None:
         sup = self.supervisor
