@@ -205,9 +205,14 @@ class Router:
         except ProtocolError as exc:
             self._malformed(ident, exc.message)
             return
-        if not entry.live:
-            if isinstance(msg, ShutdownAck):  # its exit was seen first: keep what it hands back
+        if not entry.live:  # its exit was seen first: keep what it hands back and wrote
+            if isinstance(msg, ShutdownAck):
                 self._late_ack(entry, msg.payload)
+            elif isinstance(msg, History) and self.services.history is not None:
+                # the last conversation lines of its last turn, already in the files on this
+                # node: dropped, the history stream would lack them while the cache looked
+                # current (a later owner, rebuilding from the stream, would lose that turn)
+                self.services.history(entry, msg.payload.line)
             else:
                 self._stale(pid)
             return

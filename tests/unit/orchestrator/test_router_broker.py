@@ -13,12 +13,12 @@ from structlog.testing import capture_logs
 from orchestrator.delivery import OpenRequest
 from orchestrator.router import Router, Services
 from orchestrator.states import ProcessStatus
-from orchestrator.table import ProcessTable
+from orchestrator.table import ProcessEntry, ProcessTable
 from protocol.codec import encode
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, response_to
-from protocol.ids import ORCHESTRATOR
-from protocol.messages import ShutdownAck, ShutdownAckPayload
+from protocol.ids import ORCHESTRATOR, agent_address
+from protocol.messages import History, HistoryPayload, ShutdownAck, ShutdownAckPayload
 from tests.unit.orchestrator.conftest import Routed
 from tests.unit.orchestrator.fakes import FakeLifecycle
 
@@ -138,3 +138,39 @@ def test_a_crashed_event_nobody_waits_for_is_logged_and_answered(routed: Routed)
     [dropped] = [line for line in logs if line["event"] == "event_dropped"]
     assert dropped["event_id"] == no_wait.id and dropped["code"] == ErrorCode.E_AGENT_CRASHED
     assert router.book.get("corr") is None  # answered: respond() closed its request
+
+
+async def test_the_history_lines_of_a_process_whose_exit_is_seen_first_are_kept(
+    tmp_path: Path,
+) -> None:
+    """Cluster mode: the pidfd can fire before a child's last `history` frames are read. They
+    are the conversation lines of its last turn, already in the node's files: they still go
+    to the history stream (a frame of an older generation stays stale)."""
+    table = ProcessTable()
+    entry = table.entry(agent_address("a", "k"))
+    entry.generation, entry.status = 2, ProcessStatus.TERMINATED
+    ctx = zmq.asyncio.Context()
+    router = Router(ctx, f"ipc://{tmp_path}/agents.sock", table)
+    lines: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
+
+    def history(written: ProcessEntry, line: bytes) -> None:
+        lines.put_nowait((written.generation, line))
+
+    router.attach(Services(lifecycle=FakeLifecycle(), history=history))
+    task = asyncio.ensure_future(router.run())
+    peer = ctx.socket(zmq.DEALER)
+    try:
+        peer.setsockopt(zmq.IDENTITY, entry.routing_id)
+        peer.setsockopt(zmq.LINGER, 0)
+        peer.connect(f"ipc://{tmp_path}/agents.sock")
+        frame = History(from_=entry.id_text, to=ORCHESTRATOR, payload=HistoryPayload(line=b"l\n"))
+        await peer.send(encode(frame))
+        async with asyncio.timeout(5):
+            assert await lines.get() == (2, b"l\n")
+        assert router.stats.stale == 0
+    finally:
+        peer.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        router.close()
+        ctx.destroy(linger=0)
