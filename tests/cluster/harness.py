@@ -148,5 +148,10 @@ def owner_of(nodes: list[Daemon], agent: str, key: str) -> Daemon:
     return found[0]
 
 
+def node_name(nodes: list[Daemon], node: Daemon) -> str:
+    """The `--node` name `start_nodes` gave `node` (n1, n2, ...)."""
+    return f"n{nodes.index(node) + 1}"
+
+
 def user_texts(messages: list[Message]) -> list[str]:
     return [m.content for m in messages if m.role is Role.USER]

@@ -11,6 +11,7 @@ from pathlib import Path
 from tests.cluster.harness import (
     FreshSwarm,
     StartDaemon,
+    node_name,
     on_node,
     owner_of,
     read_history,
@@ -50,7 +51,7 @@ async def test_status_and_drain_from_any_node(fresh: FreshSwarm) -> None:
             await asyncio.sleep(0.2)
     for view, node in zip(views, nodes, strict=True):
         assert view["swarm"] == swarm_of(bundle)
-        assert view["answeredBy"] == f"n{nodes.index(node) + 1}"
+        assert view["answeredBy"] == node_name(nodes, node)
         rows = view["nodes"]
         assert isinstance(rows, list)
         assert [r["name"] for r in rows] == ["n1", "n2", "n3"]
@@ -110,7 +111,7 @@ async def test_status_on_any_node_lists_every_nodes_processes(fresh: FreshSwarm)
                    if p["kind"] == "agent" and p["name"] == "caller"}  # fmt: skip
         assert set(callers) == set(keys)
         for key, node in callers.items():  # each row names the node that runs it
-            assert node == f"n{nodes.index(owner_of(nodes, 'caller', key)) + 1}"
+            assert node == node_name(nodes, owner_of(nodes, "caller", key))
         code, out, err = await run_cli(*on_node(nodes[2], "status"))
     assert code == 0, err
     header = next(line for line in out.splitlines() if line.startswith("NODE"))
@@ -159,7 +160,7 @@ async def test_logs_on_any_node_show_every_nodes_lines(fresh: FreshSwarm) -> Non
         assert {line["node"] for line in lines} == {"n1", "n2", "n3"}
         code, out, err = await run_cli(*on_node(reader, "logs", "--instance", elsewhere))
         assert code == 0, err
-        owner = f"n{nodes.index(owner_of(nodes, 'caller', elsewhere)) + 1}"
+        owner = node_name(nodes, owner_of(nodes, "caller", elsewhere))
         said = [line for line in out.splitlines() if "turn.completed" in line]
         assert said and all(line.startswith(owner + " ") for line in said), out
 
@@ -196,7 +197,7 @@ async def test_instance_list_on_any_node_lists_the_swarms_instances(fresh: Fresh
     for key in keys:  # each with the node that runs it
         row = rows[("caller", key)]
         assert row["status"] == "idle"
-        assert row["node"] == f"n{nodes.index(owner_of(nodes, 'caller', key)) + 1}"
+        assert row["node"] == node_name(nodes, owner_of(nodes, "caller", key))
 
 
 async def test_instance_delete_on_any_node_removes_it_everywhere(
@@ -212,7 +213,7 @@ async def test_instance_delete_on_any_node_removes_it_everywhere(
         owner = owner_of(nodes, "caller", gone)
         code, out, err = await run_cli(*on_node(asker, "instance", "delete", gone, "--yes"))
         assert code == 0, err
-        name = f"n{nodes.index(owner) + 1}"
+        name = node_name(nodes, owner)
         assert f"stopped {name}: agent:caller:{gone}" in out
         assert "purged 1 conversation(s)" in out
         assert owner.state_root is not None

@@ -188,6 +188,18 @@ class Backlog:
         return msgspec.structs.replace(item[-1], text="".join(d.text for d in item))
 
 
+@dataclass(frozen=True)
+class _Ask:
+    """What the edge emits for a reply: a message to an agent, or an answer to a call."""
+
+    event: str
+    properties: dict[str, Any]
+    text: str = ""
+    agent: str | None = None
+    key: str | None = None
+    idempotency_key: str | None = None
+
+
 class Edge:
     def __init__(self, ctx: ConnectorContext, timeout: float, agents: frozenset[str]) -> None:
         self.ctx = ctx
@@ -219,7 +231,7 @@ class Edge:
         """The reply of `agent`@`key` to `text`, piece by piece (the streaming seam); with
         `stream`, as the agent works. Closing the iterator early (a client gone) stops the
         wait only: the turn goes on and is recorded."""
-        return self._replied(MESSAGE_EVENT, {}, text, agent, key, idempotency_key, stream)
+        return self._replied(_Ask(MESSAGE_EVENT, {}, text, agent, key, idempotency_key), stream)
 
     def answer(
         self,
@@ -233,27 +245,16 @@ class Edge:
         `stream`, as it works, whether or not the turn's first request streamed)."""
         rpc: dict[str, Any] = {"jsonrpc": "2.0", "id": call_id}
         rpc.update({"error": dict(error)} if error is not None else {"result": result})
-        return self._replied(ANSWER_EVENT, {"rpc": rpc}, "", None, None, None, stream)
+        return self._replied(_Ask(ANSWER_EVENT, {"rpc": rpc}), stream)
 
-    async def _replied(
-        self,
-        event: str,
-        properties: dict[str, Any],
-        text: str,
-        agent: str | None,
-        key: str | None,
-        idempotency_key: str | None,
-        stream: bool,
-    ) -> AsyncGenerator[Piece]:
+    async def _replied(self, ask: _Ask, stream: bool) -> AsyncGenerator[Piece]:
         if not stream:
-            reply = await self._emit(event, properties, text, agent, key, idempotency_key)
+            reply = await self._emit(ask)
             done = done_of(reply)
             yield Piece(text=done.text, done=done)
             return
         deltas = Backlog()
-        emit = asyncio.ensure_future(
-            self._emit(event, properties, text, agent, key, idempotency_key, deltas.put)
-        )
+        emit = asyncio.ensure_future(self._emit(ask, deltas.put))
         emit.add_done_callback(lambda _: deltas.put(None))  # after every delta
         shown = Shown()
         try:
@@ -269,20 +270,13 @@ class Edge:
         await self.ctx.emit(ANSWER_EVENT, {"rpc": rpc}, "", reply=False)
 
     async def _emit(
-        self,
-        event: str,
-        properties: dict[str, Any],
-        text: str,
-        agent: str | None,
-        key: str | None,
-        idempotency_key: str | None,
-        on_delta: Callable[[StreamDelta], None] | None = None,
+        self, ask: _Ask, on_delta: Callable[[StreamDelta], None] | None = None
     ) -> ConnectorReply:
         try:
             async with asyncio.timeout(self.timeout):
-                reply = await self.ctx.emit(event, properties, text, reply=True,
-                                            idempotency_key=idempotency_key, agent=agent,
-                                            instance_key=key, on_delta=on_delta)  # fmt: skip
+                reply = await self.ctx.emit(ask.event, ask.properties, ask.text, reply=True,
+                                            idempotency_key=ask.idempotency_key, agent=ask.agent,
+                                            instance_key=ask.key, on_delta=on_delta)  # fmt: skip
         except TimeoutError:
             raise Refusal(504, "E_AGENT_TIMEOUT", f"no reply within {self.timeout:g} s") from None
         assert reply is not None  # emit(reply=True) always answers
