@@ -148,6 +148,11 @@ def owner_of(nodes: list[Daemon], agent: str, key: str) -> Daemon:
     return found[0]
 
 
+def run_elsewhere(nodes: list[Daemon], keys: list[str], node: Daemon) -> str:
+    """A key whose `caller` instance another node than `node` runs."""
+    return next(k for k in keys if owner_of(nodes, "caller", k) is not node)
+
+
 def node_name(nodes: list[Daemon], node: Daemon) -> str:
     """The `--node` name `start_nodes` gave `node` (n1, n2, ...)."""
     return f"n{nodes.index(node) + 1}"

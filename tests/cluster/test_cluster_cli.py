@@ -15,6 +15,7 @@ from tests.cluster.harness import (
     on_node,
     owner_of,
     read_history,
+    run_elsewhere,
     send_each,
     swarm_of,
     unique_swarm_bundle,
@@ -153,7 +154,7 @@ async def test_logs_on_any_node_show_every_nodes_lines(fresh: FreshSwarm) -> Non
         nodes = fresh.nodes
         await send_each(nodes[0], {k: f"hi {k}" for k in keys})
         reader = nodes[0]
-        elsewhere = next(k for k in keys if owner_of(nodes, "caller", k) is not reader)
+        elsewhere = run_elsewhere(nodes, keys, reader)
         code, out, err = await run_cli(*on_node(reader, "logs", "--json"))
         assert code == 0, err
         lines = [json.loads(line) for line in out.splitlines()]
@@ -209,7 +210,7 @@ async def test_instance_delete_on_any_node_removes_it_everywhere(
         nodes = fresh.nodes
         await send_each(nodes[1], {k: f"hi {k}" for k in keys})
         asker = nodes[0]
-        gone = next(k for k in keys if owner_of(nodes, "caller", k) is not asker)
+        gone = run_elsewhere(nodes, keys, asker)
         owner = owner_of(nodes, "caller", gone)
         code, out, err = await run_cli(*on_node(asker, "instance", "delete", gone, "--yes"))
         assert code == 0, err
