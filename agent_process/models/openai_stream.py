@@ -1,8 +1,9 @@
 """`provider: openai`, streamed: the same Chat Completions request with `stream: true`.
 
-Used when a turn is streamed (`ModelRequest.on_text`). The SDK sends and retries the request,
-parses the server-sent events and raises the provider's errors (also an `error` event in the
-middle of the stream); each chunk is read into the few fields a turn uses (msgspec), the text
+Used when a turn is streamed (`ModelRequest.on_text`). The SDK sends and retries the request
+and raises the provider's errors; the server-sent events are read from the body here (sse.py,
+faster than the SDK's decoder), an `error` object in the middle of the stream raised as the
+SDK raises it; each chunk is decoded into the few fields a turn uses (msgspec), the text
 pieces go to `on_text` as they arrive, and tool calls are put back together from their
 fragments (by `index`). `stream_options.include_usage` asks for the final usage chunk, so what
 `openai_chat` makes of the `Streamed` reply (text, tool calls, usage, finish reason) is what
@@ -11,14 +12,18 @@ the unstreamed call returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import httpx2
 import msgspec
 import openai
 
 from agent_process.models.base import ModelError, Usage
 from agent_process.models.errors import map_provider_error
+from agent_process.models.sse import EventParser, SseEvent
 from protocol.errors import ErrorCode
 
 
@@ -57,6 +62,12 @@ class _ChunkUsage(msgspec.Struct):
 class _Chunk(msgspec.Struct):
     choices: list[_ChunkChoice] = msgspec.field(default_factory=list)
     usage: _ChunkUsage | None = None
+    error: Any = None
+    """A provider's failure in the middle of the stream (`{"error": {"message": ...}}`)."""
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+DRAIN_SECONDS = 0.1
 
 
 class Streamed(msgspec.Struct, kw_only=True):
@@ -120,11 +131,11 @@ async def stream_chat(
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
     assembly = _Assembly(on_text)
     try:
+        # the SDK sends, retries and maps an error status; the body is read here (sse.py)
         stream = await client.post("/chat/completions", body=body, cast_to=object, stream=True,
                                    stream_cls=openai.AsyncStream[object])  # fmt: skip
         async with stream:
-            async for data in stream:
-                assembly.add(msgspec.convert(data, _Chunk))
+            await _read(stream.response, assembly)
     except openai.OpenAIError as exc:
         raise map_provider_error("openai", model, exc) from exc
     except (ValueError, msgspec.ValidationError) as exc:  # a chunk that is not JSON, or not one
@@ -132,6 +143,53 @@ async def stream_chat(
     if assembly.chunks == 0:
         raise _unusable(model, "it ended without a chunk")
     return assembly.streamed()
+
+
+async def _read(response: httpx2.Response, assembly: _Assembly) -> None:
+    """The chunks up to `[DONE]` into `assembly`, then the end of the body (so the connection
+    can serve the next call); the SDK's transport errors, as its own stream raises them."""
+    events = EventParser()
+    parts = response.aiter_bytes()
+    try:
+        async for part in parts:
+            if _add(events.feed(part), assembly, response):
+                await _drain(parts)
+                return
+        _add(events.end(), assembly, response)
+    except httpx2.TimeoutException as exc:
+        raise openai.APITimeoutError(request=response.request) from exc
+    except httpx2.RequestError as exc:
+        raise openai.APIConnectionError(request=response.request) from exc
+
+
+def _add(events: list[SseEvent], assembly: _Assembly, response: httpx2.Response) -> bool:
+    """True at `[DONE]`."""
+    for _, data in events:
+        if data.startswith(b"[DONE]"):
+            return True
+        chunk = _decode_chunk(data)
+        if chunk.error is not None:
+            raise _stream_error(response, chunk.error)
+        assembly.add(chunk)
+    return False
+
+
+async def _drain(parts: AsyncIterator[bytes]) -> None:
+    """What follows `[DONE]` (the chunked body's end), so the connection serves the next call:
+    a server that keeps talking loses the connection after DRAIN_SECONDS instead of holding
+    the turn."""
+    with contextlib.suppress(TimeoutError, httpx2.RequestError, httpx2.StreamError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in parts:
+                pass
+
+
+def _stream_error(response: httpx2.Response, error: object) -> openai.APIError:
+    """An `error` object in the middle of the stream, as the SDK raises it."""
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(message, str) or not message:
+        message = "An error occurred during streaming"
+    return openai.APIError(message, response.request, body=error)
 
 
 def _unusable(model: str, why: str) -> ModelError:

@@ -22,17 +22,22 @@ HANG = 0
 @dataclass
 class Sse:
     """A streamed reply: each (event name or None, data) is one server-sent event; data that is
-    not a str is sent as JSON. `gap` seconds pass between two events."""
+    not a str is sent as JSON. `gap` seconds pass between two events; lines end with `eol`;
+    `endless`: the body is never ended after the last event (a server that does not hang up);
+    `cut`: the server hangs up after the last event without ending the body."""
 
     events: list[tuple[str | None, Any]]
     gap: float = 0.0
+    eol: str = "\n"
+    endless: bool = False
+    cut: bool = False
 
     def frames(self) -> list[bytes]:
         out = []
         for name, data in self.events:
             text = data if isinstance(data, str) else json.dumps(data)
-            head = f"event: {name}\n" if name else ""
-            out.append(f"{head}data: {text}\n\n".encode())
+            head = f"event: {name}{self.eol}" if name else ""
+            out.append(f"{head}data: {text}{self.eol}{self.eol}".encode())
         return out
 
 
@@ -118,6 +123,12 @@ async def _stream(writer: asyncio.StreamWriter, status: int, reply: Sse) -> None
             await writer.drain()
             await asyncio.sleep(reply.gap)
         writer.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+    if reply.endless:
+        await writer.drain()
+        await asyncio.Event().wait()  # the test's end cancels it
+    if reply.cut:
+        await writer.drain()
+        raise ConnectionResetError("the server hung up mid-body")  # _serve closes the socket
     writer.write(b"0\r\n\r\n")
     await writer.drain()
 

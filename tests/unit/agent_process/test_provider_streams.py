@@ -135,13 +135,14 @@ async def test_anthropic_streams_text_and_tool_progress_with_the_same_reply_and_
         ("openai", (200, Sse([(None, "{not json")])), "E_MODEL_ERROR"),
         ("openai", (200, Sse([(None, {"choices": "nope"})])), "E_MODEL_ERROR"),
         ("openai", (200, Sse([(None, "[DONE]")])), "E_MODEL_ERROR"),
+        ("openai", (200, Sse([(None, {"choices": []})], cut=True)), "E_MODEL_CONNECTION"),
         ("anthropic", (529, {"type": "error", "error": {"type": "overloaded_error",
                                                          "message": "busy"}}), "E_MODEL_ERROR"),
         ("anthropic", (200, Sse([("error", {"type": "error", "error": {
             "type": "overloaded_error", "message": "busy"}})])), "E_MODEL_ERROR"),
         ("anthropic", (200, Sse([("message_start", "{not json")])), "E_MODEL_ERROR"),
     ],
-    ids=["429", "error-event", "not-json", "wrong-shape", "no-chunks", "anthropic-529",
+    ids=["429", "error-event", "not-json", "wrong-shape", "no-chunks", "hung-up", "anthropic-529",
          "anthropic-error-event", "anthropic-not-json"],
 )  # fmt: skip
 async def test_a_failed_stream_fails_the_turn_with_a_code(
@@ -184,3 +185,38 @@ async def test_cached_prompt_tokens_of_a_streamed_call_are_counted() -> None:
         finally:
             await rt.close()
     assert result.usage == {"inputTokens": 20, "outputTokens": 2, "cachedInputTokens": 16}
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"], ids=["lf", "crlf", "cr"])
+async def test_streamed_calls_read_any_line_ending_and_share_one_connection(eol: str) -> None:
+    """The body is read to its end after `[DONE]`, so the SDK's pool keeps the connection (a
+    new one per call would add a TCP handshake to each turn)."""
+    async with FakeLLMServer() as server:
+        streams = [openai_stream([f"t{i}", "!"]) for i in range(3)]
+        for stream in streams:
+            stream.eol = eol
+        server.replies = [(200, stream) for stream in streams]
+        rt = await make_runtime(model("openai", f"http://127.0.0.1:{server.port}/v1"), b.agent())
+        try:
+            texts = [(await streamed_turn(rt, f"hi {i}"))[0].text for i in range(3)]
+        finally:
+            await rt.close()
+        connections = len(server._tasks)
+    assert texts == ["t0!", "t1!", "t2!"]
+    assert connections == 1
+
+
+async def test_a_server_that_does_not_end_its_stream_after_done_does_not_hold_the_turn() -> None:
+    async with FakeLLMServer() as server:
+        stream = openai_stream(["ok"])
+        stream.endless = True
+        server.replies = [(200, stream), (200, openai_stream(["again"]))]
+        rt = await make_runtime(model("openai", f"http://127.0.0.1:{server.port}/v1"), b.agent())
+        try:
+            first, _ = await streamed_turn(rt, "hi")
+            second, _ = await streamed_turn(rt, "and now")  # on a new connection
+        finally:
+            await rt.close()
+        connections = len(server._tasks)
+    assert (first.text, second.text) == ("ok", "again")
+    assert connections == 2
