@@ -6,11 +6,12 @@ tool call's start and end become `StreamDelta`s, numbered from 0 in the order th
 A delta the socket cannot take at once is dropped (a gap in `seq`), never waited for: the turn
 runs at the model's pace, and its reply, sent after the last delta, is the whole answer.
 
-Text that arrives in one go (a burst of chunks already read from the provider's socket) goes
-out as one delta: the first piece waits for the event loop's next turn, and whatever joins it
-until then rides along, so a burst costs the daemon and the client one frame, not one per
-token. A tool call's start and the end of the model call flush the text first, so the order
-holds.
+Text that arrives in one go (a burst of chunks already read from the provider's socket) costs
+the daemon and the client two frames, not one per token: its first piece goes out at once
+(the time to first delta is what a streaming user waits for), and whatever follows it before
+the event loop's next turn rides in one more delta. A model that writes at its own pace gets
+each piece out as it comes. A tool call's start and the end of the model call flush the text
+first, so the order holds.
 """
 
 from __future__ import annotations
@@ -44,13 +45,15 @@ class TurnStream:
         if not chunk:
             return
         if self._text is None:
-            self._text = [chunk]
+            self._send(DeltaKind.TEXT, chunk, None)  # the first of a burst: at once
+            self._text = []
             asyncio.get_running_loop().call_soon(self.flush)
         else:
             self._text.append(chunk)
 
     def flush(self) -> None:
-        """Send the text written so far (the engine calls it when the model call ends)."""
+        """Send the text written since the last delta (the engine calls it when the model
+        call ends)."""
         pending, self._text = self._text, None
         if pending:
             self._send(DeltaKind.TEXT, "".join(pending), None)

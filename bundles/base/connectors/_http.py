@@ -86,6 +86,55 @@ class _HeaderOverflow(Exception):
     """Raised inside a parser callback: httptools turns it into a parse error."""
 
 
+JOIN_BYTES = 16 * 1024
+
+
+class JoinedWrites:
+    """A connection's transport whose writes within one event-loop step go out as one.
+
+    uvicorn writes an answer's status line and headers, then each body part, with a write of
+    their own, and with Nagle off (TCP_NODELAY) each is a TCP segment the client wakes up for:
+    the head of a streamed completion and its first chunk, or a JSON answer's head and body,
+    were two. Joined, the client reads them in one go (bench_stream's first delta through the
+    edge). The join happens when the step ends (`call_soon`), or at once past JOIN_BYTES: the
+    transport's buffer must see a big answer's writes as they come, or its flow control (the
+    pause that makes the app wait for a slow reader) would never start. A close sends what is
+    joined first; an abort drops it with the rest."""
+
+    __slots__ = ("_loop", "_parts", "_size", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._parts: list[bytes] = []
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        if not self._parts:
+            self._loop.call_soon(self._flush)
+        self._parts.append(data)
+        self._size += len(data)
+        if self._size >= JOIN_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        parts, self._parts, self._size = self._parts, [], 0
+        if parts and not self._transport.is_closing():
+            # one write: uvloop's writelines does not pause a protocol past the high-water mark
+            self._transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._parts, self._size = [], 0
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:  # reading, flow control, extra info: as is
+        return getattr(self._transport, name)
+
+
 class GuardedHttpTools(HttpToolsProtocol):
     """uvicorn's httptools protocol with a size limit and a deadline on the request head
     (uvicorn has neither for httptools: headers are kept without bound, and a connection that
@@ -102,7 +151,8 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._write_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        joined: Any = JoinedWrites(transport, self.loop)
+        super().connection_made(joined)
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -323,6 +373,9 @@ class HttpServer:
             log_config=None,
             access_log=False,
             server_header=False,
+            # X-Forwarded-* is not trusted, not even from loopback (uvicorn's default): nothing
+            # here needs the client's address, and a local process could forge it
+            proxy_headers=False,
             timeout_keep_alive=int(self.limits.keep_alive),
             timeout_graceful_shutdown=2,
             limit_concurrency=self.limits.max_connections,

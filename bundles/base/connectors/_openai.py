@@ -235,7 +235,7 @@ def tool_progress(tool: Any) -> dict[str, Any]:
 
 
 def _event(body: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+    return b"data: " + msgspec.json.encode(body) + b"\n\n"
 
 
 async def _chain(first: Any, rest: AsyncGenerator[Any]) -> AsyncGenerator[Any]:

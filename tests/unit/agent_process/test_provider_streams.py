@@ -163,8 +163,9 @@ async def test_a_failed_stream_fails_the_turn_with_a_code(
     assert not [d for d in deltas if d.kind is DeltaKind.TEXT]
 
 
-async def test_text_that_arrives_in_one_burst_goes_out_as_one_delta() -> None:
-    """Chunks read from the socket in one go cost the daemon one frame, not one per token."""
+async def test_text_that_arrives_in_one_burst_goes_out_as_two_deltas() -> None:
+    """Chunks read from the socket in one go cost the daemon two frames, not one per token:
+    the first piece at once (the time to first delta), the rest of the burst together."""
     async with FakeLLMServer() as server:
         server.replies = [(200, openai_stream(["a", "b", "c", "d"]))]
         rt = await make_runtime(model("openai", f"http://127.0.0.1:{server.port}/v1"), b.agent())
@@ -173,7 +174,9 @@ async def test_text_that_arrives_in_one_burst_goes_out_as_one_delta() -> None:
         finally:
             await rt.close()
     assert result.text == "abcd"
-    assert [(d.seq, d.kind, d.text) for d in deltas] == [(0, DeltaKind.TEXT, "abcd")]
+    assert [(d.seq, d.kind, d.text) for d in deltas] == [
+        (0, DeltaKind.TEXT, "a"), (1, DeltaKind.TEXT, "bcd")
+    ]  # fmt: skip
 
 
 async def test_cached_prompt_tokens_of_a_streamed_call_are_counted() -> None:
