@@ -154,3 +154,60 @@ async def test_a_port_in_use_is_an_error_naming_it(server: tuple[Any, int]) -> N
     other = http.HttpServer(http.Limits())
     with pytest.raises(OSError, match=f"127.0.0.1:{port}"):
         await other.bind("127.0.0.1", port)
+
+
+class _Transport:
+    """What JoinedWrites passes on."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+async def test_the_writes_of_one_loop_step_go_out_as_one() -> None:
+    raw = _Transport()
+    joined = http.JoinedWrites(raw, asyncio.get_running_loop())
+    joined.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    joined.write(b"5\r\nhello\r\n")
+    assert raw.writes == []
+    await asyncio.sleep(0)  # the step ends
+    assert raw.writes == [b"HTTP/1.1 200 OK\r\n\r\n5\r\nhello\r\n"]
+    assert joined.get_extra_info("peername") == "info:peername"  # the rest is the transport's
+
+
+async def test_a_big_write_goes_out_at_once_so_flow_control_sees_it() -> None:
+    raw = _Transport()
+    joined = http.JoinedWrites(raw, asyncio.get_running_loop())
+    joined.write(b"head")
+    joined.write(b"x" * http.JOIN_BYTES)
+    assert raw.writes == [b"head" + b"x" * http.JOIN_BYTES]
+    await asyncio.sleep(0)
+    assert len(raw.writes) == 1
+
+
+async def test_a_close_sends_what_is_joined_and_an_abort_drops_it() -> None:
+    loop = asyncio.get_running_loop()
+    closing, aborting = _Transport(), _Transport()
+    first, second = http.JoinedWrites(closing, loop), http.JoinedWrites(aborting, loop)
+    first.write(b"last words")
+    first.close()
+    second.write(b"never sent")
+    second.abort()
+    await asyncio.sleep(0)
+    assert (closing.writes, closing.closed) == ([b"last words"], True)
+    assert (aborting.writes, aborting.aborted) == ([], True)
