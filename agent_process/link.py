@@ -221,6 +221,7 @@ class Link:
         # the hot path of every frame: locals only, no await but the receive
         recv = self.sock.recv
         monotonic = time.monotonic
+        loop = asyncio.get_running_loop()
         while True:
             data = await recv()
             self.last_heard = monotonic()
@@ -230,12 +231,15 @@ class Link:
                 log.warning("frame_dropped", sender=ORCHESTRATOR, reason=exc.message)
                 continue
             if isinstance(msg, Heartbeat) and not msg.payload.answer:
-                await self._answer(msg.payload)
+                # the daemon probes with the events it hands over: the turn they start goes
+                # first (up to its model request), the answer after it, still proving the
+                # loop turns, no longer on the turn's path
+                loop.call_soon(self._answer, msg.payload)
             dispatch(msg)
 
-    async def _answer(self, probe: HeartbeatPayload) -> None:
+    def _answer(self, probe: HeartbeatPayload) -> None:
         answer = HeartbeatPayload(seq=probe.seq, sent_at=time.time(), answer=True)
-        await self.send(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=answer))
+        self.post(Heartbeat(from_=self.me, to=ORCHESTRATOR, payload=answer))
 
     async def _heartbeat_loop(self, on_beat: OnBeat | None) -> None:
         seq = 0
