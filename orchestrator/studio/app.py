@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,13 @@ from starlette.staticfiles import StaticFiles
 from orchestrator import localstate, logview
 from orchestrator.client import new_request_id
 from orchestrator.conversations import InstanceConversation, NoSuchInstance
+from orchestrator.loglines import LogLine
 from orchestrator.studio import views
+from orchestrator.studio.cluster import ClusterUnavailable, ClusterViews, Poller
 from orchestrator.studio.hub import ProcessHub, sse, sse_loop
 from orchestrator.studio.link import DaemonLink
 from orchestrator.studio.runtime import RuntimeIndex
-from protocol.control import CallsResolve, ControlReply
+from protocol.control import CallsResolve, ControlReply, OrchestratorInfo
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 
@@ -47,6 +49,28 @@ class Studio:
     index: RuntimeIndex
     hub: ProcessHub
     allow_actions: bool
+    cluster: ClusterViews = field(init=False)
+    """What a cluster node shows: the whole swarm (studio/cluster.py)."""
+
+    def __post_init__(self) -> None:
+        self.cluster = ClusterViews(self.link, RuntimeIndex(self.layout, self.swarm))
+
+    def node(self) -> OrchestratorInfo | None:
+        """The daemon when it is a cluster node (asked each time: it may have restarted)."""
+        info = self.link.info()
+        return info if info is not None and info.node else None
+
+    async def events(self) -> RuntimeIndex:
+        """The runtime events: this machine's files, or every node's on a cluster node."""
+        if self.node() is not None:
+            return await self.cluster.refresh()
+        self.index.refresh()
+        return self.index
+
+    async def instances(self) -> list[dict[str, Any]]:
+        if self.node() is not None:
+            return await self.cluster.instances()
+        return localstate.instances(self.layout, self.swarm)
 
 
 def _error(status: int, code: str, message: str, suggestion: str | None = None) -> JSONResponse:
@@ -118,51 +142,57 @@ class _Handlers:
         return _reply(await s.link.stop_process(agent, key))
 
     async def instances(self, _: Request) -> Response:
-        s = self.s
-        return JSONResponse({"instances": localstate.instances(s.layout, s.swarm)})
+        return JSONResponse({"instances": await self.s.instances()})
 
     async def conversation_stream(self, request: Request) -> Response:
         s = self.s
         key, agent = request.query_params.get("key", ""), request.query_params.get("agent")
+        node = s.node()
         try:
-            conversation = InstanceConversation(s.layout, s.swarm, key, agent or None)
+            if node is not None:
+                conversation: InstanceConversation | Poller = await s.cluster.conversation(
+                    node, key, agent or None
+                )
+            else:
+                conversation = InstanceConversation(s.layout, s.swarm, key, agent or None)
         except NoSuchInstance as exc:
             return _error(404, exc.error.code, exc.error.message, exc.error.suggestion)
 
         async def added() -> str | None:
-            lines = conversation.poll()
+            if isinstance(conversation, Poller):
+                lines = await conversation.poll()
+            else:
+                lines = conversation.poll()
             return sse("messages", [line.as_json() for line in lines]) if lines else None
 
         return _stream(sse_loop(request, added, CONVERSATION_INTERVAL))
 
     async def trace(self, request: Request) -> Response:
-        s = self.s
-        s.index.refresh()
+        index = await self.s.events()
         trace_id = request.path_params["trace_id"]
-        rows = views.waterfall(s.index.of_trace(trace_id))
+        rows = views.waterfall(index.of_trace(trace_id))
         if not rows:
             return _error(
                 404,
                 ErrorCode.E_EVENT_NOT_FOUND,
                 f"no runtime events of trace "
-                f"{trace_id!r} (Studio keeps the newest {s.index.events.maxlen})",
+                f"{trace_id!r} (Studio keeps the newest {index.events.maxlen})",
             )
         return JSONResponse({"traceId": trace_id, "spans": rows})
 
     async def graph(self, _: Request) -> Response:
         s = self.s
-        s.index.refresh()
-        agents = {str(r["agent"]) for r in localstate.instances(s.layout, s.swarm)}
+        index = await s.events()
+        agents = {str(r["agent"]) for r in await s.instances()}
         snapshot = await s.hub.snapshot()
         connectors = {p["name"] for p in snapshot["processes"] if p["kind"] == "connector"}
         agents |= {p["name"] for p in snapshot["processes"] if p["kind"] == "agent"}
-        return JSONResponse(views.graph(s.index.events, agents, connectors))
+        return JSONResponse(views.graph(index.events, agents, connectors))
 
     async def charts(self, _: Request) -> Response:
-        s = self.s
-        s.index.refresh()
+        index = await self.s.events()
         now = time.time()
-        return JSONResponse(views.charts(s.index.since(now - 3600), now))
+        return JSONResponse(views.charts(index.since(now - 3600), now))
 
     async def calls(self, _: Request) -> Response:
         s = self.s
@@ -193,6 +223,9 @@ class _Handlers:
     async def logs(self, request: Request) -> Response:
         s = self.s
         keep = _log_filter(request)
+        if s.node() is not None:
+            lines = await s.cluster.lines(keep)
+            return JSONResponse({"lines": [_node_row(line) for line in lines[-LOG_LINES:]]})
         readers = _log_readers(s)
         records = [r for r in logview.merged([rd.read_new() for rd in readers]) if keep(r)]
         return JSONResponse({"lines": [_log_row(r) for r in records[-LOG_LINES:]]})
@@ -200,6 +233,8 @@ class _Handlers:
     async def logs_stream(self, request: Request) -> Response:
         s = self.s
         keep = _log_filter(request)
+        if s.node() is not None:
+            return _stream(sse_loop(request, await _node_lines(s, keep), LOGS_INTERVAL))
         readers = _log_readers(s)
         for reader in readers:  # from the end: the page asked /api/logs for what was there
             reader.read_new()
@@ -233,8 +268,14 @@ def build(studio: Studio) -> Starlette:
         Route("/api/stream/logs", h.logs_stream),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={BadRequest: _bad_request})
-    return app
+    handlers = {BadRequest: _bad_request, ClusterUnavailable: _unavailable}
+    return Starlette(routes=routes, exception_handlers=handlers)
+
+
+async def _unavailable(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ClusterUnavailable)
+    error = exc.error
+    return _error(503, error.code, error.message, error.suggestion)
 
 
 async def _bad_request(_: Request, exc: Exception) -> Response:
@@ -300,6 +341,27 @@ def _log_row(record: logview.Record) -> dict[str, Any]:
         "text": logview.render(record),
         "data": json.loads(logview.as_json(record)),
     }
+
+
+def _node_row(line: LogLine) -> dict[str, Any]:
+    return {**_log_row(line.record()), "node": line.node}
+
+
+async def _node_lines(s: Studio, keep: logview.Filter) -> Poll:
+    """A cluster node's new lines for a log stream: every node keeps how far this stream
+    read (its follower id), from the end at the start (the page asked /api/logs for what was
+    there)."""
+    follower = f"studio-logs-{new_request_id()}"
+    await s.cluster.lines(keep, follower)
+
+    async def new_lines() -> str | None:
+        try:
+            lines = await s.cluster.lines(keep, follower)
+        except ClusterUnavailable:  # the node is away for now: the next poll asks again
+            return None
+        return sse("lines", [_node_row(line) for line in lines]) if lines else None
+
+    return new_lines
 
 
 Poll = Callable[[], Awaitable[str | None]]

@@ -5,7 +5,7 @@ Studio's trace, graph and chart views: read incrementally (`logview.Reader`), ne
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from orchestrator import logview
 from protocol.endpoints import StateLayout
@@ -26,8 +26,11 @@ class RuntimeIndex:
         for source in logview.discover(self.layout, self.swarm):
             if source.kind == "events":
                 self._readers.setdefault(str(source.path), logview.Reader(source))
-        batches = [reader.read_new() for reader in self._readers.values()]
-        for record in logview.merged(batches):
+        self.add(logview.merged([reader.read_new() for reader in self._readers.values()]))
+
+    def add(self, records: Iterable[logview.Record]) -> None:
+        """Runtime-event records, oldest first (a cluster node's come from every node)."""
+        for record in records:
             data = dict(record.data)
             data.setdefault("agent", record.source.agent)
             data.setdefault("instanceKey", record.source.instance)
