@@ -10,8 +10,9 @@ Text that arrives in one go (a burst of chunks already read from the provider's 
 the daemon and the client two frames, not one per token: its first piece goes out at once
 (the time to first delta is what a streaming user waits for), and whatever follows it before
 the event loop's next turn rides in one more delta. A model that writes at its own pace gets
-each piece out as it comes. A tool call's start and the end of the model call flush the text
-first, so the order holds.
+each piece out as it comes. A tool call's start and the end of a model call that called tools
+flush the text first, so the order holds; what the turn's last model call wrote after its
+last delta is left to the reply, which follows at once and carries the whole answer.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class TurnStream:
         pending, self._text = self._text, None
         if pending:
             self._send(DeltaKind.TEXT, "".join(pending), None)
+
+    def leave_to_reply(self) -> None:
+        """The turn's last step wrote the text not sent yet: the reply, sent right after the
+        step, carries it (receivers show what the deltas did not), so it costs no frame."""
+        self._text = None
 
     def tool_started(self, call: ToolCall) -> None:
         self.flush()

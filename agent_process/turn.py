@@ -377,8 +377,10 @@ class TurnEngine:
                 on_text=stream.text if stream is not None else None,
             )
         )
-        if stream is not None:
-            stream.flush()  # the step's text goes before anything that follows it
+        if stream is not None and response.tool_calls:
+            stream.flush()  # the step's text goes before the tool calls' deltas
+        elif stream is not None:
+            stream.leave_to_reply()  # no tool calls: the turn's last step, its reply is next
         assistant = d.store.append(
             Role.ASSISTANT.value,
             response.text,

@@ -163,9 +163,10 @@ async def test_a_failed_stream_fails_the_turn_with_a_code(
     assert not [d for d in deltas if d.kind is DeltaKind.TEXT]
 
 
-async def test_text_that_arrives_in_one_burst_goes_out_as_two_deltas() -> None:
-    """Chunks read from the socket in one go cost the daemon two frames, not one per token:
-    the first piece at once (the time to first delta), the rest of the burst together."""
+async def test_text_that_arrives_in_one_burst_goes_out_as_one_delta_and_the_reply() -> None:
+    """Chunks read from the socket in one go cost the daemon one frame, not one per token:
+    the first piece at once (the time to first delta); the rest of the burst, the turn's last
+    text, rides with the reply, which carries the whole answer."""
     async with FakeLLMServer() as server:
         server.replies = [(200, openai_stream(["a", "b", "c", "d"]))]
         rt = await make_runtime(model("openai", f"http://127.0.0.1:{server.port}/v1"), b.agent())
@@ -174,9 +175,7 @@ async def test_text_that_arrives_in_one_burst_goes_out_as_two_deltas() -> None:
         finally:
             await rt.close()
     assert result.text == "abcd"
-    assert [(d.seq, d.kind, d.text) for d in deltas] == [
-        (0, DeltaKind.TEXT, "a"), (1, DeltaKind.TEXT, "bcd")
-    ]  # fmt: skip
+    assert [(d.seq, d.kind, d.text) for d in deltas] == [(0, DeltaKind.TEXT, "a")]
 
 
 async def test_cached_prompt_tokens_of_a_streamed_call_are_counted() -> None:
@@ -223,3 +222,23 @@ async def test_a_server_that_does_not_end_its_stream_after_done_does_not_hold_th
         connections = len(server._tasks)
     assert (first.text, second.text) == ("ok", "again")
     assert connections == 2
+
+
+async def test_a_burst_before_a_tool_call_is_all_sent_before_the_calls_deltas() -> None:
+    """Only the turn's last step leaves its rest to the reply: a step that calls tools sends
+    its text first (the reply holds only the last step's)."""
+    call = {"id": "call_1", "name": "calc__add", "args": ARGS}
+    async with FakeLLMServer() as server:
+        server.replies = [(200, openai_stream(["let ", "me ", "add"], tool_calls=[call])),
+                          (200, openai_stream(["5"]))]  # fmt: skip
+        endpoint = f"http://127.0.0.1:{server.port}/v1"
+        rt = await make_runtime(model("openai", endpoint), b.agent(tools=["calc"]), CALC)
+        try:
+            result, deltas = await streamed_turn(rt, "add 2 and 3")
+        finally:
+            await rt.close()
+    assert result.text == "5"
+    assert [(d.kind, d.step, d.text) for d in deltas] == [
+        (DeltaKind.TEXT, 1, "let "), (DeltaKind.TEXT, 1, "me add"),
+        (DeltaKind.TOOL_STARTED, 1, ""), (DeltaKind.TOOL_FINISHED, 1, ""), (DeltaKind.TEXT, 2, "5"),
+    ]  # fmt: skip
