@@ -7,7 +7,7 @@ A delta the socket cannot take at once is dropped (a gap in `seq`), never waited
 runs at the model's pace, and its reply, sent after the last delta, is the whole answer.
 
 Text that arrives in one go (a burst of chunks already read from the provider's socket) costs
-the daemon and the client two frames, not one per token: its first piece goes out at once
+the daemon and the client a frame or two, not one per token: its first piece goes out at once
 (the time to first delta is what a streaming user waits for), and whatever follows it before
 the event loop's next turn rides in one more delta. A model that writes at its own pace gets
 each piece out as it comes. A tool call's start and the end of a model call that called tools
