@@ -19,10 +19,10 @@ from starlette.staticfiles import StaticFiles
 
 from orchestrator import localstate, logview
 from orchestrator.client import new_request_id
-from orchestrator.conversations import InstanceConversation, NoSuchInstance
+from orchestrator.conversations import InstanceConversation, Line, NoSuchInstance
 from orchestrator.loglines import LogLine
 from orchestrator.studio import views
-from orchestrator.studio.cluster import ClusterUnavailable, ClusterViews, Poller
+from orchestrator.studio.cluster import ClusterUnavailable, ClusterViews
 from orchestrator.studio.hub import ProcessHub, sse, sse_loop
 from orchestrator.studio.link import DaemonLink
 from orchestrator.studio.runtime import RuntimeIndex
@@ -148,21 +148,17 @@ class _Handlers:
         s = self.s
         key, agent = request.query_params.get("key", ""), request.query_params.get("agent")
         node = s.node()
+        poll: Callable[[], Awaitable[list[Line]]]
         try:
             if node is not None:
-                conversation: InstanceConversation | Poller = await s.cluster.conversation(
-                    node, key, agent or None
-                )
+                poll = (await s.cluster.conversation(node, key, agent or None)).poll
             else:
-                conversation = InstanceConversation(s.layout, s.swarm, key, agent or None)
+                poll = _local_poll(InstanceConversation(s.layout, s.swarm, key, agent or None))
         except NoSuchInstance as exc:
             return _error(404, exc.error.code, exc.error.message, exc.error.suggestion)
 
         async def added() -> str | None:
-            if isinstance(conversation, Poller):
-                lines = await conversation.poll()
-            else:
-                lines = conversation.poll()
+            lines = await poll()
             return sse("messages", [line.as_json() for line in lines]) if lines else None
 
         return _stream(sse_loop(request, added, CONVERSATION_INTERVAL))
@@ -341,6 +337,13 @@ def _log_row(record: logview.Record) -> dict[str, Any]:
         "text": logview.render(record),
         "data": json.loads(logview.as_json(record)),
     }
+
+
+def _local_poll(conversation: InstanceConversation) -> Callable[[], Awaitable[list[Line]]]:
+    async def poll() -> list[Line]:
+        return conversation.poll()
+
+    return poll
 
 
 def _node_row(line: LogLine) -> dict[str, Any]:

@@ -56,7 +56,7 @@ class ClusterViews:
 
     async def conversation(self, node: OrchestratorInfo, key: str, agent: str | None) -> Poller:
         """The conversation's poller, after its first poll (NoSuchInstance when the swarm has
-        no such instance)."""
+        no such instance, ClusterUnavailable when the node does not answer)."""
         poller = Poller(NodeConversation(node, key, agent))
         await poller.first()
         return poller
@@ -93,10 +93,12 @@ class Poller:
         self.pending: list[Line] = []
 
     async def first(self) -> None:
+        """The first poll: NoSuchInstance passes, a node that does not answer is
+        ClusterUnavailable."""
         try:
             self.pending = await asyncio.to_thread(self.conversation.poll)
         except ClientError as exc:
-            raise NoSuchInstance(exc.error) from None
+            raise ClusterUnavailable(exc.error) from None
 
     async def poll(self) -> list[Line]:
         if self.pending:
