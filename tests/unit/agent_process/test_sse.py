@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_process.models.sse import EventParser, SseEvent
+from agent_process.models.sse import MAX_LINE_BYTES, EventParser, SseEvent
 
 BODY = (
     b": a comment, then a ping the parser ignores\n\n"
@@ -55,3 +56,21 @@ def test_any_cut_of_the_body_gives_the_same_events(eol: bytes, cuts: list[int]) 
     body = BODY.replace(b"\n", eol)
     points = sorted({0, len(body), *(c % (len(body) + 1) for c in cuts)})
     assert parse(*(body[a:b] for a, b in itertools.pairwise(points))) == EVENTS
+
+
+def test_a_line_that_never_ends_is_refused_not_buffered_without_bound() -> None:
+    parser = EventParser()
+    piece = b"x" * (1 << 20)
+    for _ in range(MAX_LINE_BYTES // len(piece)):
+        parser.feed(piece)
+    with pytest.raises(ValueError, match="longer than"):
+        parser.feed(piece)
+
+
+def test_an_event_of_endless_data_lines_is_refused() -> None:
+    parser = EventParser()
+    line = b"data: " + b"x" * (1 << 20) + b"\n"
+    for _ in range(MAX_LINE_BYTES // (1 << 20)):
+        parser.feed(line)
+    with pytest.raises(ValueError, match="longer than"):
+        parser.feed(line)
