@@ -43,7 +43,13 @@ async def firehose(request: Request) -> Response:
     return StreamingResponse(chunks())
 
 
-APP = Starlette(routes=[Route("/", echo, methods=["POST"]), Route("/big", firehose)])
+async def whoami(request: Request) -> Response:
+    client = request.client.host if request.client else None
+    return JSONResponse({"client": client, "scheme": request.url.scheme})
+
+
+APP = Starlette(routes=[Route("/", echo, methods=["POST"]), Route("/big", firehose),
+                        Route("/whoami", whoami)])  # fmt: skip
 
 
 @pytest.fixture
@@ -211,3 +217,14 @@ async def test_a_close_sends_what_is_joined_and_an_abort_drops_it() -> None:
     await asyncio.sleep(0)
     assert (closing.writes, closing.closed) == ([b"last words"], True)
     assert (aborting.writes, aborting.aborted) == ([], True)
+
+
+async def test_forwarded_headers_from_a_local_process_are_not_believed(
+    server: tuple[Any, int],
+) -> None:
+    """uvicorn trusts X-Forwarded-* from loopback by default; here nothing is a proxy."""
+    _, port = server
+    forged = {"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https"}
+    async with asyncio.timeout(10), httpx.AsyncClient() as client:
+        answer = await client.get(f"http://127.0.0.1:{port}/whoami", headers=forged)
+    assert answer.json() == {"client": "127.0.0.1", "scheme": "http"}
