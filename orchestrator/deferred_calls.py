@@ -131,8 +131,8 @@ class DeferredIndex:
         self.clock = clock
         self.calls: dict[str, Found] = {}
         self._held: dict[Address, dict[str, bool]] = {}
-        """Answered calls whose process is starting: call id -> whether the answer streams."""
-        """Resolutions for a process that is not ready yet: sent when it is."""
+        """Resolutions for a process that is not ready yet, sent when it is: call id ->
+        whether the answer streams."""
         self._tasks: set[asyncio.Future[None]] = set()
         self.mirror: CallMirror | None = None
 
