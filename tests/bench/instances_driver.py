@@ -319,13 +319,17 @@ class Driver:
 async def drive(
     directory: Path, n: int, cold: int, on_progress: Callable[[int], None] | None = None
 ) -> Drive:
-    """The whole run in `directory` (bundle, state root): history, N instances, first events."""
-    from tests.integration.harness import child_env
+    """The whole run in `directory` (bundle, state root): history, N instances, first events.
+
+    The daemon runs unmeasured under `make test`: with coverage's tracer every agent process
+    would write and the run would combine one data file per instance, which is not what a
+    million instances cost (the paths it drives are measured by the integration tests)."""
+    from tests.integration.harness import unmeasured_env
 
     bundle = directory / "goondan.yaml"
     bundle.write_text(echo_bundle(SWARM, f"{{maxLiveInstances: {LIVE}}}"))
     root = directory / "s"
-    env = child_env({"GOONDAN_STATE_ROOT": str(root)})
+    env = unmeasured_env({"GOONDAN_STATE_ROOT": str(root)})
     daemon = await DaemonProcess.start(bundle, env)
     client = None
     try:

@@ -2,12 +2,13 @@
 
 The same drive as `make bench-instances` (tests/bench/instances_driver.py: one real daemon,
 distinct instances, one event each, `maxLiveInstances` 300, 32 in flight), with
-GOONDAN_TEST_INSTANCES instances (default 3,000) and 20 hibernated instances of 200 turns
-woken at the end. Not 20,000 as the issue asks of CI: one new instance costs a fork, a turn
-and a deactivation, about 15 ms of CPU in all, so 20,000 take several minutes on 2 cores
-(`GOONDAN_TEST_INSTANCES=20000` runs them). 3,000 take about a minute and still drive the
-paths that matter: ~2,700 deactivations at the live bound and ~1,400 instances forgotten by the
-daemon (it keeps max(1024, maxLiveInstances) deactivated ones).
+GOONDAN_TEST_INSTANCES instances (default 20,000, as issue 17 asks of CI) and 20 hibernated
+instances of 200 turns woken at the end. One new instance costs a fork, a turn and a
+deactivation, about 16 ms of CPU across the daemon, the fork server and the agent, so 20,000
+take about three minutes of both cores; the daemon runs without coverage's tracer (see
+`drive`). They drive the paths that matter many times over: ~19,700 deactivations at the live
+bound and ~18,400 instances forgotten by the daemon (it keeps max(1024, maxLiveInstances)
+deactivated ones).
 
 What is checked is what a million instances need, not how fast they went (no timing
 asserts; the figures are printed, `-s` shows them): every event answered by its instance, the
@@ -21,17 +22,21 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
+
 from orchestrator.hibernation import kept
 from tests.bench.baselines import print_rows
 from tests.bench.bench_instances import rows
 from tests.bench.instances_driver import LIVE, drive
 
-INSTANCES = int(os.environ.get("GOONDAN_TEST_INSTANCES", "3000"))
+INSTANCES = int(os.environ.get("GOONDAN_TEST_INSTANCES", "20000"))
 COLD = 20
 CONVERSATION = ["messages", "messages/base.jsonl", "messages/runtime-events.jsonl"]
 """All a driven instance leaves: no empty extensions/ or workdir/, no empty log file."""
 
 
+# the drive's own bound below is the guard; pytest-timeout's 300 s would cut a slow machine's run
+@pytest.mark.timeout(max(300, INSTANCES // 10) + 60)
 async def test_thousands_of_instances_through_one_daemon_stay_bounded(tmp_path: Path) -> None:
     async with asyncio.timeout(max(300, INSTANCES / 10)):
         run = await drive(tmp_path, INSTANCES, COLD)
