@@ -39,6 +39,13 @@ class Mailbox:
             self.inflight[event.id] = event
         return events
 
+    def unsend(self, events: list[AgentEvent]) -> None:
+        """`events` (the last ones `take` gave, in order) never reached the process: first in
+        the queue again, not in flight."""
+        for event in events:
+            self.inflight.pop(event.id, None)
+        self.queue.extendleft(reversed(events))
+
     def mark_started(self, event_id: str) -> None:
         if event_id in self.inflight:
             self.started = event_id

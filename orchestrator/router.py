@@ -41,7 +41,7 @@ from orchestrator.peers import PeerWatch
 from orchestrator.permits import PERMIT_OPS, Permits
 from orchestrator.states import READY, ProcessStatus
 from orchestrator.table import ProcessEntry, ProcessTable
-from orchestrator.wire import MAX_FRAME_BYTES, RouterSocket
+from orchestrator.wire import MAX_FRAME_BYTES, PEER_GONE, RouterSocket
 from protocol.codec import decode_message, encode
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
@@ -364,13 +364,17 @@ class Router:
     def send(self, entry: ProcessEntry, msg: Message) -> bool:
         """Send to the current process of `entry` without awaiting; False (counted, logged)
         when it cannot be routed."""
+        return self._send(entry, msg) is None
+
+    def _send(self, entry: ProcessEntry, msg: Message) -> str | None:
+        """`send`, saying why it failed."""
         reason = self.wire.send(entry.routing_id, encode(msg))
         if reason is None:
             self.stats.delivered += 1
-            return True
+            return None
         self.stats.undeliverable += 1
         log.warning("undeliverable", to=entry.id_text, type=type(msg).__name__, reason=reason)
-        return False
+        return reason
 
     def reply(self, entry: ProcessEntry, result: CallResultPayload) -> None:
         self.send(entry, CallResult(from_=ORCHESTRATOR, to=entry.id_text, payload=result))
@@ -425,8 +429,14 @@ class Router:
             return
         to = entry.id_text
         events = box.take()
-        for event in events:
-            if not self.send(entry, Event(from_=ORCHESTRATOR, to=to, payload=event)):
+        for i, event in enumerate(events):
+            reason = self._send(entry, Event(from_=ORCHESTRATOR, to=to, payload=event))
+            if reason == PEER_GONE:
+                # Its process closed its socket: it is exiting (a crash whose exit is not seen
+                # yet). This event and the rest wait, in order, for the next process.
+                box.unsend(events[i:])
+                break
+            if reason is not None:
                 box.mark_done(event.id)
                 error = ErrorInfo(code=ErrorCode.E_AGENT_UNDELIVERABLE, message=f"{to} unreachable")
                 self._answer_error(event, error)

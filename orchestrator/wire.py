@@ -35,6 +35,10 @@ POLLIN = int(zmq.POLLIN)
 Frames = list[bytes]
 
 
+PEER_GONE = "peer not connected"
+"""Why a send to a process failed when its socket is closed: it is exiting, or gone."""
+
+
 class RouterSocket:
     def __init__(
         self, ctx: zmq.asyncio.Context, endpoint: str, max_frame_bytes: int = MAX_FRAME_BYTES
@@ -101,7 +105,7 @@ class RouterSocket:
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
-            return "peer not connected"
+            return PEER_GONE
         return None
 
     def close(self) -> None:

@@ -174,3 +174,29 @@ async def test_the_history_lines_of_a_process_whose_exit_is_seen_first_are_kept(
         await asyncio.gather(task, return_exceptions=True)
         router.close()
         ctx.destroy(linger=0)
+
+
+async def test_events_for_a_process_whose_socket_closed_wait_for_the_next_one(
+    routed: Routed,
+) -> None:
+    """A crashed process is still `idle` in the table until its exit is seen, but its socket
+    is gone (here: no peer has its routing id). What is flushed to it then is not answered
+    `E_AGENT_UNDELIVERABLE` (the supervision test saw that under load): it waits, in order,
+    for the replacement, and nothing is blamed for the death."""
+    router, entry = routed.router, routed.entry
+    events, waiters = [], []
+    for i in range(3):
+        event = new_event(type="ask", input=str(i), instance_key="k", source=SOURCE,
+                          reply_to=ReplyTo(target="control", correlation_id=f"c{i}"))  # fmt: skip
+        waiter: asyncio.Future[AgentEvent] = asyncio.get_running_loop().create_future()
+        router.submit(event, entry.address, waiter)
+        events.append(event.id)
+        waiters.append(waiter)
+    box = router.mailbox(entry.address)
+    assert [e.id for e in box.queue] == events and not box.inflight
+    assert not any(w.done() for w in waiters)
+    with capture_logs() as logs:
+        router.on_process_dead(entry, "signal 9")
+    assert [e.id for e in box.queue] == events
+    assert not any(w.done() for w in waiters)
+    assert not [line for line in logs if line["event"] in ("event_retried", "event_dropped")]
