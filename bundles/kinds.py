@@ -328,9 +328,20 @@ class MetricsEndpoint(_Spec):
     host: str = "127.0.0.1"
 
 
+class LogsPolicy(_Spec):
+    """The daemon's log files (`orchestrator.log` and each agent's, ARCHITECTURE.md §12)."""
+
+    max_file_bytes: int = 64 << 20
+    """A log file reaching this size is renamed `<name>.1` (`.1` to `.2`, ...) and a new one
+    starts; 0 never rotates."""
+    keep_files: int = 4
+    """Rotated files kept per log; older ones are removed."""
+
+
 class Observability(_Spec):
     metrics: MetricsEndpoint | None = None
     """Off by default."""
+    logs: LogsPolicy = msgspec.field(default_factory=LogsPolicy)
 
 
 class SwarmSpec(_Spec):

@@ -34,6 +34,10 @@ from protocol.errors import ErrorCode
 
 __all__ = ["Checks", "Options", "SourceMap"]
 
+MIN_LOG_FILE_BYTES = 4096
+"""Smaller is a unit mistake (64 meant as MiB), and would rotate at every few lines."""
+MAX_LOG_FILES_KEPT = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class Options:
@@ -215,6 +219,7 @@ class Checks:
                         "must be > 0 (null keeps idle instances live)"))  # fmt: skip
         bad.extend(_cluster_problems(policy.cluster))
         self._metrics(res)
+        self._logs(res)
         if res.spec.instance_key is not None and not res.spec.instance_key:
             self.rep.error(
                 res,
@@ -231,6 +236,20 @@ class Checks:
                 message,
                 "change the value",
             )
+
+    def _logs(self, res: Resource[SwarmSpec]) -> None:
+        logs = res.spec.observability.logs
+        path: FieldPath = ("spec", "observability", "logs")
+        if logs.max_file_bytes != 0 and logs.max_file_bytes < MIN_LOG_FILE_BYTES:
+            self.rep.error(
+                res, (*path, "maxFileBytes"), ErrorCode.E_CONFIG_SCHEMA_INVALID,
+                f"maxFileBytes {logs.max_file_bytes} is below {MIN_LOG_FILE_BYTES}",
+                "give a size in bytes (67108864 is 64 MiB), or 0 never to rotate",
+            )  # fmt: skip
+        if not 0 <= logs.keep_files <= MAX_LOG_FILES_KEPT:
+            self.rep.error(res, (*path, "keepFiles"), ErrorCode.E_CONFIG_SCHEMA_INVALID,
+                           f"keepFiles must be 0..{MAX_LOG_FILES_KEPT}",
+                           "keep fewer rotated files (0 drops a file when it rotates)")  # fmt: skip
 
     def _metrics(self, res: Resource[SwarmSpec]) -> None:
         metrics = res.spec.observability.metrics

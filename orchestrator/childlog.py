@@ -21,7 +21,7 @@ from pathlib import Path
 import structlog
 
 from bundles import redact
-from protocol.private import open_private, private_dir
+from orchestrator.logfiles import NEVER, LogFile, Rotation
 
 log = structlog.get_logger("goondan.childlog")
 
@@ -40,9 +40,9 @@ def cut_marker(dropped: int) -> bytes:
 class ChildOutput:
     """The read end of one child's pipe and the log file its lines go to."""
 
-    def __init__(self, read_fd: int, log_fd: int, *, max_line: int = MAX_LINE) -> None:
+    def __init__(self, read_fd: int, log: LogFile, *, max_line: int = MAX_LINE) -> None:
         self._fd = read_fd
-        self._log_fd = log_fd
+        self._log = log
         self.max_line = max_line
         self._partial = bytearray()
         self._dropping: int | None = None
@@ -51,14 +51,15 @@ class ChildOutput:
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     @classmethod
-    def open(cls, log_path: Path, *, max_line: int = MAX_LINE) -> tuple[ChildOutput, int]:
-        """A reader appending to `log_path`, and the write end to give the child (close it
-        in the daemon once the child has it). The reader runs until EOF."""
-        private_dir(log_path.parent)
-        log_fd = open_private(log_path, os.O_WRONLY | os.O_APPEND)
+    def open(
+        cls, log_path: Path, *, max_line: int = MAX_LINE, rotation: Rotation = NEVER
+    ) -> tuple[ChildOutput, int]:
+        """A reader appending to `log_path` (rotated by `rotation`), and the write end to give
+        the child (close it in the daemon once the child has it). The reader runs until EOF."""
+        log_file = LogFile(log_path, rotation)
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         os.set_blocking(write_fd, True)  # the child's writes block rather than fail
-        output = cls(read_fd, log_fd, max_line=max_line)
+        output = cls(read_fd, log_file, max_line=max_line)
         asyncio.get_running_loop().add_reader(read_fd, output._readable)
         return output, write_fd
 
@@ -115,18 +116,12 @@ class ChildOutput:
         self._partial = bytearray()
 
     def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                written = os.write(self._log_fd, view)
-            except InterruptedError:
-                continue
-            except OSError as exc:  # a full disk: say it once, keep draining the pipe
-                if not self._write_failed:
-                    self._write_failed = True
-                    log.error("child_log_write_failed", error=str(exc))
-                return
-            view = view[written:]
+        try:
+            self._log.write(data)
+        except OSError as exc:  # a full disk: say it once, keep draining the pipe
+            if not self._write_failed:
+                self._write_failed = True
+                log.error("child_log_write_failed", error=str(exc))
 
     def close(self) -> None:
         """EOF (or the daemon is done waiting): the partial last line is written, then both
@@ -141,19 +136,20 @@ class ChildOutput:
             self._write(redact.current().json_bytes(bytes(self._partial)) + b"\n")
         self._partial = bytearray()
         os.close(self._fd)
-        os.close(self._log_fd)
+        self._log.close()
         self.closed.set_result(None)
 
 
 class ChildOutputs:
     """Every open child pipe of the daemon, so that none is lost at exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, rotation: Rotation = NEVER) -> None:
         self._open: set[ChildOutput] = set()
+        self.rotation = rotation
 
     def open(self, log_path: Path) -> int:
         """Start reading a new child's output into `log_path`; returns the write end."""
-        output, write_fd = ChildOutput.open(log_path)
+        output, write_fd = ChildOutput.open(log_path, rotation=self.rotation)
         self._open.add(output)
         output.closed.add_done_callback(lambda _f: self._open.discard(output))
         return write_fd

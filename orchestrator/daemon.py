@@ -33,12 +33,14 @@ from orchestrator.accept import Acceptor
 from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AgentsService
 from orchestrator.budgets import Budgets
+from orchestrator.childlog import ChildOutputs
 from orchestrator.cluster.options import ClusterOptions
 from orchestrator.connections import Connections
 from orchestrator.control import ControlContext, ControlServer
 from orchestrator.deferred_calls import DeferredIndex
 from orchestrator.forkserver import ENTRY, ForkServerProcess, start_fork_server
 from orchestrator.journal.sqlite import SqliteJournal
+from orchestrator.logfiles import Rotation
 from orchestrator.observability import Metrics, MetricsUnavailable, start_metrics
 from orchestrator.permits import Permits
 from orchestrator.ratelimits import RateLimits
@@ -147,6 +149,7 @@ def run(opts: DaemonOptions) -> int:
         opts.log_format,
         quiet=opts.quiet,
         secrets=opts.bundle.secret_values,
+        rotation=Rotation.of(opts.swarm.spec.observability.logs),
     )
     # where agents get cgroups with their limits: before the fork server, which is forked into it
     cgroup = cgroups.prepare()
@@ -196,7 +199,8 @@ class Daemon:
         self.events.put_nowait(why)
 
     def _spawner(self) -> Spawner:
-        cold = ColdSpawner(CHILD_MODULE, cgroup=self.cgroup)
+        rotation = Rotation.of(self.opts.swarm.spec.observability.logs)
+        cold = ColdSpawner(CHILD_MODULE, outputs=ChildOutputs(rotation), cgroup=self.cgroup)
         if self.server is None:
             return cold
         spawner = ForkServerSpawner(self.server, cold)

@@ -18,7 +18,7 @@ import msgspec
 import structlog
 
 from bundles import redact
-from protocol.private import open_private, private_dir
+from orchestrator.logfiles import NEVER, LogFile, Rotation
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50, "exception": 40}
 
@@ -26,7 +26,7 @@ LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50, "
 class _Sink:
     """The last processor: writes the event to the file and the console, then drops it."""
 
-    def __init__(self, file: TextIO, console: TextIO, fmt: str, console_level: int) -> None:
+    def __init__(self, file: LogFile, console: TextIO, fmt: str, console_level: int) -> None:
         self.file = file
         self.console = console
         self.console_level = console_level
@@ -40,8 +40,7 @@ class _Sink:
 
     def __call__(self, logger: Any, name: str, event: MutableMapping[str, Any]) -> str:
         line = self._json(logger, name, event)
-        self.file.write(line + "\n")
-        self.file.flush()
+        self.file.write(f"{line}\n".encode())
         if LEVELS.get(str(event.get("level", "info")), 20) >= self.console_level:
             rendered = self.render_console(logger, name, dict(event))
             self.console.write(f"{rendered}\n")
@@ -50,18 +49,21 @@ class _Sink:
 
 
 def configure(
-    log_file: Path, fmt: str = "console", *, quiet: bool = False, secrets: Iterable[str] = ()
-) -> TextIO:
+    log_file: Path,
+    fmt: str = "console",
+    *,
+    quiet: bool = False,
+    secrets: Iterable[str] = (),
+    rotation: Rotation = NEVER,
+) -> LogFile:
     """Set up structlog for this process; return the open log file (close it at exit).
 
     `secrets` (the bundle's resolved ValueSource values) are masked in every line, file and
-    console alike; every line carries the daemon's `pid`.
+    console alike; every line carries the daemon's `pid`. The file rotates by `rotation`.
     """
     redact.install(secrets)
     structlog.contextvars.bind_contextvars(pid=os.getpid())
-    private_dir(log_file.parent)
-    fd = open_private(log_file, os.O_WRONLY | os.O_APPEND)
-    file = os.fdopen(fd, "a", encoding="utf-8")
+    file = LogFile(log_file, rotation)
     level = logging.WARNING if quiet else logging.INFO
     structlog.configure(
         processors=[

@@ -7,21 +7,25 @@ Three kinds of files, all found through `StateLayout` (files only: no daemon nee
   so it stays next to what it belongs to;
 - `instances/<swarm>/<key>/<agent>/messages/runtime-events.jsonl`: turn/step/tool events
   (`at` epoch seconds, camelCase fields).
-Each file is already in time order, so the stream is a k-way merge, never a full sort.
+A log file and its rotated files (`<name>.1`, ..., `orchestrator.logfiles`) are one source,
+read oldest first. Each source is already in time order, so the stream is a k-way merge, never
+a full sort.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 from urllib.parse import unquote
 
+from orchestrator import logfiles
 from protocol.endpoints import StateLayout
 from protocol.jsontypes import JsonObject
 
@@ -146,9 +150,18 @@ def _swarm_names(*bases: Path) -> list[str]:
 
 
 def _log_files(directory: Path, swarm: str) -> Iterator[LogSource]:
+    """One source per log, its rotated files included (a log whose current file is gone,
+    e.g. an agent's that wrote nothing since its last rotation, too)."""
     if not directory.is_dir():
         return
-    for path in sorted(directory.glob("*.log")):
+    names = set()
+    for entry in os.listdir(directory):
+        head = entry.rpartition(".")[0]
+        if entry.endswith(".log"):
+            names.add(entry)
+        elif head.endswith(".log") and logfiles.rotated_index(entry, head) is not None:
+            names.add(head)
+    for path in sorted(directory / name for name in names):
         if path.name == "orchestrator.log":
             yield LogSource(path, "orchestrator", swarm)
             continue
@@ -197,24 +210,73 @@ def _time_of(data: JsonObject, fallback: float) -> float:
 
 @dataclass(slots=True)
 class Reader:
-    """Reads one file from an offset on: whole lines only (a partly written line waits)."""
+    """Reads one log from where it left off: whole lines only (a partly written line waits).
+
+    A log that rotates (`orchestrator.logfiles`) is one stream: the first read takes its
+    rotated files, oldest first, then the file itself; a later read that finds the file
+    replaced (rotated since) takes the rest of the file it was in and every file rotated after
+    it, found by inode, before the new file. A file truncated in place (an outside
+    `logrotate copytruncate`) is read again from its start."""
 
     source: LogSource
     offset: int = 0
     last_at: float = 0.0
     seq: int = 0
+    inode: int | None = None
+    """The file `offset` is in."""
     _partial: bytes = field(default=b"", repr=False)
 
     def read_new(self) -> list[Record]:
         try:
-            with self.source.path.open("rb") as fh:
-                size = fh.seek(0, 2)
-                if size < self.offset:  # truncated or replaced: start over
-                    self.offset, self._partial = 0, b""
-                fh.seek(self.offset)
-                chunk = fh.read()
+            fh = self.source.path.open("rb")
         except OSError:
-            return []
+            fh = None
+        try:
+            ino = os.fstat(fh.fileno()).st_ino if fh is not None else None
+            records = [] if ino == self.inode else self._rotated_since()
+            if fh is not None and ino is not None:
+                if ino != self.inode:
+                    records += self._switch(ino)
+                records += self._read(fh)
+            return records
+        finally:
+            if fh is not None:
+                fh.close()
+
+    def _rotated_since(self) -> list[Record]:
+        """The unread part of the rotated files: all of them on the first read, else from the
+        file read last on (none when that file is gone: it was dropped, or rotated out)."""
+        first = self.inode is None
+        found = first
+        records: list[Record] = []
+        for path in logfiles.rotated_files(self.source.path):
+            try:
+                fh = path.open("rb")
+            except OSError:
+                continue
+            with fh:
+                ino = os.fstat(fh.fileno()).st_ino
+                if not found:
+                    found = ino == self.inode
+                    if not found:
+                        continue  # older than the file read last
+                else:
+                    records += self._switch(ino)
+                records += self._read(fh)
+        return records
+
+    def _switch(self, ino: int) -> list[Record]:
+        """Go on in another file: a line left unended in the last one is a line."""
+        rest, self._partial = self._partial, b""
+        self.inode, self.offset = ino, 0
+        return self._records([rest]) if rest else []
+
+    def _read(self, fh: BinaryIO) -> list[Record]:
+        size = fh.seek(0, 2)
+        if size < self.offset:  # truncated in place: start over
+            self.offset, self._partial = 0, b""
+        fh.seek(self.offset)
+        chunk = fh.read()
         self.offset += len(chunk)
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()

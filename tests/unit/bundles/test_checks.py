@@ -77,6 +77,15 @@ CASES = [
     ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
      "  observability: {metrics: {host: 127.0.0.1}}\n",
      E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.observability.metrics"),
+    ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
+     "  observability: {logs: {maxFileBytes: 64}}\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.observability.logs.maxFileBytes"),
+    ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
+     "  observability: {logs: {keepFiles: -1}}\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.observability.logs.keepFiles"),
+    ("kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n  agents: [Agent/main]\n"
+     "  observability: {logs: {maxFileBytes: 64MiB}}\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.observability.logs.maxFileBytes"),
     ("kind: Agent\nmetadata: {name: a2}\nspec:\n  modelConfig: {modelRef: Model/fake}\n"
      "  prompt: {systemRef: /etc/passwd}\n",
      E.E_CONFIG_PATH_ESCAPE, "goondan.yaml:30 spec.prompt.systemRef"),
@@ -102,6 +111,15 @@ CASES = [
 @pytest.mark.parametrize(("doc", "code", "path"), CASES)
 def test_kind_rules(tmp_path: Path, doc: str, code: ErrorCode, path: str) -> None:
     assert _errors(tmp_path, doc) == [(code, path)]
+
+
+@pytest.mark.parametrize("logs", ["{maxFileBytes: 0, keepFiles: 0}", "{maxFileBytes: 4096}", "{}"])
+def test_log_rotation_settings_that_are_fine(tmp_path: Path, logs: str) -> None:
+    doc = (
+        "kind: Swarm\nmetadata: {name: s2}\nspec:\n  entryAgent: Agent/main\n"
+        f"  agents: [Agent/main]\n  observability: {{logs: {logs}}}\n"
+    )
+    assert _errors(tmp_path, doc) == []
 
 
 def test_entry_agent_must_be_a_member(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 from bundles import redact
 from orchestrator import childlog
 from orchestrator.childlog import ChildOutput, ChildOutputs, cut_marker
+from orchestrator.logfiles import Rotation, rotated_files
 
 SECRET = "tok-0123456789abcdef"
 
@@ -85,3 +86,28 @@ async def test_outputs_close_what_a_stray_process_holds_open(
         await outputs.close()
         os.close(write_fd)
     assert (tmp_path / "held.log").read_bytes() == b"no newline yet\n"
+
+
+async def test_a_childs_log_rotates_between_lines_never_inside_a_cut_one(tmp_path: Path) -> None:
+    log = tmp_path / "a.k.log"
+    lines = [f"line {i} ".encode() + b"z" * (i % 40) + b"\n" for i in range(30)]
+    async with asyncio.timeout(10):
+        output, write_fd = ChildOutput.open(log, max_line=64, rotation=Rotation(100, keep=50))
+        for line in lines[:15]:
+            os.write(write_fd, line)
+            await asyncio.sleep(0)
+        for _ in range(6):  # an endless line: its head is written, then its marker at its end
+            os.write(write_fd, b"e" * 50)
+            await asyncio.sleep(0)
+        os.write(write_fd, b"\n")
+        for line in lines[15:]:
+            os.write(write_fd, line)
+            await asyncio.sleep(0)
+        os.close(write_fd)
+        await output.closed
+    files = [*rotated_files(log), log]
+    assert len(files) > 5
+    cut = b"e" * 64 + cut_marker(300 - 64)
+    assert b"".join(p.read_bytes() for p in files) == b"".join([*lines[:15], cut, *lines[15:]])
+    assert any(cut in p.read_bytes() for p in files)  # not split across two files
+    assert all(p.read_bytes().endswith(b"\n") for p in files)
