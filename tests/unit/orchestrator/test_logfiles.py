@@ -143,13 +143,19 @@ def test_the_first_read_takes_the_rotated_files_oldest_first(tmp_path: Path) -> 
     assert _events(_reader(path).read_new()) == [f"e{i}" for i in range(12)]
 
 
-def test_a_reader_follows_the_file_through_rotations_between_reads(tmp_path: Path) -> None:
+def _read_one_line(tmp_path: Path, keep: int) -> tuple[LogFile, logview.Reader]:
+    """A log of one line a file, and a reader that has read its first line."""
     path = tmp_path / "orchestrator.log"
-    log = LogFile(path, Rotation(max_bytes=300, keep=10))
+    log = LogFile(path, Rotation(max_bytes=300, keep=keep))
     reader = _reader(path)
     log.write(_line(0, pad=100))
     assert _events(reader.read_new()) == ["e0"]
-    for i in range(1, 8):  # several rotations; e1 is still in the file read last
+    return log, reader
+
+
+def test_a_reader_follows_the_file_through_rotations_between_reads(tmp_path: Path) -> None:
+    log, reader = _read_one_line(tmp_path, keep=10)
+    for i in range(1, 8):  # several rotations: the file read last is now a rotated one
         log.write(_line(i, pad=100))
     assert _events(reader.read_new()) == [f"e{i}" for i in range(1, 8)]
     assert reader.read_new() == []
@@ -158,11 +164,7 @@ def test_a_reader_follows_the_file_through_rotations_between_reads(tmp_path: Pat
 
 
 def test_a_reader_whose_file_was_rotated_out_goes_on_with_the_current(tmp_path: Path) -> None:
-    path = tmp_path / "orchestrator.log"
-    log = LogFile(path, Rotation(max_bytes=300, keep=1))
-    reader = _reader(path)
-    log.write(_line(0, pad=100))
-    assert _events(reader.read_new()) == ["e0"]
+    log, reader = _read_one_line(tmp_path, keep=1)
     for i in range(1, 10):
         log.write(_line(i, pad=100))
     # e0's file is gone; what was kept of the rest is read, nothing twice
