@@ -99,6 +99,8 @@ class LogFile:
         self._line_open = False
         """The last write did not end its line."""
         self._closed = False
+        self._dropping = False
+        """Detached: writes go nowhere."""
         self._open()
 
     def _open(self) -> None:
@@ -111,6 +113,8 @@ class LogFile:
 
     def write(self, data: bytes) -> None:
         """Write all of `data` (raises OSError, e.g. a full disk)."""
+        if self._dropping:
+            return
         if self._closed:
             raise ValueError(f"{self.path} is closed")
         if self._fd < 0:  # the last reopen failed (e.g. a full disk): try again
@@ -141,8 +145,19 @@ class LogFile:
         self._fd = -1
         self._open()
 
+    def detach(self) -> None:
+        """In a forked copy of the writer (the fork server, and so every agent): let go of the
+        file, and drop what is written to it. An agent holding the daemon's log open could
+        write lines into it, and would keep a rotated file's space after the daemon removed
+        it."""
+        self._dropping = True
+        self._release()
+
     def close(self) -> None:
         self._closed = True
+        self._release()
+
+    def _release(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -64,6 +64,7 @@ def configure(
     redact.install(secrets)
     structlog.contextvars.bind_contextvars(pid=os.getpid())
     file = LogFile(log_file, rotation)
+    os.register_at_fork(after_in_child=file.detach)  # the fork server, then every agent
     level = logging.WARNING if quiet else logging.INFO
     structlog.configure(
         processors=[

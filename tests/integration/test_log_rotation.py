@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import textwrap
 from pathlib import Path
@@ -99,11 +100,17 @@ async def test_logs_rotate_and_read_as_one_stream(
         for call in range(calls):
             reply = await daemon.send(f"talk {call}")
             assert reply.ok, reply.error
+        agent = (await daemon.process("alpha")).pid
+        fds = f"/proc/{agent}/fd"
+        held = [os.readlink(f"{fds}/{fd}") for fd in os.listdir(fds)] if agent else []
         daemon.signal(signal.SIGTERM)
         assert await daemon.wait() == 0
         code, out, err = await run_cli("logs", "--swarm", "rot", "--json")
     assert code == 0, err
     layout = StateLayout.from_env()
+    # forked from the fork server, which the daemon forked after opening its log: neither
+    # keeps that file open (a tool could write lines into it; a rotated file's space would stay)
+    assert agent is not None and str(layout.logs_dir("rot")) not in " ".join(held), held
     for log in (layout.orchestrator_log("rot"), layout.process_log("rot", "alpha", "rot")):
         files = [*rotated_files(log), log]
         assert len(files) >= 2, f"{log.name} did not rotate"

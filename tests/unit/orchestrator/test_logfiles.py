@@ -214,3 +214,15 @@ def test_a_file_truncated_in_place_is_read_again(tmp_path: Path) -> None:
         fh.write(_line(2))
     assert _events(reader.read_new()) == ["e2"]
     assert os.stat(path).st_size == len(_line(2))
+
+
+def test_a_detached_file_lets_go_of_its_descriptor_and_drops_writes(tmp_path: Path) -> None:
+    path = tmp_path / "orchestrator.log"
+    log = LogFile(path, Rotation(max_bytes=0, keep=0))
+    fd = log.fileno()
+    log.write(b"before\n")
+    log.detach()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    log.write(b"after\n")
+    assert path.read_bytes() == b"before\n"
