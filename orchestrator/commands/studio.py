@@ -1,11 +1,14 @@
-"""`goondan studio [--listen 127.0.0.1:8791] [--swarm S] [--allow-actions] [--token-file F]
-[--allowed-host NAME]`: the web dashboard (orchestrator/studio/, ARCHITECTURE.md §14).
+"""`goondan studio [--listen 127.0.0.1:8791] [--swarm S] [--allow-actions]
+[--token-file F | --no-token] [--allowed-host NAME]`: the web dashboard (orchestrator/studio/,
+ARCHITECTURE.md §14).
 
 A separate process: it talks to the running daemon through the control socket and reads the
 state files, so it works with a daemon or without (then the process table is empty and actions
 fail with E_DAEMON_NOT_RUNNING). Read-only unless --allow-actions. It binds to loopback by
-default; bound elsewhere it needs a token (printed at start in the URL to open, or the first
-line of --token-file), and a --token-file guards a loopback Studio too.
+default and needs a token on every interface: loopback is no boundary between the users of one
+machine, and the page shows conversations and (with --allow-actions) approves calls. The token
+is random, printed at start in the URL to open, or the first line of --token-file; --no-token
+(loopback only, for a throwaway session) serves anyone on this machine and says so loudly.
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ class _Studio:
             "--token-file", metavar="F", help="the token (its first line) that guards the page"
         )
         parser.add_argument(
+            "--no-token",
+            action="store_true",
+            help="no token (loopback only): anyone on this machine may read conversations "
+            "(and act with --allow-actions)",
+        )
+        parser.add_argument(
             "--allowed-host",
             metavar="NAME",
             action="append",
@@ -75,6 +84,8 @@ class _Studio:
         token = _token(args, host)
         if isinstance(token, int):
             return token
+        if token is None:
+            _warn_no_token(args, host, port)
         try:
             sock = _bind(host, port)
         except OSError as exc:
@@ -82,6 +93,7 @@ class _Studio:
             return EXIT_RUNTIME
         url = _url(sock, token)
         mode = "actions allowed" if args.allow_actions else "read-only"
+        mode += "" if token else ", NO TOKEN"
         print(f"goondan studio: {url} (swarm {swarm}, {mode}; Ctrl-C to stop)", flush=True)
         return _serve(args, swarm, token, sock)
 
@@ -135,7 +147,18 @@ def _loopback(host: str) -> bool:
 
 
 def _token(args: argparse.Namespace, host: str) -> str | int | None:
-    """The token the page needs (None: none), or an exit code."""
+    """The token the page needs (None: --no-token), or an exit code."""
+    if args.no_token:
+        if args.token_file:
+            _say("--no-token and --token-file contradict each other: choose one")
+            return EXIT_USAGE
+        if not _loopback(host):
+            _say(
+                f"--no-token is for a loopback Studio only; {host} is reachable from other "
+                "machines: drop --no-token (a token is made for you) or use --token-file"
+            )
+            return EXIT_USAGE
+        return None
     if args.token_file:
         try:
             token = Path(args.token_file).read_text(encoding="utf-8").splitlines()[0].strip()
@@ -146,7 +169,28 @@ def _token(args: argparse.Namespace, host: str) -> str | int | None:
             _say(f"--token-file {args.token_file}: the token must be at least 16 characters")
             return EXIT_USAGE
         return token
-    return None if _loopback(host) else secrets.token_urlsafe(24)
+    return secrets.token_urlsafe(32)
+
+
+def _warn_no_token(args: argparse.Namespace, host: str, port: int) -> None:
+    """--no-token, said where the person who started it looks (stderr) and as a log line."""
+    import structlog
+
+    what = "read conversations and logs" + (
+        " and approve, deny, answer calls, restart and stop processes" if args.allow_actions else ""
+    )
+    _say(f"WARNING --no-token: anyone on this machine (any user, any process) can {what}")
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+    structlog.get_logger().warning(
+        "studio_no_token", listen=f"{host}:{port}", allow_actions=bool(args.allow_actions)
+    )
 
 
 def _swarm(args: argparse.Namespace) -> str | None:

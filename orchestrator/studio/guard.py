@@ -2,9 +2,10 @@
 
 - **Host**: an IP address, `localhost`, or a name in `allowed_hosts` (a DNS-rebinding page
   reaches 127.0.0.1 under its own name and is refused).
-- **Token** (required when bound beyond loopback or given with --token-file): the
-  `goondan_studio` cookie, an `Authorization: Bearer` header, or `?token=` once (which sets
-  the cookie, HttpOnly and SameSite=Strict, and redirects to the same page without it).
+- **Token** (always, unless Studio was started with --no-token on loopback: loopback is
+  shared by every user of the machine): the `goondan_studio` cookie, an `Authorization:
+  Bearer` header, or `?token=` once (which sets the cookie, HttpOnly and SameSite=Strict, and
+  redirects to the same page without it).
 - **Actions** (any method but GET/HEAD): refused unless Studio runs with --allow-actions;
   then they must come from Studio's own pages (an `Origin` equal to the page's, CSRF) with a
   JSON body (a cross-site form cannot send one without a preflight).
@@ -35,7 +36,7 @@ COOKIE = "goondan_studio"
 @dataclass(frozen=True, slots=True)
 class Policy:
     token: str | None
-    """None: no token needed (loopback without --token-file)."""
+    """None: no token needed (--no-token, a loopback Studio only)."""
     allow_actions: bool
     allowed_hosts: frozenset[str] = field(default_factory=frozenset)
 

@@ -5,6 +5,8 @@ blocking client, `orchestrator/client.py`) so the web server's loop never waits 
 from __future__ import annotations
 
 import asyncio
+import os
+import pwd
 
 import msgspec
 
@@ -30,6 +32,8 @@ class DaemonLink:
     def __init__(self, layout: StateLayout, swarm: str) -> None:
         self.layout = layout
         self.swarm = swarm
+        self.user = _os_user()
+        """Who started Studio: the person a decision made on its page is recorded as."""
 
     def info(self) -> OrchestratorInfo | None:
         info = read_active(self.layout.run_paths(self.swarm).active_json)
@@ -70,7 +74,17 @@ class DaemonLink:
 
     async def decide(self, call_id: str, approve: bool, message: str | None) -> ControlReply:
         """Approve or deny a `goondan.approve` call: the request of `goondan calls
-        approve|deny`, recorded as decided via Studio."""
+        approve|deny`, recorded as decided via Studio by the OS user who started it (the
+        page's visitor proved only that it holds the token; nothing it sends names anyone)."""
         req = CallsDecide(request_id=new_request_id(), call_id=call_id, approve=approve,
-                          message=message, via="studio", timeout_ms=30_000)  # fmt: skip
+                          message=message, by=self.user, via="studio",
+                          timeout_ms=30_000)  # fmt: skip
         return await self.ask(req, limit=req.timeout_ms / 1000 + 5)
+
+
+def _os_user() -> str:
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # no passwd entry (a container's uid): the number is still someone
+        return f"uid {uid}"

@@ -30,12 +30,12 @@ ROUNDS = 3
 
 
 @contextlib.asynccontextmanager
-async def _page(base: str) -> AsyncIterator[None]:
+async def _page(base: str, headers: dict[str, str]) -> AsyncIterator[None]:
     """An open Studio page: an SSE client reading the process table as it comes."""
     import httpx
 
     async with (
-        httpx.AsyncClient(timeout=None) as http,
+        httpx.AsyncClient(timeout=None, headers=headers) as http,
         http.stream("GET", f"{base}api/stream/processes") as response,
     ):
         lines = response.aiter_lines()
@@ -85,7 +85,7 @@ async def _drive(directory: Path) -> tuple[list[float], list[float]]:
             async with studio("--swarm", "scale") as s:
                 for _ in range(ROUNDS):
                     closed.append(await _cpu(daemon.pid))
-                    async with _page(s.base + "/"):
+                    async with _page(s.base + "/", s.headers):
                         opened.append(await _cpu(daemon.pid))
             return closed, opened
     finally:

@@ -42,7 +42,7 @@ async def test_studio_on_any_node_shows_what_another_node_runs(fresh: FreshSwarm
         owner = node_name(nodes, owner_of(nodes, "caller", elsewhere))
         async with (
             studio(*on_node(reader)) as s,
-            httpx.AsyncClient(base_url=s.base, timeout=30) as http,
+            s.client(timeout=30) as http,
         ):
             rows = (await http.get("/api/instances")).json()["instances"]
             assert {r["instanceKey"] for r in rows if r["agent"] == "caller"} == set(keys)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.harness import PYTHON, REPO, child_env
@@ -34,6 +35,19 @@ class Studio:
     @property
     def base(self) -> str:
         return self.url.split("?", 1)[0].rstrip("/")
+
+    @property
+    def token(self) -> str:
+        return self.url.split("?token=", 1)[1]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a client that holds the token sends (the page sends its cookie instead)."""
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An httpx client of this Studio that holds its token."""
+        return httpx.AsyncClient(base_url=self.base, headers=self.headers, **kwargs)
 
 
 @contextlib.asynccontextmanager

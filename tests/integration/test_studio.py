@@ -4,6 +4,8 @@ act, and what bad input gets (coded errors naming the fix)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import pwd
 from pathlib import Path
 
 import httpx
@@ -11,6 +13,8 @@ import httpx
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import run_cli
 from tests.integration.studio_harness import studio
+from tests.integration.test_approvals import approval_events, ask, ran
+from tests.integration.test_approvals import start as start_approvals
 
 
 def code_of(response: httpx.Response) -> str:
@@ -23,14 +27,14 @@ async def test_read_only_by_default_and_actions_need_the_page_origin_and_json(
     async with asyncio.timeout(60):
         daemon = await start_daemon()
         assert (await daemon.send("hi", "alpha")).ok
-        async with studio() as s, httpx.AsyncClient(base_url=s.base) as http:
+        async with studio() as s, s.client() as http:
             info = await http.get("/api/info")
             assert info.status_code == 200 and info.json()["allowActions"] is False
             refused = await http.post("/api/processes/restart", json={"agent": "alpha"})
             assert refused.status_code == 403 and code_of(refused) == "E_STUDIO_READ_ONLY"
             rebinding = await http.get("/api/info", headers={"Host": "attacker.example:8791"})
             assert rebinding.status_code == 403 and code_of(rebinding) == "E_STUDIO_FORBIDDEN"
-        async with studio("--allow-actions") as s, httpx.AsyncClient(base_url=s.base) as http:
+        async with studio("--allow-actions") as s, s.client() as http:
             origin = {"Origin": s.base}
             for headers, body in (
                 ({}, {"agent": "alpha"}),  # no Origin: not from the page
@@ -115,7 +119,7 @@ async def test_without_a_daemon_the_files_are_shown_and_actions_say_why_not(
         await daemon.wait()
         async with (
             studio("--allow-actions", "--swarm", "probe") as s,
-            httpx.AsyncClient(base_url=s.base) as http,
+            s.client() as http,
         ):
             snap = (await http.get("/api/processes")).json()
             assert snap == {"daemon": None, "processes": []}
@@ -127,3 +131,61 @@ async def test_without_a_daemon_the_files_are_shown_and_actions_say_why_not(
             assert r.status_code == 503 and code_of(r) == "E_DAEMON_NOT_RUNNING"
             calls = (await http.get("/api/calls")).json()
             assert calls == {"calls": [], "daemon": False}
+
+
+async def test_on_loopback_a_local_user_without_the_token_reads_and_decides_nothing(
+    start_daemon: StartDaemon,
+) -> None:
+    """F5: any local user (`runuser -u nobody curl ...`) reached a loopback Studio without a
+    token: it read conversations and, with --allow-actions, approved calls."""
+    async with asyncio.timeout(90):
+        daemon = await start_approvals(start_daemon)
+        request = await ask(daemon, "pay big")
+        async with studio("--allow-actions") as s:
+            assert "?token=" in s.url and len(s.token) >= 43  # token_urlsafe(32)
+            async with httpx.AsyncClient(base_url=s.base) as anyone:
+                origin = {"Origin": s.base}
+                for path in ("/", "/api/info", "/api/calls", "/api/instances", "/api/logs",
+                             "/api/stream/conversation?key=approvals&agent=teller"):  # fmt: skip
+                    r = await anyone.get(path)
+                    assert r.status_code == 403 and code_of(r) == "E_STUDIO_FORBIDDEN", path
+                for headers in (origin, {**origin, "Authorization": "Bearer " + "x" * 43}):
+                    r = await anyone.post(f"/api/calls/{request['id']}/approve", json={},
+                                          headers=headers)  # fmt: skip
+                    assert r.status_code == 403 and code_of(r) == "E_STUDIO_FORBIDDEN"
+                anyone.cookies.set("goondan_studio", "y" * 43)
+                r = await anyone.get("/api/calls")
+                assert r.status_code == 403 and code_of(r) == "E_STUDIO_FORBIDDEN"
+            assert ran() == []
+            async with s.client() as http:
+                calls = (await http.get("/api/calls")).json()["calls"]
+                assert [c["id"] for c in calls] == [request["id"]]
+                approved = await http.post(f"/api/calls/{request['id']}/approve", json={},
+                                           headers={"Origin": s.base})  # fmt: skip
+                assert approved.status_code == 200, approved.text
+        assert ran() == ["transfer 500 bob"]
+        [event] = approval_events()
+        decided = event["data"]
+        starter = pwd.getpwuid(os.getuid()).pw_name
+        assert (decided["decision"], decided["by"], decided["via"]) == (
+            "approved",
+            starter,
+            "studio",
+        )
+
+
+async def test_no_token_serves_anyone_on_this_machine_and_says_so_loudly() -> None:
+    async with asyncio.timeout(60):
+        async with (
+            studio("--no-token", "--swarm", "none") as s,
+            httpx.AsyncClient(base_url=s.base) as anyone,
+        ):
+            assert "?token=" not in s.url
+            assert (await anyone.get("/api/info")).status_code == 200
+        assert s.proc.stderr is not None
+        err = (await s.proc.stderr.read()).decode()
+        assert "studio_no_token" in err and "anyone on this machine" in err
+        for refused in (("--no-token", "--listen", "0.0.0.0:0"),
+                        ("--no-token", "--token-file", "/dev/null")):  # fmt: skip
+            code, _, err = await run_cli("studio", "--swarm", "x", *refused)
+            assert code == 2 and "--no-token" in err, err

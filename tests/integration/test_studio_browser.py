@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pwd
 
 from protocol.control import SendText
 from tests.integration.conftest import StartDaemon
@@ -152,8 +154,9 @@ async def test_approving_and_denying_a_tools_approval_from_the_page(
             await page.locator("#calls", has_text="No call waits").wait_for()
         assert ran("p1") == ["transfer 500 bob"] and ran("w1") == []
         decided = {key: approval_events(key)[0]["data"] for key in ("p1", "w1")}
+        starter = pwd.getpwuid(os.getuid()).pw_name  # who started Studio, not the page
         assert {k: (d["decision"], d["by"], d["via"]) for k, d in decided.items()} == {
-            "p1": ("approved", "studio", "studio"), "w1": ("denied", "studio", "studio"),
+            "p1": ("approved", starter, "studio"), "w1": ("denied", starter, "studio"),
         }  # fmt: skip
         assert decided["w1"]["message"] == "not today"
         for key, expected in (("p1", '"sent":500'), ("w1", "E_TOOL_PERMISSION_DENIED")):
