@@ -93,6 +93,9 @@ class ErrorCode(StrEnum):
     E_CONNECTOR_NO_ROUTE = "E_CONNECTOR_NO_ROUTE"
     E_CONNECTOR_START_FAILED = "E_CONNECTOR_START_FAILED"
     E_CONNECTOR_CLOSED = "E_CONNECTOR_CLOSED"
+    E_CONNECTOR_UNSIGNED = "E_CONNECTOR_UNSIGNED"
+    """An answer to a pending call (webhook `POST /rpc`) on a Connection without a
+    signingSecret: anyone who reaches the port could answer or approve it."""
 
     # extensions
     E_EXT_LOAD = "E_EXT_LOAD"

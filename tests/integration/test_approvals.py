@@ -18,14 +18,14 @@ from typing import Any
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, Daemon, run_cli
-from tests.integration.test_deferred import calls_list, defer, free_port, post
+from tests.integration.test_deferred import HOOK_SECRET, calls_list, defer, free_port, post
 
 BUNDLE = REPO / "tests" / "fixtures" / "approvals"
 SWARM = "approvals"
 
 
 async def start(start_daemon: StartDaemon, port: int | None = None) -> Daemon:
-    env = {"HOOK_PORT": str(port or free_port())}
+    env = {"HOOK_PORT": str(port or free_port()), "HOOK_SECRET": HOOK_SECRET}
     return await start_daemon(BUNDLE, swarm=SWARM, env=env)
 
 

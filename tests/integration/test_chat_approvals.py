@@ -34,6 +34,7 @@ from tests.integration.test_chat_connectors import (
     message_event,
     slack_headers,
 )
+from tests.integration.test_deferred import HOOK_SECRET, signed
 
 FIXTURE = REPO / "tests" / "fixtures" / "chat_approvals"
 SWARM = "chatpay"
@@ -98,7 +99,8 @@ async def start_chat(
 ) -> Daemon:
     env = {"TG_API": tg.url, "TG_TOKEN": TG_TOKEN, "SLACK_API": f"{sl.url}/api",
            "SLACK_PORT": str(port), "SLACK_SECRET": SLACK_SECRET,
-           "SLACK_TOKEN": SLACK_TOKEN, "HOOK_PORT": str(hook_port or free_port())}  # fmt: skip
+           "SLACK_TOKEN": SLACK_TOKEN, "HOOK_PORT": str(hook_port or free_port()),
+           "HOOK_SECRET": HOOK_SECRET}  # fmt: skip
     daemon = await start_daemon(FIXTURE, swarm=SWARM, env=env)
     await daemon.wait_for("transition", process=f"{TG}:1", target="idle")
     await daemon.wait_for("transition", process=f"{SL}:1", target="idle")
@@ -264,9 +266,9 @@ async def test_slack_turn_denied_on_a_webhooks_rpc_gets_its_reply_in_the_thread(
             await fake.until_call("chat.postMessage")  # the buttons
             error = {"code": -32001, "message": "no", "data": {"by": "auditor"}}
             rpc = {"jsonrpc": "2.0", "id": await pending_approval(), "error": error}
-            resumed = await client.post(f"http://127.0.0.1:{hook_port}/rpc",
-                                        content=json.dumps(rpc).encode(),
-                                        headers={"Content-Type": "application/json"})  # fmt: skip
+            content = json.dumps(rpc).encode()
+            resumed = await client.post(f"http://127.0.0.1:{hook_port}/rpc", content=content,
+                                        headers=signed(content))  # fmt: skip
             assert resumed.status_code == 200, resumed.text
             denied = json.loads(resumed.json()["reply"])["error"]["code"]
             assert denied == "E_TOOL_PERMISSION_DENIED"  # the answering client hears it too

@@ -6,14 +6,18 @@ shows the pending call; `goondan calls resolve ID ...` resumes the turn and prin
 The scripted
 model answers a tool result with `{last_tool_result}`, so the reply is what the model saw.
 Through the webhook connector, the request comes back in the HTTP response and the client's
-JSON-RPC answer goes to `POST /rpc`, whose HTTP response is the resumed turn's reply.
+JSON-RPC answer goes to `POST /rpc` (signed, even on loopback), whose HTTP response is the
+resumed turn's reply.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import socket
+import time
 from typing import Any
 
 import httpx
@@ -233,22 +237,42 @@ def free_port() -> int:
         return port
 
 
-async def post(url: str, body: Any) -> httpx.Response:
+HOOK_SECRET = "integration-hook-secret"
+"""The signingSecret (env HOOK_SECRET) of the fixtures' webhook Connections that take /rpc."""
+
+
+def signed(body: bytes, secret: str = HOOK_SECRET) -> dict[str, str]:
+    """The headers of a JSON POST signed as the webhook checks (HMAC of "<time>.<body>")."""
+    stamp = str(int(time.time()))
+    digest = hmac.new(secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return {"Content-Type": "application/json", "X-Goondan-Timestamp": stamp,
+            "X-Goondan-Signature": f"sha256={digest}"}  # fmt: skip
+
+
+async def post(url: str, body: Any, *, sign: bool = True) -> httpx.Response:
+    """A JSON POST, signed with HOOK_SECRET (a Connection without a secret does not look)."""
+    content = json.dumps(body).encode()
+    headers = signed(content) if sign else {"Content-Type": "application/json"}
     async with httpx.AsyncClient(timeout=30) as client:
-        return await client.post(
-            url, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
+        return await client.post(url, content=content, headers=headers)
+
+
+async def start_hooked(start_daemon: StartDaemon) -> tuple[str, str]:
+    """The daemon of the webhook fixture: the URLs of its Connections `hook` (no secret) and
+    `signed` (HOOK_SECRET), once both listen."""
+    hook, signed_port = free_port(), free_port()
+    env = {"HOOK_PORT": str(hook), "SIGNED_PORT": str(signed_port), "HOOK_SECRET": HOOK_SECRET}
+    daemon = await start_daemon(BUNDLE / "webhook", swarm="hooked", env=env)
+    for name in ("hook", "signed"):
+        await daemon.wait_for("transition", process=f"connector:{name}:webhook:1", target="idle")
+    return f"http://127.0.0.1:{hook}", f"http://127.0.0.1:{signed_port}"
 
 
 async def test_webhook_request_out_answer_in_on_post_rpc(start_daemon: StartDaemon) -> None:
     async with asyncio.timeout(90):
-        port = free_port()
-        daemon = await start_daemon(BUNDLE / "webhook", swarm="hooked",
-                                    env={"HOOK_PORT": str(port)})  # fmt: skip
-        await daemon.wait_for("transition", process="connector:hook:webhook:1", target="idle")
-        url = f"http://127.0.0.1:{port}"
+        hook, url = await start_hooked(start_daemon)
         body = {"text": "calendar this week", "properties": {"user": "u1"}}
-        first = await post(url + "/events", body)
+        first = await post(hook + "/events", body, sign=False)  # an event on loopback: unsigned
         assert first.status_code == 200, first.text
         rpc = first.json()["rpc"]
         assert (rpc["jsonrpc"], rpc["method"]) == ("2.0", "calendar.read")
@@ -261,7 +285,7 @@ async def test_webhook_request_out_answer_in_on_post_rpc(start_daemon: StartDaem
         reply = json.loads(resumed.json()["reply"])
         assert reply == {"status": "ok", "output": {"events": ["standup"]}}
         # an error answer: the model sees the coded tool error
-        rpc = (await post(url + "/events", body)).json()["rpc"]
+        rpc = (await post(hook + "/events", body, sign=False)).json()["rpc"]
         denied = {"jsonrpc": "2.0", "id": rpc["id"],
                   "error": {"code": -32001, "message": "denied by the user"}}  # fmt: skip
         resumed = await post(url + "/rpc", denied)
@@ -271,3 +295,35 @@ async def test_webhook_request_out_answer_in_on_post_rpc(start_daemon: StartDaem
         assert (stale.status_code, stale.json()["error"]["code"]) == (404, "E_CALL_NOT_FOUND")
         bad = await post(url + "/rpc", {"jsonrpc": "2.0", "id": "x"})
         assert bad.status_code == 400
+
+
+async def test_an_unsigned_answer_on_post_rpc_is_refused_even_on_loopback(
+    start_daemon: StartDaemon,
+) -> None:
+    """F5: any local user answered a pending call (a `goondan.approve` too) through a loopback
+    webhook without a signingSecret: `POST /rpc` took anyone's answer."""
+    async with asyncio.timeout(90):
+        hook, url = await start_hooked(start_daemon)
+        body = {"text": "calendar this week", "properties": {"user": "u2"}}
+        rpc = (await post(hook + "/events", body, sign=False)).json()["rpc"]
+        forged = {"jsonrpc": "2.0", "id": rpc["id"], "result": {"events": ["forged"]}}
+        for where, sign, status, code in (
+            (hook, False, 403, "E_CONNECTOR_UNSIGNED"),
+            (hook, True, 403, "E_CONNECTOR_UNSIGNED"),  # a signature it cannot check is none
+            (url, False, 401, "E_WEBHOOK_SIGNATURE"),
+        ):
+            refused = await post(where + "/rpc", forged, sign=sign)
+            assert (refused.status_code, refused.json()["error"]["code"]) == (status, code)
+            if code == "E_CONNECTOR_UNSIGNED":
+                assert "signingSecret" in refused.json()["error"]["message"]
+        [pending] = await calls_list()  # still waiting for its client
+        assert pending["id"] == rpc["id"]
+        answer = {"jsonrpc": "2.0", "id": rpc["id"], "result": {"events": ["standup"]}}
+        content = json.dumps(answer).encode()
+        headers = signed(content)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            resumed = await client.post("/rpc", content=content, headers=headers)
+            assert resumed.status_code == 200, resumed.text
+            assert json.loads(resumed.json()["reply"])["output"] == {"events": ["standup"]}
+            replayed = await client.post("/rpc", content=content, headers=headers)
+            assert replayed.json()["error"]["code"] == "E_WEBHOOK_REPLAY"

@@ -2,6 +2,7 @@
 
     POST /events (or /)   {"event"?, "text" | "input", "properties"?, "instanceKey"?}
     POST /rpc             a client's JSON-RPC 2.0 response {jsonrpc, id, result | error}
+                          (only with a signingSecret, signed: even on loopback)
     GET  /healthz         200 {"ok": true}
 
 The body's `event` (default `config.defaultEvent`, "message") names the connector event the
@@ -22,6 +23,9 @@ Deferred (client-side) tools, ARCHITECTURE.md §10: when the turn suspends on a 
 the client, the answer is 200 {"rpc": {jsonrpc, id, method, params}, "eventId"}; the client runs it
 and POSTs its JSON-RPC response to `/rpc` (signed like any POST); that request's answer is the
 resumed turn's reply, 200 {"reply", "eventId"} (or 202 when nobody waits for the turn).
+An answer decides a call, an approval too, so `/rpc` needs the Connection secret
+`signingSecret` on every interface (loopback is shared by every user of the machine, and
+`allowUnsigned` does not cover it): without one it answers 403 `E_CONNECTOR_UNSIGNED`.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bundles.sdk import ConnectorContext, load_sibling
+from protocol.errors import ErrorCode
 from protocol.private import private_dir
 
 guard = load_sibling(__file__, "_httpguard")
@@ -51,6 +56,11 @@ _STATUS_OF = {"E_CONNECTOR_NO_ROUTE": 422, "E_AGENT_CAPACITY": 429, "E_CALL_NOT_
 """HTTP status of a coded error the daemon answered with (anything else: 502)."""
 RPC_PATH = "/rpc"
 RPC_EVENT = "deferred.answer"
+UNSIGNED_RPC = (
+    "POST /rpc answers a pending call (an approval too), so it must be signed, even on "
+    "loopback: set the Connection secret signingSecret and send X-Goondan-Timestamp and "
+    "X-Goondan-Signature (config.allowUnsigned does not cover /rpc)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +173,11 @@ class WebhookServer:
         return JSONResponse(payload, status)
 
     async def _answer(self, request: Request) -> tuple[int, dict[str, Any]]:
-        body = await request.body()
         rpc = request.url.path == RPC_PATH
         try:
+            if rpc and self.settings.signing_secret is None:
+                raise HttpError(403, ErrorCode.E_CONNECTOR_UNSIGNED.value, UNSIGNED_RPC)
+            body = await request.body()
             self._check(request.headers, body)
             if rpc:
                 event, properties, text = RPC_EVENT, {"rpc": parse_rpc(body)}, ""
@@ -235,8 +247,9 @@ async def start(ctx: ConnectorContext) -> None:
     listener.mount(server.app())
     ctx.state["http"] = listener
     host, port = listener.address
-    ctx.logger.info("webhook_listening", addresses=[f"{host}:{port}"],
-                    signed=settings.signing_secret is not None)  # fmt: skip
+    signed = settings.signing_secret is not None
+    ctx.logger.info("webhook_listening", addresses=[f"{host}:{port}"], signed=signed,
+                    rpc="signed" if signed else "refused")  # fmt: skip
 
 
 async def run(ctx: ConnectorContext) -> None:
