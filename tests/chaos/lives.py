@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from protocol.endpoints import StateLayout
 from tests.chaos import checks
+from tests.chaos.test_chaos import chaos_env
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, Daemon
 
@@ -73,7 +74,7 @@ class Lives:
 
     async def begin(self) -> Life:
         """Start a daemon on the state root (the first one, or the next after a kill)."""
-        env = {"CHAOS_HOOK_PORT": str(self.port)}
+        env = chaos_env(self.port)  # `answers` (POST /rpc) on any port: nobody answers here
         daemon = await self.start_daemon(BUNDLE, swarm=SWARM, env=env)
         life = Life(len(self.all) + 1, daemon)
         self.all.append(life)

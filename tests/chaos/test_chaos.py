@@ -33,12 +33,23 @@ KEYS = ["k0", "k1", "k2"]  # 3 callers + 3 workers = 6 agent processes
 DEFERRED_KEYS = ["d0", "d1", "d2"]  # + 3 workers whose turns wait for a client
 
 
-async def start_chaos(start_daemon: StartDaemon) -> tuple[Daemon, str]:
-    """The chaos daemon with its webhook on a free port; (daemon, webhook base URL)."""
-    port = free_port()
-    daemon = await start_daemon(BUNDLE, swarm=SWARM, env={"CHAOS_HOOK_PORT": str(port)})
-    await daemon.wait_for("transition", process=f"{HOOK}:1", target="idle")
-    return daemon, f"http://127.0.0.1:{port}"
+RPC_SECRET = "chaos-rpc-secret"
+"""The signingSecret of the Connection `answers` (its POST /rpc takes only signed answers)."""
+
+
+def chaos_env(hook_port: int, rpc_port: int = 0) -> dict[str, str]:
+    return {"CHAOS_HOOK_PORT": str(hook_port), "CHAOS_RPC_PORT": str(rpc_port),
+            "CHAOS_RPC_SECRET": RPC_SECRET}  # fmt: skip
+
+
+async def start_chaos(start_daemon: StartDaemon) -> tuple[Daemon, str, str]:
+    """The chaos daemon with its webhooks on free ports; (daemon, `hook` base URL, `answers`
+    base URL)."""
+    port, rpc_port = free_port(), free_port()
+    daemon = await start_daemon(BUNDLE, swarm=SWARM, env=chaos_env(port, rpc_port))
+    for hook in (HOOK, "connector:answers:webhook"):
+        await daemon.wait_for("transition", process=f"{hook}:1", target="idle")
+    return daemon, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{rpc_port}"
 
 
 def external_senders(control: Control, url: str) -> list[Sender]:
@@ -101,7 +112,7 @@ def assert_paths(books: Books, missing: dict[str, str], traces: Sequence[str] = 
 
 async def test_chaos_no_hangs_no_lost_events_no_orphans(start_daemon: StartDaemon) -> None:
     async with asyncio.timeout(SECONDS + 150):
-        daemon, url = await start_chaos(start_daemon)
+        daemon, url, _ = await start_chaos(start_daemon)
         control = Control(SWARM)
         try:
             books = await run_load(control, KEYS, SECONDS, PERIOD,

@@ -24,9 +24,10 @@ from protocol.endpoints import StateLayout
 from tests.chaos import checks
 from tests.chaos.deferred import asked
 from tests.chaos.load import Control, run_load
-from tests.chaos.test_chaos import SWARM, start_chaos
+from tests.chaos.test_chaos import RPC_SECRET, SWARM, start_chaos
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import Daemon, run_cli
+from tests.integration.test_deferred import signed
 
 DEFERRED_KEYS = ["d0", "d1", "d2"]
 """Instances whose turn waits for a client: d0, d1 from the control path, d2 from the webhook."""
@@ -39,7 +40,7 @@ async def test_orchestrator_sigkill_under_load_then_restart_resumes(
     start_daemon: StartDaemon,
 ) -> None:
     async with asyncio.timeout(150):
-        daemon, url = await start_chaos(start_daemon)
+        daemon, url, _ = await start_chaos(start_daemon)
         first = await daemon.send("req before", "caller", key="k0")
         assert first.ok, first.error
         before = await history(daemon)
@@ -49,7 +50,7 @@ async def test_orchestrator_sigkill_under_load_then_restart_resumes(
         await sigkill_under_load(daemon)
         frozen.cancel()  # its client died with the daemon
         await asyncio.gather(frozen, return_exceptions=True)
-        again, url = await start_chaos(start_daemon)
+        again, _, rpc_url = await start_chaos(start_daemon)
         async with asyncio.timeout(30):  # no event for it: the daemon resumes it by itself
             await again.wait_for("transition", process=f"agent:worker:{FROZEN}:1",
                                  source="processing", target="idle")  # fmt: skip
@@ -60,7 +61,7 @@ async def test_orchestrator_sigkill_under_load_then_restart_resumes(
               f"{sorted(c['id'] for c in listed)}")  # fmt: skip
         assert after > before  # the new process replayed the old conversation
         assert sorted(c["id"] for c in listed) == sorted(pending.values())
-        await resolve_all(pending, url)
+        await resolve_all(pending, rpc_url)
         assert await calls_list() == []
         for call_id in pending.values():  # answered once: a second answer finds nothing
             code, _, err = await run_cli("calls", "resolve", call_id, "--result", '"again"')
@@ -141,8 +142,8 @@ async def resolve_all(pending: dict[str, str], url: str) -> None:
         assert code == 0, err
         assert out.strip() == asked({"answer": key}), out
     key = DEFERRED_KEYS[2]
-    rpc = {"jsonrpc": "2.0", "id": pending[key], "result": {"answer": key}}
-    response = await post(f"{url}/rpc", rpc)
+    rpc = json.dumps({"jsonrpc": "2.0", "id": pending[key], "result": {"answer": key}})
+    response = await post_signed(f"{url}/rpc", rpc.encode())
     assert response.status_code == 200, response.text
     assert response.json()["reply"] == asked({"answer": key})
 
@@ -180,3 +181,8 @@ async def calls_list() -> list[dict[str, Any]]:
 async def post(url: str, body: Any) -> httpx.Response:
     async with httpx.AsyncClient(timeout=30) as client:
         return await client.post(url, json=body)
+
+
+async def post_signed(url: str, content: bytes) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=30) as client:
+        return await client.post(url, content=content, headers=signed(content, RPC_SECRET))
