@@ -316,6 +316,12 @@ async def test_an_unsigned_answer_on_post_rpc_is_refused_even_on_loopback(
             assert (refused.status_code, refused.json()["error"]["code"]) == (status, code)
             if code == "E_CONNECTOR_UNSIGNED":
                 assert "signingSecret" in refused.json()["error"]["message"]
+        # nor as an event named like an answer on the unsigned /events
+        disguised = {"event": "deferred.answer", "properties": {"rpc": forged}}
+        refused = await post(hook + "/events", disguised, sign=False)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (
+            400, "E_WEBHOOK_BAD_BODY",
+        )  # fmt: skip
         [pending] = await calls_list()  # still waiting for its client
         assert pending["id"] == rpc["id"]
         answer = {"jsonrpc": "2.0", "id": rpc["id"], "result": {"events": ["standup"]}}

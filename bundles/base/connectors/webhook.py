@@ -25,7 +25,8 @@ and POSTs its JSON-RPC response to `/rpc` (signed like any POST); that request's
 resumed turn's reply, 200 {"reply", "eventId"} (or 202 when nobody waits for the turn).
 An answer decides a call, an approval too, so `/rpc` needs the Connection secret
 `signingSecret` on every interface (loopback is shared by every user of the machine, and
-`allowUnsigned` does not cover it): without one it answers 403 `E_CONNECTOR_UNSIGNED`.
+`allowUnsigned` does not cover it): without one it answers 403 `E_CONNECTOR_UNSIGNED`. The
+event an answer becomes, `deferred.answer`, is no `event` a body of `/events` may name (400).
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ def parse_body(body: bytes, default_event: str) -> tuple[str, dict[str, Any], st
     key = data.get("instanceKey")
     if not isinstance(event, str) or not event:
         raise HttpError(400, "E_WEBHOOK_BAD_BODY", "`event` must be a non-empty string")
+    if event == RPC_EVENT:  # the daemon takes this event as an answer: only /rpc, signed
+        raise HttpError(400, "E_WEBHOOK_BAD_BODY", f"`event` {RPC_EVENT!r} is reserved: "
+                        f"answer a pending call on POST {RPC_PATH} (signed)")  # fmt: skip
     if not isinstance(text, str):
         raise HttpError(400, "E_WEBHOOK_BAD_BODY", "`text` (or `input`) must be a string")
     if not text.strip() and not properties and key is None:
