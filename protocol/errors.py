@@ -131,6 +131,8 @@ class ErrorCode(StrEnum):
     # cluster mode (orchestrator/cluster/)
     E_CLUSTER_CONFIG = "E_CLUSTER_CONFIG"
     """A bad --cluster URL, node name or credentials file, or nats-py is not installed."""
+    E_CLUSTER_INSECURE = "E_CLUSTER_INSECURE"
+    """--cluster without NATS credentials (a user in the URL, --nats-creds) nor --insecure-nats."""
     E_CLUSTER_UNAVAILABLE = "E_CLUSTER_UNAVAILABLE"
     """NATS (or its JetStream) cannot be reached, or refused to create the swarm's streams."""
     E_CLUSTER_FENCED = "E_CLUSTER_FENCED"
