@@ -16,16 +16,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import os
 import secrets
 import socket
+import stat
 import sys
-from pathlib import Path
 
 from orchestrator import localstate
 from orchestrator.client import ClientError, find_daemon, layout_of, pick_swarm
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 
 DEFAULT_LISTEN = "127.0.0.1:8791"
+READABLE_BY_OTHERS = 0o044
+"""A --token-file with these mode bits is refused: its group and every other user hold it."""
 
 
 class _Studio:
@@ -160,16 +163,27 @@ def _token(args: argparse.Namespace, host: str) -> str | int | None:
             return EXIT_USAGE
         return None
     if args.token_file:
-        try:
-            token = Path(args.token_file).read_text(encoding="utf-8").splitlines()[0].strip()
-        except (OSError, IndexError, UnicodeDecodeError) as exc:
-            _say(f"--token-file {args.token_file}: cannot read a token from it ({exc})")
-            return EXIT_USAGE
-        if len(token) < 16:
-            _say(f"--token-file {args.token_file}: the token must be at least 16 characters")
-            return EXIT_USAGE
-        return token
+        return _token_from(str(args.token_file))
     return secrets.token_urlsafe(32)
+
+
+def _token_from(path: str) -> str | int:
+    """The first line of a token file only its owner can read, or an exit code."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            token = (file.readline(4096) if not mode & READABLE_BY_OTHERS else "").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        _say(f"--token-file {path}: cannot read a token from it ({exc})")
+        return EXIT_USAGE
+    if mode & READABLE_BY_OTHERS:  # any local user who reads it holds Studio
+        _say(f"--token-file {path}: other users can read it (mode {stat.S_IMODE(mode):o}): "
+             f"chmod 600 {path}")  # fmt: skip
+        return EXIT_USAGE
+    if len(token) < 16:
+        _say(f"--token-file {path}: the token must be at least 16 characters")
+        return EXIT_USAGE
+    return token
 
 
 def _warn_no_token(args: argparse.Namespace, host: str, port: int) -> None:

@@ -103,8 +103,19 @@ async def test_beyond_loopback_the_token_guards_every_page(tmp_path: Path) -> No
                 assert (await http.get("/api/info")).status_code == 200
         short = tmp_path / "token"
         short.write_text("short\n")
+        short.chmod(0o600)
         code, _, err = await run_cli("studio", "--token-file", str(short), "--swarm", "x")
         assert code == 2 and "at least 16" in err
+        given = tmp_path / "given"
+        given.write_text("a-token-of-my-own-0123456789\n")
+        for mode in (0o644, 0o640):  # every local user, or the file's group, would hold it
+            given.chmod(mode)
+            code, _, err = await run_cli("studio", "--token-file", str(given), "--swarm", "x")
+            assert code == 2 and f"chmod 600 {given}" in err, err
+        given.chmod(0o600)
+        async with studio("--token-file", str(given), "--swarm", "none") as s, s.client() as http:
+            assert s.token == "a-token-of-my-own-0123456789"
+            assert (await http.get("/api/info")).status_code == 200
         code, _, err = await run_cli("studio", "--listen", "nowhere", "--swarm", "x")
         assert code == 2 and "HOST:PORT" in err
 
