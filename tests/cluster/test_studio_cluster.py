@@ -5,10 +5,6 @@ runs (a real `goondan studio` process, httpx as the client)."""
 from __future__ import annotations
 
 import asyncio
-import json
-from typing import Any
-
-import httpx
 
 from tests.cluster.harness import (
     FreshSwarm,
@@ -18,18 +14,7 @@ from tests.cluster.harness import (
     run_elsewhere,
     send_each,
 )
-from tests.integration.studio_harness import studio
-
-
-async def first_event(response: httpx.Response, name: str) -> Any:
-    """The data of the stream's first server-sent event called `name`."""
-    event = None
-    async for line in response.aiter_lines():
-        if line.startswith("event:"):
-            event = line.partition(":")[2].strip()
-        elif line.startswith("data:") and event == name:
-            return json.loads(line.partition(":")[2])
-    raise AssertionError(f"the stream ended without a {name!r} event")
+from tests.integration.studio_harness import first_event, studio
 
 
 async def test_studio_on_any_node_shows_what_another_node_runs(fresh: FreshSwarm) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -72,6 +73,17 @@ async def studio(*args: str, env: dict[str, str] | None = None) -> AsyncIterator
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
+
+
+async def first_event(response: httpx.Response, name: str) -> Any:
+    """The data of the stream's first server-sent event called `name`."""
+    event = None
+    async for line in response.aiter_lines():
+        if line.startswith("event:"):
+            event = line.partition(":")[2].strip()
+        elif line.startswith("data:") and event == name:
+            return json.loads(line.partition(":")[2])
+    raise AssertionError(f"the stream ended without a {name!r} event")
 
 
 def chromium_path() -> str:

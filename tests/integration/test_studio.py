@@ -12,7 +12,7 @@ import httpx
 
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import run_cli
-from tests.integration.studio_harness import studio
+from tests.integration.studio_harness import first_event, studio
 from tests.integration.test_approvals import approval_events, ask, ran
 from tests.integration.test_approvals import start as start_approvals
 
@@ -168,7 +168,12 @@ async def test_on_loopback_a_local_user_without_the_token_reads_and_decides_noth
                 r = await anyone.get("/api/calls")
                 assert r.status_code == 403 and code_of(r) == "E_STUDIO_FORBIDDEN"
             assert ran() == []
-            async with s.client() as http:
+            async with s.client(timeout=30) as http:
+                params = {"key": "approvals", "agent": "teller"}
+                async with http.stream("GET", "/api/stream/conversation", params=params) as r:
+                    assert r.status_code == 200
+                    said = [(m["role"], m.get("content")) for m in await first_event(r, "messages")]
+                assert ("user", "pay big") in said, said
                 calls = (await http.get("/api/calls")).json()["calls"]
                 assert [c["id"] for c in calls] == [request["id"]]
                 approved = await http.post(f"/api/calls/{request['id']}/approve", json={},
