@@ -69,7 +69,7 @@ class Answers:
     # -- the node that runs the call -------------------------------------------------------
 
     async def serve(self) -> None:
-        await self.requests.serve(WHAT, self._answer)
+        await self.requests.serve(WHAT, self._answer, audit=True)
 
     async def _answer(self, data: bytes) -> bytes:
         return _encode(await self._reply_to(data))

@@ -61,6 +61,12 @@ def _unavailable(message: str) -> JournalError:
                         "check the NATS servers (goondan cluster status)")  # fmt: skip
 
 
+def reply_key(event_id: str) -> str:
+    """`r.<event id>`: two tokens, so a per-node NATS user's permission to write replies
+    (`$KV.*.r.*`) is not one to write another node's record (`$KV.*.<node>`, one token)."""
+    return f"r.{token(event_id)}"
+
+
 class NatsJournal:
     def __init__(self, nats_: Nats, node: str, partitions: int) -> None:
         self.nats = nats_
@@ -138,7 +144,7 @@ class NatsJournal:
         if reply is None:
             return
         try:
-            await self.nats.replies.put(token(event_id), _encode(reply))
+            await self.nats.replies.put(reply_key(event_id), _encode(reply))
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("reply_not_kept", event_id=event_id, error=type(exc).__name__)
 
@@ -148,7 +154,7 @@ class NatsJournal:
     async def lookup(self, event_id: str) -> JournalEntry | None:
         """The finished entry with its reply (kept 10 minutes), else None."""
         try:
-            entry = await self.nats.replies.get(token(event_id))
+            entry = await self.nats.replies.get(reply_key(event_id))
             reply = _decode_event(entry.value or b"")
         except (nats.js.errors.KeyNotFoundError, msgspec.DecodeError):
             return None

@@ -33,7 +33,8 @@ import nats.js.errors
 import structlog
 
 from orchestrator.cluster.link import Nats
-from orchestrator.cluster.names import plan, token, untoken
+from orchestrator.cluster.names import plan, token
+from protocol.errors import ErrorCode
 
 log = structlog.get_logger("goondan.cluster.leases")
 TAKES_PER_TICK = 16
@@ -293,13 +294,21 @@ class LeaseKeeper:
 
 
 async def nodes_of(nats_: Nats) -> list[NodeRecord]:
-    """The live nodes' records (their entries expire with the lease TTL)."""
+    """The live nodes' records (their entries expire with the lease TTL). A record counts only
+    under its own node's key: with a NATS user per node the server lets each node write that
+    key alone, so a node cannot register as another by naming it in a record of its own."""
     records = []
     for key, value in (await nats_.entries("nodes")).items():
         try:
-            records.append(msgspec.json.decode(value, type=NodeRecord))
+            record = msgspec.json.decode(value, type=NodeRecord)
         except msgspec.DecodeError:
-            log.warning("node_record_unreadable", key=untoken(key))
+            log.warning("node_record_unreadable", key=key[:200])
+            continue
+        if key != token(record.node):
+            log.warning("node_record_misplaced", code=ErrorCode.E_CLUSTER_NODE_UNKNOWN,
+                        key=key[:200], node=record.node[:200])  # fmt: skip
+            continue
+        records.append(record)
     return records
 
 

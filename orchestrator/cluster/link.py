@@ -35,7 +35,7 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 from orchestrator.cluster.kvkeys import bucket_keys
-from orchestrator.cluster.names import SwarmNames
+from orchestrator.cluster.names import SwarmNames, token
 from orchestrator.cluster.options import ClusterOptions
 from protocol.errors import ErrorCode
 
@@ -143,8 +143,7 @@ async def connect_client(opts: ClusterOptions, name: str) -> Client:
         "disconnected_cb": trouble.on_disconnected,
         "reconnected_cb": trouble.on_reconnected,
     }
-    if opts.creds is not None:
-        kwargs["user_credentials"] = str(opts.creds)
+    kwargs.update(_credentials(opts))
     if opts.tls:
         kwargs["tls"] = ssl.create_default_context()
     nc = Client()
@@ -162,6 +161,28 @@ async def connect_client(opts: ClusterOptions, name: str) -> Client:
             _connect_fix(why),
         ) from None
     return nc
+
+
+def inbox_prefix(node: str) -> str:
+    """The node's own inboxes (replies to its requests, its push consumers): a per-node NATS
+    user may subscribe to these only, so no node reads the replies another asked for."""
+    return f"_INBOX.{token(node)}"
+
+
+def _credentials(opts: ClusterOptions) -> dict[str, Any]:
+    """The user of the URLs is given for every server: nats-py otherwise reconnects without
+    it to the servers the cluster announces (their URLs carry no user)."""
+    found: dict[str, Any] = {"inbox_prefix": inbox_prefix(opts.node)}
+    if opts.creds is not None:
+        found["user_credentials"] = str(opts.creds)
+    login = opts.login
+    if login is not None:
+        user, password = login
+        if password is None:
+            found["token"] = user
+        else:
+            found["user"], found["password"] = user, password
+    return found
 
 
 async def _close_quietly(nc: Client) -> None:

@@ -122,10 +122,24 @@ class SwarmNames:
         """Core NATS: where the owner of a turn sends the reply a control client waits for."""
         return f"{self.prefix}.reply.{token(correlation_id)}"
 
-    def node_subject(self, node: str, what: str) -> str:
-        """Core NATS: requests to one node (`node_requests.py`): `answer` (a deferred call it
-        runs), `status` (its process table), `logs` (its log lines), `delete` (an instance)."""
-        return f"{self.prefix}.node.{token(node)}.{what}"
+    def node_subject(self, node: str, what: str, sender: str) -> str:
+        """Core NATS: requests from node `sender` to `node` (`node_requests.py`): `answer` (a
+        deferred call it runs), `status` (its process table), `logs` (its log lines), `delete`
+        (an instance). The sender is the last token: NATS does not tell a subscriber who
+        published, and a per-node user may publish only subjects ending in its own name
+        (README: Running on several machines), so the server vouches for it."""
+        return f"{self.prefix}.node.{token(node)}.{what}.{token(sender)}"
+
+    def node_requests(self, node: str, what: str) -> str:
+        """What `node` subscribes to for one kind of request, from any sender."""
+        return f"{self.prefix}.node.{token(node)}.{what}.*"
+
+    def sender_of(self, subject: str) -> str:
+        """The node a request subject names as its sender; ValueError when it names none."""
+        sender = untoken(subject.rsplit(".", 1)[-1])
+        if not NODE_NAME.match(sender):
+            raise ValueError(f"no node sent {subject}")
+        return sender
 
     @staticmethod
     def consumer(partition: int) -> str:

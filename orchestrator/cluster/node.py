@@ -68,6 +68,11 @@ class ClusterNode:
     @classmethod
     async def open(cls, opts: ClusterOptions, swarm: str) -> ClusterNode:
         """Connect and prepare the swarm's streams; raises ClusterUnavailable."""
+        if not opts.has_credentials:  # only with --insecure-nats (options.py refuses it else)
+            log.warning(
+                "nats_insecure", node=opts.node, servers=opts.redacted(),
+                fix="give the node a NATS user (README: Running on several machines)",
+            )  # fmt: skip
         nats_ = await open_swarm(opts, swarm, f"goondan:{swarm}:{opts.node}")
         journal = NatsJournal(nats_, opts.node, opts.policy.partitions)
         return cls(opts, nats_, journal)

@@ -1,14 +1,20 @@
-"""What `goondan run --cluster URLS --node NAME [--nats-creds FILE]` asks for, checked; pure.
+"""What `goondan run --cluster URLS --node NAME [--nats-creds FILE] [--insecure-nats]` asks for,
+checked; pure.
 
 Credentials never reach a log line or argv a node re-executes: a URL's `user:password@` is
 replaced by `***@` in everything `redacted()` returns, and a creds file is passed by path.
+
+A node needs credentials (a user or token in the URLs, or a creds file): a NATS server without
+authorization lets any client read every conversation, answer calls and register as a node
+(README: Running on several machines). `--insecure-nats` is the explicit way to run without,
+and the node says so in its log at every start.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from bundles.kinds import ClusterPolicy
 from orchestrator.cluster.names import NODE_NAME
@@ -18,9 +24,11 @@ SCHEMES = ("nats", "tls")
 
 
 class ClusterConfigError(Exception):
-    def __init__(self, message: str, suggestion: str) -> None:
-        super().__init__(f"{ErrorCode.E_CLUSTER_CONFIG}: {message} ({suggestion})")
-        self.code = ErrorCode.E_CLUSTER_CONFIG
+    def __init__(
+        self, message: str, suggestion: str, code: ErrorCode = ErrorCode.E_CLUSTER_CONFIG
+    ) -> None:
+        super().__init__(f"{code}: {message} ({suggestion})")
+        self.code = code
         self.message = message
         self.suggestion = suggestion
 
@@ -31,10 +39,25 @@ class ClusterOptions:
     node: str
     creds: Path | None = None
     policy: ClusterPolicy = field(default_factory=ClusterPolicy)
+    insecure: bool = False
+    """`--insecure-nats`: connect without credentials (logged at every start)."""
 
     @property
     def tls(self) -> bool:
         return any(url.startswith("tls://") for url in self.servers)
+
+    @property
+    def login(self) -> tuple[str, str | None] | None:
+        """(user, password) of the first URL that names a user (password None: a token)."""
+        for url in self.servers:
+            parts = urlsplit(url)
+            if parts.username:
+                return unquote(parts.username), _unquoted(parts.password)
+        return None
+
+    @property
+    def has_credentials(self) -> bool:
+        return self.creds is not None or self.login is not None
 
     def redacted(self) -> list[str]:
         return [redact_url(url) for url in self.servers]
@@ -47,6 +70,10 @@ def redact_url(url: str) -> str:
     host = parts.hostname or ""
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://***@{host}{port}"
+
+
+def _unquoted(text: str | None) -> str | None:
+    return unquote(text) if text is not None else None
 
 
 def parse_servers(text: str) -> tuple[str, ...]:
@@ -72,7 +99,11 @@ def parse_servers(text: str) -> tuple[str, ...]:
 
 
 def options(
-    cluster: str, node: str | None, creds: str | None, policy: ClusterPolicy
+    cluster: str,
+    node: str | None,
+    creds: str | None,
+    policy: ClusterPolicy,
+    insecure: bool = False,
 ) -> ClusterOptions:
     servers = parse_servers(cluster)
     if not node:
@@ -88,4 +119,14 @@ def options(
         if not path.is_file():
             raise ClusterConfigError(f"--nats-creds {path} is not a readable file",
                                      "give the path of a NATS .creds file")  # fmt: skip
-    return ClusterOptions(servers=servers, node=node, creds=path, policy=policy)
+    opts = ClusterOptions(servers=servers, node=node, creds=path, policy=policy, insecure=insecure)
+    if not opts.has_credentials and not insecure:
+        raise ClusterConfigError(
+            "--cluster has no NATS credentials: any client of that server could read every "
+            "conversation, answer calls and pose as a node",
+            "give this node's NATS user in the URL (nats://USER:PASSWORD@HOST:PORT) or "
+            "--nats-creds FILE; --insecure-nats runs without (README: Running on several "
+            "machines)",
+            ErrorCode.E_CLUSTER_INSECURE,
+        )
+    return opts

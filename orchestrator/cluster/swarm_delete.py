@@ -52,7 +52,7 @@ class SwarmDelete:
         self.layout = layout
 
     async def serve(self) -> None:
-        await self.requests.serve(DELETE, self._here)
+        await self.requests.serve(DELETE, self._here, audit=True)
 
     async def _here(self, data: bytes) -> bytes:
         try:

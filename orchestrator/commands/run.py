@@ -112,11 +112,11 @@ def _load(
 
 def _cluster_options(args: argparse.Namespace, policy: ClusterPolicy) -> ClusterOptions | None:
     if args.cluster is None:
-        if args.node is not None or args.nats_creds is not None:
-            raise ClusterConfigError("--node and --nats-creds need --cluster",
+        if args.node is not None or args.nats_creds is not None or args.insecure_nats:
+            raise ClusterConfigError("--node, --nats-creds and --insecure-nats need --cluster",
                                      "add --cluster nats://HOST:PORT")  # fmt: skip
         return None
-    return cluster_options(args.cluster, args.node, args.nats_creds, policy)
+    return cluster_options(args.cluster, args.node, args.nats_creds, policy, args.insecure_nats)
 
 
 class _Run:
@@ -157,6 +157,11 @@ class _Run:
         cluster.add_argument(
             "--nats-creds", metavar="FILE", help="NATS user credentials (.creds) to connect with"
         )
+        cluster.add_argument(
+            "--insecure-nats", action="store_true",
+            help="connect to NATS without credentials (refused otherwise): any client of that "
+            "server can then read conversations and answer calls; logged at every start",
+        )  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer("run")

@@ -60,7 +60,7 @@ async def start_node(
     state_root.mkdir(parents=True, exist_ok=True)
     return await start_daemon(
         bundle, swarm=swarm_of(bundle), state_root=state_root,
-        args=("--cluster", nats.urls, "--node", name, *args), **kwargs,
+        args=("--cluster", nats.urls_as(name), "--node", name, *args), **kwargs,
     )  # fmt: skip
 
 

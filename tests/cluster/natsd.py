@@ -24,6 +24,56 @@ import pytest
 
 INSTALL = "apt-get install -y nats-server   (or: make install, as root)"
 READY_WITHIN = 30.0
+NODE_USERS = ("n1", "n2", "n3", "n4", "solo")
+"""The node names the tests start nodes with: each has a NATS user of its own."""
+ADMIN = "admin"
+"""The tests' own user (reading streams, watching the cluster): every permission."""
+
+
+def password(user: str) -> str:
+    return f"{user}-secret"
+
+
+def node_permissions(node: str) -> str:
+    """The nats-server permissions of node `node` (README: Running on several machines): it
+    publishes the swarm's shared subjects, requests to other nodes only under its own name
+    (`node.<to>.<what>.<node>`), its own record in the `nodes` bucket (`$KV.*.<node>`), the
+    other buckets' key shapes, and the JetStream API calls a node makes; it subscribes to its
+    own requests and inboxes. Any swarm: the swarm is a whole token (`*`)."""
+    publish = [
+        "goondan.*.in.>", "goondan.*.h.>", "goondan.*.reply.*",
+        f"goondan.*.node.*.*.{node}",
+        f"$KV.*.{node}", "$KV.*.p.*", "$KV.*.r.*", "$KV.*.*.*.*", "$KV.*.swarm.meta",
+        "$KV.*.drain.*",
+        "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.CREATE.*",
+        "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>",
+        "$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.CREATE.>",
+        "$JS.API.CONSUMER.INFO.>", "$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.DELETE.>",
+        "$JS.ACK.>", "$JS.FC.>",
+    ]  # fmt: skip
+    subscribe = [f"_INBOX.{node}.>", f"goondan.*.node.{node}.>", "goondan.*.reply.*"]
+    return (
+        f"{{user: {node}, password: {password(node)}, permissions: {{"
+        f"publish: {{allow: {_list(publish)}}}, subscribe: {{allow: {_list(subscribe)}}}, "
+        "allow_responses: true}}"
+    )
+
+
+def _list(subjects: list[str]) -> str:
+    return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
+
+
+def authorization() -> str:
+    """A server config with a user per test node and the tests' admin."""
+    users = [f"{{user: {ADMIN}, password: {password(ADMIN)}}}"]
+    users += [node_permissions(node) for node in NODE_USERS]
+    return "authorization {\n  users = [\n    " + ",\n    ".join(users) + "\n  ]\n}\n"
+
+
+def with_user(url: str, user: str) -> str:
+    """`nats://HOST:PORT` as `user` (its password in the URL)."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{user}:{password(user)}@{rest}"
 
 
 def nats_server_or_skip() -> str:
@@ -59,8 +109,14 @@ class Server:
     proc: subprocess.Popen[bytes] | None = None
 
     @property
-    def url(self) -> str:
+    def plain_url(self) -> str:
+        """The URL without a user (the server refuses such a client)."""
         return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The URL as the tests' admin."""
+        return with_user(self.plain_url, ADMIN)
 
 
 @dataclass
@@ -81,13 +137,25 @@ class NatsCluster:
 
     @property
     def urls(self) -> str:
+        """Every server's URL as the tests' admin."""
         return ",".join(s.url for s in self.servers)
 
+    def urls_as(self, user: str) -> str:
+        """Every server's URL as `user` (a node's own NATS user, see NODE_USERS)."""
+        return ",".join(with_user(s.plain_url, user) for s in self.servers)
+
+    @property
+    def config(self) -> Path:
+        return self.root / "auth.conf"
+
     def start(self, server: Server) -> None:
+        if not self.config.exists():
+            self.config.write_text(authorization())
         routes = ",".join(f"nats://127.0.0.1:{s.cluster_port}" for s in self.servers)
         args = [
             self.binary, "-a", "127.0.0.1", "-p", str(server.port), "-js", "-sd",
-            str(server.store), "-n", server.name, "--cluster_name", "goondan-test",
+            str(server.store), "-n", server.name, "-c", str(self.config),
+            "--cluster_name", "goondan-test",
             "--cluster", f"nats://127.0.0.1:{server.cluster_port}", "--routes", routes,
         ]  # fmt: skip
         with server.log.open("ab") as out:

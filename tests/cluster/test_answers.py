@@ -77,7 +77,7 @@ async def test_an_answer_reaches_the_holder_and_its_reply_comes_back(
             assert dead.value.code == ErrorCode.E_CLUSTER_UNAVAILABLE
             assert [f.call_id for f in asked] == ["c1", "gone"]
 
-            subject = conn.names.node_subject("n1", "answer")
+            subject = conn.names.node_subject("n1", "answer", "n2")
             for garbage in (b"", b"\xff\x00garbage", b'{"call_id": 7}', b"[]"):
                 msg = await conn.nc.request(subject, garbage, timeout=5)
                 reply = msgspec.json.decode(msg.data, type=AnswerReply)

@@ -69,7 +69,7 @@ async def test_a_node_that_cannot_reach_nats_gives_up_with_the_coded_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     [port] = free_ports(1)  # nothing listens there
-    opts = options(f"nats://127.0.0.1:{port}", "n1", None, ClusterPolicy(partitions=8))
+    opts = options(f"nats://n1:pw@127.0.0.1:{port}", "n1", None, ClusterPolicy(partitions=8))
     monkeypatch.setattr(link, "CONNECT_PATIENCE", 1.5)
     async with asyncio.timeout(30):
         with capture_logs() as logs, pytest.raises(ClusterUnavailable) as refused:
@@ -88,6 +88,7 @@ async def test_a_node_waiting_for_nats_at_its_start_stops_when_asked(tmp_path: P
     proc = await asyncio.create_subprocess_exec(
         PYTHON, "-m", "orchestrator", "run", str(bundle), "--no-entry-check",
         "--log-format", "json", "--cluster", f"nats://127.0.0.1:{port}", "--node", "n1",
+        "--insecure-nats",
         env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -107,4 +108,5 @@ async def test_a_node_waiting_for_nats_at_its_start_stops_when_asked(tmp_path: P
             proc.kill()
             await proc.wait()
     assert "start_interrupted" in events and "cluster_unavailable" not in events, events
+    assert "nats_insecure" in events  # the node without credentials says so at its start
     assert code == 1

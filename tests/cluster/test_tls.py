@@ -27,6 +27,8 @@ from tests.cluster.natsd import free_ports, nats_server_or_skip
 
 LOCAL = "127.0.0.1"
 READY_WITHIN = 30.0
+LOGIN = "n1:n1-secret"
+"""The server's one user (a node needs credentials, README: Running on several machines)."""
 
 
 def _name(common: str) -> x509.Name:
@@ -96,7 +98,7 @@ async def wait_ready(port: int, ca: Path) -> None:
     deadline = time.monotonic() + READY_WITHIN
     while True:
         try:
-            nc = await nats.connect(f"tls://{LOCAL}:{port}", tls=trust, connect_timeout=1,
+            nc = await nats.connect(f"tls://{LOGIN}@{LOCAL}:{port}", tls=trust, connect_timeout=1,
                                     max_reconnect_attempts=0, allow_reconnect=False)  # fmt: skip
         except (OSError, nats.errors.Error, TimeoutError):
             if time.monotonic() > deadline:
@@ -117,7 +119,8 @@ def tls_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Pa
     with (root / "server.log").open("wb") as log:
         proc = subprocess.Popen(
             [binary, "-a", LOCAL, "-p", str(port), "-js", "-sd", str(root / "store"),
-             "--tls", "--tlscert", str(cert), "--tlskey", str(key)],
+             "--tls", "--tlscert", str(cert), "--tlskey", str(key), "--user", "n1",
+             "--pass", "n1-secret"],
             stdout=subprocess.DEVNULL, stderr=log,
         )  # fmt: skip
     try:
@@ -144,7 +147,7 @@ async def test_a_node_talks_to_nats_over_tls(
     async with asyncio.timeout(60):
         node = await start_daemon(
             bundle, swarm=swarm_of(bundle), state_root=tmp_path / "n1",
-            args=("--cluster", f"{scheme}://{LOCAL}:{port}", "--node", "n1"),
+            args=("--cluster", f"{scheme}://{LOGIN}@{LOCAL}:{port}", "--node", "n1"),
             env={"SSL_CERT_FILE": str(ca)},
         )  # fmt: skip
         await node.wait_for("cluster_settled")
@@ -163,7 +166,7 @@ async def test_a_server_the_node_cannot_verify_is_refused(
         with pytest.raises(RuntimeError) as failed:
             await start_daemon(
                 bundle, swarm=swarm_of(bundle), state_root=tmp_path / "n1",
-                args=("--cluster", f"tls://{LOCAL}:{port}", "--node", "n1"),
+                args=("--cluster", f"tls://{LOGIN}@{LOCAL}:{port}", "--node", "n1"),
                 env={"SSL_CERT_FILE": str(stranger)},
             )  # fmt: skip
     assert "E_CLUSTER_UNAVAILABLE" in str(failed.value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -79,3 +81,28 @@ def test_passwords_never_reach_the_redacted_urls() -> None:
     with pytest.raises(ClusterConfigError) as caught:
         options("nats://u:secret@h1", "n1", None, ClusterPolicy())
     assert "secret" not in str(caught.value)
+
+
+def test_a_node_without_nats_credentials_is_refused_unless_insecure(tmp_path: Path) -> None:
+    with pytest.raises(ClusterConfigError) as caught:
+        options("nats://h:4222,tls://h2:4223", "n1", None, ClusterPolicy())
+    assert caught.value.code == "E_CLUSTER_INSECURE"
+    assert "--insecure-nats" in caught.value.suggestion
+    assert "--nats-creds" in caught.value.suggestion
+    assert not options("nats://h:4222", "n1", None, ClusterPolicy(), insecure=True).has_credentials
+    # a user (and password, %-escaped in the URL), a token, or a creds file
+    assert options("nats://n1:p%40ss@h:4222", "n1", None, ClusterPolicy()).login == ("n1", "p@ss")
+    assert options("nats://tok@h:4222", "n1", None, ClusterPolicy()).login == ("tok", None)
+    creds = tmp_path / "n1.creds"
+    creds.write_text("-----BEGIN NATS USER JWT-----\n")
+    assert options("nats://h:4222", "n1", str(creds), ClusterPolicy()).has_credentials
+
+
+def test_a_node_request_subject_names_its_sender() -> None:
+    names = SwarmNames("s")
+    subject = names.node_subject("to.x", "answer", "n_2")
+    assert subject == f"{names.prefix}.node.to_2Ex.answer.n_5F2"
+    assert names.sender_of(subject) == "n_2"
+    for forged in (f"{names.prefix}.node.n1.answer.bad_zz", f"{names.prefix}.node.n1.answer._2E"):
+        with pytest.raises(ValueError):
+            names.sender_of(forged)
