@@ -342,6 +342,25 @@ async def test_an_unsigned_webhook_beyond_loopback_does_not_start() -> None:
     opted_in.state["http"].socket.close()
 
 
+async def test_allow_unsigned_does_not_open_rpc_and_no_event_poses_as_an_answer() -> None:
+    """An answer decides a pending call (an approval too): only a signed `/rpc` takes one."""
+    ctx = RecordingContext(config={"port": 0, "allowUnsigned": True})
+    answer = {"jsonrpc": "2.0", "id": "c1", "result": {"approved": True}}
+    posing = {"event": "deferred.answer", "properties": {"rpc": answer}}
+    async with asyncio.timeout(10):
+        task, url = await serve(ctx)
+        try:
+            async with httpx.AsyncClient() as client:
+                rpc = await client.post(f"{url}/rpc", json=answer)
+                posed = await client.post(f"{url}/events", json=posing)
+        finally:
+            task.cancel()
+    assert (rpc.status_code, rpc.json()["error"]["code"]) == (403, "E_CONNECTOR_UNSIGNED")
+    assert "signingSecret" in rpc.json()["error"]["message"]
+    assert (posed.status_code, posed.json()["error"]["code"]) == (400, "E_WEBHOOK_BAD_BODY")
+    assert ctx.emitted == []
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
