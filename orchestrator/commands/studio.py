@@ -87,14 +87,14 @@ class _Studio:
         token = _token(args, host)
         if isinstance(token, int):
             return token
-        if token is None:
-            _warn_no_token(args, host, port)
         try:
             sock = _bind(host, port)
         except OSError as exc:
             _say(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
             return EXIT_RUNTIME
         url = _url(sock, token)
+        if token is None:
+            _warn_no_token(args, url)
         mode = "actions allowed" if args.allow_actions else "read-only"
         mode += "" if token else ", NO TOKEN"
         print(f"goondan studio: {url} (swarm {swarm}, {mode}; Ctrl-C to stop)", flush=True)
@@ -186,7 +186,7 @@ def _token_from(path: str) -> str | int:
     return token
 
 
-def _warn_no_token(args: argparse.Namespace, host: str, port: int) -> None:
+def _warn_no_token(args: argparse.Namespace, url: str) -> None:
     """--no-token, said where the person who started it looks (stderr) and as a log line."""
     import structlog
 
@@ -203,7 +203,7 @@ def _warn_no_token(args: argparse.Namespace, host: str, port: int) -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
     structlog.get_logger().warning(
-        "studio_no_token", listen=f"{host}:{port}", allow_actions=bool(args.allow_actions)
+        "studio_no_token", url=url, allow_actions=bool(args.allow_actions)
     )
 
 
