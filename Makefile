@@ -39,8 +39,8 @@ install: $(UV) ## create .venv from uv.lock (exact versions, hashes) with the de
 # no browser is downloaded) and nats-server for cluster mode's tests (a 3-server cluster on
 # loopback). Best effort: as root with apt they are installed, otherwise those tests skip
 # saying how (and fail under CI=true).
-SYSTEM_DEPS := chromium:chromium nats-server:nats-server
-system-deps: ## as root with apt-get: install chromium (Studio) and nats-server (cluster) if missing
+SYSTEM_DEPS := chromium:chromium nats-server:nats-server bwrap:bubblewrap
+system-deps: ## as root with apt-get: install chromium (Studio), nats-server (cluster) and bubblewrap (tool sandbox) if missing
 	@missing=""; for dep in $(SYSTEM_DEPS); do cmd=$${dep%%:*}; pkg=$${dep#*:}; \
 		command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; done; \
 	if [ -z "$$missing" ]; then :; \

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from agent_process import resolve, secretenv
+from agent_process import resolve, sandboxing, secretenv
 from agent_process.approvals import Approval, approvals_of
 from agent_process.catalog import CatalogBuilder
 from agent_process.context import NotConnectedRuntime, agent_logger
@@ -53,6 +53,8 @@ class StartRequest:
     """An open fd the conversation and the runtime events go to instead of the instance's
     files: nothing is created on disk and the conversation lives in memory only (the fork
     server's rehearsal, with /dev/null)."""
+    env_files: tuple[Path, ...] = ()
+    """The run's `--env-file`s: hidden from sandboxed tools like the bundle's own `.env`."""
 
     @property
     def paths(self) -> InstancePaths:
@@ -88,7 +90,8 @@ async def assemble(req: StartRequest) -> Parts:
     """
     agent = resolve.agent(req.bundle, req.agent)
     tools = resolve.tools(req.bundle, agent)
-    tool_entries = [_with_credentials(req, t, list(load_tool_resource(t))) for t in tools]
+    hide = sandboxing.hidden_paths(req.bundle, req.layout, req.env_files)
+    tool_entries = [_with_credentials(req, t, list(load_tool_resource(t)), hide) for t in tools]
     servers: list[Resource[Any]] = [*tools, *resolve.extensions(req.bundle, agent)]
     mcp = await McpBridge.start(req.bundle, servers, state_root=req.layout.root)
     try:
@@ -101,14 +104,13 @@ async def assemble(req: StartRequest) -> Parts:
 
 
 def _with_credentials(
-    req: StartRequest, tool: Resource[ToolSpec], entries: list[ToolEntry]
+    req: StartRequest, tool: Resource[ToolSpec], entries: list[ToolEntry], hide: list[str]
 ) -> list[ToolEntry]:
-    """The Tool's credentials are read now, once (`secretenv.tool_config`); entries whose config
-    has none stay the very objects the fork server built."""
+    """The Tool's credentials are read now, once (`secretenv.tool_config`), and its sandbox
+    with what it hides (`sandboxing.tool_config`)."""
     config = secretenv.tool_config(req.bundle, tool.spec.config, req.layout.root)
-    if config is tool.spec.config:
-        return entries
-    return [replace(entry, config=dict(config)) for entry in entries]
+    config = sandboxing.tool_config(tool, config, hide)
+    return [replace(entry, config=config) for entry in entries]
 
 
 async def _assemble(

@@ -30,7 +30,7 @@ from agent_process import preload as preloaded
 from agent_process.bridge import Bridge
 from agent_process.deferred import DeferredCalls, DeferredPolicy, PendingStore, policy_from_bundle
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox, spawn_workdir
-from agent_process.link import EXIT_START_ERROR, Link, connect, die_with_parent
+from agent_process.link import EXIT_START_ERROR, Link, connect, die_with_parent, refuse_dumps
 from agent_process.runtime import AgentRuntime, StartFailure
 from agent_process.turn import Resumed
 from bundles import redact
@@ -142,6 +142,7 @@ async def create_runtime(
         # `agents.spawn{cwd}` made this instance's workdir cwd
         workdir=spawn_workdir(layout.instance_paths(swarm, pid.instance_key, pid.name).root),
         sink=sink,
+        env_files=tuple(map(Path, launch.settings.env_files)),
     )
     runtime.deferred_policy = policy_from_bundle(bundle, swarm)
     return runtime
@@ -433,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(launch, int):
         return launch
     die_with_parent(launch.parent_pid)
+    refuse_dumps()
     # what `ps` shows; a cold child also overwrites the environment block it was exec'd with
     # (with API keys) that /proc/<pid>/environ would show (a forked one has an empty one)
     setproctitle.setproctitle(process_title(launch.process))

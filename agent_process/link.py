@@ -60,6 +60,7 @@ from protocol.messages import (
 EXIT_START_ERROR = 3
 EXIT_ORPHANED = 4
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 M_ARENA_MAX = -8
 LINGER_MS = 2000
 """How long closing the socket may wait to flush the last frames (e.g. the shutdown_ack)."""
@@ -299,6 +300,14 @@ def libc() -> ctypes.CDLL:
     lib = ctypes.CDLL(None, use_errno=True)
     _ = (lib.prctl, lib.mallopt)  # cached on `lib` by CDLL.__getattr__
     return lib
+
+
+def refuse_dumps() -> None:
+    """PR_SET_DUMPABLE 0: this process holds API keys, and a process of the same uid could
+    read them from /proc/<pid>/mem (or environ, or with ptrace); now only root can. A cold
+    child sets it here, a forked one has it from the fork server already."""
+    if sys.platform.startswith("linux"):
+        libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def die_with_parent(parent_pid: int | None) -> None:

@@ -84,10 +84,13 @@ class AgentRuntime:
         agents: AgentsRuntime | None = None,
         workdir: Path | None = None,
         sink: int | None = None,
+        env_files: tuple[Path, ...] = (),
     ) -> AgentRuntime:
         """Load model, tools and extensions and replay the conversation; raise StartFailure.
         With `sink` nothing reaches the disk or an exporter (`StartRequest.sink`)."""
-        request = StartRequest(bundle, agent, instance_key, swarm, layout, agents, workdir, sink)
+        request = StartRequest(
+            bundle, agent, instance_key, swarm, layout, agents, workdir, sink, env_files
+        )
         try:
             return cls(await assemble(request), export_spans=sink is None)
         except (resolve.ConfigProblem, ModelError) as exc:

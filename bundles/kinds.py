@@ -404,6 +404,19 @@ class McpServer(_Spec):
     """A server that cannot start fails the agent's start; `false` starts without its tools."""
 
 
+SandboxMode = Literal["auto", "bubblewrap", "off"]
+
+
+class ToolSandbox(_Spec):
+    """Where the processes a tool starts run (`bash`, ripgrep): see `Tool.spec.sandbox`."""
+
+    mode: SandboxMode | bool = "auto"
+    """auto = bubblewrap, refused with E_SANDBOX_UNAVAILABLE where it cannot run; off = none
+    (logged at every agent start). YAML reads an unquoted `off` as false: false means off."""
+    network: bool = True
+    """false: the sandbox has no network but its own loopback."""
+
+
 class ToolSpec(_Spec):
     entry: str | None = None
     """A Python file (relative to the bundle) or a dotted module exporting `handlers`."""
@@ -415,6 +428,9 @@ class ToolSpec(_Spec):
     mcp: McpServer | None = None
     config: dict[str, Any] = msgspec.field(default_factory=dict)
     """Tool settings handed to handlers as `ctx.config` (roots, caps, allow-lists)."""
+    sandbox: ToolSandbox | SandboxMode | bool = "auto"
+    """A mode alone (`sandbox: off`) or `{mode, network}`; handed to handlers as
+    `ctx.config["sandbox"]` with the paths the sandbox hides."""
 
 
 # -- Extension ---------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import msgspec
 import setproctitle
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 MAX_DATAGRAM = 1 << 16
 ENTRY = "agent_process.forkprep"
 """The daemon's entry module (named, not imported: the orchestrator never imports agent_process
@@ -116,6 +117,13 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     _libc().prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
+def refuse_dumps() -> None:
+    """PR_SET_DUMPABLE 0: the server holds the bundle's keys, and every agent it forks keeps
+    the flag: /proc/<pid>/mem, environ and ptrace are the root's only (no-op off Linux)."""
+    if sys.platform.startswith("linux"):
+        _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 def exit_status(status: int) -> tuple[int | None, int | None]:
     """(code, signal) of a wait status."""
     if os.WIFSIGNALED(status):
@@ -156,6 +164,7 @@ def start_fork_server(
             for fd in close_fds:
                 os.close(fd)
             set_parent_death_signal()
+            refuse_dumps()
             if os.getppid() != daemon_pid:
                 os._exit(1)
             if title is not None:

@@ -14,8 +14,10 @@ leave it. Two ways hold them all, chosen by the Tool's `processTracking` setting
   adopts nothing, so its other children (MCP servers, concurrent calls) are never touched.
 
 Either way a call only ever kills processes it started. Neither stops a command that means to
-escape (moving itself to another cgroup, killing the reaper first): `bash` runs with the agent's
-uid and is no security boundary.
+escape (moving itself to another cgroup, killing the reaper first): the sandbox (`_sandbox`)
+does, with a PID namespace that cannot see the holder and dies with the call. With a sandbox
+the leader is bubblewrap, which dies at once of a SIGTERM and takes the command with it: the
+graceful stop spares the leader (`spare_leader`) and reaches the command directly.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ class CgroupCall:
 
     margin_s = 0.0
 
-    def __init__(self, parent: Path) -> None:
+    def __init__(self, parent: Path, spare_leader: bool = False) -> None:
+        self.spare_leader = spare_leader
         _remove_stale(parent)
         self.path = parent / f"{_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.path.mkdir()
@@ -94,6 +97,8 @@ class CgroupCall:
 
     def terminate(self, pid: int) -> None:
         for member in self._pids():
+            if self.spare_leader and member == pid:
+                continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(member, signal.SIGTERM)
 
@@ -120,13 +125,14 @@ class CgroupCall:
 class ReaperCall:
     """`_reaper.py` as the leader: a subreaper that sweeps its descendants before it exits."""
 
-    def __init__(self, grace_s: float) -> None:
+    def __init__(self, grace_s: float, spare_leader: bool = False) -> None:
         self.margin_s = REAPER_MARGIN_S
         self.grace_ms = max(1, round(grace_s * 1000))
+        self.spare = ["--spare-child"] if spare_leader else []
 
     def argv(self, argv: list[str]) -> list[str]:
         head = [sys.executable, "-I", "-S", str(REAPER), str(self.grace_ms), str(os.getpid())]
-        return [*head, "--", *argv]
+        return [*head, *self.spare, "--", *argv]
 
     def terminate(self, pid: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -193,16 +199,17 @@ def tracking(setting: object) -> Tracking:
         ) from None
 
 
-def open_call(setting: object, grace_s: float) -> CallProcesses:
-    """The holder of one call's processes, as `processTracking` asks."""
+def open_call(setting: object, grace_s: float, spare_leader: bool = False) -> CallProcesses:
+    """The holder of one call's processes, as `processTracking` asks; `spare_leader`: the
+    leader is a sandbox that a SIGTERM would end at once (see the module docstring)."""
     mode = tracking(setting)
     parent = None if mode is Tracking.SUBREAPER else delegated_cgroup()
     if parent is not None:
-        return CgroupCall(parent)
+        return CgroupCall(parent, spare_leader)
     if mode is Tracking.CGROUP:
         raise ToolFailed(
             "processTracking is 'cgroup' but the agent's cgroup is not a delegated, writable "
             "cgroup v2 directory with cgroup.kill",
             suggestion="Use processTracking: auto (a subreaper then holds the call's processes).",
         )
-    return ReaperCall(grace_s)
+    return ReaperCall(grace_s, spare_leader)

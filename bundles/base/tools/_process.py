@@ -180,7 +180,16 @@ async def _release(held: _contain.CallProcesses, pid: int, output: _CappedOutput
     await held.finish(_SWEEP_SECONDS)
 
 
-def _exit_fields(returncode: int | None) -> tuple[int | None, str | None]:
+_STOPS = {128 + signal.SIGTERM, 128 + signal.SIGKILL}
+
+
+def _exit_fields(
+    returncode: int | None, *, stopped_in_sandbox: bool = False
+) -> tuple[int | None, str | None]:
+    if stopped_in_sandbox and returncode in _STOPS:
+        # bubblewrap reports its command's death by signal N as exit 128+N: when our own
+        # deadline sent the signal, say so as an unsandboxed call would
+        returncode = 128 - returncode
     if returncode is None or returncode >= 0:
         return returncode, None
     try:
@@ -198,14 +207,16 @@ async def run_capped(
     max_bytes: int,
     kill_grace_s: float = 1.0,
     tracking: str = "auto",
+    sandboxed: bool = False,
 ) -> RunResult:
     """Run `argv` to completion or deadline; no process it started outlives this call.
 
-    `tracking` is the Tool's `processTracking` setting (`_contain.open_call`)."""
+    `tracking` is the Tool's `processTracking` setting (`_contain.open_call`); `sandboxed`:
+    `argv` is a bubblewrap command line (`_sandbox.wrap`)."""
     refuse_nul(argv, env)
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    held = _contain.open_call(tracking, kill_grace_s)
+    held = _contain.open_call(tracking, kill_grace_s, spare_leader=sandboxed)
     spawn = asyncio.ensure_future(
         loop.subprocess_exec(
             lambda: _CappedOutput(max_bytes),
@@ -244,7 +255,9 @@ async def run_capped(
         # Also on cancellation (the turn was stopped): nothing of the call may outlive us.
         await _release(held, pid, output)
         transport.close()
-    exit_code, sig = _exit_fields(transport.get_returncode())
+    exit_code, sig = _exit_fields(
+        transport.get_returncode(), stopped_in_sandbox=sandboxed and timed_out
+    )
     return RunResult(
         stdout=output.text(1),
         stderr=output.text(2),

@@ -1,6 +1,6 @@
 """Per-call reaper for `bash` where no cgroup is at hand.
 
-Usage: `python -I -S _reaper.py GRACE_MS PARENT_PID -- ARGV...`.
+Usage: `python -I -S _reaper.py GRACE_MS PARENT_PID [--spare-child] -- ARGV...`.
 
 It makes itself a child subreaper (PR_SET_CHILD_SUBREAPER), runs ARGV as its only child in a
 session of its own, and waits. Whatever the call starts is its descendant, and a process that
@@ -11,7 +11,9 @@ signal), so the agent reads the command's status from this process. The agent pr
 a subreaper itself: it neither adopts nor reaps processes it did not start.
 
 Signals from the agent: SIGTERM = stop gracefully (SIGTERM to every descendant, up to GRACE_MS
-for ARGV to exit, then SIGKILL to all); SIGUSR1 = SIGKILL everything now. It also gets SIGUSR1
+for ARGV to exit, then SIGKILL to all); SIGUSR1 = SIGKILL everything now. With
+`--spare-child` the SIGTERM skips ARGV's own process: a sandbox (bubblewrap) that would die of
+it at once, and take the command with it before its grace period. It also gets SIGUSR1
 when the agent process dies (PR_SET_PDEATHSIG). A command that deliberately kills this process
 first can still leave orphans behind: `bash` runs with the agent's uid and is no security
 boundary.
@@ -79,8 +81,10 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def _signal_all(sig: int) -> None:
+def _signal_all(sig: int, spare: int = 0) -> None:
     for pid in descendants(os.getpid()):
+        if pid == spare:
+            continue
         # Gone already, or it changed uid (a setuid program): not ours to kill.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
@@ -110,12 +114,12 @@ def sweep(child: int, status: int | None) -> int | None:
             status = wait_status
 
 
-def _stop(child: int, now: bool, grace_s: float) -> int | None:
+def _stop(child: int, now: bool, grace_s: float, spare: bool) -> int | None:
     """A stop request: SIGTERM all and give `child` the grace period, unless told `now`."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if now:
         return None
-    _signal_all(signal.SIGTERM)
+    _signal_all(signal.SIGTERM, child if spare else 0)
     try:
         return _wait_for(child, grace_s)
     except _Stop:
@@ -156,7 +160,8 @@ def _spawn(argv: list[str]) -> int:
 
 def main(args: list[str]) -> None:
     grace_s, parent = int(args[0]) / 1000, int(args[1])
-    argv = args[3:]  # args[2] is "--"
+    spare = args[2] == "--spare-child"
+    argv = args[4:] if spare else args[3:]  # after "--"
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGUSR1, _on_now)
     stops = {signal.SIGTERM, signal.SIGUSR1}
@@ -178,7 +183,7 @@ def main(args: list[str]) -> None:
         status = os.waitpid(child, 0)[1]
     except _Stop as stop:
         if child:
-            status = _stop(child, stop.now, grace_s)
+            status = _stop(child, stop.now, grace_s, spare)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     _exit_like(sweep(child, status))

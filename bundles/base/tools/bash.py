@@ -3,8 +3,10 @@
 Exports `exec` and `script`. The working directory must lie inside the workspace, the child
 gets a scrubbed environment (no credential-like variables and no resolved secrets), output is
 capped per stream, and no process the command started outlives the call, also one that detached
-into its own session (`_contain`): on timeout they all get SIGTERM, then SIGKILL. This is not a
-file-system sandbox: a command reads and writes whatever the agent's uid may.
+into its own session (`_contain`): on timeout they all get SIGTERM, then SIGKILL. Commands run
+in a sandbox (`_sandbox`, `Tool.spec.sandbox`): the workspace roots writable, the rest of the
+system read-only, the state root, run directory, env files and every other process invisible;
+`sandbox: off` runs them with whatever the agent's uid may.
 
 Settings (`Tool.spec.config`): `shell` (default /bin/bash, else /bin/sh), `maxOutputBytes`
 (per stream, default 100000), `maxTimeoutMs` (default 600000), `killGraceMs` (SIGTERM to SIGKILL,
@@ -27,9 +29,10 @@ from bundles.sdk import JsonObject, ToolContext, ToolFailed, load_sibling
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from bundles.base.tools import _process, _workspace
+    from bundles.base.tools import _process, _sandbox, _workspace
 else:
     _process = load_sibling(__file__, "_process")
+    _sandbox = load_sibling(__file__, "_sandbox")
     _workspace = load_sibling(__file__, "_workspace")
 
 DEFAULT_TIMEOUT_MS = 30_000
@@ -81,26 +84,42 @@ def _cwd(ws: _workspace.Workspace, raw: str | None) -> Path:
     return cwd
 
 
-async def _run(ctx: ToolContext, argv: list[str], cwd: Path, input: JsonObject) -> JsonObject:
+async def _confined(
+    ctx: ToolContext, ws: _workspace.Workspace, argv: list[str], cwd: Path
+) -> list[str] | None:
+    """`argv` inside the Tool's sandbox, or None for `sandbox: off`."""
+    box = _sandbox.settings(ctx.config)
+    if box is None:
+        return None
+    bwrap = await _sandbox.bubblewrap()
+    return _sandbox.wrap(bwrap, box, argv, writable=ws.roots, cwd=str(cwd))
+
+
+async def _run(
+    ctx: ToolContext, ws: _workspace.Workspace, argv: list[str], cwd: Path, input: JsonObject
+) -> JsonObject:
     config = ctx.config
     timeout_ms = min(
         int(input.get("timeoutMs", DEFAULT_TIMEOUT_MS)),
         _int_setting(config, "maxTimeoutMs", 600_000),
     )
+    confined = await _confined(ctx, ws, argv, cwd)
     result = await _process.run_capped(
-        argv,
+        confined or argv,
         cwd=cwd,
         env=_child_env(ctx, input.get("env")),
         timeout_s=timeout_ms / 1000,
         max_bytes=_int_setting(config, "maxOutputBytes", 100_000),
         kill_grace_s=_int_setting(config, "killGraceMs", 1000) / 1000,
         tracking=str(config.get("processTracking", "auto")),
+        sandboxed=confined is not None,
     )
     ctx.logger.info(
         "bash.finished",
         exit_code=result.exit_code,
         timed_out=result.timed_out,
         duration_ms=result.duration_ms,
+        sandboxed=confined is not None,
     )
     return {
         "durationMs": result.duration_ms,
@@ -118,7 +137,7 @@ async def exec_(ctx: ToolContext, input: JsonObject) -> JsonObject:
     ws = _workspace.Workspace.from_context(ctx.workdir, ctx.config)
     command = str(input["command"])
     cwd = _cwd(ws, input.get("cwd"))
-    result = await _run(ctx, [_shell(ctx.config), "-c", command], cwd, input)
+    result = await _run(ctx, ws, [_shell(ctx.config), "-c", command], cwd, input)
     return {"command": command, "cwd": ws.display(cwd), **result}
 
 
@@ -142,7 +161,7 @@ async def script(ctx: ToolContext, input: JsonObject) -> JsonObject:
         )
     args = [str(arg) for arg in input.get("args") or []]
     cwd = _cwd(ws, input.get("cwd"))
-    result = await _run(ctx, [found, str(path), *args], cwd, input)
+    result = await _run(ctx, ws, [found, str(path), *args], cwd, input)
     return {"path": ws.display(path), "cwd": ws.display(cwd), **result}
 
 

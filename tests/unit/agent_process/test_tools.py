@@ -145,7 +145,9 @@ async def test_tool_context_fields() -> None:
     assert output["workdir"] == str(paths.workdir)
     assert (output["agent"], output["instance"], output["messageRole"]) == ("a", "k1", "assistant")
     assert output["callId"].startswith("call_")
+    sandbox = output["config"].pop("sandbox")  # the agent adds the Tool's sandbox
     assert output["config"] == {"root": "/r"}
+    assert sandbox["mode"] == "auto" and str(StateLayout.from_env().root) in sandbox["hide"]
     assert output["runtime"] == "E_AGENT_NOT_CONNECTED"
 
 

@@ -17,6 +17,13 @@ from .conftest import FakeContext, call, load_tool, real
 bash = load_tool("tools/bash.py")
 
 
+@pytest.fixture
+def ctx(workdir: Path) -> FakeContext:
+    """Unsandboxed: these tests follow the call's processes by their pids, which a sandbox's
+    PID namespace renumbers (tests/unit/base_tools/test_sandbox.py covers the sandbox)."""
+    return FakeContext(workdir=workdir, config={"sandbox": "off"})
+
+
 def _gone(pid: int, timeout: float = 5.0) -> bool:
     """True once `pid` has exited (a zombie counts): waits on a pidfd, never sleeps."""
     try:
@@ -81,7 +88,7 @@ async def test_a_command_that_outlives_its_timeout_dies_with_its_children(
 
 
 async def test_a_child_ignoring_sigterm_is_killed(ctx: FakeContext, workdir: Path) -> None:
-    ctx = replace(ctx, config={"killGraceMs": 200})
+    ctx = replace(ctx, config={**ctx.config, "killGraceMs": 200})
     command = "trap '' TERM; (trap '' TERM; sleep 60) & echo $! > child.pid; sleep 60"
     async with asyncio.timeout(15):
         out = await call(bash, "exec", ctx, {"command": command, "timeoutMs": 300})

@@ -28,6 +28,13 @@ from .conftest import FakeContext, call, load_tool
 bash = load_tool("tools/bash.py")
 
 
+@pytest.fixture
+def ctx(workdir: Path) -> FakeContext:
+    """Unsandboxed: these tests follow the call's processes by their pids, which a sandbox's
+    PID namespace renumbers (tests/unit/base_tools/test_sandbox.py covers the sandbox)."""
+    return FakeContext(workdir=workdir, config={"sandbox": "off"})
+
+
 def _contain() -> Any:
     """The `_contain` helper exactly as bash loaded it (looked up late: a test that shows the
     bug on the old code must get as far as its assertions)."""

@@ -1,0 +1,122 @@
+"""`bash` in its sandbox (`_sandbox`): what a command sees, keeps and may do, how a deadline
+stops it, and the coded refusal where no sandbox can start. Runs bubblewrap for real (tests
+skip without it, with the install command, except under CI=true where they fail)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bundles.sdk import ToolFailed
+from protocol.errors import ErrorCode
+
+from .conftest import FakeContext, call, load_tool
+
+bash = load_tool("tools/bash.py")
+
+
+@pytest.fixture(autouse=True)
+def _bubblewrap() -> None:
+    if shutil.which("bwrap") is None:
+        message = "bubblewrap is not installed: apt-get install bubblewrap (or make install)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+async def run(ctx: FakeContext, command: str, **args: Any) -> Any:
+    async with asyncio.timeout(15):
+        return await call(bash, "exec", ctx, {"command": command, **args})
+
+
+def sandboxed(ctx: FakeContext, **box: Any) -> FakeContext:
+    return replace(ctx, config={**ctx.config, "sandbox": {"mode": "auto", **box}})
+
+
+async def test_the_workdir_is_writable_and_the_rest_read_only(
+    ctx: FakeContext, workdir: Path, tmp_path: Path
+) -> None:
+    out = await run(ctx, "echo kept > made.txt; touch /usr/x; echo $?; echo t > /tmp/t; echo $?")
+    assert out["stdout"] == "1\n0\n", out
+    assert (workdir / "made.txt").read_text() == "kept\n"
+    assert not (tmp_path.parent / "t").exists()
+    # the workdir's sibling, readable by the agent's uid, is not there
+    seen = await run(ctx, f"cat {tmp_path / 'outside' / 'secret.txt'}")
+    assert seen["exitCode"] != 0 and "top secret" not in seen["stdout"]
+
+
+async def test_hidden_paths_are_empty_and_roots_inside_them_stay(
+    ctx: FakeContext, workdir: Path, tmp_path: Path
+) -> None:
+    """The agent hides the state root, which holds the workdir: the workdir comes back, its
+    siblings do not; a hidden file (an env file) reads as empty."""
+    env_file = tmp_path / "keys.env"
+    env_file.write_text("KEY=sk-hidden\n")
+    box = sandboxed(ctx, hide=[str(tmp_path), str(env_file)])
+    out = await run(box, f"ls {tmp_path}; cat {env_file}; echo in > here.txt")
+    assert out["exitCode"] == 0, out
+    assert out["stdout"] == "work\n"
+    assert (workdir / "here.txt").exists()
+
+
+async def test_a_configured_root_is_writable_and_a_root_holding_a_hidden_path_hides_it(
+    ctx: FakeContext, workdir: Path, tmp_path: Path
+) -> None:
+    box = sandboxed(replace(ctx, config={"roots": [".", "../outside"]}), hide=[str(workdir)])
+    out = await run(box, f"echo x > {tmp_path / 'outside' / 'new.txt'} && ls")
+    assert out["exitCode"] == 0, out
+    assert (tmp_path / "outside" / "new.txt").exists()
+    # a root `/..` of the hidden path: the hidden path inside it is covered again
+    wide = sandboxed(replace(ctx, config={"roots": [".", ".."]}), hide=[str(tmp_path / "outside")])
+    seen = await run(wide, f"cat {tmp_path / 'outside' / 'secret.txt'}")
+    assert seen["exitCode"] != 0
+
+
+async def test_no_other_process_no_capabilities_and_a_network_that_can_be_off(
+    ctx: FakeContext,
+) -> None:
+    out = await run(ctx, f"test -e /proc/{os.getpid()}; echo $?; grep CapEff /proc/self/status")
+    assert out["stdout"].split() == ["1", "CapEff:", "0000000000000000"], out
+    offline = await run(sandboxed(ctx, network=False), "tail -n +3 /proc/net/dev | cut -d: -f1")
+    assert offline["stdout"].split() == ["lo"], offline
+
+
+async def test_a_deadline_gives_the_sandboxed_command_its_grace_period(ctx: FakeContext) -> None:
+    """bubblewrap dies of a SIGTERM at once and takes the command with it: the stop spares it
+    and the command gets the signal, then its grace period."""
+    trapping = "trap 'echo got-term; exit 7' TERM; echo started; sleep 30 & wait"
+    out = await run(ctx, trapping, timeoutMs=300)
+    assert (out["timedOut"], out["exitCode"], out["stdout"]) == (True, 7, "started\ngot-term\n")
+    plain = await run(ctx, "sleep 30", timeoutMs=300)
+    assert (plain["timedOut"], plain["exitCode"], plain["signal"]) == (True, None, "SIGTERM")
+
+
+async def test_sandbox_off_runs_the_command_as_before(ctx: FakeContext, tmp_path: Path) -> None:
+    off = replace(ctx, config={"sandbox": {"mode": "off"}})
+    out = await run(off, f"cat {tmp_path / 'outside' / 'secret.txt'}")
+    assert out["stdout"] == "top secret\n"
+
+
+async def test_no_sandbox_at_hand_is_a_coded_refusal(
+    ctx: FakeContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bash._sandbox, "_usable", None)
+    monkeypatch.setattr(bash._sandbox, "_refusal", None)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    with pytest.raises(ToolFailed) as info:
+        await run(ctx, "true")
+    assert info.value.code == ErrorCode.E_SANDBOX_UNAVAILABLE
+    assert "apt-get install bubblewrap" in str(info.value.suggestion)
+    assert "sandbox: off" in str(info.value.suggestion)
+
+
+async def test_a_bad_mode_is_a_coded_error(ctx: FakeContext) -> None:
+    with pytest.raises(ToolFailed) as info:
+        await run(replace(ctx, config={"sandbox": "chroot"}), "true")
+    assert info.value.code == ErrorCode.E_TOOL_INVALID_ARGS
