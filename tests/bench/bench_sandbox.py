@@ -1,0 +1,105 @@
+"""Benchmark: one `bash` call (`true`) in its bubblewrap sandbox against the same call with
+`sandbox: off`, through the real handler of @goondan/base (loaded by path, as an agent does).
+
+Both go through the same holder of the call's processes (the subreaper, or a cgroup where the
+agent's is delegated), so the difference is what the sandbox adds: bubblewrap's namespaces,
+mounts and exec. Variants alternate call by call, so the machine's drift hits both alike; the
+cost row is the per-pair difference (sandboxed minus off). Goal of issue 27: ≤ 15 ms a call.
+
+Run: `python -m tests.bench.bench_sandbox` (or via `python -m tests.bench`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import structlog
+
+from tests.bench.baselines import Row, p99, print_rows
+
+BASH = Path(__file__).resolve().parents[2] / "bundles" / "base" / "tools" / "bash.py"
+CALLS = 200
+WARMUP = 10
+
+
+@dataclass
+class _Context:
+    workdir: Path
+    config: dict[str, Any]
+    secret_values: frozenset[str] = frozenset()
+    runtime: Any = None
+    message: dict[str, Any] = field(default_factory=dict)
+    tool_call_id: str = "bench"
+    agent_name: str = "bench"
+    instance_key: str = "bench"
+    logger: Any = field(default_factory=structlog.get_logger)
+
+
+def _bash() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_bench_bash", BASH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def _call(bash: ModuleType, ctx: _Context) -> float:
+    start = time.perf_counter()
+    out = await bash.handlers["exec"](ctx, {"command": "true"})
+    elapsed = (time.perf_counter() - start) * 1000
+    assert out["exitCode"] == 0, out
+    return elapsed
+
+
+async def run() -> dict[str, list[float]]:
+    bash = _bash()
+    with tempfile.TemporaryDirectory(prefix="gsb", dir="/tmp") as tmp:
+        state = Path(tmp) / "state"
+        work = state / "instances" / "s" / "k" / "a" / "workdir"
+        work.mkdir(parents=True)
+        hide = {"hide": [str(state)]}
+        boxed = _Context(work, {"sandbox": {"mode": "auto", **hide}})
+        off = _Context(work, {"sandbox": {"mode": "off", **hide}})
+        async with asyncio.timeout(600):
+            for _ in range(WARMUP):
+                await _call(bash, boxed)
+                await _call(bash, off)
+            out: dict[str, list[float]] = {"off": [], "sandboxed": []}
+            for _ in range(CALLS):
+                out["off"].append(await _call(bash, off))
+                out["sandboxed"].append(await _call(bash, boxed))
+    return out
+
+
+def main() -> list[Row]:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    samples = asyncio.run(run())
+    base = statistics.median(samples["off"])
+    cost = [s - o for s, o in zip(samples["sandboxed"], samples["off"], strict=True)]
+    rows = [
+        Row("bash `true`, sandbox: off", base, p99(samples["off"]), "ms", base),
+        Row(
+            "bash `true`, bubblewrap sandbox",
+            statistics.median(samples["sandboxed"]),
+            p99(samples["sandboxed"]),
+            "ms",
+            base,
+        ),
+        Row("sandbox cost per call (pairwise)", statistics.median(cost), p99(cost), "ms",
+            goal="≤ 15 ms"),
+    ]  # fmt: skip
+    print_rows(f"bash call in its sandbox ({CALLS} calls each, alternating)", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
