@@ -3,12 +3,14 @@
 The Tool says how (`Tool.spec.sandbox`: a mode, or `{mode, network}`); the agent process knows
 what the daemon keeps for itself, which a command must not see: the whole state root (other
 instances, logs, the journal, secrets, pending calls), the run and log roots systemd may put
-elsewhere, and the env files with API keys (the bundle's `.env`, `.env.local`, each
-`--env-file`). `bundles/base/tools/_sandbox.py` turns that into a bubblewrap command line.
+elsewhere, the env files with API keys (the bundle's `.env`, `.env.local`, each `--env-file`)
+and systemd's credentials of the service (CREDENTIALS_DIRECTORY).
+`bundles/base/tools/_sandbox.py` turns that into a bubblewrap command line.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,9 @@ def hidden_paths(bundle: Bundle, layout: StateLayout, env_files: Iterable[Path])
     paths = [layout.root, layout.run_root, layout.logs_root]
     paths += [bundle.root / name for name in DEFAULT_ENV_FILES]
     paths += list(env_files)
+    credentials = os.environ.get("CREDENTIALS_DIRECTORY")
+    if credentials:
+        paths.append(Path(credentials))
     return sorted({str(p.absolute()) for p in paths if p is not None})
 
 

@@ -40,13 +40,17 @@ def test_every_form_of_the_setting(given: Any, expected: tuple[str, bool]) -> No
     assert sandboxing.mode_and_network(_spec(given)) == expected
 
 
-def test_the_state_root_run_and_log_roots_and_env_files_are_hidden(tmp_path: Path) -> None:
+def test_the_state_root_run_and_log_roots_and_env_files_are_hidden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", "/run/credentials/goondan.service")
     layout = StateLayout(root=tmp_path / "st", run_root=Path("/run/g"), logs_root=None)
     bundle = Bundle(path=tmp_path / "b" / "goondan.yaml", root=tmp_path / "b")
     hidden = sandboxing.hidden_paths(bundle, layout, [Path("/etc/goondan/keys.env")])
     assert hidden == sorted(
         [str(tmp_path / "st"), "/run/g", str(tmp_path / "b" / ".env"),
-         str(tmp_path / "b" / ".env.local"), "/etc/goondan/keys.env"]
+         str(tmp_path / "b" / ".env.local"), "/etc/goondan/keys.env",
+         "/run/credentials/goondan.service"]
     )  # fmt: skip
 
 
