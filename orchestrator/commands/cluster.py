@@ -1,6 +1,7 @@
 """`goondan cluster status [--json]` and `goondan cluster drain NODE` (README: Running on several
 machines). Asked of the node running on this machine (its control socket, like `status`); it
-answers for the whole swarm from NATS.
+answers for the whole swarm from NATS. `goondan cluster nats-config NODE... [--admin USER]`
+prints the NATS server's authorization for those nodes (`cluster/permissions.py`), no daemon.
 
 `status --json` prints `{"swarm", "partitions", "unowned": [p...], "answeredBy", "nodes":
 [{"name", "host", "pid", "control", "lastHeartbeat", "heartbeatAgeSeconds", "startedAt",
@@ -14,11 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
+import sys
 import time
 
 from orchestrator.client import Printer, ask, new_request_id
-from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
+from orchestrator.cluster import permissions
+from orchestrator.cluster.names import NODE_NAME
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import ClusterDrain, ClusterStatusQuery, ControlRequest
+from protocol.errors import ErrorCode
 from protocol.jsontypes import JsonObject
 
 STATUS_TIMEOUT = 30.0
@@ -51,6 +57,24 @@ def render(result: JsonObject) -> str:
     return "\n".join(lines)
 
 
+def nats_config(nodes: list[str], admin: str | None) -> int:
+    """The authorization block on stdout, each user with a fresh password; on stderr how each
+    node connects with its own."""
+    bad = [n for n in [*nodes, *([admin] if admin else [])] if not NODE_NAME.match(n)]
+    if bad or len(set(nodes)) != len(nodes):
+        why = f"names not allowed: {', '.join(map(repr, bad))}" if bad else "a node named twice"
+        print(f"goondan cluster nats-config: {ErrorCode.E_CLUSTER_CONFIG}: {why} (use letters, "
+              "digits, '_' and '-', each node once)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    passwords = {node: secrets.token_urlsafe(24) for node in nodes}
+    login = (admin, secrets.token_urlsafe(24)) if admin else None
+    print(permissions.authorization(passwords, login), end="")
+    for node, password in passwords.items():
+        print(f"# node {node}: goondan run ... --node {node} --cluster "
+              f"nats://{node}:{password}@HOST:4222", file=sys.stderr)  # fmt: skip
+    return EXIT_OK
+
+
 class _Cluster:
     name = "cluster"
 
@@ -60,6 +84,14 @@ class _Cluster:
         status.add_argument("--json", action="store_true", help="print the status as JSON")
         drain = sub.add_parser("drain", help="move a node's partitions away before maintenance")
         drain.add_argument("node", metavar="NODE", help="the node's --node name")
+        config = sub.add_parser(
+            "nats-config",
+            help="print a nats-server authorization block: a user per node, each allowed only "
+            "its own subjects (README: Running on several machines)",
+        )
+        config.add_argument("nodes", nargs="+", metavar="NODE", help="the nodes' --node names")
+        config.add_argument("--admin", metavar="USER",
+                            help="also a user with every permission, for the operator")  # fmt: skip
         for action in (status, drain):  # the common options after the action word too
             action.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS,
                                 help="state directory of this machine's node")  # fmt: skip
@@ -67,6 +99,8 @@ class _Cluster:
                                 help="the swarm when several run here")  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.action == "nats-config":
+            return nats_config(args.nodes, args.admin)
         printer = Printer(f"cluster {args.action}")
         req: ControlRequest
         if args.action == "drain":

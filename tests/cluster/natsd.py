@@ -22,6 +22,8 @@ import nats
 import nats.errors
 import pytest
 
+from orchestrator.cluster import permissions
+
 INSTALL = "apt-get install -y nats-server   (or: make install, as root)"
 READY_WITHIN = 30.0
 NODE_USERS = ("n1", "n2", "n3", "n4", "solo")
@@ -34,40 +36,11 @@ def password(user: str) -> str:
     return f"{user}-secret"
 
 
-def node_permissions(node: str) -> str:
-    """The nats-server permissions of node `node` (README: Running on several machines): it
-    publishes the swarm's shared subjects, requests to other nodes only under its own name
-    (`node.<to>.<what>.<node>`), its own record in the `nodes` bucket (`$KV.*.<node>`), the
-    other buckets' key shapes, and the JetStream API calls a node makes; it subscribes to its
-    own requests and inboxes. Any swarm: the swarm is a whole token (`*`)."""
-    publish = [
-        "goondan.*.in.>", "goondan.*.h.>", "goondan.*.reply.*",
-        f"goondan.*.node.*.*.{node}",
-        f"$KV.*.{node}", "$KV.*.p.*", "$KV.*.r.*", "$KV.*.*.*.*", "$KV.*.swarm.meta",
-        "$KV.*.drain.*",
-        "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.CREATE.*",
-        "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>",
-        "$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.CREATE.>",
-        "$JS.API.CONSUMER.INFO.>", "$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.DELETE.>",
-        "$JS.ACK.>", "$JS.FC.>",
-    ]  # fmt: skip
-    subscribe = [f"_INBOX.{node}.>", f"goondan.*.node.{node}.>", "goondan.*.reply.*"]
-    return (
-        f"{{user: {node}, password: {password(node)}, permissions: {{"
-        f"publish: {{allow: {_list(publish)}}}, subscribe: {{allow: {_list(subscribe)}}}, "
-        "allow_responses: true}}"
-    )
-
-
-def _list(subjects: list[str]) -> str:
-    return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
-
-
 def authorization() -> str:
-    """A server config with a user per test node and the tests' admin."""
-    users = [f"{{user: {ADMIN}, password: {password(ADMIN)}}}"]
-    users += [node_permissions(node) for node in NODE_USERS]
-    return "authorization {\n  users = [\n    " + ",\n    ".join(users) + "\n  ]\n}\n"
+    """The server config `goondan cluster nats-config` prints: a user per test node with its
+    permissions (README: Running on several machines) and the tests' admin."""
+    nodes = {node: password(node) for node in NODE_USERS}
+    return permissions.authorization(nodes, (ADMIN, password(ADMIN)))
 
 
 def with_user(url: str, user: str) -> str:

@@ -206,3 +206,39 @@ async def _cannot_register_as_n1(raw: Raw, n1: Nats) -> None:
     # n2 may write its own key, but a record there that names n1 does not make n1 a node
     await kv.put("n2", record("n1"))
     assert [r.node for r in await nodes_of(n1)] == []
+
+
+async def test_the_printed_nats_config_runs_a_node_and_refuses_anonymous_clients(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    """`goondan cluster nats-config` is the server config of the README: nats-server takes it,
+    a node connects with the URL it printed for it, a client without credentials is refused."""
+    code, config, err = await run_cli("cluster", "nats-config", "n1", "n2", "--admin", "ops")
+    assert code == 0, err
+    [n1_url] = [line.split("--cluster ", 1)[1] for line in err.splitlines() if "node n1:" in line]
+    (tmp_path / "auth.conf").write_text(config)
+    [port] = free_ports(1)
+    server = await asyncio.create_subprocess_exec(
+        nats_server_or_skip(), "-a", LOCAL, "-p", str(port), "-js", "-sd", str(tmp_path / "js"),
+        "-c", str(tmp_path / "auth.conf"), stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    bundle = unique_swarm_bundle(tmp_path)
+    yaml = bundle / "goondan.yaml"
+    yaml.write_text(yaml.read_text().replace("replicas: 3", "replicas: 1"))
+    try:
+        async with asyncio.timeout(60):
+            node = await start_daemon(
+                bundle, swarm=swarm_of(bundle), state_root=tmp_path / "n1",
+                args=("--cluster", n1_url.replace("HOST:4222", f"{LOCAL}:{port}"), "--node", "n1"),
+            )  # fmt: skip
+            await node.wait_for("cluster_settled")
+            assert (await node.send("with its own user", key="k1")).ok
+            assert not node.find("nats_insecure")
+            anonymous = Raw()
+            with pytest.raises((nats.errors.Error, OSError)):
+                await anonymous.connect(f"nats://{LOCAL}:{port}", None)
+            await anonymous.nc.close()
+    finally:
+        server.kill()
+        await server.wait()
