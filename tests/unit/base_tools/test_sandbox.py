@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from bundles.sdk import ToolFailed
 from protocol.errors import ErrorCode
 
 from .conftest import FakeContext, call, load_tool
+from .test_bash_descendants import _remove_cgroups, _test_cgroup_parent
 
 bash = load_tool("tools/bash.py")
 
@@ -120,3 +123,52 @@ async def test_a_bad_mode_is_a_coded_error(ctx: FakeContext) -> None:
     with pytest.raises(ToolFailed) as info:
         await run(replace(ctx, config={"sandbox": "chroot"}), "true")
     assert info.value.code == ErrorCode.E_TOOL_INVALID_ARGS
+
+
+@pytest.fixture(params=["subreaper", "cgroup"])
+def held(
+    request: pytest.FixtureRequest, ctx: FakeContext, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FakeContext]:
+    """The sandbox inside both holders of a call's processes (cgroup where the machine has
+    one)."""
+    parent = None
+    if request.param == "cgroup":
+        parent = _test_cgroup_parent()
+        if parent is None:
+            pytest.skip("no writable cgroup v2 directory with cgroup.kill here")
+        monkeypatch.setattr(bash._process._contain, "delegated_cgroup", lambda: parent)
+    yield replace(ctx, config={"processTracking": request.param})
+    if parent is not None:
+        assert _remove_cgroups(parent) == [], "a per-call cgroup was left behind"
+
+
+def _running(marker: str) -> list[int]:
+    """Processes of this machine whose command line ends in `marker` (zombies aside)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            line = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if line.rstrip(b"\0").endswith(marker.encode()) and state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("timeout_ms", [20_000, 300], ids=["ended", "timed-out"])
+async def test_nothing_the_sandboxed_command_started_outlives_the_call(
+    held: FakeContext, timeout_ms: int
+) -> None:
+    """Detached into sessions of their own, with its holder's pid unknown in the sandbox:
+    gone with the call, whether the command ended or its deadline came."""
+    marker = f"{uuid.uuid4().int % 10**6}.{os.getpid()}"
+    command = (
+        f"setsid sleep {marker} & (setsid -f sleep {marker}); "
+        f"nohup sleep {marker} > /dev/null 2>&1 & echo started; sleep 30 & wait"
+    )
+    if timeout_ms > 1000:
+        command = command.removesuffix("sleep 30 & wait")
+    out = await run(held, command, timeoutMs=timeout_ms)
+    assert out["stdout"] == "started\n", out
+    assert _running(marker) == []
