@@ -56,6 +56,7 @@ from orchestrator.swarm import CurrentSwarm, SwarmView
 from orchestrator.table import ProcessEntry, ProcessTable, TransitionListener
 from protocol.control import OrchestratorInfo, StopReport
 from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode
 from protocol.ids import Address
 from protocol.launch import LaunchSettings
 
@@ -63,6 +64,8 @@ if TYPE_CHECKING:  # cluster mode's modules import nats-py: only a --cluster run
     from orchestrator.cluster.node import ClusterNode
 
 CHILD_MODULE = "agent_process"
+JOURNAL_CLOSE_LIMIT = 10.0
+"""How long a stop waits for the journal to write what is queued and close."""
 log = structlog.get_logger("goondan.daemon")
 OnStarted = Callable[[ControlContext], Awaitable[int]]
 """Run once everything is up (e.g. `run --input`); its return value is the exit code."""
@@ -434,6 +437,8 @@ class Daemon:
         ]
         if node is not None:
             tasks.append(self._core(node.run(), "cluster"))
+        if journal is not None:  # a failed writer thread stops the daemon (E_JOURNAL_FAILED)
+            tasks.append(self._core(journal.watch(), "journal writer"))
         tasks.append(self._notify_systemd(supervisor, list(tasks)))
         tasks += [
             self._core(c, "reload") for c in reload.serve(parts.reloader, watch=self.opts.watch)
@@ -444,7 +449,9 @@ class Daemon:
         log.info("started", swarm=swarm.name, pid=info.pid, spawner=spawner.mode,
                  agents=members, control=self.endpoints[1],
                  node=node.node if node is not None else None)  # fmt: skip
-        await parts.acceptor.recover()  # what an earlier daemon accepted and did not finish
+        # what an earlier daemon accepted and did not finish; a task: a stuck journal must not
+        # keep this loop from reading a SIGTERM
+        tasks.append(self._core(parts.acceptor.recover(), "recover"))
         why = await self.events.get()
         report = await self._shutdown(supervisor, why, node)
         assert control_ctx.stopped is not None
@@ -459,12 +466,22 @@ class Daemon:
         router.close()
         zctx.term()
         await spawner.close()
-        await parts.acceptor.close()
+        parts.permits.close()  # today's usage tallies to disk (and to the journal's copy)
+        await self._close_journal(parts.acceptor)
         if node is not None:
             await node.close()
-        parts.permits.close()  # today's usage tallies to disk
         log.info("stopped", exit_code=self.exit_code)
         return self.exit_code
+
+    async def _close_journal(self, acceptor: Acceptor) -> None:
+        """Bounded: a wedged journal thread must not keep the daemon from exiting (exit 1)."""
+        try:
+            async with asyncio.timeout(JOURNAL_CLOSE_LIMIT):
+                await acceptor.close()
+        except TimeoutError:
+            log.error("journal_not_closed", code=ErrorCode.E_JOURNAL_FAILED,
+                      seconds=JOURNAL_CLOSE_LIMIT)  # fmt: skip
+            self.exit_code = 1
 
     def _notify_systemd(self, supervisor: Supervisor, core: list[asyncio.Future[Any]]) -> Any:
         """READY now (bundle loaded, sockets bound); WATCHDOG while no core task has ended

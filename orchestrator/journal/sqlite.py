@@ -1,10 +1,11 @@
 """The embedded journal: one SQLite file per swarm (WAL, `synchronous=FULL`), written by one
-thread with group commit.
+thread with group commit (`writer.py`).
 
-Every operation the event loop asks for goes on a queue; the writer thread takes everything
-queued, runs it in one transaction and commits once (one fsync of the WAL for the batch), then
-resolves each caller's future. An `append` therefore returns only after its event is on disk,
-and many concurrent appends share one fsync: durable accepts stay cheap under load.
+Every operation the event loop asks for goes on the writer's queue, runs in the batch's one
+transaction, and its caller's future is resolved after the commit. An `append` therefore returns
+only after its event is on disk, and many concurrent appends share one fsync: durable accepts
+stay cheap under load. A row read back that does not decode is quarantined (`rows.py`); a
+failed writer thread is surfaced by `watch()`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import queue
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,9 @@ from typing import Any, TypeVar
 import msgspec
 
 from orchestrator.journal import Appended, EntryState, JournalEntry, JournalError
+from orchestrator.journal.rows import COLUMNS as _COLUMNS
+from orchestrator.journal.rows import QUARANTINE_SCHEMA, decode_all, decode_or_quarantine
+from orchestrator.journal.writer import Writer
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent
 from protocol.private import open_private, private_dir
@@ -32,9 +34,9 @@ DEDUPE_WINDOW = 24 * 3600.0
 """How long a client's idempotency key maps a retry to its first event."""
 KEEP_COMPLETED = 600.0
 """How long a completed entry (and its reply) stays for `goondan send --attach`."""
-BATCH_MAX = 512
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     event_id TEXT NOT NULL UNIQUE,
@@ -49,21 +51,10 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_open ON entries (state, seq);
 """
-_COLUMNS = "seq, event, target, state, attempts, accepted_at, dedupe_key, completed_at, reply"
+    + QUARANTINE_SCHEMA
+)
 _encode = msgspec.msgpack.Encoder().encode
-_decode_event = msgspec.msgpack.Decoder(AgentEvent).decode
 T = TypeVar("T")
-Op = Callable[[sqlite3.Connection], Any]
-_STOP = object()
-
-
-def _entry(row: tuple[Any, ...]) -> JournalEntry:
-    seq, event, target, state, attempts, accepted_at, dedupe_key, completed_at, reply = row
-    return JournalEntry(
-        seq=seq, event=_decode_event(event), target=target, state=EntryState(state),
-        attempts=attempts, accepted_at=accepted_at, dedupe_key=dedupe_key,
-        completed_at=completed_at, reply=_decode_event(reply) if reply is not None else None,
-    )  # fmt: skip
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -105,61 +96,26 @@ class SqliteJournal:
         self, conn: sqlite3.Connection, path: Path, clock: Callable[[], float] = time.time
     ) -> None:
         self.path = path
-        self._conn = conn
         self._clock = clock
-        self._ops: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._write_loop, name="journal", daemon=True)
-        self._thread.start()
-        self.commits = 0
-        """Transactions committed (each is one fsync): appends / commits is the batch size."""
+        self._writer = Writer(conn, path)
 
     @classmethod
     async def open(cls, path: Path, clock: Callable[[], float] = time.time) -> SqliteJournal:
         conn = await asyncio.to_thread(_connect, path)
         return cls(conn, path, clock)
 
-    # -- the writer thread ----------------------------------------------------------------
-
-    def _write_loop(self) -> None:
-        while True:
-            batch = [self._ops.get()]
-            while len(batch) < BATCH_MAX:
-                try:
-                    batch.append(self._ops.get_nowait())
-                except queue.Empty:
-                    break
-            stop = any(item is _STOP for item in batch)
-            self._run([item for item in batch if item is not _STOP])
-            if stop:
-                self._conn.close()
-                return
-
-    def _run(self, batch: list[tuple[Op, asyncio.Future[Any]]]) -> None:
-        if not batch:
-            return
-        results: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            for op, future in batch:
-                try:
-                    results.append((future, op(self._conn), None))
-                except sqlite3.Error as exc:
-                    results.append((future, None, _write_error(self.path, exc)))
-            self._conn.execute("COMMIT")
-            self.commits += 1
-        except sqlite3.Error as exc:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.execute("ROLLBACK")
-            failed = _write_error(self.path, exc)
-            results = [(future, None, failed) for _, future in batch]
-        for future, value, error in results:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-                future.get_loop().call_soon_threadsafe(_settle, future, value, error)
+    @property
+    def commits(self) -> int:
+        """Transactions committed (each is one fsync): appends / commits is the batch size."""
+        return self._writer.commits
 
     async def _submit(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._ops.put((op, future))
-        return await future
+        return await self._writer.submit(op)
+
+    async def watch(self) -> None:
+        """Returns once the journal is closed; raises JournalError (`E_JOURNAL_FAILED`) when
+        its writer thread failed: the daemon runs it as a core task and stops then."""
+        await self._writer.ended()
 
     # -- the interface --------------------------------------------------------------------
 
@@ -175,8 +131,9 @@ class SqliteJournal:
                     f"SELECT {_COLUMNS} FROM entries WHERE dedupe_key = ? AND accepted_at >= ?",
                     (dedupe_key, now - DEDUPE_WINDOW),
                 ).fetchone()
-                if row is not None:
-                    return Appended(entry=_entry(row), duplicate=True)
+                first = None if row is None else decode_or_quarantine(conn, row, now)
+                if first is not None:
+                    return Appended(entry=first, duplicate=True)
                 # an expired key may still be stored: the new event takes it over
                 conn.execute("UPDATE entries SET dedupe_key = NULL WHERE dedupe_key = ?",
                              (dedupe_key,))  # fmt: skip
@@ -222,7 +179,8 @@ class SqliteJournal:
             args: tuple[Any, ...] = (EntryState.COMPLETED,)
             if target is not None:
                 query, args = query + " AND target = ?", (*args, target)
-            return [_entry(row) for row in conn.execute(query + " ORDER BY seq", args)]
+            rows = conn.execute(query + " ORDER BY seq", args).fetchall()
+            return decode_all(conn, rows, self._clock())
 
         return await self._submit(op)
 
@@ -231,7 +189,7 @@ class SqliteJournal:
             row = conn.execute(
                 f"SELECT {_COLUMNS} FROM entries WHERE event_id = ?", (event_id,)
             ).fetchone()
-            return _entry(row) if row is not None else None
+            return None if row is None else decode_or_quarantine(conn, row, self._clock())
 
         return await self._submit(op)
 
@@ -269,8 +227,10 @@ class SqliteJournal:
         return result
 
     async def close(self) -> None:
-        self._ops.put(_STOP)
-        await asyncio.to_thread(self._thread.join)
+        """Once what is queued is written (no bound here: the daemon bounds its wait)."""
+        self._writer.stop()
+        with contextlib.suppress(JournalError):  # it failed: logged and watched already
+            await self._writer.ended()
 
 
 def describe(path: Path, now: float) -> dict[str, Any] | None:
@@ -298,17 +258,3 @@ def describe(path: Path, now: float) -> dict[str, Any] | None:
         "oldestOpenAgeSeconds": None if oldest is None else round(now - oldest, 1),
         "bytes": size,
     }
-
-
-def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.done():
-        return  # the caller gave up (cancelled); the write itself happened or failed anyway
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-
-
-def _write_error(path: Path, exc: sqlite3.Error) -> JournalError:
-    return JournalError(ErrorCode.E_JOURNAL_WRITE, f"{path}: {exc}",
-                        "check the disk (space, permissions) under the state root")  # fmt: skip
