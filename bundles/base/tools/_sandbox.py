@@ -15,7 +15,8 @@ token and sockets), the env files with API keys, and `/proc/<agent>/mem`. In the
 - the network is shared unless `network: false` (then only a loopback of its own).
 
 The holder of the call's processes (`_contain`) wraps bubblewrap, not the reverse, so the
-deadline, SIGTERM then SIGKILL and the output caps stay as they were. Config comes from
+deadline, SIGTERM then SIGKILL and the output caps stay as they were. `file-system`'s ripgrep
+runs in the same sandbox with the roots read-only. Config comes from
 `ctx.config["sandbox"]` (`{mode, network, hide}`, put there by the agent process).
 """
 
@@ -119,32 +120,42 @@ def _cover(path: str) -> list[str]:
     return []
 
 
-def _mounts(box: Sandbox, writable: Iterable[str]) -> list[str]:
-    """Hide first, then bind the roots; a hidden path inside a root is hidden again after it
-    (a root `/` must not bring the state root back), and a root inside that again."""
+def _mounts(box: Sandbox, roots: Iterable[str], bind: str) -> list[str]:
+    """Hide first, then bind the roots (`bind`: --bind or --ro-bind); a hidden path inside a
+    root is hidden again after it (a root `/` must not bring the state root back), and a root
+    inside that again."""
     hide = [os.path.realpath(path) for path in box.hide]
-    roots = [os.path.realpath(root) for root in writable]
+    real = [os.path.realpath(root) for root in roots]
     out: list[str] = []
     for path in hide:
         if not any(_within(path, other) and path != other for other in hide):
             out += _cover(path)  # one inside another is gone with it (no empty name left)
-    for root in roots:
-        out += ["--bind", root, root]
-    inner = [h for h in hide if any(_within(h, r) and h != r for r in roots)]
+    for root in real:
+        out += [bind, root, root]
+    inner = [h for h in hide if any(_within(h, r) and h != r for r in real)]
     for path in inner:
         out += _cover(path)
-    for root in roots:
+    for root in real:
         if any(_within(root, h) for h in inner):
-            out += ["--bind", root, root]
+            out += [bind, root, root]
     return out
 
 
 def wrap(
-    bwrap: str, box: Sandbox, argv: list[str], *, writable: Iterable[str], cwd: str
+    bwrap: str,
+    box: Sandbox,
+    argv: list[str],
+    *,
+    roots: Iterable[str],
+    cwd: str,
+    read_only: bool = False,
 ) -> list[str]:
-    """`argv` as bubblewrap runs it in `box`, with `writable` bound read-write, in `cwd`."""
+    """`argv` as bubblewrap runs it in `box`, with `roots` bound (read-write unless
+    `read_only`), in `cwd`. No fd of ours may be handed in: a directory fd opened outside is
+    a way out of the sandbox's mounts (`..` from it climbs the real tree)."""
     net = () if box.network else ("--unshare-net",)
+    bind = "--ro-bind" if read_only else "--bind"
     return [
-        bwrap, *_BASE, *_mounts(box, writable), *_ISOLATION, *net,
+        bwrap, *_BASE, *_mounts(box, roots, bind), *_ISOLATION, *net,
         "--chdir", os.path.realpath(cwd), "--", *argv,
     ]  # fmt: skip

@@ -24,9 +24,10 @@ import shutil
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bundles.sdk import ToolFailed, load_sibling
 from protocol.errors import ErrorCode
@@ -110,17 +111,25 @@ async def search_ripgrep(
     *,
     limit: int,
     timeout_s: float,
+    confine: Callable[[list[str]], list[str]] | None = None,
 ) -> SearchResult:
-    """ripgrep in the directory `start` (an fd); matches it cannot confirm are dropped."""
+    """ripgrep in the directory `start` (an fd); matches it cannot confirm are dropped.
+
+    With `confine` (the Tool's sandbox, `_sandbox.wrap` of the directory's name) ripgrep runs
+    in the sandbox, in the directory by its name: the fd stays out (an fd opened outside is a
+    way out of the sandbox's mounts), so a directory swapped in between is searched instead,
+    and its matches are dropped by the same confirmation beneath `start`."""
     argv = [rg, "--json", "--no-config", "--no-follow", "--no-require-git", "--sort=path"]
     argv += [f"--max-filesize={limit}", *(["--glob", glob] if glob else [])]
     # argv cannot hold a NUL byte; the regex escape means the same to ripgrep
     argv += ["--regexp", query.replace("\x00", "\\x00"), "--", "."]
     _process.refuse_nul(argv)
+    where: dict[str, Any] = {"cwd": f"/proc/self/fd/{start}", "pass_fds": (start,)}
+    if confine is not None:  # bubblewrap exits as ripgrep does; killing it ends the sandbox
+        argv, where = confine(argv), {}
     proc = await asyncio.create_subprocess_exec(
         *argv,
-        cwd=f"/proc/self/fd/{start}",  # the child's own copy of the fd: no path to swap
-        pass_fds=(start,),
+        **where,  # unconfined: the child's own copy of the fd, no path to swap
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -92,7 +92,7 @@ async def _confined(
     if box is None:
         return None
     bwrap = await _sandbox.bubblewrap()
-    return _sandbox.wrap(bwrap, box, argv, writable=ws.roots, cwd=str(cwd))
+    return _sandbox.wrap(bwrap, box, argv, roots=ws.roots, cwd=str(cwd))
 
 
 async def _run(

@@ -16,20 +16,22 @@ or written, default 10000000), `maxListEntries` (default 1000), `searchEngine` (
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bundles.sdk import JsonObject, ToolContext, ToolFailed, load_sibling
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from bundles.base.tools import _edits, _fileio, _fstree, _search, _workspace
+    from bundles.base.tools import _edits, _fileio, _fstree, _sandbox, _search, _workspace
 else:
     _edits = load_sibling(__file__, "_edits")
     _fileio = load_sibling(__file__, "_fileio")
     _fstree = load_sibling(__file__, "_fstree")
+    _sandbox = load_sibling(__file__, "_sandbox")
     _search = load_sibling(__file__, "_search")
     _workspace = load_sibling(__file__, "_workspace")
 
@@ -195,6 +197,29 @@ def _engine(config: Mapping[str, Any]) -> str | None:
     return rg
 
 
+Confine = Callable[[list[str]], list[str]]
+
+
+async def _ripgrep(
+    ctx: ToolContext, ws: _workspace.Workspace, raw: str
+) -> tuple[str, Confine | None] | None:
+    """ripgrep and the Tool's sandbox it runs in (the roots read-only), or None for the
+    Python engine: asked for, or `auto` where neither ripgrep nor a sandbox is at hand (the
+    Python engine starts no process)."""
+    rg = _engine(ctx.config)
+    box = _sandbox.settings(ctx.config)
+    if rg is None or box is None:
+        return None if rg is None else (rg, None)
+    try:
+        bwrap = await _sandbox.bubblewrap()
+    except ToolFailed:
+        if ctx.config.get("searchEngine", "auto") == "ripgrep":
+            raise
+        return None
+    cwd = str(ws.resolve(raw))
+    return rg, functools.partial(_sandbox.wrap, bwrap, box, roots=ws.roots, cwd=cwd, read_only=True)
+
+
 async def search(ctx: ToolContext, input: JsonObject) -> JsonObject:
     """Regex search of file contents (gitignore-aware) under `path`, at most `maxResults`."""
     raw = str(input.get("path") or ".")
@@ -202,15 +227,16 @@ async def search(ctx: ToolContext, input: JsonObject) -> JsonObject:
     max_results = int(input.get("maxResults", 100))
     limit = _setting(ctx.config, "maxFileBytes", 10**7)
     timeout_s = _setting(ctx.config, "searchTimeoutMs", 30_000) / 1000
-    rg = _engine(ctx.config)
     with _ws(ctx) as ws:
         shown = ws.absolute(raw)
         start = ws.open_dir(raw)
         try:
-            if rg is not None:
+            ripgrep = await _ripgrep(ctx, ws, raw)
+            if ripgrep is not None:
                 found = await _search.search_ripgrep(
-                    rg, start, query, glob, max_results, limit=limit, timeout_s=timeout_s
-                )
+                    ripgrep[0], start, query, glob, max_results,
+                    limit=limit, timeout_s=timeout_s, confine=ripgrep[1],
+                )  # fmt: skip
             else:
                 real = ws.resolve(raw)  # the walk's path, for ignore rules; reads go by fd
                 found = await asyncio.to_thread(  # a long walk must not stall the event loop

@@ -22,6 +22,7 @@ from .conftest import FakeContext, call, load_tool
 from .test_bash_descendants import _remove_cgroups, _test_cgroup_parent
 
 bash = load_tool("tools/bash.py")
+file_system = load_tool("tools/file_system.py")
 
 
 @pytest.fixture(autouse=True)
@@ -172,3 +173,22 @@ async def test_nothing_the_sandboxed_command_started_outlives_the_call(
     out = await run(held, command, timeoutMs=timeout_ms)
     assert out["stdout"] == "started\n", out
     assert _running(marker) == []
+
+
+@pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep is not installed")
+async def test_ripgrep_runs_in_the_sandbox_or_gives_way_to_the_python_engine(
+    ctx: FakeContext, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workdir / "notes.txt").write_text("a needle here\n")
+    async with asyncio.timeout(15):
+        found = await call(file_system, "search", ctx, {"query": "needle"})
+    assert (found["engine"], found["count"]) == ("ripgrep", 1), found
+    monkeypatch.setattr(file_system._sandbox, "_usable", None)
+    monkeypatch.setattr(file_system._sandbox, "_refusal", "bwrap is not installed")
+    async with asyncio.timeout(15):
+        fallback = await call(file_system, "search", ctx, {"query": "needle"})
+        assert (fallback["engine"], fallback["count"]) == ("python", 1), fallback
+        asked = replace(ctx, config={"searchEngine": "ripgrep"})
+        with pytest.raises(ToolFailed) as info:
+            await call(file_system, "search", asked, {"query": "needle"})
+    assert info.value.code == ErrorCode.E_SANDBOX_UNAVAILABLE
