@@ -11,7 +11,6 @@ one request that is never answered, `StreamAck`.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -27,9 +26,10 @@ import zmq.asyncio
 
 from orchestrator import localstate, sending
 from orchestrator.accept import Acceptor
+from orchestrator.control_fence import Fence
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.instance_delete import delete_here
-from orchestrator.peers import PeerWatch, descends_from, peer_pid
+from orchestrator.peers import PeerWatch, peer_pid, peer_uid
 from orchestrator.permits import Permits
 from orchestrator.router import Router
 from orchestrator.states import ProcessStatus
@@ -340,20 +340,26 @@ async def handle(
 
 
 class ControlServer:
-    """Serves whoever holds the control token, unless it runs under this daemon: an agent, a
-    tool it started or anything those started may never drive the daemon (approve another
-    instance's pending call, stop the daemon), token or not, since same-user processes could
-    read the token file."""
+    """Serves the operator: whoever holds the control token, unless the kernel says the caller
+    runs under this daemon (an agent, a tool it started, an orphan of one) or is another user;
+    `orchestrator/control_fence.py` has the rules. Agents may never drive the daemon (approve
+    another instance's pending call, stop the daemon), token or not, since same-user processes
+    could read the token file."""
 
     def __init__(
-        self, ctx: zmq.asyncio.Context, endpoint: str, control: ControlContext, token: str
+        self,
+        ctx: zmq.asyncio.Context,
+        endpoint: str,
+        control: ControlContext,
+        token: str,
+        agents_cgroup: str | None = None,
     ) -> None:
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, CONTROL_MAX_FRAME_BYTES)
         self.sock.bind(endpoint)
         self.control = control
-        self._token = token
+        self.fence = Fence(token, os.getpid(), os.geteuid(), agents_cgroup)
         self._tasks: set[asyncio.Task[None]] = set()
         self._streams: dict[tuple[bytes, str], ClientStream] = {}
         """Streaming sends in progress, by (client's routing id, request id)."""
@@ -383,7 +389,8 @@ class ControlServer:
             if pid is not None:
                 self._served.add(pid)
             envelope = [f.bytes for f in frames[:-1]]
-            task = asyncio.ensure_future(self._serve(envelope, frames[-1].bytes, pid))
+            uid = peer_uid(frames[-1])
+            task = asyncio.ensure_future(self._serve(envelope, frames[-1].bytes, pid, uid))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -393,7 +400,9 @@ class ControlServer:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=limit)
 
-    async def _serve(self, envelope: list[bytes], data: bytes, pid: int | None) -> None:
+    async def _serve(
+        self, envelope: list[bytes], data: bytes, pid: int | None, uid: int | None = None
+    ) -> None:
         try:
             req = decode_control_request(data)
         except ProtocolError as exc:
@@ -401,9 +410,9 @@ class ControlServer:
             error = ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=exc.message)
             await self._reply(envelope, ControlReply(request_id="", ok=False, error=error))
             return
-        refused = self._forbidden(req, pid)
+        refused = self.fence.refusal(req.token, pid, uid)
         if refused is not None:
-            log.warning("control_forbidden", pid=pid, type=type(req).__name__,
+            log.warning("control_forbidden", pid=pid, uid=uid, type=type(req).__name__,
                         reason=refused.message)  # fmt: skip
             await self._reply(envelope, ControlReply(request_id=req.request_id, ok=False,
                                                      error=refused))  # fmt: skip
@@ -458,22 +467,6 @@ class ControlServer:
         stream = self._streams.get((envelope[0], ack.request_id))
         if stream is not None:
             stream.ack(ack.received)
-
-    def _forbidden(self, req: ControlRequest, pid: int | None) -> ErrorInfo | None:
-        if pid is not None and descends_from(pid, os.getpid()):
-            return ErrorInfo(
-                code=ErrorCode.E_CONTROL_FORBIDDEN,
-                message=f"pid {pid} runs under this daemon (an agent or one of its tools)",
-                suggestion="agents act through the agents tool; the control socket is the "
-                "operator's",
-            )
-        if not hmac.compare_digest(req.token.encode(), self._token.encode()):
-            return ErrorInfo(
-                code=ErrorCode.E_CONTROL_FORBIDDEN,
-                message="the request carries no valid control token",
-                suggestion="run goondan as the daemon's user (it reads <run dir>/control.token)",
-            )
-        return None
 
     def _drop(self, reason: str) -> None:
         """Log the first ten drops, then every thousandth: garbage must not flood the log."""

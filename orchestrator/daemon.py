@@ -28,7 +28,18 @@ import zmq.asyncio
 
 from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
-from orchestrator import cgroups, forkserver, logs, proctitle, reload, rundir, runpointer, systemd
+from orchestrator import (
+    cgroups,
+    control_fence,
+    forkserver,
+    logs,
+    orphans,
+    proctitle,
+    reload,
+    rundir,
+    runpointer,
+    systemd,
+)
 from orchestrator.accept import Acceptor
 from orchestrator.agent_sends import SendCalls
 from orchestrator.agents_calls import AgentsService
@@ -400,6 +411,9 @@ class Daemon:
             return 1
         metrics, journal, node = opened
         spawner = self._spawner()
+        # an orphan of an agent (its tool killed its parent) stays under us, and the control
+        # socket sees it as ours (orchestrator/orphans.py); the sweep reaps what we adopt
+        orphans.become_subreaper()
         zctx = zmq.asyncio.Context()
         parts = self._build(zctx, spawner, journal, metrics, node)
         router, supervisor = parts.router, parts.supervisor
@@ -421,9 +435,9 @@ class Daemon:
             stopped=loop.create_future(),
             cluster=node.control if node is not None else None,
         )
-        control = ControlServer(
-            zctx, self.endpoints[1], control_ctx, rundir.write_token(self.paths)
-        )
+        control = ControlServer(zctx, self.endpoints[1], control_ctx,
+                                rundir.write_token(self.paths),
+                                agents_cgroup=control_fence.agents_cgroup(self.cgroup))  # fmt: skip
         rundir.secure_socket(self.paths.control_sock)
         if metrics is not None:
             metrics.bind(router, parts.acceptor, control, journal.stats if journal else None)
@@ -434,6 +448,7 @@ class Daemon:
             self._core(control.run(), "control"),
             self._core(Reconciler(supervisor, self.settings).run(), "reconciler"),
             self._core(parts.acceptor.compact_forever(), "journal"),
+            self._core(orphans.reap_forever(), "orphans"),
         ]
         if node is not None:
             tasks.append(self._core(node.run(), "cluster"))

@@ -11,7 +11,9 @@ stdout and stderr (the daemon reads the other end, `orchestrator.childlog`) and 
 `<entry>.main(argv)`. The server opens a pidfd of the child at once (before it can reap it,
 so the pid cannot be reused under us) and passes it with the reply; when the child exits it
 reaps it and reports the status. It dies with the daemon (PR_SET_PDEATHSIG), and so do its
-children, which set their own PR_SET_PDEATHSIG.
+children, which set their own PR_SET_PDEATHSIG. It is a child subreaper: a process an agent's
+tool started and orphaned (its parent killed) is re-parented here, under the daemon, not to init
+(`orchestrator/orphans.py` says why), and reaped here like the agents, without a report.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import msgspec
 import setproctitle
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 MAX_DATAGRAM = 1 << 16
 ENTRY = "agent_process.forkprep"
@@ -191,6 +194,7 @@ def _serve(
     entry: Callable[[list[str]], int] = module.main
     gc.collect()
     gc.freeze()
+    _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # not inherited: agents adopt nothing
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -221,6 +225,9 @@ class _Server:
         self.entry = entry
         self.wake_r = wake_r
         self.wake_w = wake_w
+        self.forked: set[int] = set()
+        """The agents this server forked: the children whose exits the daemon hears of (the
+        others are orphans it adopted)."""
 
     def loop(self) -> int:
         sel = selectors.DefaultSelector()
@@ -249,8 +256,10 @@ class _Server:
                 return
             if pid == 0:
                 return
-            code, sig = exit_status(status)
-            self._send(encode(Exited(pid=pid, code=code, signal=sig)))
+            if pid in self.forked:
+                self.forked.discard(pid)
+                code, sig = exit_status(status)
+                self._send(encode(Exited(pid=pid, code=code, signal=sig)))
 
     def _send(self, data: bytes, fds: list[int] | None = None) -> None:
         try:
@@ -297,6 +306,7 @@ class _Server:
         pid = os.fork()
         if pid == 0:  # runs in the agent child
             self._become_child(req, output_fd, server_pid)
+        self.forked.add(pid)
         return pid
 
     def _become_child(self, req: SpawnRequest, output_fd: int, server_pid: int) -> None:

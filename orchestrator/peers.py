@@ -41,6 +41,17 @@ def peer_pid(frame: zmq.Frame) -> int | None:
     return int(pid) if head and pid.isdigit() else None
 
 
+def peer_uid(frame: zmq.Frame) -> int | None:
+    """The sender's uid of a frame received over ipc (from `Peer-Address`, as `peer_pid`): who
+    an operator's decision is recorded as (orchestrator/call_auth.py)."""
+    try:
+        address = frame.get("Peer-Address")
+    except zmq.ZMQError:
+        return None
+    parts = str(address).split(":")
+    return int(parts[-3]) if len(parts) >= 4 and parts[-3].isdigit() else None
+
+
 def descends_from(pid: int, ancestor: int) -> bool:
     """Whether `pid` is `ancestor` or one of its descendants (the parent chain in /proc)."""
     for _ in range(_MAX_DEPTH):

@@ -29,7 +29,7 @@ from typing import Protocol
 import msgspec
 import structlog
 
-from orchestrator import cgroups
+from orchestrator import cgroups, orphans
 from orchestrator.childlog import ChildOutputs
 from orchestrator.forkserver import (
     MAX_DATAGRAM,
@@ -90,6 +90,8 @@ class ChildHandle:
         self.exited: asyncio.Future[float] = loop.create_future()
         self.status: asyncio.Future[ExitStatus] = loop.create_future()
         loop.add_reader(pidfd, self._on_exit, loop)
+        if reap:  # ours to wait for: the daemon's sweep of adopted orphans leaves it
+            orphans.own(pid)
 
     def _on_exit(self, loop: asyncio.AbstractEventLoop) -> None:
         fd = self._pidfd
@@ -99,6 +101,7 @@ class ChildHandle:
         now = time.time()
         if self._reap:
             self.report_status(_waitid(fd, now))
+            orphans.disown(self.pid)
         self._pidfd = None
         os.close(fd)
         if not self.exited.done():

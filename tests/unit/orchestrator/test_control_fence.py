@@ -1,0 +1,104 @@
+"""`control_fence.Fence` refuses a caller by what the kernel says of it (pid, uid, cgroup), then
+by its token; `orphans.sweep` reaps the children nobody waits for, and only those."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from orchestrator import orphans
+from orchestrator.control_fence import Fence, cgroup_of, within
+from protocol.errors import ErrorCode
+
+TOKEN = "t" * 64
+
+
+@pytest.fixture
+def stranger() -> Iterator[int]:
+    """A process that is not an ancestor of this test: a daemon this test does not run under."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_the_operator_with_the_token_is_served(stranger: int) -> None:
+    fence = Fence(TOKEN, stranger, os.geteuid())
+    assert fence.refusal(TOKEN, os.getpid(), os.geteuid()) is None
+
+
+def test_root_is_served_as_it_can_read_the_token_anyway(stranger: int) -> None:
+    assert Fence(TOKEN, stranger, 1000).refusal(TOKEN, os.getpid(), 0) is None
+
+
+@pytest.mark.parametrize(
+    ("pid", "uid", "why"),
+    [(None, None, "unknown"), (os.getpid(), None, "unknown"), (os.getpid(), 4242, "uid 4242")],
+)
+def test_an_unknown_caller_or_another_user_is_refused(
+    stranger: int, pid: int | None, uid: int | None, why: str
+) -> None:
+    fence = Fence(TOKEN, stranger, 1000 if os.geteuid() == 4242 else os.geteuid())
+    refused = fence.refusal(TOKEN, pid, uid)
+    assert refused is not None and refused.code == ErrorCode.E_CONTROL_FORBIDDEN
+    assert why in refused.message
+
+
+def test_a_process_under_the_daemon_is_refused_token_or_not(stranger: int) -> None:
+    fence = Fence(TOKEN, os.getpid(), os.geteuid())  # this test plays the daemon
+    refused = fence.refusal(TOKEN, stranger, os.geteuid())
+    assert refused is not None and refused.code == ErrorCode.E_CONTROL_FORBIDDEN
+    assert f"pid {stranger} runs under this daemon" in refused.message
+    assert fence.refusal(TOKEN, os.getpid(), os.geteuid()) is not None  # the daemon itself
+
+
+def test_a_process_in_the_agents_cgroup_is_refused(stranger: int) -> None:
+    here = cgroup_of(os.getpid())
+    if here is None:
+        pytest.skip("no cgroup v2 here")
+    fence = Fence(TOKEN, stranger, os.geteuid(), agents_cgroup=here)
+    refused = fence.refusal(TOKEN, os.getpid(), os.geteuid())
+    assert refused is not None and "agents' cgroup" in refused.message
+    elsewhere = Fence(TOKEN, stranger, os.geteuid(), agents_cgroup=here.rstrip("/") + "-other")
+    assert elsewhere.refusal(TOKEN, os.getpid(), os.geteuid()) is None
+
+
+def test_within_is_by_path_component() -> None:
+    assert within("/a/b", "/a") and within("/a", "/a/") and within("/a/b/c", "/a/b")
+    assert not within("/ab", "/a") and not within("/", "/a")
+
+
+def test_a_wrong_token_is_refused_without_saying_it(stranger: int) -> None:
+    refused = Fence(TOKEN, stranger, os.geteuid()).refusal("0" * 64, os.getpid(), os.geteuid())
+    assert refused is not None and refused.code == ErrorCode.E_CONTROL_FORBIDDEN
+    assert TOKEN not in refused.message + (refused.suggestion or "")
+
+
+def _zombie() -> int:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # exits at once; the kernel marks it a zombie then
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rpartition(")")[2].split()[0] == "Z":
+                return pid
+        time.sleep(0.001)
+    raise AssertionError(f"pid {pid} never exited")
+
+
+def test_the_sweep_reaps_what_nobody_waits_for_and_leaves_the_rest() -> None:
+    stray, watched = _zombie(), _zombie()
+    orphans.own(watched)
+    try:
+        assert orphans.sweep() >= 1  # (another test may have left a zombie behind too)
+        with pytest.raises(ChildProcessError):
+            os.waitpid(stray, os.WNOHANG)
+        assert os.waitpid(watched, 0) == (watched, 7 << 8)  # its status was not stolen
+    finally:
+        orphans.disown(watched)
