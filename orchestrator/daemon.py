@@ -481,6 +481,7 @@ class Daemon:
         router.close()
         zctx.term()
         await spawner.close()
+        orphans.kill_strays()  # what a tool left under us must not outlive this daemon
         parts.permits.close()  # today's usage tallies to disk (and to the journal's copy)
         await self._close_journal(parts.acceptor)
         if node is not None:

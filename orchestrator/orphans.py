@@ -11,6 +11,11 @@ children (the fork server, cold-started agents) are reaped through their pidfds
 (`orchestrator/spawner.py`), so the sweep here reaps only children it was not told about
 (`own`/`disown`): it never steals an exit status the supervisor waits for. uvloop keeps SIGCHLD
 for itself, so the sweep runs on a timer; a zombie waits at most one period.
+
+What is still under the daemon when it stops, after its agents and the fork server are gone,
+was left behind by a tool: `kill_strays` kills it, so it cannot outlive this daemon and use the
+token of the next one (a daemon killed by SIGKILL cannot; systemd's stop kills the service's
+cgroup).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import signal
+import time
 from pathlib import Path
 
 import structlog
@@ -82,3 +89,60 @@ async def reap_forever(period: float = SWEEP_SECONDS) -> None:
     while True:
         await asyncio.sleep(period)
         sweep()
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, from one pass over /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(entry.path, "stat").read_text()
+                children.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(
+                    int(entry.name)
+                )
+    found: list[int] = []
+    pending = [root]
+    while pending:
+        for pid in children.get(pending.pop(), []):
+            found.append(pid)
+            pending.append(pid)
+    return found
+
+
+def _kill_all(pids: list[int]) -> list[int]:
+    """SIGKILL through pidfds those of `pids` still under us (never a reused pid): a pidfd
+    names one process, so the check after opening it holds until the signal."""
+    fds: dict[int, int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fds[pid] = os.pidfd_open(pid)
+    killed: list[int] = []
+    try:
+        ours = set(descendants(os.getpid()))
+        for pid, fd in fds.items():
+            if pid in ours:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    killed.append(pid)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return killed
+
+
+def kill_strays(limit: float = 2.0) -> int:
+    """At the daemon's end: SIGKILL and reap every descendant nobody waits for; how many."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        strays = [pid for pid in descendants(os.getpid()) if pid not in _own]
+        if not strays:
+            break
+        killed.update(_kill_all(strays))
+        sweep()
+        time.sleep(0.01)  # the killed die, their children come to us: look again
+    if killed:
+        why = "processes a tool left behind, still running at the daemon's end"
+        log.warning("strays_killed", count=len(killed), reason=why)
+    return len(killed)

@@ -82,8 +82,9 @@ async def test_an_orphan_of_a_tool_cannot_drive_the_daemon(
 ) -> None:
     """F3: a command kills its call's reaper, the orphan setsids and runs `goondan calls
     approve` and `goondan stop` with the token: both are refused, the call stays pending, the
-    daemon keeps running, and what it adopted does not stay a zombie. Agents forked by the fork
-    server leave their orphans to it; cold-started ones to the daemon itself."""
+    daemon keeps running, what it adopted does not stay a zombie, and what still runs under it
+    when it stops is killed. Agents forked by the fork server leave their orphans to it;
+    cold-started ones to the daemon itself."""
     async with asyncio.timeout(60):
         daemon = await start_daemon(BUNDLE, swarm=SWARM, env={"GOONDAN_SPAWN_MODE": spawn_mode})
         pending = await defer(daemon, "wipe", key="victim")
@@ -108,3 +109,9 @@ async def test_an_orphan_of_a_tool_cannot_drive_the_daemon(
         code, _, err = await run_cli("calls", "deny", pending["id"])
         assert code == 0, err  # the operator's shell (this test) still decides
         await no_zombies_under(daemon)
+        assert psutil.pid_exists(report["pid"])  # the orphan lingers, meaning to outlive it
+        code, _, err = await run_cli("stop")
+        assert code == 0, err
+        assert await daemon.wait() == 0
+        assert daemon.find("strays_killed")
+        assert not psutil.pid_exists(report["pid"])  # killed and reaped at the daemon's end
