@@ -1,5 +1,5 @@
-"""What `goondan run --cluster URLS --node NAME [--nats-creds FILE] [--insecure-nats]` asks for,
-checked; pure.
+"""What `goondan run --cluster URLS --node NAME [--nats-user USER | --nats-creds FILE]
+[--insecure-nats]` asks for, checked; pure.
 
 Credentials never reach a log line or argv a node re-executes: a URL's `user:password@` is
 replaced by `***@` in everything `redacted()` returns, and a creds file is passed by path.
@@ -21,6 +21,9 @@ from orchestrator.cluster.names import NODE_NAME
 from protocol.errors import ErrorCode
 
 SCHEMES = ("nats", "tls")
+PASSWORD_ENV = "GOONDAN_NATS_PASSWORD"
+"""The password of `--nats-user`: an environment variable (a systemd `EnvironmentFile=`), not
+an argument, which `ps` shows; the daemon removes it from its environment once read."""
 
 
 class ClusterConfigError(Exception):
@@ -41,6 +44,8 @@ class ClusterOptions:
     policy: ClusterPolicy = field(default_factory=ClusterPolicy)
     insecure: bool = False
     """`--insecure-nats`: connect without credentials (logged at every start)."""
+    user: tuple[str, str] | None = field(default=None, repr=False)
+    """`--nats-user` and its password (from PASSWORD_ENV, never argv)."""
 
     @property
     def tls(self) -> bool:
@@ -48,7 +53,10 @@ class ClusterOptions:
 
     @property
     def login(self) -> tuple[str, str | None] | None:
-        """(user, password) of the first URL that names a user (password None: a token)."""
+        """(user, password) of `--nats-user`, else of the first URL that names a user (password
+        None: a token)."""
+        if self.user is not None:
+            return self.user
         for url in self.servers:
             parts = urlsplit(url)
             if parts.username:
@@ -74,6 +82,17 @@ def redact_url(url: str) -> str:
 
 def _unquoted(text: str | None) -> str | None:
     return unquote(text) if text is not None else None
+
+
+def _user(user: str | None, password: str | None) -> tuple[str, str] | None:
+    if user is None and password is None:
+        return None
+    if not user or not password:
+        given, missing = ("--nats-user", PASSWORD_ENV) if user else (PASSWORD_ENV, "--nats-user")
+        raise ClusterConfigError(f"{given} is given without {missing}",
+                                 f"give both, or neither (the password only in {PASSWORD_ENV}, "
+                                 "which no agent process inherits)")  # fmt: skip
+    return user, password
 
 
 def parse_servers(text: str) -> tuple[str, ...]:
@@ -104,6 +123,8 @@ def options(
     creds: str | None,
     policy: ClusterPolicy,
     insecure: bool = False,
+    user: str | None = None,
+    password: str | None = None,
 ) -> ClusterOptions:
     servers = parse_servers(cluster)
     if not node:
@@ -119,14 +140,15 @@ def options(
         if not path.is_file():
             raise ClusterConfigError(f"--nats-creds {path} is not a readable file",
                                      "give the path of a NATS .creds file")  # fmt: skip
-    opts = ClusterOptions(servers=servers, node=node, creds=path, policy=policy, insecure=insecure)
+    opts = ClusterOptions(servers=servers, node=node, creds=path, policy=policy,
+                          insecure=insecure, user=_user(user, password))  # fmt: skip
     if not opts.has_credentials and not insecure:
         raise ClusterConfigError(
             "--cluster has no NATS credentials: any client of that server could read every "
             "conversation, answer calls and pose as a node",
-            "give this node's NATS user in the URL (nats://USER:PASSWORD@HOST:PORT) or "
-            "--nats-creds FILE; --insecure-nats runs without (README: Running on several "
-            "machines)",
+            f"give this node's NATS user: --nats-user USER with {PASSWORD_ENV}, "
+            "nats://USER:PASSWORD@HOST:PORT or --nats-creds FILE; --insecure-nats runs without "
+            "(README: Running on several machines)",
             ErrorCode.E_CLUSTER_INSECURE,
         )
     return opts

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from bundles.loader import inspect_bundle
 from bundles.model import Bundle, Resource
 from orchestrator import daemon
 from orchestrator.client import Printer, layout_of
-from orchestrator.cluster.options import ClusterConfigError, ClusterOptions
+from orchestrator.cluster.options import PASSWORD_ENV, ClusterConfigError, ClusterOptions
 from orchestrator.cluster.options import options as cluster_options
 from orchestrator.control import ControlContext
 from orchestrator.deepcheck import deep_check
@@ -111,12 +112,14 @@ def _load(
 
 
 def _cluster_options(args: argparse.Namespace, policy: ClusterPolicy) -> ClusterOptions | None:
+    nats_password = os.environ.pop(PASSWORD_ENV, None)  # no agent process inherits it
     if args.cluster is None:
-        if args.node is not None or args.nats_creds is not None or args.insecure_nats:
-            raise ClusterConfigError("--node, --nats-creds and --insecure-nats need --cluster",
+        if args.node or args.nats_creds or args.nats_user or args.insecure_nats:
+            raise ClusterConfigError("--node and the --nats-* options need --cluster",
                                      "add --cluster nats://HOST:PORT")  # fmt: skip
         return None
-    return cluster_options(args.cluster, args.node, args.nats_creds, policy, args.insecure_nats)
+    return cluster_options(args.cluster, args.node, args.nats_creds, policy, args.insecure_nats,
+                           args.nats_user, nats_password)  # fmt: skip
 
 
 class _Run:
@@ -151,12 +154,17 @@ class _Run:
         cluster.add_argument(
             "--cluster", metavar="URLS",
             help="run as one node of the swarm's cluster: NATS servers nats://HOST:PORT[,...] "
-            "(tls://HOST:PORT for TLS); needs goondan[cluster]",
+            "(tls://HOST:PORT for TLS; nats://USER:PASSWORD@HOST:PORT, or see --nats-user); "
+            "needs goondan[cluster]",
         )  # fmt: skip
         cluster.add_argument("--node", metavar="NAME", help="this node's name in the cluster")
         cluster.add_argument(
             "--nats-creds", metavar="FILE", help="NATS user credentials (.creds) to connect with"
         )
+        cluster.add_argument(
+            "--nats-user", metavar="USER",
+            help=f"this node's NATS user; its password in the environment variable {PASSWORD_ENV}",
+        )  # fmt: skip
         cluster.add_argument(
             "--insecure-nats", action="store_true",
             help="connect to NATS without credentials (refused otherwise): any client of that "

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import nats
@@ -29,7 +30,7 @@ from orchestrator.cluster.leases import NodeRecord, nodes_of
 from orchestrator.cluster.link import Nats, inbox_prefix, open_swarm
 from orchestrator.cluster.names import partition_of
 from orchestrator.cluster.node_requests import NodeRequests
-from orchestrator.cluster.options import options
+from orchestrator.cluster.options import PASSWORD_ENV, options
 from orchestrator.deferred_remote import Forward
 from tests.cluster.harness import StartDaemon, swarm_of, unique_swarm_bundle
 from tests.cluster.natsd import ADMIN, NatsCluster, free_ports, nats_server_or_skip, with_user
@@ -212,10 +213,12 @@ async def test_the_printed_nats_config_runs_a_node_and_refuses_anonymous_clients
     start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
     """`goondan cluster nats-config` is the server config of the README: nats-server takes it,
-    a node connects with the URL it printed for it, a client without credentials is refused."""
+    a node connects with the password it printed for it (given as --nats-user and its
+    environment variable), a client without credentials is refused."""
     code, config, err = await run_cli("cluster", "nats-config", "n1", "n2", "--admin", "ops")
     assert code == 0, err
     [n1_url] = [line.split("--cluster ", 1)[1] for line in err.splitlines() if "node n1:" in line]
+    n1_password = urlsplit(n1_url).password
     (tmp_path / "auth.conf").write_text(config)
     [port] = free_ports(1)
     server = await asyncio.create_subprocess_exec(
@@ -230,7 +233,8 @@ async def test_the_printed_nats_config_runs_a_node_and_refuses_anonymous_clients
         async with asyncio.timeout(60):
             node = await start_daemon(
                 bundle, swarm=swarm_of(bundle), state_root=tmp_path / "n1",
-                args=("--cluster", n1_url.replace("HOST:4222", f"{LOCAL}:{port}"), "--node", "n1"),
+                args=("--cluster", f"nats://{LOCAL}:{port}", "--node", "n1", "--nats-user", "n1"),
+                env={PASSWORD_ENV: n1_password},  # the password out of argv
             )  # fmt: skip
             await node.wait_for("cluster_settled")
             assert (await node.send("with its own user", key="k1")).ok

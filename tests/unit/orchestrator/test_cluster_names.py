@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from bundles.kinds import ClusterPolicy
 from orchestrator.cluster.names import SwarmNames, owner_of, partition_of, plan, token, untoken
-from orchestrator.cluster.options import ClusterConfigError, options, redact_url
+from orchestrator.cluster.options import PASSWORD_ENV, ClusterConfigError, options, redact_url
+from orchestrator.cluster.permissions import authorization
 from protocol.ids import agent_address
 
 VALID = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
@@ -106,3 +107,20 @@ def test_a_node_request_subject_names_its_sender() -> None:
     for forged in (f"{names.prefix}.node.n1.answer.bad_zz", f"{names.prefix}.node.n1.answer._2E"):
         with pytest.raises(ValueError):
             names.sender_of(forged)
+
+
+def test_nats_user_takes_its_password_from_the_environment_only_with_both() -> None:
+    opts = options("nats://h:4222", "n1", None, ClusterPolicy(), user="n1", password="pw")
+    assert opts.login == ("n1", "pw") and "pw" not in repr(opts)
+    for user, password in (("n1", None), (None, "pw")):
+        with pytest.raises(ClusterConfigError) as caught:
+            options("nats://h:4222", "n1", None, ClusterPolicy(), user=user, password=password)
+        assert caught.value.code == "E_CLUSTER_CONFIG"
+        assert PASSWORD_ENV in str(caught.value) and "pw" not in str(caught.value)
+
+
+def test_the_nats_config_names_each_node_in_its_nats_token() -> None:
+    users = authorization({"n_1": "secret"}, ("ops", "root-pw"))
+    assert '"$KV.*.n_5F1"' in users and '"goondan.*.node.*.*.n_5F1"' in users
+    assert '"_INBOX.n_5F1.>"' in users and '"$KV.*.n_1"' not in users
+    assert '{user: "ops", password: "root-pw"}' in users
