@@ -375,7 +375,7 @@ class Child:
             case Call(payload=call) if call.op is CallOp.DEFERRED_RESOLVE:
                 if call.args.get("stream") is True and isinstance(self.runner, AgentRuntime):
                     self.runner.stream_rest()  # before the turn goes on with the answer
-                self.deferred.on_answer(str(call.args.get("id", "")))
+                self.deferred.on_answer(str(call.args.get("id", "")), call.args.get("answer"))
             case Shutdown(payload=payload):
                 self.link.on_shutdown(payload)
             case Heartbeat():

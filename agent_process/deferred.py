@@ -13,9 +13,12 @@ A handler raises `CallDeferred(method, params, message)` (or an export declared
   serving heartbeats and frames; its FIFO queue holds further events for this instance until
   the turn resumes.
 
-The orchestrator stores the client's answer as `pending-calls/<id>.answer.json` (a
-`JsonRpcResponse`) and sends `call op=deferred_resolve {id}`; `on_answer` completes the
-future. `result` becomes an ok tool result (checked against the export's `resultSchema`:
+The orchestrator records the client's answer where it keeps its own state and sends it in
+`call op=deferred_resolve {id, answer}` (a `JsonRpcResponse`); `on_answer` completes the
+future. An answer is never read from a file: `pending-calls/` is this process's to write (and
+its tools'), so a file there could be an answer the agent gave itself; one found
+(`<id>.answer.json`, where an earlier goondan kept answers) is ignored and logged.
+`result` becomes an ok tool result (checked against the export's `resultSchema`:
 `E_TOOL_INVALID_RESULT`), `error` a coded tool error the model can reason about (-32010
 PermissionRequired, -32001 PermissionDenied, -32002 UserCanceled, any other code passed on
 with its message and data). A timer fails the call with `E_TOOL_DEFERRED_EXPIRED` at
@@ -23,7 +26,8 @@ with its message and data). A timer fails the call with `E_TOOL_DEFERRED_EXPIRED
 
 The files survive the process: a later process of the instance finds them at start
 (`DeferredCalls.pending`), resumes the turn (`run_turn(event, resumed)`) before any other
-event, and fails expired calls at once. TTL: the export's `deferred.ttlSeconds`, else the
+event, and fails expired calls at once; the answers recorded meanwhile come from the
+orchestrator when the process is ready. TTL: the export's `deferred.ttlSeconds`, else the
 Swarm's `policy.lifecycle.deferredTtlSeconds` (default 3600 s).
 """
 
@@ -135,7 +139,7 @@ def policy_from_bundle(bundle: Bundle, swarm: str) -> DeferredPolicy:
 
 
 class PendingStore:
-    """`pending-calls/`: one `<id>.json` per pending call, its answer in `<id>.answer.json`."""
+    """`pending-calls/`: one `<id>.json` per pending call."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
@@ -150,22 +154,15 @@ class PendingStore:
         calls = []
         for path in sorted(self.dir.glob("*" + PENDING_SUFFIX)) if self.dir.is_dir() else []:
             if path.name.endswith(ANSWER_SUFFIX):
+                log.warning("deferred_answer_file_ignored", path=str(path),
+                            code=ErrorCode.E_CALL_FORBIDDEN.value,
+                            reason="answers come only from the orchestrator")  # fmt: skip
                 continue
             try:
                 calls.append(msgspec.json.decode(path.read_bytes(), type=PendingCall))
             except (OSError, msgspec.DecodeError) as exc:
                 log.warning("pending_call_unreadable", path=str(path), error=str(exc))
         return sorted(calls, key=lambda c: c.created_at)
-
-    def answer(self, call_id: str) -> JsonRpcResponse | None:
-        path = self._path(call_id, ANSWER_SUFFIX)
-        try:
-            return msgspec.json.decode(path.read_bytes(), type=JsonRpcResponse)
-        except FileNotFoundError:
-            return None
-        except (OSError, msgspec.DecodeError) as exc:
-            log.warning("pending_answer_unreadable", path=str(path), error=str(exc))
-            return None
 
     def remove(self, call_id: str) -> None:
         self._path(call_id).unlink(missing_ok=True)
@@ -245,6 +242,9 @@ class DeferredCalls:
         self.on_park: Callable[[], None] = lambda: None
         """Called after `parked` is set or cleared (the child stops or resumes beating)."""
         self._resuming: tuple[str, list[PendingCall]] | None = None
+        self._answers: dict[str, JsonRpcResponse] = {}
+        """Answers the orchestrator handed over before their call was waited for (a new
+        process gets them on `ready`, before its resumed turn reaches the call)."""
         self._answered: set[str] = set()
         """Calls whose result was handed to the turn and is not yet in the conversation: their
         files stay until it is (`recorded`), so a process that dies in between leaves the
@@ -311,7 +311,7 @@ class DeferredCalls:
         self.on_park()
         timer = loop.call_later(max(0.0, call.expires_at - self._clock()), self._expire, call.id)
         try:
-            self.on_answer(call.id)  # answered while no process was running
+            self._take(call)  # answered before this wait (while no process was running)
             result = await future
         finally:
             timer.cancel()
@@ -340,17 +340,26 @@ class DeferredCalls:
         for call in self.pending():
             if call.event.get("id") == event_id:
                 self._answered.discard(call.id)
+                self._answers.pop(call.id, None)
                 self.store.remove(call.id)
 
-    def on_answer(self, call_id: str) -> None:
-        """`deferred_resolve` from the orchestrator: the answer file is there."""
+    def on_answer(self, call_id: str, answer: Any) -> None:
+        """`deferred_resolve` from the orchestrator, with the answer it recorded."""
+        try:
+            self._answers[call_id] = msgspec.convert(answer, JsonRpcResponse)
+        except msgspec.ValidationError as exc:
+            log.warning("deferred_answer_invalid", call_id=call_id, error=str(exc))
+            return
         waiting = self._waiting.get(call_id)
-        if waiting is None or waiting[1].done():
+        if waiting is not None:
+            self._take(waiting[0])
+
+    def _take(self, call: PendingCall) -> None:
+        waiting = self._waiting.get(call.id)
+        if waiting is None or waiting[1].done() or call.id not in self._answers:
             return
-        call, future = waiting
-        answer = self.store.answer(call_id)
-        if answer is None:
-            return
+        answer = self._answers.pop(call.id)
+        call_id, future = call.id, waiting[1]
         try:
             result = answer_result(answer, call, self.policy.schema(call.tool_name))
         except Exception as exc:  # a bad answer or schema must not stop the frame loop

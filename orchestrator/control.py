@@ -24,7 +24,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
-from orchestrator import localstate, sending
+from orchestrator import call_auth, localstate, sending
 from orchestrator.accept import Acceptor
 from orchestrator.control_fence import Fence
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
@@ -231,9 +231,10 @@ async def _stop_process(ctx: ControlContext, req: ProcessStop) -> JsonObject:
 CallsRequest = CallsList | CallsResolve | CallsDecide
 
 
-async def _calls(req: CallsRequest, ctx: ControlContext) -> Any:
+async def _calls(req: CallsRequest, ctx: ControlContext, uid: int | None) -> Any:
     """`goondan calls list|resolve|approve|deny`: the daemon's pending deferred calls
-    (ARCHITECTURE.md §10)."""
+    (ARCHITECTURE.md §10). An answer is recorded as the OS user of the peer (`uid`), never as
+    the request says."""
     index = ctx.deferred
     if index is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")
@@ -241,21 +242,23 @@ async def _calls(req: CallsRequest, ctx: ControlContext) -> Any:
         return {"calls": await index.list()}
     try:
         if isinstance(req, CallsDecide):
-            by = req.by or req.via
-            return await index.decide(
-                req.call_id, req.approve, by, req.message, req.timeout_ms / 1000, via=req.via
-            )
+            who = call_auth.operator(req.via, uid)
+            return await index.decide(req.call_id, req.approve, req.message,
+                                      req.timeout_ms / 1000, who=who)  # fmt: skip
         answer = answer_of(
             req.call_id, req.result, req.error_code, req.error_message, req.error_data
         )
-        return await index.resolve(req.call_id, answer, req.timeout_ms / 1000)
+        who = call_auth.operator("cli", uid)
+        return await index.resolve(req.call_id, answer, req.timeout_ms / 1000, who=who)
     except DeferredCallError as exc:
         raise ControlFailed(exc.code, exc.message) from None
 
 
-async def _reload_or_later(req: Reload | CallsRequest, ctx: ControlContext) -> Any:
+async def _reload_or_later(
+    req: Reload | CallsRequest, ctx: ControlContext, uid: int | None
+) -> Any:
     if not isinstance(req, Reload):
-        return await _calls(req, ctx)
+        return await _calls(req, ctx, uid)
     if ctx.reload is None:
         raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, f"{type(req).__name__} is not built yet")
     result, error = await ctx.reload("control")
@@ -314,8 +317,9 @@ async def handle(
     ctx: ControlContext,
     notify: sending.Notify = sending.quiet,
     stream: ClientStream | None = None,
+    uid: int | None = None,
 ) -> Any:
-    """The result of one request (raise ControlFailed for a coded error)."""
+    """The result of one request (raise ControlFailed for a coded error); `uid`: the peer's."""
     match req:
         case Ping():
             return ctx.info
@@ -332,7 +336,7 @@ async def handle(
         case InstanceList() | InstanceDelete():
             return await _instance_request(ctx, req)
         case Reload() | CallsList() | CallsResolve() | CallsDecide():
-            return await _reload_or_later(req, ctx)
+            return await _reload_or_later(req, ctx, uid)
         case ClusterStatusQuery() | ClusterDrain() | InstanceHistory() | LogsQuery():
             return await _cluster(ctx, req)
         case _:
@@ -422,7 +426,7 @@ class ControlServer:
             return
         stream = self._open_stream(envelope, req)
         try:
-            reply = await self._answer(envelope, req, stream)
+            reply = await self._answer(envelope, req, stream, uid)
         finally:
             if stream is not None:  # the deltas held for a slow client go before the reply
                 stream.finish()
@@ -430,12 +434,16 @@ class ControlServer:
         await self._reply(envelope, reply)
 
     async def _answer(
-        self, envelope: list[bytes], req: ControlRequest, stream: ClientStream | None
+        self,
+        envelope: list[bytes],
+        req: ControlRequest,
+        stream: ClientStream | None,
+        uid: int | None = None,
     ) -> ControlReply:
         """The final reply to `req`: its result, or its error as data."""
         try:
             notify = partial(self._notice, envelope, req)
-            result = await handle(req, self.control, notify, stream)
+            result = await handle(req, self.control, notify, stream, uid)
         except ControlFailed as exc:
             return ControlReply(request_id=req.request_id, ok=False, error=exc.error)
         except Exception as exc:  # a bug in a handler: the client still gets a coded reply

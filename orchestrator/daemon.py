@@ -266,6 +266,7 @@ class Daemon:
         connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
                                   acceptor=acceptor)  # fmt: skip
         deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
+        deferred.view = swarm  # the Connections' approvers
         if node is not None:
             deferred.mirror = node.call_mirror
             if node.answers is not None:

@@ -11,12 +11,16 @@ started the turn: a control client (`goondan send`) waiting on the turn's reply 
 response event now, with the request in `metadata.deferred` (its text names the call and how
 to answer it); a connector gets it as the same kind of response event (its `replyTo` target).
 
-`resolve` (`goondan calls resolve`) stores the client's `JsonRpcResponse` next to the call
-(`<id>.answer.json`, atomically), re-opens the original request's correlation id so the resumed
-turn's reply reaches the resolving client, and tells the owning agent process with
-`call op=deferred_resolve {id}` (spawning it first if it is not running: it then resumes the
-turn from the files). Expired calls are dropped from the index (the agent fails them with
-E_TOOL_DEFERRED_EXPIRED).
+`resolve` (`goondan calls resolve`, a connector's `deferred.answer`) first checks who answers
+(`call_auth.py`: an approval only from an approver, any other call only through the Connection
+that received it; else E_CALL_FORBIDDEN), records the answer in the daemon's own answer book
+(`call_answers.py`, outside the instance tree the agent writes; an approval is logged as
+`approval_decided` with `by`/`via` set here, never taken from the answer), re-opens the
+original request's correlation id so the resumed turn's reply reaches the resolving client,
+and only then hands the answer to the owning agent process in the frame
+`call op=deferred_resolve {id, answer}` (spawning it first if it is not running: on its
+`ready` it gets every answer recorded for it, and resumes the turn). Expired calls are dropped
+from the index (the agent fails them with E_TOOL_DEFERRED_EXPIRED).
 
 A turn that came from a connector (a chat) and is answered by anyone else (`goondan calls`,
 Studio, another connector's `/rpc`) still ends in that connector: the resumed turn's reply is
@@ -38,11 +42,14 @@ from typing import Any
 import msgspec
 import structlog
 
+from orchestrator import call_auth
 from orchestrator.broker import RequestBroker, Targets
+from orchestrator.call_answers import AnswerBook, Answered
+from orchestrator.call_auth import Answerer
 from orchestrator.deferred_remote import CallMirror, Forward
 from orchestrator.delivery import OpenRequest
+from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry
-from protocol.durable import write_atomic
 from protocol.endpoints import StateLayout, path_segment
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
@@ -130,72 +137,100 @@ class DeferredIndex:
         self.swarm = swarm
         self.clock = clock
         self.calls: dict[str, Found] = {}
+        self.book = AnswerBook(layout.answers_dir(swarm))
+        """The answers recorded and not yet spent (call_answers.py)."""
+        self.book.load()
         self._held: dict[Address, dict[str, bool]] = {}
         """Resolutions for a process that is not ready yet, sent when it is: call id ->
         whether the answer streams."""
         self._tasks: set[asyncio.Future[None]] = set()
         self.mirror: CallMirror | None = None
+        self.view: CurrentSwarm | None = None
+        """The swarm's Connections (their `approvers`), set by the daemon."""
 
     # -- the index --------------------------------------------------------------------
+
+    def _read(self, path: Path) -> PendingCall | None:
+        """The call in `path` if it is one of that directory's instance: a file an agent wrote
+        into its own `pending-calls/` naming another instance is not that instance's call."""
+        try:
+            call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
+        except (OSError, msgspec.DecodeError) as exc:
+            log.warning("pending_call_unreadable", path=str(path), error=str(exc))
+            return None
+        if path.parent != self._pending_dir(call.agent, call.instance_key):
+            log.warning("pending_call_misplaced", path=str(path), call_id=call.id,
+                        agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
+            return None
+        return call
+
+    def _pending_dir(self, agent: str, instance_key: str) -> Path:
+        return self.layout.instance_paths(self.swarm, instance_key, agent).pending_calls_dir
+
+    def _open(self, call: PendingCall) -> bool:
+        """Whether `call` waits for an answer: its file is there and none is recorded."""
+        return not self.book.has(agent_address(call.agent, call.instance_key), call.id)
+
+    def _calls_in(self, directory: Path) -> list[tuple[Path, PendingCall]]:
+        found = []
+        for path in sorted(directory.glob("*" + PENDING_SUFFIX)) if directory.is_dir() else []:
+            if path.name.endswith(ANSWER_SUFFIX):
+                continue  # an earlier goondan's answer file: never read (call_answers.py)
+            call = self._read(path)
+            if call is not None:
+                found.append((path, call))
+        return found
 
     def scan(self) -> None:
         """Rebuild from disk; expired calls are left out (their agent fails them)."""
         root = self.layout.swarm_instances_dir(self.swarm)
         found: dict[str, Found] = {}
         now = self.clock()
-        for path in root.glob("*/*/pending-calls/*" + PENDING_SUFFIX) if root.is_dir() else []:
-            answered = path.with_name(path.name[: -len(PENDING_SUFFIX)] + ANSWER_SUFFIX)
-            if path.name.endswith(ANSWER_SUFFIX) or answered.exists():
-                continue
-            try:
-                call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
-            except (OSError, msgspec.DecodeError) as exc:
-                log.warning("pending_call_unreadable", path=str(path), error=str(exc))
-                continue
-            if call.expires_at > now:
-                found[call.id] = Found(call, path)
+        for directory in root.glob("*/*/pending-calls") if root.is_dir() else []:
+            for path, call in self._calls_in(directory):
+                if call.expires_at > now and self._open(call):
+                    found[call.id] = Found(call, path)
         self.calls = found
 
     def resume_answered(self) -> list[Address]:
-        """At daemon start: calls answered (`<id>.answer.json` stored) whose turn no process
-        resumed, because an earlier daemon died between storing the answer and the agent
-        taking it. Start those instances: a new process resumes the turn from the files."""
-        root = self.layout.swarm_instances_dir(self.swarm)
+        """At daemon start: calls answered (recorded in the answer book) whose turn no
+        process resumed, because an earlier daemon died between recording the answer and the
+        agent taking it. Start those instances: on `ready` each gets its answers and resumes
+        the turn."""
         started = []
-        for answer in root.glob("*/*/pending-calls/*" + ANSWER_SUFFIX) if root.is_dir() else []:
-            path = answer.with_name(answer.name[: -len(ANSWER_SUFFIX)] + PENDING_SUFFIX)
-            try:
-                call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
-            except FileNotFoundError:
-                _sweep_answers(answer.parent)  # the turn took it; its answer file was left
-                continue
-            except (OSError, msgspec.DecodeError) as exc:
-                log.warning("pending_call_unreadable", path=str(path), error=str(exc))
-                continue
-            address = agent_address(call.agent, call.instance_key)
+        for address in self.book.instances():
+            if not self._sweep(address):
+                continue  # every answer of it was taken: its calls' files are gone
             if self.targets.check_target(address) is not None:
                 continue  # e.g. the agent left the swarm: nothing can resume it here
-            log.info("deferred_call_resuming", call_id=call.id, target=str(address))
+            log.info("deferred_call_resuming", target=str(address))
             self.targets.ensure(address)
             started.append(address)
         return started
 
+    def _sweep(self, address: Address) -> list[Answered]:
+        """The answers of `address` whose call still waits; the others (the turn took them
+        and removed the call's file) are dropped."""
+        directory = self._pending_dir(address.name, address.instance_key)
+        kept = []
+        for answered in self.book.of(address):
+            if (directory / (path_segment(answered.call_id) + PENDING_SUFFIX)).exists():
+                kept.append(answered)
+            else:
+                self.book.drop(address, answered.call_id)
+                log.info("deferred_answer_swept", call_id=answered.call_id, target=str(address))
+        return kept
+
     def pending_for(self, address: Address) -> list[PendingCall]:
         """The unanswered, unexpired calls of one instance, from its own directory: a send
         asks this for its target, and must not scan every instance the swarm ever had."""
-        paths = self.layout.instance_paths(self.swarm, address.instance_key, address.name)
-        found, now = [], self.clock()
-        for path in sorted(paths.pending_calls_dir.glob("*" + PENDING_SUFFIX)):
-            answered = path.with_name(path.name[: -len(PENDING_SUFFIX)] + ANSWER_SUFFIX)
-            if path.name.endswith(ANSWER_SUFFIX) or answered.exists():
-                continue
-            try:
-                call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
-            except (OSError, msgspec.DecodeError):
-                continue  # scan() reports unreadable files
-            if call.expires_at > now:
-                found.append(call)
-        return found
+        now = self.clock()
+        directory = self._pending_dir(address.name, address.instance_key)
+        return [
+            call
+            for _, call in self._calls_in(directory)
+            if call.expires_at > now and self._open(call)
+        ]
 
     async def list(self) -> list[JsonObject]:
         """The pending calls, oldest first: this node's, and in cluster mode every node's."""
@@ -224,8 +259,9 @@ class DeferredIndex:
             log.warning("deferred_submit_foreign", sender=entry.id_text, call_id=call.id,
                         agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
             return
-        paths = self.layout.instance_paths(self.swarm, call.instance_key, call.agent)
-        path = paths.pending_calls_dir / (path_segment(call.id) + PENDING_SUFFIX)
+        path = self._pending_dir(call.agent, call.instance_key) / (
+            path_segment(call.id) + PENDING_SUFFIX
+        )
         self.calls[call.id] = Found(call, path)
 
         def announce() -> None:
@@ -244,21 +280,13 @@ class DeferredIndex:
         process (the crashed one is respawned) resumes it. The client then gets the call's
         request if the submit was lost or is still on its way; once answered, the resolving
         client keeps waiting for the resumed turn's reply. True when so (no E_AGENT_CRASHED)."""
-        paths = self.layout.instance_paths(self.swarm, address.instance_key, address.name)
-        _sweep_answers(paths.pending_calls_dir)
+        self._sweep(address)
         suspended = False
-        for path in sorted(paths.pending_calls_dir.glob("*" + PENDING_SUFFIX)):
-            if path.name.endswith(ANSWER_SUFFIX):
-                continue
-            try:
-                call = msgspec.json.decode(path.read_bytes(), type=PendingCall)
-            except (OSError, msgspec.DecodeError):
-                continue  # scan() reports unreadable files
+        for path, call in self._calls_in(self._pending_dir(address.name, address.instance_key)):
             if call.event.get("id") != event.id:
                 continue
             suspended = True
-            answered = path.with_name(path.name[: -len(PENDING_SUFFIX)] + ANSWER_SUFFIX)
-            if call.id not in self.calls and not answered.exists():
+            if call.id not in self.calls and self._open(call):
                 self.calls[call.id] = Found(call, path)
                 log.info("deferred_call_recovered", call_id=call.id, method=call.method)
                 self._notify_client(event, call)
@@ -278,23 +306,27 @@ class DeferredIndex:
         # and its request stays open for the resumed turn's reply
         self.broker.respond_interim(notice)
 
-    # -- from the CLI -----------------------------------------------------------------
+    # -- from clients -----------------------------------------------------------------
 
-    def on_answer_event(self, event: AgentEvent) -> None:
-        """`deferred.answer` from a connector: resolve, answer its event with the reply."""
+    def on_answer_event(self, entry: ProcessEntry, event: AgentEvent, to: str) -> None:
+        """`deferred.answer` from a connector process: resolve, answer its event with the
+        reply. Who answers is that process's Connection (the router says which), never the
+        event's own `source`."""
         if event.reply_to is not None:
             self.broker.open_request(OpenRequest.of(event, event.reply_to, None))
-        task = asyncio.ensure_future(self._answer_for(event))
+        connection = self.view.view.connections.get(entry.address) if self.view else None
+        approvers = connection.approvers if connection is not None else frozenset()
+        who = call_auth.from_connector(entry.address, event, to, approvers)
+        task = asyncio.ensure_future(self._answer_for(event, who))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer_for(self, event: AgentEvent) -> None:
+    async def _answer_for(self, event: AgentEvent, who: Answerer) -> None:
         text, error, meta = "", None, {}
         try:
             answer = msgspec.convert(event.metadata.get("rpc"), JsonRpcResponse)
-            via = f"{event.source.kind}:{event.source.name}"
             streams = event.reply_to is not None and event.reply_to.stream
-            reply = await self.resolve(answer.id, answer, RPC_WAIT_S, wait=True, via=via,
+            reply = await self.resolve(answer.id, answer, RPC_WAIT_S, who=who, wait=True,
                                        stream=streams)  # fmt: skip
         except msgspec.ValidationError as exc:
             message = f"not a JSON-RPC 2.0 response {{jsonrpc, id, result | error}}: {exc}"
@@ -316,11 +348,10 @@ class DeferredIndex:
         self,
         call_id: str,
         approve: bool,
-        by: str,
         message: str | None,
         wait_s: float,
         *,
-        via: str = "cli",
+        who: Answerer,
         here: bool = False,
     ) -> Any:
         """`goondan calls approve|deny` (and Studio's buttons, `via` studio): a person's
@@ -334,13 +365,9 @@ class DeferredIndex:
                 f"call {call_id} is a {call.method} call, not an approval; answer it with "
                 "`goondan calls resolve ID --result JSON | --error CODE`",
             )
-        if not isinstance(located, Found):
-            return await self._forward(located, wait_s, via, approve=approve, by=by,
-                                       message=message)  # fmt: skip
-        answer = approval_answer(
-            call_id, approved=approve, by=by, via=via, at=self.clock(), message=message
-        )
-        return await self.resolve(call_id, answer, wait_s, via=via, here=True)
+        answer = approval_answer(call_id, approved=approve, by=who.by, via=who.via,
+                                 at=self.clock(), message=message)  # fmt: skip
+        return await self._answer(located, answer, wait_s, who=who, here=here)
 
     async def resolve(
         self,
@@ -348,34 +375,54 @@ class DeferredIndex:
         answer: JsonRpcResponse,
         wait_s: float,
         *,
+        who: Answerer,
         wait: bool = False,
-        via: str = "cli",
         here: bool = False,
         stream: bool = False,
     ) -> Any:
-        """Store the answer, route it to the owning process; wait for the resumed turn's
-        reply when the control client started it or `wait` (else return at once). An answer
-        to an approval becomes a decision record (who, how, when) logged as it is stored.
-        In cluster mode a call another node runs is answered there (`here`: this is that
-        node, asked by another)."""
-        found = await self._locate(call_id, forwardable=not here)
-        if not isinstance(found, Found):
-            return await self._forward(found, wait_s, via, answer=answer, wait=wait)
-        call = found.call
-        if call.method == APPROVE_METHOD:
-            answer = self._decision(call, answer, via)
+        """Check who answers, record the answer, route it to the owning process; wait for the
+        resumed turn's reply when the control client started it or `wait` (else return at
+        once). An answer to an approval becomes a decision record (who, how, when: goondan's
+        own, not the answer's). In cluster mode a call another node runs is answered there
+        (`here`: this is that node, asked by another that checked and recorded who answers)."""
+        located = await self._locate(call_id, forwardable=not here)
+        call = located.call if isinstance(located, Found) else located
+        if call.method == APPROVE_METHOD and not here:
+            answer = _decision(call, answer, who, self.clock())
+        return await self._answer(located, answer, wait_s, who=who, wait=wait, here=here,
+                                  stream=stream)  # fmt: skip
+
+    async def _answer(
+        self,
+        located: Found | PendingCall,
+        answer: JsonRpcResponse,
+        wait_s: float,
+        *,
+        who: Answerer,
+        wait: bool = False,
+        here: bool = False,
+        stream: bool = False,
+    ) -> Any:
+        call = located.call if isinstance(located, Found) else located
+        refused = None if here else call_auth.refusal(call, who)
+        if refused is not None:
+            log.warning("deferred_answer_forbidden", call_id=call.id, method=call.method,
+                        via=who.via, by=who.by, reason=refused)  # fmt: skip
+            raise DeferredCallError(ErrorCode.E_CALL_FORBIDDEN, refused)
+        if not isinstance(located, Found):
+            return await self._forward(call, wait_s, who, answer=answer, wait=wait)
         address = agent_address(call.agent, call.instance_key)
         problem = self.targets.check_target(address)
         if problem is not None:  # e.g. the agent left the swarm: keep the call for later
             raise DeferredCallError(ErrorCode(problem.code), problem.message)
-        data = msgspec.json.encode(answer)
-        write_atomic(found.path.with_name(path_segment(call.id) + ANSWER_SUFFIX), data)
-        self.calls.pop(call_id, None)
+        self._sweep(address)
+        self.book.record(call, answer, self.clock())  # before the agent can hear of it
+        _log_answer(call, answer)
+        self.calls.pop(call.id, None)
         if self.mirror is not None:
             self.mirror.answered(call)
-        waiter = self._reopen(call, wait, via)
+        waiter = self._reopen(call, wait, who.via)
         self._route(address, call.id, stream)
-        log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)
         if waiter is None:
             return {"resolved": call.id, "agent": call.agent, "instanceKey": call.instance_key}
         try:
@@ -389,28 +436,15 @@ class DeferredIndex:
                 f"{wait_s} s",
             ) from None
 
-    def _decision(self, call: PendingCall, answer: JsonRpcResponse, via: str) -> JsonRpcResponse:
-        result, error = answer.result, answer.error
-        given = result if isinstance(result, dict) else {}
-        if error is not None and isinstance(error.data, dict):
-            given = error.data
-        approved = error is None and (result is True or given.get("approved") is True)
-        by = str(given.get("by") or via)
-        message = error.message if error is not None else given.get("message")
-        log.info("approval_decided", call_id=call.id, tool=call.params.get("tool"),
-                 decision="approved" if approved else "denied", by=by, via=via,
-                 agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
-        return approval_answer(call.id, approved=approved, by=by, via=via, at=self.clock(),
-                               message=str(message) if message else None)  # fmt: skip
-
     async def handle(self, forward: Forward) -> Any:
-        """An answer another node forwarded: this node runs the call's instance."""
+        """An answer another node forwarded, checked and recorded as who gave it there: this
+        node runs the call's instance."""
+        who = Answerer(via=forward.via, by=forward.by)
         if forward.answer is not None:
             return await self.resolve(forward.call_id, forward.answer, forward.wait_s,
-                                      wait=forward.wait, via=forward.via, here=True)  # fmt: skip
-        return await self.decide(forward.call_id, bool(forward.approve), forward.by,
-                                 forward.message, forward.wait_s, via=forward.via,
-                                 here=True)  # fmt: skip
+                                      who=who, wait=forward.wait, here=True)  # fmt: skip
+        return await self.decide(forward.call_id, bool(forward.approve), forward.message,
+                                 forward.wait_s, who=who, here=True)  # fmt: skip
 
     async def _locate(self, call_id: str, *, forwardable: bool) -> Found | PendingCall:
         """The call in this node's files, or (cluster mode) the call another node runs."""
@@ -425,10 +459,10 @@ class DeferredIndex:
                 )
         return self._find(call_id)
 
-    async def _forward(self, call: PendingCall, wait_s: float, via: str, **asked: Any) -> Any:
+    async def _forward(self, call: PendingCall, wait_s: float, who: Answerer, **asked: Any) -> Any:
         assert self.mirror is not None
         forward = Forward(call_id=call.id, agent=call.agent, instance_key=call.instance_key,
-                          wait_s=wait_s, via=via, **asked)  # fmt: skip
+                          wait_s=wait_s, via=who.via, by=who.by, **asked)  # fmt: skip
         return await self.mirror.forward(call, forward)
 
     def _local(self, call_id: str) -> Found | None:
@@ -483,22 +517,57 @@ class DeferredIndex:
         request; they go under the turn's first request, whose connector waits)."""
         entry = self.broker.ready(address)
         if entry is not None:
-            self._poke(entry, call_id, stream)
+            for answered in self.book.of(address):
+                if answered.call_id == call_id:
+                    self._hand(entry, answered, stream)
             return
         self._held.setdefault(address, {})[call_id] = stream
-        self.targets.ensure(address)  # a new process resumes the turn from the files
+        self.targets.ensure(address)  # a new process resumes the turn with its answers
 
     def on_ready(self, address: Address) -> None:
-        held = self._held.pop(address, None)
+        """A process of `address` is ready: it gets every answer recorded for its calls (a
+        process that resumes a turn takes its answers only from here, never from files)."""
+        held = self._held.pop(address, {})
+        if not self.book.has_any(address):
+            return
         entry = self.broker.ready(address)
-        if held and entry is not None:
-            for call_id, stream in held.items():
-                self._poke(entry, call_id, stream)
+        if entry is None:
+            return
+        for answered in self._sweep(address):
+            self._hand(entry, answered, held.get(answered.call_id, False))
 
-    def _poke(self, entry: ProcessEntry, call_id: str, stream: bool = False) -> None:
-        args: JsonObject = {"id": call_id, "stream": True} if stream else {"id": call_id}
+    def _hand(self, entry: ProcessEntry, answered: Answered, stream: bool = False) -> None:
+        args: JsonObject = {"id": answered.call_id, "answer": msgspec.to_builtins(answered.answer)}
+        if stream:
+            args["stream"] = True
         payload = CallPayload(call_id=uuid.uuid4().hex, op=CallOp.DEFERRED_RESOLVE, args=args)
         self.broker.send(entry, Call(from_=ORCHESTRATOR, to=entry.id_text, payload=payload))
+        if answered.approval:  # spent: never handed twice (call_answers.py)
+            self.book.drop(entry.address, answered.call_id)
+
+
+def _decision(
+    call: PendingCall, answer: JsonRpcResponse, who: Answerer, at: float
+) -> JsonRpcResponse:
+    """A client's answer to an approval as goondan's decision record: approved or not, and
+    its message, from the answer; who and how from `who`, never from the answer."""
+    result, error = answer.result, answer.error
+    given = result if isinstance(result, dict) else {}
+    approved = error is None and (result is True or given.get("approved") is True)
+    message = error.message if error is not None else given.get("message")
+    return approval_answer(call.id, approved=approved, by=who.by, via=who.via, at=at,
+                           message=str(message) if message else None)  # fmt: skip
+
+
+def _log_answer(call: PendingCall, answer: JsonRpcResponse) -> None:
+    if call.method != APPROVE_METHOD:
+        log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)
+        return
+    record = answer.result if answer.error is None else answer.error.data
+    record = record if isinstance(record, dict) else {}
+    log.info("approval_decided", call_id=call.id, tool=call.params.get("tool"),
+             decision="approved" if answer.error is None else "denied", by=record.get("by"),
+             via=record.get("via"), agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
 
 
 def answer_of(
@@ -517,14 +586,3 @@ def _connector(target: str) -> Address | None:
     except ProtocolError:
         return None
     return address if address.kind is ProcessKind.CONNECTOR else None
-
-
-def _sweep_answers(directory: Path) -> None:
-    """Remove answers whose call is gone. The child removes a taken call's files (call, then
-    answer) before the tool result is written; a process killed in between (an unlink slowed
-    by the disk is enough) leaves the answer alone, which nothing will read again."""
-    for answer in directory.glob("*" + ANSWER_SUFFIX):
-        call = answer.with_name(answer.name[: -len(ANSWER_SUFFIX)] + PENDING_SUFFIX)
-        if not call.exists():
-            answer.unlink(missing_ok=True)
-            log.info("deferred_answer_swept", path=str(answer))

@@ -322,7 +322,12 @@ class Router:
             return
         services = self.services
         if event.type == ANSWER_EVENT and services.deferred is not None:
-            services.deferred.on_answer_event(event)  # a client's JSON-RPC answer (§10)
+            if entry.address.kind is not ProcessKind.CONNECTOR:  # an agent answering itself
+                log.warning("deferred_answer_from_agent", sender=entry.id_text, event_id=event.id)
+                why = "only a client answers a deferred call (a connector, the CLI)"
+                self._reject(event, ErrorCode.E_CALL_FORBIDDEN, why)
+                return
+            services.deferred.on_answer_event(entry, event, to)  # a client's answer (§10)
             return
         if entry.address.kind is ProcessKind.CONNECTOR and services.connections is not None:
             services.connections.on_event(entry, event, to)

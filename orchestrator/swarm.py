@@ -16,7 +16,7 @@ from types import MappingProxyType
 from bundles.kinds import Kind, SwarmSpec
 from bundles.model import Bundle, Resource
 from bundles.refs import connection_connector, connection_swarm, entry_agent, swarm_agents
-from orchestrator import ingress
+from orchestrator import call_auth, ingress
 from protocol.ids import Address, ProcessKind
 
 
@@ -26,6 +26,9 @@ class Connection:
     connector: str
     address: Address
     ingress: ingress.Ingress
+    approvers: frozenset[str] = frozenset()
+    """`config.approvers`: who may decide an approval through this Connection (a chat user
+    id or name, an API token's name; orchestrator/call_auth.py)."""
 
 
 def swarm_connections(bundle: Bundle, swarm: Resource[SwarmSpec]) -> list[Connection]:
@@ -34,11 +37,13 @@ def swarm_connections(bundle: Bundle, swarm: Resource[SwarmSpec]) -> list[Connec
     for res in bundle.of_kind(Kind.CONNECTION):
         if connection_swarm(bundle, res).name != swarm.name:
             continue
-        connector = connection_connector(bundle, res).name
+        connector_res = connection_connector(bundle, res)
+        connector = connector_res.name
         address = Address(kind=ProcessKind.CONNECTOR, name=res.name, instance_key=connector)
-        found.append(
-            Connection(res.name, connector, address, ingress.compile_connection(bundle, res))
-        )
+        defaults = connector_res.spec.config.get("approvers")
+        approvers = call_auth.names(res.spec.config.get("approvers", defaults))
+        compiled = ingress.compile_connection(bundle, res)
+        found.append(Connection(res.name, connector, address, compiled, approvers))
     return found
 
 

@@ -196,6 +196,11 @@ class StateLayout:
         """The swarm's ingress journal: every accepted event until its turn is done."""
         return self.root / "journal" / path_segment(swarm) / "ingress.sqlite3"
 
+    def answers_dir(self, swarm: str) -> Path:
+        """The daemon's record of answers to deferred calls not yet taken by their agent: kept
+        outside the instance tree, which agents write (ARCHITECTURE.md §10)."""
+        return self.root / "answers" / path_segment(swarm)
+
     def usage_file(self, swarm: str) -> Path:
         """Today's model usage of the swarm per agent: what budgets are counted against."""
         return self.root / "usage" / path_segment(swarm) / "usage.json"

@@ -130,6 +130,10 @@ class ErrorCode(StrEnum):
     E_CALL_NOT_FOUND = "E_CALL_NOT_FOUND"
     E_CALL_INVALID_ANSWER = "E_CALL_INVALID_ANSWER"
     E_CALL_NOT_APPROVAL = "E_CALL_NOT_APPROVAL"
+    E_CALL_FORBIDDEN = "E_CALL_FORBIDDEN"
+    """An answer from someone who may not give it: an approval from anyone but an approver (the
+    CLI, Studio, a Connection's `approvers`), a client-side call answered through another
+    Connection or instance than the one that received it."""
     E_METRICS_UNAVAILABLE = "E_METRICS_UNAVAILABLE"
     """The metrics endpoint cannot start (its port is taken, prometheus_client is missing)."""
 

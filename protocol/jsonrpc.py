@@ -49,9 +49,10 @@ class PendingCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
 
     Written by the agent process when the call suspends its turn, read by the orchestrator's
     pending-call index (`goondan calls list`) and by a later process of the same instance
-    that resumes the turn. The client's answer is stored next to it as `<id>.answer.json`
-    (a `JsonRpcResponse`). `event` is the originating AgentEvent (its `replyTo` is where the
-    turn's reply goes when it resumes).
+    that resumes the turn. The client's answer is never a file the agent reads: the daemon
+    keeps it (`StateLayout.answers_dir`) and hands it over in the `deferred_resolve` frame.
+    `event` is the originating AgentEvent (its `replyTo` is where the turn's reply goes when
+    it resumes).
     """
 
     id: str
@@ -73,10 +74,17 @@ class PendingCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
 
 PENDING_SUFFIX = ".json"
 ANSWER_SUFFIX = ".answer.json"
+"""Where an earlier goondan kept an answer next to its call; a file of that name is ignored
+now (an agent could have written it)."""
 
 ANSWER_EVENT = "deferred.answer"
 """A connector's event carrying a client's JSON-RPC response to a pending call in
 `metadata.rpc`; its reply is the resumed turn's reply."""
+ANSWERED_BY = "answeredBy"
+"""`metadata` of a connector's `deferred.answer` event: whom the connector authenticated (the
+chat user on the Connection's `approvers` who pressed, the name of the API token the client
+presented). Set by connector code, never from the client's payload; an approval from a
+Connection needs it to be one of the Connection's `approvers` (ARCHITECTURE.md §10)."""
 PENDING_CALL = "pendingCall"
 """`metadata` of the reply that tells a client a turn waits on its call: the call's id."""
 

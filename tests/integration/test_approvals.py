@@ -147,7 +147,10 @@ async def test_approve_refuses_a_call_that_is_not_an_approval(start_daemon: Star
         assert code == 1 and "E_CALL_NOT_FOUND" in err
 
 
-async def test_webhook_client_approves_on_post_rpc(start_daemon: StartDaemon) -> None:
+async def test_a_webhook_client_cannot_approve_on_post_rpc(start_daemon: StartDaemon) -> None:
+    """`POST /rpc` took `{"approved": true, "by": "ann"}` and recorded `by: ann`: whoever held
+    the hook's secret decided approvals, under any name (issue 27 F1). A webhook is no
+    approver: E_CALL_FORBIDDEN, the tool does not run, and the CLI still can."""
     async with asyncio.timeout(60):
         port = free_port()
         daemon = await start(start_daemon, port)
@@ -157,9 +160,13 @@ async def test_webhook_client_approves_on_post_rpc(start_daemon: StartDaemon) ->
         rpc = first.json()["rpc"]
         assert rpc["method"] == "goondan.approve"
         answer = {"jsonrpc": "2.0", "id": rpc["id"], "result": {"approved": True, "by": "ann"}}
-        resumed = await post(url + "/rpc", answer)
-        assert resumed.status_code == 200, resumed.text
-        assert json.loads(resumed.json()["reply"])["output"] == {"sent": 500, "to": "bob"}
+        refused = await post(url + "/rpc", answer)
+        assert refused.json()["error"]["code"] == "E_CALL_FORBIDDEN", refused.text
+        assert ran("ann") == [] and approval_events("ann") == []
+        assert [row["id"] for row in await calls_list()] == [rpc["id"]]
+        code, _, err = await run_cli("calls", "approve", rpc["id"])
+        assert code == 0, err
+        await daemon.wait_for("resumed_reply_to_origin", call_id=rpc["id"])  # the turn ended
         assert ran("ann") == ["transfer 500 bob"]
         [event] = approval_events("ann")
-        assert (event["data"]["by"], event["data"]["via"]) == ("ann", "connector:hook")
+        assert (event["data"]["by"], event["data"]["via"]) == (getpass.getuser(), "cli")

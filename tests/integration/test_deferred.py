@@ -270,9 +270,10 @@ async def start_hooked(start_daemon: StartDaemon) -> tuple[str, str]:
 
 async def test_webhook_request_out_answer_in_on_post_rpc(start_daemon: StartDaemon) -> None:
     async with asyncio.timeout(90):
-        hook, url = await start_hooked(start_daemon)
+        _, url = await start_hooked(start_daemon)
         body = {"text": "calendar this week", "properties": {"user": "u1"}}
-        first = await post(hook + "/events", body, sign=False)  # an event on loopback: unsigned
+        # a call is answered through the Connection whose client it went to (issue 27)
+        first = await post(url + "/events", body)
         assert first.status_code == 200, first.text
         rpc = first.json()["rpc"]
         assert (rpc["jsonrpc"], rpc["method"]) == ("2.0", "calendar.read")
@@ -285,7 +286,8 @@ async def test_webhook_request_out_answer_in_on_post_rpc(start_daemon: StartDaem
         reply = json.loads(resumed.json()["reply"])
         assert reply == {"status": "ok", "output": {"events": ["standup"]}}
         # an error answer: the model sees the coded tool error
-        rpc = (await post(hook + "/events", body, sign=False)).json()["rpc"]
+        again = {"text": "calendar next week", "properties": {"user": "u1"}}  # not a replay
+        rpc = (await post(url + "/events", again)).json()["rpc"]
         denied = {"jsonrpc": "2.0", "id": rpc["id"],
                   "error": {"code": -32001, "message": "denied by the user"}}  # fmt: skip
         resumed = await post(url + "/rpc", denied)
@@ -297,6 +299,27 @@ async def test_webhook_request_out_answer_in_on_post_rpc(start_daemon: StartDaem
         assert bad.status_code == 400
 
 
+async def test_a_call_is_answered_only_through_the_connection_that_received_it(
+    start_daemon: StartDaemon,
+) -> None:
+    """Any connector answered any call by its id: a client of one Connection resolved the
+    client-side calls of another's turns (issue 27). Now that is E_CALL_FORBIDDEN, and the
+    call still waits for its own client (or an operator)."""
+    async with asyncio.timeout(90):
+        hook, url = await start_hooked(start_daemon)
+        body = {"text": "calendar this week", "properties": {"user": "u3"}}
+        rpc = (await post(hook + "/events", body, sign=False)).json()["rpc"]  # via `hook`
+        answer = {"jsonrpc": "2.0", "id": rpc["id"], "result": {"events": ["forged"]}}
+        refused = await post(url + "/rpc", answer)  # via `signed`: another Connection
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "E_CALL_FORBIDDEN")
+        [pending] = await calls_list()
+        assert pending["id"] == rpc["id"]
+        code, _, err = await run_cli("calls", "resolve", rpc["id"], "--result",
+                                       '{"events": ["standup"]}')  # fmt: skip
+        assert code == 0, err
+        assert await calls_list() == []
+
+
 async def test_an_unsigned_answer_on_post_rpc_is_refused_even_on_loopback(
     start_daemon: StartDaemon,
 ) -> None:
@@ -305,7 +328,7 @@ async def test_an_unsigned_answer_on_post_rpc_is_refused_even_on_loopback(
     async with asyncio.timeout(90):
         hook, url = await start_hooked(start_daemon)
         body = {"text": "calendar this week", "properties": {"user": "u2"}}
-        rpc = (await post(hook + "/events", body, sign=False)).json()["rpc"]
+        rpc = (await post(url + "/events", body)).json()["rpc"]
         forged = {"jsonrpc": "2.0", "id": rpc["id"], "result": {"events": ["forged"]}}
         for where, sign, status, code in (
             (hook, False, 403, "E_CONNECTOR_UNSIGNED"),

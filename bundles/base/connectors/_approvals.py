@@ -4,10 +4,12 @@ When a turn that came from a chat stops at a tool that needs a person's approval
 answer carries the `goondan.approve` JSON-RPC request. The connector posts it to the same chat
 with two buttons (Telegram inline keyboard, Slack block actions) whose data is a short token,
 kept with the call id and the chat in `approvals.json` of the connector's state directory (a
-press after a connector restart still finds its call). A press counts only from that chat, and,
-when the Connection's `config.approvers` lists user ids or names, only from one of them. The
-decision goes to the orchestrator as a `deferred.answer` event (like the webhook's `POST /rpc`),
-whose reply is the resumed turn's answer, which the connector posts to the chat. A request
+press after a connector restart still finds its call). A press counts only from that chat and
+from a user the Connection's `config.approvers` lists (by id or name; a Connection that lists
+none takes no decision from its chat). The decision goes to the orchestrator as a
+`deferred.answer` event naming that approver (`answeredBy`), which the orchestrator checks
+against the same list and records as `by`; its reply is the resumed turn's answer, which the
+connector posts to the chat. A request
 decided elsewhere (`goondan calls approve|deny`, Studio, a webhook's `/rpc`) ends the same way:
 the orchestrator hands the resumed turn's reply to the connector (`ctx.on_resumed`), which
 finds the chat by the call id (`Pending.take_call`) and posts it there.
@@ -28,6 +30,7 @@ from bundles.sdk import ConnectorContext, ConnectorReply, load_sibling
 chatbot = load_sibling(__file__, "_chatbot")
 APPROVE_METHOD = "goondan.approve"
 ANSWER_EVENT = "deferred.answer"
+ANSWERED_BY = "answeredBy"
 PERMISSION_DENIED = -32001
 MAX_ARGUMENTS_CHARS = 1500
 
@@ -55,7 +58,7 @@ def decision_text(approved: bool, by: str) -> str:
 
 
 def approvers(config: Any) -> frozenset[str]:
-    """`config.approvers`: user ids or names allowed to decide (empty: anyone in the chat)."""
+    """`config.approvers`: user ids or names allowed to decide (empty: no one in the chat)."""
     raw = config.get("approvers") if hasattr(config, "get") else None
     return chatbot.names(raw) if raw else frozenset()
 
@@ -97,9 +100,16 @@ def refusal(
         return "this request is no longer pending"
     if record.get("chat") != chat:
         return "this request belongs to another chat"
-    if allowed and not allowed & {u for u in user_ids if u}:
+    if not allowed:
+        return "no one may decide requests here (the Connection lists no config.approvers)"
+    if principal(user_ids, allowed) is None:
         return "you may not decide this request"
     return None
+
+
+def principal(user_ids: Iterable[str], allowed: frozenset[str]) -> str | None:
+    """The entry of `config.approvers` that names this user (their id first, then name)."""
+    return next((u for u in user_ids if u and u in allowed), None)
 
 
 Where = dict[str, Any]
@@ -135,7 +145,8 @@ async def on_resumed(
 async def decide(
     ctx: ConnectorContext, call_id: str, approved: bool, by: str, wait_s: float
 ) -> str | None:
-    """Send the decision; the resumed turn's reply text (None when there is none)."""
+    """Send the decision of the approver `by` (an entry of `config.approvers`); the resumed
+    turn's reply text (None when there is none)."""
     if approved:
         rpc: dict[str, Any] = {"jsonrpc": "2.0", "id": call_id,
                                "result": {"approved": True, "by": by}}  # fmt: skip
@@ -145,7 +156,7 @@ async def decide(
         rpc = {"jsonrpc": "2.0", "id": call_id, "error": error}
     try:
         async with asyncio.timeout(wait_s):
-            reply = await ctx.emit(ANSWER_EVENT, {"rpc": rpc}, "")
+            reply = await ctx.emit(ANSWER_EVENT, {"rpc": rpc, ANSWERED_BY: by}, "")
     except TimeoutError:
         ctx.logger.error("approval_reply_timeout", call_id=call_id)
         return None

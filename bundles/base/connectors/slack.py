@@ -262,7 +262,9 @@ class Slack:
         settled = approvals.decision_text(approved, by)
         await self._api("chat.update", {"channel": channel, "ts": container.get("message_ts"),
                                          "text": settled, "blocks": []})  # fmt: skip
-        text = await approvals.decide(self.ctx, record["callId"], approved, by, self.reply_timeout)
+        approver = approvals.principal(who, self.approvers) or ""  # what the daemon records
+        text = await approvals.decide(self.ctx, record["callId"], approved, approver,
+                                      self.reply_timeout)  # fmt: skip
         if text is not None:
             await self.post({"channel": channel, "threadTs": record.get("threadTs")}, text)
 

@@ -182,7 +182,8 @@ class Telegram:
         self.pending.drop(token)
         approved, by = choice == "y", f"telegram:{who[1] or who[0]}"
         await self._settle(chat.get("id"), message.get("message_id"), approved, by)
-        text = await approvals.decide(self.ctx, record["callId"], approved, by,
+        approver = approvals.principal(who, self.approvers) or ""  # what the daemon records
+        text = await approvals.decide(self.ctx, record["callId"], approved, approver,
                                       self.reply_timeout)  # fmt: skip
         if text is not None:
             props = {"chatId": chat.get("id"), "messageId": record.get("messageId"),

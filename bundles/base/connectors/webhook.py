@@ -53,7 +53,7 @@ http = load_sibling(__file__, "_http")
 HttpError = guard.HttpError
 EVENT_PATHS = ("/", "/events")
 _STATUS_OF = {"E_CONNECTOR_NO_ROUTE": 422, "E_AGENT_CAPACITY": 429, "E_CALL_NOT_FOUND": 404,
-              "E_AGENT_BUDGET_EXCEEDED": 429}  # fmt: skip
+              "E_AGENT_BUDGET_EXCEEDED": 429, "E_CALL_FORBIDDEN": 403}  # fmt: skip
 """HTTP status of a coded error the daemon answered with (anything else: 502)."""
 RPC_PATH = "/rpc"
 RPC_EVENT = "deferred.answer"

@@ -11,6 +11,7 @@ import msgspec
 import pytest
 import zmq.asyncio
 
+from orchestrator.call_auth import Answerer, operator
 from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.delivery import OpenRequest
 from orchestrator.router import Router, Services
@@ -20,13 +21,20 @@ from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, response_to
 from protocol.ids import agent_address, parse_address
-from protocol.jsonrpc import ANSWER_SUFFIX, RESUMED_CALL, JsonRpcResponse, PendingCall
+from protocol.jsonrpc import (
+    ANSWER_SUFFIX,
+    APPROVE_METHOD,
+    RESUMED_CALL,
+    JsonRpcResponse,
+    PendingCall,
+)
 from protocol.messages import Call, CallOp, CallPayload, Event
 from tests.unit.orchestrator.fakes import FakeBroker, FakeLifecycle, FakeTargets
 
 NOW = 1000.0
 SWARM = "s"
 CLI = Source(kind=SourceKind.CLI, name="goondan")
+OPERATOR = operator("cli", None)
 
 
 @pytest.fixture
@@ -71,10 +79,12 @@ def index(router: Router, tmp_path: Path, targets: FakeTargets | None = None) ->
 
 async def test_list_shows_pending_calls_only(router: Router, tmp_path: Path) -> None:
     idx = index(router, tmp_path)
-    write(idx.layout, pending("live"))
+    live = write(idx.layout, pending("live"))
     write(idx.layout, pending("old", expires_at=NOW - 1))
-    answered = write(idx.layout, pending("done"))
-    answered.with_name("done" + ANSWER_SUFFIX).write_bytes(b"{}")
+    write(idx.layout, pending("done"))
+    idx.book.record(pending("done"), answer_of("done", 1, None, None, None), NOW)
+    # an answer file beside a call (an agent can write one) neither answers nor hides it
+    live.with_name("live" + ANSWER_SUFFIX).write_bytes(b'{"jsonrpc": "2.0", "id": "live"}')
     [row] = await idx.list()
     assert (row["id"], row["agent"], row["instanceKey"], row["method"]) == ("live", "a", "k",
                                                                              "ui.ask")  # fmt: skip
@@ -119,12 +129,13 @@ async def test_resolve_stores_the_answer_starts_the_agent_and_waits_for_the_repl
     event = started()
     path = write(idx.layout, pending("c1", event=event))
     resolving = asyncio.ensure_future(
-        idx.resolve("c1", answer_of("c1", None, -32002, None, None), 5)
+        idx.resolve("c1", answer_of("c1", None, -32002, None, None), 5, who=OPERATOR)
     )
     await asyncio.sleep(0)  # one loop turn: resolve runs up to its wait (no I/O in between)
-    answer = msgspec.json.decode(path.with_name("c1" + ANSWER_SUFFIX).read_bytes(),
-                                 type=JsonRpcResponse)  # fmt: skip
+    [answered] = idx.book.of(agent_address("a", "k"))  # the daemon's record, not the agent's
+    answer = answered.answer
     assert answer.error is not None and answer.error.code == -32002
+    assert not path.with_name("c1" + ANSWER_SUFFIX).exists()
     assert targets.ensured == [agent_address("a", "k")]
     reply = response_to(event, source=CLI, text="resumed")
     router.respond(reply)
@@ -138,7 +149,8 @@ async def test_resolve_of_an_unknown_call_is_a_coded_error(router: Router, tmp_p
     for call_id in ("nope", "old"):
         with pytest.raises(DeferredCallError) as info:
             async with asyncio.timeout(5):
-                await idx.resolve(call_id, answer_of(call_id, 1, None, None, None), 1)
+                await idx.resolve(call_id, answer_of(call_id, 1, None, None, None), 1,
+                                  who=OPERATOR)  # fmt: skip
         assert info.value.code == "E_CALL_NOT_FOUND"
 
 
@@ -153,6 +165,7 @@ def test_answer_of() -> None:
 
 A = agent_address("a", "k")
 HOOK = "connector:hook:webhook"
+HOOKED = Answerer(via="connector:hook", by="", connector=parse_address(HOOK))
 
 
 def from_connector(correlation_id: str = "corr") -> AgentEvent:
@@ -168,10 +181,12 @@ def faked(tmp_path: Path, broker: FakeBroker, targets: FakeTargets | None = None
 
 
 def pokes(broker: FakeBroker) -> list[str]:
-    """The `deferred_resolve` calls sent, by call id."""
+    """The `deferred_resolve` calls sent, by call id (each carries its answer)."""
     found = []
     for _, msg in broker.sent:
         assert isinstance(msg, Call) and msg.payload.op is CallOp.DEFERRED_RESOLVE
+        answer = msgspec.convert(msg.payload.args["answer"], JsonRpcResponse)
+        assert answer.id == msg.payload.args["id"]
         found.append(msg.payload.args["id"])
     return found
 
@@ -196,7 +211,8 @@ async def test_resolving_for_a_ready_process_reopens_the_request_and_pokes_it(
     idx = faked(tmp_path, broker, targets)
     write(idx.layout, pending("c1", event=from_connector()))
     async with asyncio.timeout(5):
-        result = await idx.resolve("c1", answer_of("c1", {"ok": 1}, None, None, None), 5)
+        result = await idx.resolve("c1", answer_of("c1", {"ok": 1}, None, None, None), 5,
+                                   who=OPERATOR)  # fmt: skip
     assert result == {"resolved": "c1", "agent": "a", "instanceKey": "k"}
     [request] = broker.opened  # the connector gets the resumed turn's reply
     assert (request.correlation_id, request.requester, request.server) == ("corr", HOOK, A)
@@ -222,7 +238,7 @@ async def test_a_connector_answering_its_own_turns_call_gets_no_second_copy(
     write(idx.layout, pending("c1", event=from_connector()))
     async with asyncio.timeout(5):
         resolving = asyncio.ensure_future(idx.resolve(
-            "c1", answer_of("c1", {"ok": 1}, None, None, None), 5, wait=True, via="connector:hook"
+            "c1", answer_of("c1", {"ok": 1}, None, None, None), 5, wait=True, who=HOOKED
         ))  # fmt: skip
         await asyncio.sleep(0)
         [request] = broker.opened
@@ -239,14 +255,36 @@ async def test_resolving_for_a_stopped_process_starts_it_and_pokes_it_once_ready
 ) -> None:
     broker, targets = FakeBroker(), FakeTargets()
     idx = faked(tmp_path, broker, targets)
-    write(idx.layout, pending("c1", event=from_connector()))
+    path = write(idx.layout, pending("c1", event=from_connector()))
     async with asyncio.timeout(5):
-        await idx.resolve("c1", answer_of("c1", None, -32002, None, None), 5)
+        await idx.resolve("c1", answer_of("c1", None, -32002, None, None), 5, who=OPERATOR)
     assert (targets.ensured, pokes(broker)) == ([A], [])
     broker.ready_entries[A] = ProcessEntry(address=A, status=S.IDLE, generation=1)
     idx.on_ready(A)
-    idx.on_ready(A)  # held resolutions go out once
     assert pokes(broker) == ["c1"]
+    idx.on_ready(A)  # a next process (the first died before the result was written) too
+    assert pokes(broker) == ["c1", "c1"]
+    path.unlink()  # the result is in the conversation: the agent removed the call
+    idx.on_ready(A)
+    assert pokes(broker) == ["c1", "c1"] and not idx.book.has_any(A)
+
+
+async def test_an_approval_is_handed_over_once(tmp_path: Path) -> None:
+    """Spent when handed: a process that took it and died does not get it again."""
+    broker, targets = FakeBroker(), FakeTargets()
+    idx = faked(tmp_path, broker, targets)
+    call = msgspec.structs.replace(pending("c1", event=from_connector()), method=APPROVE_METHOD)
+    write(idx.layout, call)
+    async with asyncio.timeout(5):
+        await idx.decide("c1", True, None, 5, who=OPERATOR)
+    broker.ready_entries[A] = ProcessEntry(address=A, status=S.IDLE, generation=1)
+    idx.on_ready(A)
+    idx.on_ready(A)
+    assert pokes(broker) == ["c1"] and not idx.book.has_any(A)
+    [_, msg] = broker.sent[0]
+    assert isinstance(msg, Call)
+    assert msg.payload.args["answer"]["result"]["by"] == OPERATOR.by
+    assert [row["id"] for row in await idx.list()] == ["c1"]  # undecided again, if not taken
 
 
 async def test_a_call_whose_agent_cannot_run_here_is_kept_for_later(tmp_path: Path) -> None:
@@ -256,9 +294,9 @@ async def test_a_call_whose_agent_cannot_run_here_is_kept_for_later(tmp_path: Pa
     path = write(idx.layout, pending("c1"))
     with pytest.raises(DeferredCallError) as info:
         async with asyncio.timeout(5):
-            await idx.resolve("c1", answer_of("c1", 1, None, None, None), 5)
+            await idx.resolve("c1", answer_of("c1", 1, None, None, None), 5, who=OPERATOR)
     assert info.value.code == ErrorCode.E_AGENT_NOT_IN_SWARM
-    assert not path.with_name("c1" + ANSWER_SUFFIX).exists()
+    assert not idx.book.has(A, "c1") and path.exists()
     assert [row["id"] for row in await idx.list()] == ["c1"]
     assert (broker.opened, broker.sent) == ([], [])
 
@@ -268,9 +306,12 @@ def test_resume_answered_starts_the_instances_that_can_run_here(tmp_path: Path) 
     targets = FakeTargets(refused={b: ErrorInfo(code=ErrorCode.E_AGENT_NOT_IN_SWARM, message="")})
     idx = faked(tmp_path, FakeBroker(), targets)
     for call in (pending("c1"), msgspec.structs.replace(pending("c2"), agent="b")):
-        path = write(idx.layout, call)
-        path.with_name(call.id + ANSWER_SUFFIX).write_bytes(b"{}")
+        write(idx.layout, call)
+        idx.book.record(call, answer_of(call.id, 1, None, None, None), NOW)
+    gone = msgspec.structs.replace(pending("c3"), instance_key="gone")  # its turn took it
+    idx.book.record(gone, answer_of("c3", 1, None, None, None), NOW)
     assert idx.resume_answered() == [A]
+    assert not idx.book.has_any(agent_address("a", "gone"))
     assert targets.ensured == [A]
 
 
