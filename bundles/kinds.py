@@ -404,15 +404,15 @@ class McpServer(_Spec):
     """A server that cannot start fails the agent's start; `false` starts without its tools."""
 
 
-SandboxMode = Literal["auto", "bubblewrap", "off"]
+SandboxMode = Literal["auto", "bubblewrap", "landlock", "off"]
 
 
 class ToolSandbox(_Spec):
     """Where the processes a tool starts run (`bash`, ripgrep): see `Tool.spec.sandbox`."""
 
     mode: SandboxMode | bool = "auto"
-    """auto = bubblewrap, refused with E_SANDBOX_UNAVAILABLE where it cannot run; off = none
-    (logged at every agent start). YAML reads an unquoted `off` as false: false means off."""
+    """auto = bubblewrap, else Landlock (Linux 5.13+), else refused with E_SANDBOX_UNAVAILABLE;
+    off = none (logged at every agent start). YAML reads an unquoted `off` as false."""
     network: bool = True
     """false: the sandbox has no network but its own loopback."""
 

@@ -11,6 +11,7 @@ shows it still does there) and fails in the sandbox.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
 import shutil
@@ -62,6 +63,11 @@ async def _pid_of(daemon: Daemon, agent: str, key: str) -> int:
     return pid
 
 
+def _landlock_abi() -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return max(0, int(libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))))
+
+
 def _reads_memory(pid: int, needle: str) -> str:
     """A command that scans /proc/PID/mem for `needle` and prints it reversed (past the output
     masking), the way F9 was found."""
@@ -100,7 +106,7 @@ def _attacks(layout: StateLayout, agent_pid: int, other_workdir: Path) -> dict[s
         "other conversation": f"cat {other.base_jsonl}",
         "other workdir": f"cat {other_workdir}/mine.txt",
         "logs": f"ls {layout.logs_dir(SWARM)} | grep -q orchestrator.log",
-        "journal": f"test -s {layout.journal_file(SWARM)}",
+        "journal": f"head -c 15 {layout.journal_file(SWARM)} | grep -q SQLite",
         "environ": f"cat /proc/{agent_pid}/environ > /dev/null",
         "memory": _reads_memory(agent_pid, MODEL_KEY),
         "ptrace": f"{_ptraces(agent_pid)} | grep -qx 0",
@@ -119,23 +125,27 @@ async def _scene(daemon: Daemon) -> tuple[StateLayout, int, Path, Path]:
     return layout, pid, other_workdir, layout.instance_paths(SWARM, KEY, "main").root
 
 
+@pytest.mark.parametrize("agent", ["main", "lock"], ids=["bubblewrap", "landlock"])
 async def test_nothing_of_the_daemon_is_reachable_from_a_sandboxed_bash(
-    start_daemon: StartDaemon, tmp_path: Path
+    start_daemon: StartDaemon, tmp_path: Path, agent: str
 ) -> None:
+    """`main` runs bash in bubblewrap, `lock` in the Landlock fallback."""
+    if agent == "lock" and _landlock_abi() < 6:
+        pytest.skip("Landlock ABI 6 (Linux 6.12) is not here")
     async with asyncio.timeout(60):
         daemon = await _start(start_daemon, tmp_path, {})
-        layout, pid, other_workdir, own_root = await _scene(daemon)
+        layout, pid, other_workdir, _ = await _scene(daemon)
         for name, command in _attacks(layout, pid, other_workdir).items():
-            result = await bash(daemon, command)
+            result = await bash(daemon, command, agent)
             assert result["exitCode"] != 0, (name, result)
             assert MODEL_KEY[::-1][:12] not in result["stdout"], name
-        planted = own_root / "pending-calls" / "evil.json"
-        await bash(daemon, f"mkdir -p {planted.parent} && echo x > {planted}")
+        planted = layout.instance_paths(SWARM, KEY, agent).pending_calls_dir / "evil.json"
+        await bash(daemon, f"mkdir -p {planted.parent} && echo x > {planted}", agent)
         assert not planted.exists()
         # the workdir itself is the agent's: a file written there is there after the call
-        made = await bash(daemon, "echo kept > made.txt && cat made.txt && echo t > /tmp/t")
+        made = await bash(daemon, "echo kept > made.txt && cat made.txt", agent)
         assert (made["exitCode"], made["stdout"]) == (0, "kept\n"), made
-        assert (layout.instance_paths(SWARM, KEY, "main").workdir / "made.txt").exists()
+        assert (layout.instance_paths(SWARM, KEY, agent).workdir / "made.txt").exists()
 
 
 async def test_the_same_attacks_work_with_sandbox_off(

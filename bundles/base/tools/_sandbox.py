@@ -18,20 +18,38 @@ The holder of the call's processes (`_contain`) wraps bubblewrap, not the revers
 deadline, SIGTERM then SIGKILL and the output caps stay as they were. `file-system`'s ripgrep
 runs in the same sandbox with the roots read-only. Config comes from
 `ctx.config["sandbox"]` (`{mode, network, hide}`, put there by the agent process).
+
+Where bubblewrap cannot run (not installed, user namespaces refused), `auto` falls back to
+Landlock (`_landlock.py`, a trampoline between the holder and the command): the same paths
+readable and writable, every hidden one unreadable, no ptrace or memory reads of processes
+outside, and on Linux 6.12+ no signal to them (so the holder's sweep cannot be cut short);
+it has no PID namespace and no fresh /tmp (/tmp is writable only where it holds no hidden
+path), and `network: false` stops TCP only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from bundles.sdk import ToolFailed
+from bundles.sdk import ToolFailed, load_sibling
 from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from bundles.base.tools import _landlock
+else:
+    _landlock = load_sibling(__file__, "_landlock")
+
+LANDLOCK = Path(__file__).with_name("_landlock.py")
+MODES = ("auto", "bubblewrap", "landlock")
 
 OFF_MODES = frozenset({"off", False})
 _PROBE_SECONDS = 5.0
@@ -46,6 +64,7 @@ _ISOLATION = (
 class Sandbox:
     """What one call's sandbox looks like; `None` in its place means `sandbox: off`."""
 
+    mode: str
     network: bool
     hide: tuple[str, ...]
 
@@ -59,14 +78,14 @@ def settings(config: Mapping[str, Any]) -> Sandbox | None:
     mode = raw.get("mode", "auto")
     if mode in OFF_MODES:
         return None
-    if mode not in ("auto", "bubblewrap"):
+    if mode not in MODES:
         raise ToolFailed(
-            f"Tool sandbox mode must be auto, bubblewrap or off, got {mode!r}",
+            f"Tool sandbox mode must be auto, bubblewrap, landlock or off, got {mode!r}",
             code=ErrorCode.E_TOOL_INVALID_ARGS,
-            suggestion="Set Tool.spec.sandbox to auto, bubblewrap or off.",
+            suggestion="Set Tool.spec.sandbox to auto, bubblewrap, landlock or off.",
         )
-    hide = raw.get("hide") or ()
-    return Sandbox(network=raw.get("network", True) is not False, hide=tuple(map(str, hide)))
+    hide = tuple(map(str, raw.get("hide") or ()))
+    return Sandbox(mode=str(mode), network=raw.get("network", True) is not False, hide=hide)
 
 
 _usable: str | None = None  # the bwrap that ran, once known
@@ -98,13 +117,33 @@ async def bubblewrap() -> str:
         _refusal = "bwrap is not installed" if found is None else await _probe(found)
         _usable = found if _refusal is None else None
     if _usable is None:
-        raise ToolFailed(
-            f"this tool runs its commands in a sandbox, and none can start here: {_refusal}",
-            code=ErrorCode.E_SANDBOX_UNAVAILABLE,
-            suggestion="Install bubblewrap (apt-get install bubblewrap; `make install` does "
-            "it), or set `sandbox: off` on the Tool to run its commands unsandboxed.",
-        )
+        raise _unavailable(str(_refusal))
     return _usable
+
+
+def _unavailable(why: str) -> ToolFailed:
+    return ToolFailed(
+        f"this tool runs its commands in a sandbox, and none can start here: {why}",
+        code=ErrorCode.E_SANDBOX_UNAVAILABLE,
+        suggestion="Install bubblewrap (apt-get install bubblewrap; `make install` does "
+        "it), or set `sandbox: off` on the Tool to run its commands unsandboxed.",
+    )
+
+
+async def confine(
+    box: Sandbox, argv: list[str], *, roots: Iterable[str], cwd: str
+) -> tuple[list[str], bool]:
+    """`argv` in `box`, and whether its leader is bubblewrap (see `_contain.open_call`)."""
+    if box.mode != "landlock":
+        try:
+            return wrap(await bubblewrap(), box, argv, roots=roots, cwd=cwd), True
+        except ToolFailed:
+            if box.mode == "bubblewrap":
+                raise
+    if _landlock.abi() < 1:
+        why = "this kernel has no Landlock" if box.mode == "landlock" else str(_refusal)
+        raise _unavailable(f"{why}; no Landlock either" if box.mode == "auto" else why)
+    return wrap_landlock(box, argv, roots=roots), False
 
 
 def _within(path: str, parent: str) -> bool:
@@ -159,3 +198,64 @@ def wrap(
         bwrap, *_BASE, *_mounts(box, roots, bind), *_ISOLATION, *net,
         "--chdir", os.path.realpath(cwd), "--", *argv,
     ]  # fmt: skip
+
+
+_PROC_READABLE = ("cpuinfo", "meminfo", "loadavg", "uptime", "version", "stat", "filesystems")
+"""/proc is closed to a Landlock sandbox (it has no PID namespace: another process's environ
+stays readable through it) but for these system-wide files."""
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)  # through symlinks: a rule holds for what the path leads to
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _guarded(hide: list[str]) -> set[tuple[int, int]]:
+    """Every directory that holds a hidden path, by identity: a bind mount or a symlink of one
+    elsewhere (a container's /old_root) would grant it whole under another name."""
+    found = set()
+    for path in hide:
+        while True:
+            identity = _identity(path)
+            if identity is not None:
+                found.add(identity)
+            if path == "/":
+                break
+            path = os.path.dirname(path)
+    return found
+
+
+def _complement(top: str, hide: list[str], guarded: set[tuple[int, int]]) -> list[str]:
+    """The entries beneath `top` that hold none of `hide`: whole where they hold none, split
+    into their own entries where they hold one (Landlock only grants, never takes away)."""
+    out = []
+    try:
+        names = sorted(os.listdir(top))
+    except OSError:
+        return []
+    for name in names:
+        path = os.path.join(top, name)
+        if path in hide or path == "/proc":
+            continue
+        if _identity(path) not in guarded:
+            out.append(path)
+        elif not os.path.islink(path) and os.path.isdir(path):
+            out += _complement(path, hide, guarded)
+    return out
+
+
+def wrap_landlock(box: Sandbox, argv: list[str], *, roots: Iterable[str]) -> list[str]:
+    """`argv` behind the Landlock trampoline: everything but the hidden paths (and /proc)
+    readable, the roots (but hidden paths inside them) writable."""
+    hide = [os.path.realpath(path) for path in box.hide]
+    guarded = _guarded(hide)
+    write: list[str] = []
+    for root in map(os.path.realpath, roots):
+        inside = any(_within(h, root) and h != root for h in hide)
+        write += _complement(root, hide, guarded) if inside else [root]
+    read = _complement("/", hide, guarded) + [f"/proc/{name}" for name in _PROC_READABLE]
+    spec = {"read": read, "write": write, "network": box.network}
+    return [sys.executable, "-I", "-S", str(LANDLOCK), json.dumps(spec), "--", *argv]

@@ -86,13 +86,12 @@ def _cwd(ws: _workspace.Workspace, raw: str | None) -> Path:
 
 async def _confined(
     ctx: ToolContext, ws: _workspace.Workspace, argv: list[str], cwd: Path
-) -> list[str] | None:
-    """`argv` inside the Tool's sandbox, or None for `sandbox: off`."""
+) -> tuple[list[str], bool] | None:
+    """`argv` inside the Tool's sandbox and whether bubblewrap leads it; None: `sandbox: off`."""
     box = _sandbox.settings(ctx.config)
     if box is None:
         return None
-    bwrap = await _sandbox.bubblewrap()
-    return _sandbox.wrap(bwrap, box, argv, roots=ws.roots, cwd=str(cwd))
+    return await _sandbox.confine(box, argv, roots=ws.roots, cwd=str(cwd))
 
 
 async def _run(
@@ -105,14 +104,14 @@ async def _run(
     )
     confined = await _confined(ctx, ws, argv, cwd)
     result = await _process.run_capped(
-        confined or argv,
+        confined[0] if confined else argv,
         cwd=cwd,
         env=_child_env(ctx, input.get("env")),
         timeout_s=timeout_ms / 1000,
         max_bytes=_int_setting(config, "maxOutputBytes", 100_000),
         kill_grace_s=_int_setting(config, "killGraceMs", 1000) / 1000,
         tracking=str(config.get("processTracking", "auto")),
-        sandboxed=confined is not None,
+        sandboxed=confined is not None and confined[1],
     )
     ctx.logger.info(
         "bash.finished",

@@ -29,6 +29,7 @@ def _spec(sandbox: Any) -> ToolSpec:
     ("given", "expected"),
     [
         ("auto", ("auto", True)),
+        ("landlock", ("landlock", True)),
         (False, ("off", True)),  # YAML's reading of an unquoted `off`
         ("off", ("off", True)),
         (True, ("auto", True)),
@@ -71,7 +72,7 @@ def test_sandbox_off_is_logged_and_the_config_carries_the_sandbox(tmp_path: Path
     assert next(e for e in logs if e["event"] == "sandbox_off")["tool"] == "t"
 
 
-@pytest.mark.parametrize("value", ["landlock", "{mode: chroot}", "3", "{mode: auto, net: 1}"])
+@pytest.mark.parametrize("value", ["chroot", "{mode: jail}", "3", "{mode: auto, net: 1}"])
 def test_a_bad_value_is_a_coded_error_at_its_field(tmp_path: Path, value: str) -> None:
     write_bundle(tmp_path, VALID_TAIL + "---\n" + TOOL + f"  sandbox: {value}\n"
                  "  exports: [{name: x}]\n")  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -112,6 +113,7 @@ async def test_no_sandbox_at_hand_is_a_coded_refusal(
 ) -> None:
     monkeypatch.setattr(bash._sandbox, "_usable", None)
     monkeypatch.setattr(bash._sandbox, "_refusal", None)
+    monkeypatch.setattr(bash._sandbox._landlock, "abi", lambda: 0)
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     with pytest.raises(ToolFailed) as info:
         await run(ctx, "true")
@@ -192,3 +194,51 @@ async def test_ripgrep_runs_in_the_sandbox_or_gives_way_to_the_python_engine(
         with pytest.raises(ToolFailed) as info:
             await call(file_system, "search", asked, {"query": "needle"})
     assert info.value.code == ErrorCode.E_SANDBOX_UNAVAILABLE
+
+
+needs_landlock = pytest.mark.skipif(
+    bash._sandbox._landlock.abi() < 6, reason="Landlock ABI 6 (Linux 6.12) is not here"
+)
+
+
+@needs_landlock
+async def test_landlock_hides_what_bubblewrap_hides(
+    ctx: FakeContext, workdir: Path, tmp_path: Path
+) -> None:
+    """The fallback: the hidden state root (which holds the workdir) unreadable but the
+    workdir, no memory or signal of a process outside, nothing detached left behind."""
+    box = sandboxed(ctx, mode="landlock", hide=[str(tmp_path)])
+    marker = f"{uuid.uuid4().int % 10**6}.{os.getpid()}"
+    command = (
+        f"cat {tmp_path / 'outside' / 'secret.txt'}; echo $?; echo in > here.txt; echo $?; "
+        f"touch /usr/x 2>/dev/null; echo $?; cat /proc/{os.getpid()}/environ > /dev/null; "
+        f"echo $?; kill -0 $PPID; echo $?; setsid sleep {marker} & echo done"
+    )
+    out = await run(box, command)
+    codes = out["stdout"].split()
+    assert codes[0] != "0" and codes[1] == "0" and codes[2] != "0", out
+    assert codes[3] != "0" and codes[4] != "0" and codes[5] == "done", out
+    assert (workdir / "here.txt").exists()
+    assert _running(marker) == []
+
+
+@needs_landlock
+async def test_landlock_without_network_has_no_tcp(ctx: FakeContext) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        dial = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\""
+        online = await run(sandboxed(ctx, mode="landlock"), dial)
+        offline = await run(sandboxed(ctx, mode="landlock", network=False), dial)
+    assert (online["exitCode"], offline["exitCode"] != 0) == (0, True), (online, offline)
+
+
+@needs_landlock
+async def test_auto_falls_back_to_landlock_without_bubblewrap(
+    ctx: FakeContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bash._sandbox, "_usable", None)
+    monkeypatch.setattr(bash._sandbox, "_refusal", "bwrap is not installed")
+    out = await run(sandboxed(ctx, hide=[str(tmp_path / "outside")]), "cat ../outside/secret.txt")
+    assert out["exitCode"] != 0 and "top secret" not in out["stdout"], out
+    pid = await run(ctx, "echo $$")  # no PID namespace of its own: a pid of the machine
+    assert int(pid["stdout"]) > 2, pid
