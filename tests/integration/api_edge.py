@@ -3,6 +3,7 @@ api Connection on a free port, and the token that opens it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -34,7 +35,14 @@ async def start_edge(start_daemon: StartDaemon) -> Edge:
     return Edge(daemon, f"http://127.0.0.1:{port}")
 
 
-def conversation(key: str, agent: str = "front") -> list[str]:
-    """The texts of an instance's conversation on disk."""
-    path = StateLayout.from_env().instance_paths("edge", key, agent).base_jsonl
+def owned(name: str, token: str = TOKEN) -> str:
+    """The instance key of the instance a client with `token` names `name` (the connector
+    keeps each token's instances apart: `api:<Connection>:<token id>:<name>`)."""
+    return f"api:api:{hashlib.sha256(token.encode()).hexdigest()[:12]}:{name}"
+
+
+def conversation(name: str, agent: str = "front") -> list[str]:
+    """The texts of the conversation of the instance the test's client names `name`."""
+    path = StateLayout.from_env().instance_paths("edge", owned(name), agent).base_jsonl
+
     return [json.loads(line).get("content") or "" for line in path.read_text().splitlines()]

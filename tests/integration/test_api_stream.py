@@ -22,7 +22,7 @@ from google.protobuf.json_format import MessageToDict
 from mcp.client.session import ClientSession
 
 from protocol.endpoints import StateLayout
-from tests.integration.api_edge import TOKEN, start_edge
+from tests.integration.api_edge import TOKEN, owned, start_edge
 from tests.integration.api_edge import conversation as history
 from tests.integration.conftest import StartDaemon
 from tests.integration.test_api_a2a_mcp import AUTH, _mcp, _message, _task
@@ -156,7 +156,7 @@ async def test_a_client_gone_mid_stream_leaves_the_streamed_turn_to_finish(
             if chunk.choices and chunk.choices[0].delta.content:
                 break  # the first delta is here: the client hangs up
         await stream.close()
-        await edge.daemon.wait_for("transition", process="agent:front:left:1",
+        await edge.daemon.wait_for("transition", process=f"agent:front:{owned('left')}:1",
                                    source="processing", target="idle", since=mark)  # fmt: skip
         after = await client.chat.completions.create(
             model="front", user="left", messages=[{"role": "user", "content": "next"}]
@@ -258,7 +258,7 @@ async def test_a_slow_reader_gets_the_backlog_merged_and_the_turn_ends_without_i
             chunk = await anext(chunks)
             texts.extend(c.delta.content for c in chunk.choices if c.delta.content)
         # the client reads nothing more until the turn has ended and its reply is on disk
-        await edge.daemon.wait_for("transition", process="agent:front:flood:1",
+        await edge.daemon.wait_for("transition", process=f"agent:front:{owned('flood')}:1",
                                    source="processing", target="idle", since=mark)  # fmt: skip
         on_disk = _history("flood")
         async for chunk in chunks:

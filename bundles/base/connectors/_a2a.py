@@ -5,7 +5,9 @@ by a2a-sdk's JSON-RPC server (the v0.3 method names `message/send`, `message/str
 - Card: `/a2a/<agent>/.well-known/agent-card.json`, one skill for the agent (its
   description) and one per tool its Agent resource declares; bearer auth; streaming.
 - A message is a task. The instance is the `X-Goondan-Instance` header, else the message's
-  `metadata.instanceKey`, else `a2a:<contextId>` (one conversation per A2A context).
+  `metadata.instanceKey`, else `a2a:<contextId>` (one conversation per A2A context), in the
+  token's namespace (`_edge.Edge.key`).
+
 - The reply is the task's artifact `reply` and it ends `completed` (or `failed`, with the
   coded error). The agent streams into the task (`_edge.Edge.pieces`), so `message/stream`
   sends the task, `working`, the model's text as artifact chunks (`append`) as it is written,
@@ -137,8 +139,8 @@ class Executor(AgentExecutor):
         else:
             headers = context.call_context.state.get("headers", {})
             meta = dict(message.metadata) if message.HasField("metadata") else {}
-            key = self.edge.key(headers.get(INSTANCE_HEADER), meta.get("instanceKey"),
-                                f"a2a:{context.context_id}")  # fmt: skip
+            key = self.edge.key(headers.get(edge.CLIENT_HEADER, ""), headers.get(INSTANCE_HEADER),
+                                meta.get("instanceKey"), f"a2a:{context.context_id}")  # fmt: skip
             text = "\n".join(get_text_parts(parts))
             pieces = self.edge.pieces(self.agent, str(key), text, stream=True)
         await self._report(updater, pieces)

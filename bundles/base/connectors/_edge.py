@@ -53,6 +53,9 @@ STATUS_OF = {
 """HTTP status of a coded error from the daemon (anything else: 502, the turn failed)."""
 CANCELLED = -32002
 """JSON-RPC code of a client-side call the user cancelled (ARCHITECTURE.md §10)."""
+CLIENT_HEADER = "x-goondan-api-client"
+"""The id of the request's bearer token, set by the connector's gate (a client's own header of
+that name is dropped): whose instances and idempotency keys a request reaches."""
 
 
 Refusal = load_sibling(__file__, "_httpguard").HttpError
@@ -201,23 +204,38 @@ class _Ask:
 
 
 class Edge:
-    def __init__(self, ctx: ConnectorContext, timeout: float, agents: frozenset[str]) -> None:
+    def __init__(
+        self, ctx: ConnectorContext, timeout: float, agents: frozenset[str], *, shared: bool = False
+    ) -> None:
         self.ctx = ctx
         self.timeout = timeout
         self.agents = agents
         """The agents this Connection serves (config.agents, else all of the swarm's)."""
+        self.shared = shared
+        """config.sharedInstances: every token of the Connection reaches the same instances."""
 
     def check_agent(self, agent: str) -> None:
         if agent not in self.agents:
             known = ", ".join(sorted(self.agents))
             raise Refusal(404, "E_AGENT_NOT_FOUND", f"no agent {agent!r} here; ask one of: {known}")
 
-    def key(self, *candidates: str | None) -> str:
-        """The first instance key given, else the Swarm's."""
-        for key in candidates:
-            if key:
-                return key
-        return self.ctx.swarm.instance_key
+    def key(self, client: str, *candidates: str | None) -> str:
+        """The instance a client names (the first key given, else the Swarm's instanceKey),
+        in the Connection's namespace: `api:<Connection>:<token id>:<name>`, without the token
+        id when the Connection shares instances. A client so never reaches an instance of
+        another token, nor one the CLI or another connector made."""
+        name = next((key for key in candidates if key), self.ctx.swarm.instance_key)
+        return f"api:{self.ctx.connection}:{self._owner(client)}{name}"
+
+    def idempotency(self, client: str, key: str | None) -> str | None:
+        """A client's `Idempotency-Key` as the token's own: another token's same key is
+        another input, with its own reply."""
+        return f"{self._owner(client, always=True)}{key}" if key else None
+
+    def _owner(self, client: str, *, always: bool = False) -> str:
+        if not client:  # the gate sets it on every request it lets through
+            raise Refusal(401, "E_API_UNAUTHORIZED", "send Authorization: Bearer <token>")
+        return "" if self.shared and not always else f"{client}:"
 
     def pieces(
         self,

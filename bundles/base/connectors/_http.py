@@ -9,7 +9,14 @@ server on a network port needs, whatever it serves:
   chunked body passes it), read whole within `readTimeoutMs` (408) before the app sees it.
 - **Answers**: a client that stops reading stalls its own connection only (writes wait for
   it: buffers stay bounded); after `writeTimeoutMs` (30 s) without reading it is cut. Idle
-  keep-alive connections close after 5 s; past `maxConnections` (1000) new requests get 503.
+  keep-alive connections close after 5 s.
+- **Connections**: at most `maxConnections` (1000), and `maxConnectionsPerClient` (100) from
+  one client address; at a limit the oldest idle connection is closed to make room
+  (`_admission.py`), and only when every one has a request in progress is a new one refused
+  (503). A server may check a request's head (`mount(head=)`: the api connector's token)
+  before its body is read: a refused request's body is then discarded as it comes, at most
+  `maxBodyBytes` of it for `LINGER_S`, after the answer (closing with unread data would reset
+  the connection before the client reads the answer).
 
 `HttpServer.bind` (from a connector's `start`) binds the port, so a port in use is a start
 error naming it; `HttpServer.serve` (from `run`) serves until cancelled, then closes every
@@ -35,10 +42,15 @@ from starlette.responses import StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from bundles.sdk import load_sibling
+
+Admission = load_sibling(__file__, "_admission").Admission
 ErrorBody = Callable[[int, str, str], Mapping[str, Any]]
 """(status, code, message) -> the JSON body of a refusal, in the shape the server speaks."""
 DRAIN_BYTES = 256 * 1024
 """What a refused request may still send before the connection is closed under it."""
+LINGER_S = 2.0
+"""How long a refused request's unread body is discarded before its connection is cut."""
 TICK_S = 1.0
 """How often the server refreshes its Date header (and nothing else: it does not poll)."""
 
@@ -55,8 +67,10 @@ class Limits:
     write_timeout: float = 30.0
     keep_alive: float = 5.0
     max_connections: int = 1000
+    max_connections_per_client: int = 100
     code_prefix: str = "E_HTTP"
-    """Refusals are coded `<prefix>_TOO_LARGE`, `_TIMEOUT`, `_HEADERS_TOO_LARGE`, `_BAD_REQUEST`."""
+    """Refusals are coded `<prefix>_TOO_LARGE`, `_TIMEOUT`, `_HEADERS_TOO_LARGE`,
+    `_BAD_REQUEST`, `_BUSY`."""
 
     @classmethod
     def of(cls, config: Mapping[str, Any], code_prefix: str) -> Limits:
@@ -66,6 +80,7 @@ class Limits:
             read_timeout=int(config.get("readTimeoutMs", 10_000)) / 1000,
             write_timeout=int(config.get("writeTimeoutMs", 30_000)) / 1000,
             max_connections=int(config.get("maxConnections", 1000)),
+            max_connections_per_client=int(config.get("maxConnectionsPerClient", 100)),
             code_prefix=code_prefix,
         )
 
@@ -101,13 +116,20 @@ class JoinedWrites:
     pause that makes the app wait for a slow reader) would never start. A close sends what is
     joined first; an abort drops it with the rest."""
 
-    __slots__ = ("_loop", "_parts", "_size", "_transport")
+    __slots__ = ("_loop", "_parts", "_size", "_transport", "linger")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._parts: list[bytes] = []
         self._size = 0
+        self.linger: Callable[[asyncio.Transport], bool] | None = None
+        """Asked at close: True when it keeps the connection open a little (its own close)."""
+
+    @property
+    def pending(self) -> bool:
+        """Writes still to go out (joined, or in the transport's buffer)."""
+        return bool(self._parts) or self._transport.get_write_buffer_size() > 0
 
     def write(self, data: bytes) -> None:
         if not self._parts:
@@ -125,7 +147,8 @@ class JoinedWrites:
 
     def close(self) -> None:
         self._flush()
-        self._transport.close()
+        if self.linger is None or not self.linger(self._transport):
+            self._transport.close()
 
     def abort(self) -> None:
         self._parts, self._size = [], 0
@@ -142,6 +165,8 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     limits: Limits = Limits()
     error_body: ErrorBody = staticmethod(plain_error)
+    admission: Any = None
+    """The server's `_admission.Admission` (each server's subclass has its own)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -149,17 +174,72 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._refusal: bytes | None = None
         self._head_deadline: asyncio.TimerHandle | None = None
         self._write_deadline: asyncio.TimerHandle | None = None
+        self._joined: JoinedWrites | None = None
+        self._linger_left = -1
+        """Bytes of a refused request's body still discarded (-1: not lingering)."""
+        self._linger_end: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        joined: Any = JoinedWrites(transport, self.loop)
+        self._joined = JoinedWrites(transport, self.loop)
+        self._joined.linger = self._linger
+        joined: Any = self._joined
         super().connection_made(joined)
+        if not self.admission.admit(self, str(self.client[0]) if self.client else ""):
+            self._no_room()
+            return
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.admission.leave(self)
         self._disarm()
-        if self._write_deadline is not None:
-            self._write_deadline.cancel()
+        for timer in (self._write_deadline, self._linger_end):
+            if timer is not None:
+                timer.cancel()
         super().connection_lost(exc)
+
+    def idle(self) -> bool:
+        """No request in progress and nothing left to write (`_admission.Held`)."""
+        if self._linger_left >= 0:
+            return True
+        busy = self.cycle is not None and not self.cycle.response_complete
+        return not busy and not (self._joined is not None and self._joined.pending)
+
+    def evict(self) -> None:
+        self._disarm()
+        self.transport.abort()
+
+    def _no_room(self) -> None:
+        message = (
+            "every connection this server keeps (maxConnections, maxConnectionsPerClient per "
+            "client address) has a request in progress; try again shortly"
+        )
+        payload = self.error_body(503, self.limits.code("BUSY"), message)
+        self.transport.write(_raw_response(503, "Service Unavailable", payload))
+        self.transport.close()
+
+    def _linger(self, raw: asyncio.Transport) -> bool:
+        """At close: a request answered before its body came (refused on its head) has its
+        connection half-closed, and what the client still sends discarded unparsed, until it
+        closes, up to `maxBodyBytes` or for LINGER_S. A plain close with unread data would
+        reset the connection, and the client might never read the answer."""
+        if self._linger_left >= 0:
+            return True
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or raw.is_closing() or not raw.can_write_eof():
+            return False
+        raw.write_eof()
+        self._linger_left = self.limits.max_body_bytes + DRAIN_BYTES
+        self.flow.resume_reading()
+        self._linger_end = self.loop.call_later(LINGER_S, raw.close)
+        return True
+
+    def data_received(self, data: bytes) -> None:
+        if self._linger_left < 0:
+            super().data_received(data)
+            return
+        self._linger_left -= len(data)
+        if self._linger_left < 0:
+            self.transport.abort()
 
     def _arm(self) -> None:
         self._disarm()
@@ -357,15 +437,18 @@ class HttpServer:
     def __init__(self, limits: Limits, error_body: ErrorBody = plain_error) -> None:
         self.limits = limits
         self.error_body = error_body
-        own = {"limits": limits, "error_body": staticmethod(error_body)}
+        admission = Admission(limits.max_connections, limits.max_connections_per_client)
+        own = {"limits": limits, "error_body": staticmethod(error_body), "admission": admission}
         self.protocol = type("GuardedHttpTools", (GuardedHttpTools,), own)
         self.server: uvicorn.Server | None = None
         self.socket: socket.socket | None = None
 
-    def mount(self, app: ASGIApp) -> None:
-        """The app to serve (before `serve`)."""
+    def mount(self, app: ASGIApp, head: Callable[[ASGIApp], ASGIApp] | None = None) -> None:
+        """The app to serve (before `serve`); `head` wraps what reads the body, to refuse a
+        request on its head (a token) before its body is read."""
+        guarded: ASGIApp = BodyGuard(app, self.limits, self.error_body)
         config = uvicorn.Config(
-            BodyGuard(app, self.limits, self.error_body),
+            guarded if head is None else head(guarded),
             http=self.protocol,
             loop="none",
             lifespan="off",
@@ -378,8 +461,11 @@ class HttpServer:
             proxy_headers=False,
             timeout_keep_alive=int(self.limits.keep_alive),
             timeout_graceful_shutdown=2,
-            limit_concurrency=self.limits.max_connections,
+            # not uvicorn's limit: it counts idle connections too, so idle sockets made every
+            # request a 503; connections are admitted by `Admission` instead
+            limit_concurrency=None,
         )
+
         config.load()
         self.server = uvicorn.Server(config)
         self.server.lifespan = config.lifespan_class(config)

@@ -3,8 +3,10 @@ the `mcp` SDK's session manager), so Claude Code, Cursor or any MCP client can c
 as a tool.
 
 - Each agent served is a tool `ask_<agent>` with `{input, instanceKey?}` (instance: the
-  argument, else the `X-Goondan-Instance` header, else the Swarm's instanceKey); the agent's
-  reply is the tool result, a coded error an `isError` result.
+  argument, else the `X-Goondan-Instance` header, else the Swarm's instanceKey, in the token's
+  namespace: `_edge.Edge.key`); the agent's reply is the tool result, a coded error an
+  `isError` result.
+
 - While the agent works the client gets progress notifications (when it asked for them with
   a progress token; only then does the turn stream, `_edge.Edge.pieces`): one when the input
   is handed over, then one per delta, its `message` the model's text as it is written (a
@@ -121,7 +123,8 @@ class McpEdge:
             if not isinstance(text, str) or not text.strip():
                 raise edge.Refusal(400, "E_API_BAD_REQUEST", "`input` must be a non-empty string")
             headers = getattr(getattr(ctx, "request", None), "headers", None) or {}
-            key = self.edge.key(args.get("instanceKey"), headers.get(INSTANCE_HEADER))
+            key = self.edge.key(headers.get(edge.CLIENT_HEADER, ""), args.get("instanceKey"),
+                                headers.get(INSTANCE_HEADER))  # fmt: skip
             await _progress(ctx, 0, f"sent to {agent}@{key}")
             stream = _wants_progress(ctx)
             return await self._result(ctx, self.edge.pieces(agent, str(key), text, stream=stream))

@@ -3,8 +3,10 @@
 IDEs) can talk to a swarm.
 
 - `model` is the agent. The instance is the request's `user`, else the `X-Goondan-Instance`
-  header, else the Swarm's instanceKey. The conversation lives in the agent: only the last
+  header, else the Swarm's instanceKey, in the token's namespace (`_edge.Edge.key`); an
+  `Idempotency-Key` is the token's own. The conversation lives in the agent: only the last
   user message is its input; earlier messages are the client's copy and are not replayed.
+
 - `stream: true` answers with server-sent `chat.completion.chunk`s as the model writes, one
   per delta (`_edge.Edge.pieces`), ending with `finish_reason: "stop"` and `data: [DONE]`
   (`stream_options.include_usage` adds a usage chunk). Text a step wrote before a tool call
@@ -163,8 +165,9 @@ class Completions:
         answers = tool_answers(chat)
         if answers:  # only the last answer's reply is this completion
             return _answer_all(self.edge, answers, chat.stream)
-        key = self.edge.key(chat.user, headers.get(INSTANCE_HEADER))
-        idempotency = headers.get("idempotency-key")
+        client = headers.get(edge.CLIENT_HEADER, "")
+        key = self.edge.key(client, chat.user, headers.get(INSTANCE_HEADER))
+        idempotency = self.edge.idempotency(client, headers.get("idempotency-key"))
         text = user_input(chat)
         return self.edge.pieces(chat.model, key, text, idempotency_key=idempotency,  # type: ignore[no-any-return]
                                 stream=chat.stream)  # fmt: skip

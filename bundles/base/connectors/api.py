@@ -12,22 +12,37 @@ Every other request needs `Authorization: Bearer <one of config.tokens>` (401 ot
 a Connection without tokens does not start. Like the webhook, it refuses what only a browser
 sends (`_httpguard.py`: an `Origin` not in `allowedOrigins` is 403, a `Host` that is not an IP,
 `localhost` or in `allowedHosts` is 421, a POST body that is not JSON is 415), and the limits
-of `_http.py` apply (body and header sizes, read and write deadlines). Each request is one
-event to one agent instance, addressed by the connector (`ctx.emit(agent=, instance_key=)`);
-the daemon journals it before it is accepted, and the HTTP answer waits for the agent's
-reply, at most `timeoutMs` (10 minutes, then 504).
+of `_http.py` apply (body and header sizes, read and write deadlines, connections). All of
+that is decided on the request's head (`Gate`), before its body is read: a refused request
+costs no memory for its body. A client address over `requestsPerMinutePerClient`, or a token
+over `requestsPerMinute`, gets 429 with `Retry-After` (`_ratelimit.py`); past
+`maxConcurrentRequests` requests in progress (only authorized ones count), 503.
+
+Each request is one event to one agent instance, addressed by the connector
+(`ctx.emit(agent=, instance_key=)`), in the Connection's own namespace: the instance a client
+names (OpenAI `user`, A2A context, MCP `instanceKey`, `X-Goondan-Instance`) is
+`api:<Connection>:<token id>:<name>` (`_edge.Edge.key`; without the token id when
+`sharedInstances` is "true"), so a client reaches neither another token's instances nor one
+the CLI or another connector made. An `Idempotency-Key` is the token's own. The daemon
+journals the event before it is accepted, and the HTTP answer waits for the agent's reply, at
+most `timeoutMs` (10 minutes, then 504).
 
 Config: `host` (127.0.0.1), `port` (8790), `tokens` (required: strings or ValueSources),
 `agents` (the agents served, default every agent of the swarm), `timeoutMs` (600000),
 `publicUrl` (the URL clients use, for A2A cards; default http://host:port), `allowedOrigins`,
 `allowedHosts`, `maxBodyBytes` (1 MiB), `maxHeaderBytes`, `readTimeoutMs`, `writeTimeoutMs`,
-`maxConnections`.
+`maxConnections` (1000), `maxConnectionsPerClient` (100), `maxConcurrentRequests` (1000),
+`requestsPerMinute` (600 a token), `requestsPerMinutePerClient` (1200 an address),
+`sharedInstances` ("false").
+
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -45,7 +60,9 @@ edge = load_sibling(__file__, "_edge")
 openai = load_sibling(__file__, "_openai")
 a2a = load_sibling(__file__, "_a2a")
 mcp = load_sibling(__file__, "_mcp")
+ratelimit = load_sibling(__file__, "_ratelimit")
 OPEN_PATHS = frozenset({"/healthz"})
+CLIENT_HEADER = edge.CLIENT_HEADER.encode()
 
 
 def _list(value: Any) -> list[str]:
@@ -53,40 +70,125 @@ def _list(value: Any) -> list[str]:
     return [str(item).strip() for item in items if str(item).strip()]
 
 
-class Gate:
-    """ASGI middleware: the browser protections, then the bearer token."""
+class Limited(Exception):
+    """A client over its rate: 429 with `Retry-After` (shaped like `_httpguard.HttpError`)."""
 
-    def __init__(self, app: ASGIApp, tokens: list[bytes], browser: Any) -> None:
+    status = 429
+    code = "E_API_RATE_LIMITED"
+
+    def __init__(self, retry_after: int, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+def token_id(token: bytes) -> str:
+    """A token's name in instance keys and logs: not the token, and stable across restarts
+    and reorderings of `tokens` (an index would hand one client's instances to another)."""
+    return hashlib.sha256(token).hexdigest()[:12]
+
+
+class Gate:
+    """ASGI middleware on the request head, before the body is read (`_http.HttpServer.mount`):
+    the browser protections, the client address's rate, the bearer token, the token's rate,
+    then the number of requests in progress (only requests that passed count, so sockets
+    without a token cannot take them). The app learns the token from `edge.CLIENT_HEADER`,
+    set here only (a client's own is dropped)."""
+
+    def __init__(self, app: ASGIApp, tokens: list[bytes], browser: Any, limits: Any) -> None:
         self.app = app
-        self.tokens = tokens
+        self.tokens = [(token, token_id(token)) for token in tokens]
         self.browser = browser
+        self.per_token = ratelimit.Rates(limits.per_token)
+        self.per_address = ratelimit.Rates(limits.per_address)
+        self.max_requests: int = limits.max_requests
+        self.requests = 0
+        """Requests in progress."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        headers = Headers(scope=scope)
         try:
-            guard.check_browser(headers, self.browser)
-            if scope["method"] == "POST":
-                guard.check_json(headers)
-            self._check_token(headers.get("authorization", ""))
-        except guard.HttpError as exc:
-            extra = {"www-authenticate": "Bearer"} if exc.status == 401 else None
-            body = openai.error_body(exc.status, exc.code, exc.message)
-            await JSONResponse(body, exc.status, headers=extra)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+            client = self._admit(scope)
+        except (guard.HttpError, Limited) as exc:
+            await _refuse(exc)(scope, receive, send)
 
-    def _check_token(self, authorization: str) -> None:
+            return
+        headers = [(k, v) for k, v in scope["headers"] if k != CLIENT_HEADER]
+        self.requests += 1
+        try:
+            await self.app({**scope, "headers": [*headers, (CLIENT_HEADER, client.encode())]},
+                           receive, send)  # fmt: skip
+        finally:
+            self.requests -= 1
+
+    def _admit(self, scope: Scope) -> str:
+        """The id of the request's token; HttpError when it may not go on."""
+        headers = Headers(scope=scope)
+        guard.check_browser(headers, self.browser)
+        address = scope.get("client") or ("", 0)
+        _within(self.per_address.wait(str(address[0])), "requestsPerMinutePerClient", "address")
+        if scope["method"] == "POST":
+            guard.check_json(headers)
+        client = self._check_token(headers.get("authorization", ""))
+        _within(self.per_token.wait(client), "requestsPerMinute", "token")
+        if self.requests >= self.max_requests:
+            raise guard.HttpError(503, "E_API_BUSY", f"{self.requests} requests are in progress, "
+                                  "the most this server takes (maxConcurrentRequests); "
+                                  "try again shortly")  # fmt: skip
+        return client
+
+    def _check_token(self, authorization: str) -> str:
         scheme, _, given = authorization.partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise guard.HttpError(401, "E_API_UNAUTHORIZED", "send Authorization: Bearer <token>")
         presented = given.strip().encode()
         # every token is compared (constant time each), so timing does not tell which failed
-        matches = [hmac.compare_digest(presented, token) for token in self.tokens]
-        if not any(matches):
+        matches = [name for token, name in self.tokens if hmac.compare_digest(presented, token)]
+        if not matches:
             raise guard.HttpError(401, "E_API_UNAUTHORIZED", "the bearer token is not valid")
+        return matches[0]
+
+
+def _within(wait: int, setting: str, whose: str) -> None:
+    if wait > 0:
+        raise Limited(wait, f"this {whose} sent more requests than config.{setting} allows; "
+                      f"send again in {wait} s")  # fmt: skip
+
+
+def _refuse(exc: Any) -> Response:
+    """The answer to a request refused on its head: its body is not read, and its connection
+    closes after the answer (`_http` discards what the client still sends)."""
+    extra = {"connection": "close"}
+    if exc.status == 401:
+        extra["www-authenticate"] = "Bearer"
+    if isinstance(exc, Limited):
+        extra["retry-after"] = str(exc.retry_after)
+    return JSONResponse(openai.error_body(exc.status, exc.code, exc.message), exc.status,
+                        headers=extra)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeLimits:
+    per_token: float
+    per_address: float
+    max_requests: int
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> EdgeLimits:
+        return cls(
+            per_token=float(config.get("requestsPerMinute", 600)),
+            per_address=float(config.get("requestsPerMinutePerClient", 1200)),
+            max_requests=int(config.get("maxConcurrentRequests", 1000)),
+        )
+
+
+def _flag(config: Mapping[str, Any], name: str) -> bool:
+    value = str(config.get(name, "false")).strip().lower()
+    if value not in ("true", "false"):
+        raise RuntimeError(f'config.{name} is {value!r}: write "true" or "false"')
+    return value == "true"
 
 
 class Api:
@@ -110,7 +212,9 @@ class Api:
         self.tokens = [t.encode() for t in tokens]
         self.browser = guard.BrowserPolicy.of(cfg)
         self.limits = http.Limits.of(cfg, "E_API")
-        self.edge = edge.Edge(ctx, int(cfg.get("timeoutMs", 600_000)) / 1000, frozenset(served))
+        self.edge_limits = EdgeLimits.of(cfg)
+        self.edge = edge.Edge(ctx, int(cfg.get("timeoutMs", 600_000)) / 1000, frozenset(served),
+                              shared=_flag(cfg, "sharedInstances"))  # fmt: skip
         self.mcp = mcp.McpEdge(self.edge)
 
     def app(self, public_url: str) -> ASGIApp:
@@ -121,8 +225,10 @@ class Api:
         routes += openai.Completions(self.edge).routes()
         routes += a2a.routes(self.edge, public_url)
         routes += self.mcp.routes()
-        app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed})
-        return Gate(app, self.tokens, self.browser)
+        return Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed})
+
+    def gate(self, app: ASGIApp) -> ASGIApp:
+        return Gate(app, self.tokens, self.browser, self.edge_limits)
 
 
 async def _not_found(request: Request, _: Exception) -> Response:
@@ -149,7 +255,7 @@ async def start(ctx: ConnectorContext) -> None:
     server = http.HttpServer(api.limits, openai.error_body)
     await server.bind(api.host, api.port)
     host, port = server.address
-    server.mount(api.app(public_url(ctx.config, host, port)))
+    server.mount(api.app(public_url(ctx.config, host, port)), head=api.gate)
     ctx.state["api"], ctx.state["http"] = api, server
     ctx.logger.info("api_listening", addresses=[f"{host}:{port}"], agents=sorted(api.edge.agents))
 

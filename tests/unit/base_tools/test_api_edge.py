@@ -39,6 +39,7 @@ class Reply:
 @dataclass
 class Ctx:
     config: Mapping[str, Any] = field(default_factory=dict)
+    connection: str = "api"
     swarm: SwarmInfo = field(default_factory=lambda: SWARM)
     logger: Any = field(default_factory=structlog.get_logger)
     answer: Reply = field(default_factory=Reply)
@@ -71,7 +72,15 @@ async def test_the_seam_yields_the_reply_and_addresses_the_agent() -> None:
     with pytest.raises(edge.Refusal) as unknown:
         seam.check_agent("b")  # in the swarm, not served by this Connection
     assert unknown.value.status == 404
-    assert seam.key(None, "", "h") == "h" and seam.key() == "main"
+    # a client's instance and idempotency key are its token's own, in the Connection's namespace
+    assert seam.key("t1", None, "", "h") == "api:api:t1:h" and seam.key("t1") == "api:api:t1:main"
+    assert seam.idempotency("t1", "i1") == "t1:i1" and seam.idempotency("t1", None) is None
+    shared = edge.Edge(ctx, 5.0, frozenset({"a"}), shared=True)
+    assert shared.key("t1", "h") == shared.key("t2", "h") == "api:api:h"
+    assert shared.idempotency("t1", "i1") != shared.idempotency("t2", "i1")
+    with pytest.raises(edge.Refusal) as anonymous:
+        seam.key("", "h")  # only the gate's header names the token
+    assert anonymous.value.status == 401
 
 
 def _delta(seq: int, step: int, text: str = "", **tool: Any) -> StreamDelta:

@@ -1,0 +1,171 @@
+"""Findings F6 and F7 of the second security pass, performed against a real daemon the way
+they were found (tests/fixtures/api_limits): the `api` connector's edge.
+
+- F6: an `Idempotency-Key` was shared by every client of a Connection (client B got client
+  A's reply), and an OpenAI `user` named any instance of the swarm, also one the CLI made.
+- F7: the body of a request was read before its token was checked (unauthenticated 1 MiB
+  posts grew the connector's memory), and idle sockets held the connection limit, so an
+  authorized request got 503.
+
+Each test fails without its fix."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from pathlib import Path
+
+import httpx
+import openai
+
+from protocol.endpoints import StateLayout
+from tests.integration.conftest import StartDaemon
+from tests.integration.harness import REPO, Daemon
+from tests.integration.test_connectors import free_port
+
+BUNDLE = REPO / "tests" / "fixtures" / "api_limits"
+TOKEN_A = "token-a-0123456789abcdef"
+TOKEN_B = "token-b-0123456789abcdef"
+MIB = 1024 * 1024
+
+
+async def _start(start_daemon: StartDaemon) -> tuple[Daemon, str, str]:
+    """The daemon, and the URLs of its Connections `api` and `shared`."""
+    api, shared = free_port(), free_port()
+    env = {"API_PORT": str(api), "SHARED_PORT": str(shared), "API_TOKEN": TOKEN_A,
+           "API_TOKEN_B": TOKEN_B}  # fmt: skip
+    daemon = await start_daemon(BUNDLE, swarm="limits", env=env)
+    for name in ("connector:api:api:1", "connector:shared:api:1"):
+        await daemon.wait_for("transition", process=name, target="idle")
+    return daemon, f"http://127.0.0.1:{api}", f"http://127.0.0.1:{shared}"
+
+
+def _client(url: str, token: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=token, max_retries=0, timeout=30)
+
+
+def _history(key: str) -> list[str]:
+    path = StateLayout.from_env().instance_paths("limits", key, "front").base_jsonl
+    return [json.loads(line).get("content") or "" for line in path.read_text().splitlines()]
+
+
+def _owned(connection: str, token: str, name: str) -> str:
+    """The instance key of `name` for one token (the README's `api:<Connection>:<token id>:`)."""
+    return f"api:{connection}:{hashlib.sha256(token.encode()).hexdigest()[:12]}:{name}"
+
+
+async def _say(client: openai.AsyncOpenAI, text: str, user: str, key: str | None = None) -> str:
+    headers = {"Idempotency-Key": key} if key else None
+    done = await client.chat.completions.create(
+        model="front", user=user, messages=[{"role": "user", "content": text}],
+        extra_headers=headers,
+    )  # fmt: skip
+    return done.choices[0].message.content or ""
+
+
+async def test_an_api_client_reaches_only_its_own_replies_and_instances(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(90):
+        daemon, url, shared_url = await _start(start_daemon)
+        a, b = _client(url, TOKEN_A), _client(url, TOKEN_B)
+        first = await _say(a, "from a", "u", key="k-1")
+        other = await _say(b, "from b", "u", key="k-1")  # A's key, B's token
+        again = await _say(a, "from a, resent", "u", key="k-1")
+        # an instance the operator made: an OpenAI `user` of that name does not reach it
+        made = await daemon.send("operator's secret", "front", key="ops")
+        assert made.ok, made.error
+        await _say(a, "let me in", "ops")
+        await _say(b, "me too", "ops")
+        # sharedInstances: both tokens talk to one instance of the Connection
+        sa, sb = _client(shared_url, TOKEN_A), _client(shared_url, TOKEN_B)
+        await _say(sa, "one", "team")
+        await _say(sb, "two", "team")
+        for client in (a, b, sa, sb):
+            await client.close()
+    assert (first, other, again) == ("echo: from a", "echo: from b", "echo: from a")
+    assert _history(_owned("api", TOKEN_A, "u")) == ["from a", "echo: from a"]
+    assert _history(_owned("api", TOKEN_B, "u")) == ["from b", "echo: from b"]
+    assert _history("ops") == ["operator's secret", "echo: operator's secret"]
+    assert _history(_owned("api", TOKEN_A, "ops")) == ["let me in", "echo: let me in"]
+    assert _history("api:shared:team") == ["one", "echo: one", "two", "echo: two"]
+
+
+def _rss(pid: int) -> int:
+    """VmRSS of a process, bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+async def _head_only(url: str, headers: str) -> bytes:
+    """The answer to a request head announcing a 1 MiB body that never comes."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write((f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {MIB}\r\n"
+                      f"{headers}\r\n").encode())  # fmt: skip
+        async with asyncio.timeout(3):  # the body's own deadline is 10 s
+            return await reader.read(4096)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_an_unauthenticated_request_is_refused_before_its_body_is_read(
+    start_daemon: StartDaemon,
+) -> None:
+    async with asyncio.timeout(120):
+        daemon, url, _ = await _start(start_daemon)
+        answer = await _head_only(url, "Authorization: Bearer wrong\r\n")
+        pid = int((await daemon.wait_for("spawned", process="connector:api:api:1"))["pid"])
+        before = _rss(pid)
+        body = b'{"model": "front", "messages": [], "pad": "' + b"x" * (MIB - 64) + b'"}'
+        limits = httpx.Limits(max_connections=50)
+        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+            headers = {"Authorization": "Bearer wrong", "Content-Type": "application/json"}
+            posts = [client.post("/v1/chat/completions", content=body, headers=headers)
+                     for _ in range(300)]  # fmt: skip
+            answers = await asyncio.gather(*posts)
+        grown = _rss(pid) - before
+    assert answer.startswith(b"HTTP/1.1 401 "), answer
+    assert b'"E_API_UNAUTHORIZED"' in answer
+    assert {r.status_code for r in answers} == {401}
+    assert {r.json()["error"]["code"] for r in answers} == {"E_API_UNAUTHORIZED"}
+    assert grown < 40 * MIB, f"the connector grew {grown / MIB:.0f} MiB"
+
+
+async def test_idle_sockets_do_not_lock_out_a_client_and_a_client_over_its_rate_waits(
+    start_daemon: StartDaemon,
+) -> None:
+    """200 idle sockets (the finding used 1,000; 200 pass the Connection's maxConnections of
+    150 just as well, faster), then an authorized request; then a token over its rate."""
+    async with asyncio.timeout(90):
+        _, url, shared_url = await _start(start_daemon)
+        host, port = url.removeprefix("http://").split(":")
+        idle = [await asyncio.open_connection(host, int(port)) for _ in range(200)]
+        sdk = _client(url, TOKEN_A)
+        try:
+            reply = await _say(sdk, "still served", "u")
+        finally:
+            await sdk.close()
+            for _, writer in idle:
+                writer.close()
+            await asyncio.gather(*(w.wait_closed() for _, w in idle), return_exceptions=True)
+        async with httpx.AsyncClient(base_url=shared_url, timeout=30) as client:
+            ask = {"model": "front", "messages": [{"role": "user", "content": "hi"}]}
+            auth_a = {"Authorization": f"Bearer {TOKEN_A}"}
+            auth_b = {"Authorization": f"Bearer {TOKEN_B}"}
+            allowed = [await client.post("/v1/chat/completions", json=ask, headers=auth_a)
+                       for _ in range(3)]  # fmt: skip
+            over = await client.post("/v1/chat/completions", json=ask, headers=auth_a)
+            other = await client.post("/v1/chat/completions", json=ask, headers=auth_b)
+    assert reply == "echo: still served"
+    assert [r.status_code for r in allowed] == [200, 200, 200]
+    assert over.status_code == 429, over.text
+    assert over.json()["error"]["code"] == "E_API_RATE_LIMITED"
+    assert 1 <= int(over.headers["retry-after"]) <= 20
+    assert other.status_code == 200  # the limit is per token
