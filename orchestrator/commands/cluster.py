@@ -1,7 +1,8 @@
 """`goondan cluster status [--json]` and `goondan cluster drain NODE` (README: Running on several
 machines). Asked of the node running on this machine (its control socket, like `status`); it
-answers for the whole swarm from NATS. `goondan cluster nats-config NODE... [--admin USER]`
-prints the NATS server's authorization for those nodes (`cluster/permissions.py`), no daemon.
+answers for the whole swarm from NATS. `goondan cluster nats-config NODE... [--admin USER]
+[--env-dir DIR]` prints the NATS server's authorization for those nodes
+(`cluster/permissions.py`) and hands out their passwords; no daemon.
 
 `status --json` prints `{"swarm", "partitions", "unowned": [p...], "answeredBy", "nodes":
 [{"name", "host", "pid", "control", "lastHeartbeat", "heartbeatAgeSeconds", "startedAt",
@@ -15,13 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import sys
 import time
+from pathlib import Path
 
 from orchestrator.client import Printer, ask, new_request_id
 from orchestrator.cluster import permissions
 from orchestrator.cluster.names import NODE_NAME
+from orchestrator.cluster.options import PASSWORD_ENV
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import ClusterDrain, ClusterStatusQuery, ControlRequest
 from protocol.errors import ErrorCode
@@ -57,22 +61,43 @@ def render(result: JsonObject) -> str:
     return "\n".join(lines)
 
 
-def nats_config(nodes: list[str], admin: str | None) -> int:
-    """The authorization block on stdout, each user with a fresh password; on stderr how each
-    node connects with its own."""
-    bad = [n for n in [*nodes, *([admin] if admin else [])] if not NODE_NAME.match(n)]
-    if bad or len(set(nodes)) != len(nodes):
-        why = f"names not allowed: {', '.join(map(repr, bad))}" if bad else "a node named twice"
+def nats_config(nodes: list[str], admin: str | None, env_dir: str | None) -> int:
+    """The authorization block on stdout, each user with a fresh password; each password in
+    `<env_dir>/<user>.env` (mode 0600, a systemd `EnvironmentFile=`) or else on stderr."""
+    users = [*nodes, *([admin] if admin else [])]
+    bad = [n for n in users if not NODE_NAME.match(n)]
+    if bad or len(set(users)) != len(users):
+        why = f"names not allowed: {', '.join(map(repr, bad))}" if bad else "a user named twice"
         print(f"goondan cluster nats-config: {ErrorCode.E_CLUSTER_CONFIG}: {why} (use letters, "
-              "digits, '_' and '-', each node once)", file=sys.stderr)  # fmt: skip
+              "digits, '_' and '-', each user once)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
-    passwords = {node: secrets.token_urlsafe(24) for node in nodes}
-    login = (admin, secrets.token_urlsafe(24)) if admin else None
-    print(permissions.authorization(passwords, login), end="")
-    for node, password in passwords.items():
-        print(f"# node {node}: goondan run ... --node {node} --cluster "
-              f"nats://{node}:{password}@HOST:4222", file=sys.stderr)  # fmt: skip
+    passwords = {user: secrets.token_urlsafe(24) for user in users}
+    nodes_only = {node: passwords[node] for node in nodes}
+    login = (admin, passwords[admin]) if admin else None
+    try:
+        for user, password in passwords.items():
+            _hand_out(user, password, Path(env_dir) if env_dir else None)
+    except OSError as exc:
+        print(f"goondan cluster nats-config: {ErrorCode.E_CLUSTER_CONFIG}: cannot write "
+              f"{exc.filename}: {exc.strerror} (give a writable --env-dir)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    print(permissions.authorization(nodes_only, login), end="")
     return EXIT_OK
+
+
+def _hand_out(user: str, password: str, env_dir: Path | None) -> None:
+    line = f"{PASSWORD_ENV}={password}"
+    if env_dir is None:
+        print(f"# {user}: {line}", file=sys.stderr)
+        return
+    env_dir.mkdir(parents=True, exist_ok=True)
+    path = env_dir / f"{user}.env"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)  # an older file kept its mode through O_TRUNC
+        out.write(line + "\n")
+    print(f"# {user}: password in {path}", file=sys.stderr)
 
 
 class _Cluster:
@@ -92,6 +117,11 @@ class _Cluster:
         config.add_argument("nodes", nargs="+", metavar="NODE", help="the nodes' --node names")
         config.add_argument("--admin", metavar="USER",
                             help="also a user with every permission, for the operator")  # fmt: skip
+        config.add_argument(
+            "--env-dir", metavar="DIR",
+            help=f"write each user's password to DIR/USER.env ({PASSWORD_ENV}=..., mode 0600) "
+            "instead of stderr",
+        )  # fmt: skip
         for action in (status, drain):  # the common options after the action word too
             action.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS,
                                 help="state directory of this machine's node")  # fmt: skip
@@ -100,7 +130,7 @@ class _Cluster:
 
     def run(self, args: argparse.Namespace) -> int:
         if args.action == "nats-config":
-            return nats_config(args.nodes, args.admin)
+            return nats_config(args.nodes, args.admin, args.env_dir)
         printer = Printer(f"cluster {args.action}")
         req: ControlRequest
         if args.action == "drain":

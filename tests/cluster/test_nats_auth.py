@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 import nats
@@ -213,12 +212,16 @@ async def test_the_printed_nats_config_runs_a_node_and_refuses_anonymous_clients
     start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
     """`goondan cluster nats-config` is the server config of the README: nats-server takes it,
-    a node connects with the password it printed for it (given as --nats-user and its
-    environment variable), a client without credentials is refused."""
-    code, config, err = await run_cli("cluster", "nats-config", "n1", "n2", "--admin", "ops")
+    a node connects with the password it wrote for it (--nats-user and the environment
+    variable, never argv), a client without credentials is refused."""
+    passwords = tmp_path / "passwords"
+    code, config, err = await run_cli("cluster", "nats-config", "n1", "n2", "--admin", "ops",
+                                      "--env-dir", str(passwords))  # fmt: skip
     assert code == 0, err
-    [n1_url] = [line.split("--cluster ", 1)[1] for line in err.splitlines() if "node n1:" in line]
-    n1_password = urlsplit(n1_url).password
+    assert sorted(p.name for p in passwords.iterdir()) == ["n1.env", "n2.env", "ops.env"]
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in passwords.iterdir())
+    name, n1_password = (passwords / "n1.env").read_text().strip().split("=", 1)
+    assert name == PASSWORD_ENV and n1_password not in err
     (tmp_path / "auth.conf").write_text(config)
     [port] = free_ports(1)
     server = await asyncio.create_subprocess_exec(

@@ -12,6 +12,7 @@ from bundles.kinds import ClusterPolicy
 from orchestrator.cluster.names import SwarmNames, owner_of, partition_of, plan, token, untoken
 from orchestrator.cluster.options import PASSWORD_ENV, ClusterConfigError, options, redact_url
 from orchestrator.cluster.permissions import authorization
+from orchestrator.commands.cluster import nats_config
 from protocol.ids import agent_address
 
 VALID = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
@@ -124,3 +125,12 @@ def test_the_nats_config_names_each_node_in_its_nats_token() -> None:
     assert '"$KV.*.n_5F1"' in users and '"goondan.*.node.*.*.n_5F1"' in users
     assert '"_INBOX.n_5F1.>"' in users and '"$KV.*.n_1"' not in users
     assert '{user: "ops", password: "root-pw"}' in users
+
+
+def test_nats_config_refuses_names_a_node_cannot_have(capsys: pytest.CaptureFixture[str]) -> None:
+    for users, admin in ((["n1", "bad name"], None), (["n1", "n1"], None), (["n1"], "n1")):
+        assert nats_config(users, admin, None) == 2
+        assert "E_CLUSTER_CONFIG" in capsys.readouterr().err
+    assert nats_config(["n1"], None, None) == 0
+    printed = capsys.readouterr()
+    assert '{user: "n1"' in printed.out and f"# n1: {PASSWORD_ENV}=" in printed.err
