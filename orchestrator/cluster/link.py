@@ -223,6 +223,12 @@ async def _prepare_patiently(nc: Client, opts: ClusterOptions, names: SwarmNames
             pause = min(pause * 2, 2.0)
 
 
+_NO_ANSWER = (
+    nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError,
+    TimeoutError,
+)  # fmt: skip
+
+
 async def _prepare(nc: Client, opts: ClusterOptions, names: SwarmNames) -> Nats:
     js = nc.jetstream(timeout=API_TIMEOUT)
     policy = opts.policy
@@ -254,11 +260,16 @@ async def _prepare(nc: Client, opts: ClusterOptions, names: SwarmNames) -> Nats:
             f"run nats-server with -js; with fewer than {replicas} servers set "
             "Swarm.spec.policy.cluster.replicas",
         ) from None
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError):
+    except _NO_ANSWER:
         raise ClusterUnavailable(
             "JetStream did not answer", "run nats-server with JetStream enabled (-js)"
         ) from None
-    await _check_meta(kv["state"], policy.partitions, names.swarm)
+    try:
+        await _check_meta(kv["state"], policy.partitions, names.swarm)
+    except _NO_ANSWER:  # a bucket just created has no leader yet: wait like for the streams
+        raise ClusterUnavailable(
+            "JetStream did not store the swarm's partition count", "wait for JetStream"
+        ) from None
     return Nats(nc, js, names, kv["leases"], kv["nodes"], kv["state"], kv["replies"], kv["calls"])
 
 
