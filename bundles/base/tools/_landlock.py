@@ -1,8 +1,9 @@
 """Landlock trampoline for a sandboxed tool where bubblewrap cannot run (`_sandbox`).
 
-Usage: `python -I -S _landlock.py SPEC -- ARGV...`, SPEC a JSON object: `read` (paths that may
-be read and executed), `write` (paths that may also be changed), `network` (false: no TCP bind
-or connect, Landlock ABI 4+). It sets no-new-privileges, restricts itself with one Landlock
+Usage: `python -I -S _landlock.py [--no-network] [--read PATH]... [--write PATH]... -- ARGV...`:
+`--read` paths may be read and executed, `--write` paths also changed; `--no-network`: no TCP
+bind or connect (Landlock ABI 4+). One argument a path: a long list never meets the kernel's
+limit of one argument's length. It sets no-new-privileges, restricts itself with one Landlock
 ruleset (whatever is not granted is denied, for this process and all it starts; Landlock ABI
 6+ also scopes signals and abstract unix sockets to the sandbox, so the command cannot signal
 the agent or the call's reaper) and execs ARGV. Landlock also keeps the command from
@@ -14,7 +15,6 @@ Run as a script (stdlib only, `-S`), between the call's holder and the command.
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import sys
 
@@ -95,17 +95,16 @@ def _allow(ruleset: int, path: str, rights: int) -> None:
         os.close(fd)
 
 
-def restrict(spec: dict[str, object]) -> None:
-    """Apply `spec` to this process (and so to everything it execs and starts)."""
+def restrict(read: list[str], write: list[str], network: bool) -> None:
+    """Apply the grants to this process (and so to everything it execs and starts)."""
     version = abi()
     if version < 1:
         raise OSError(0, "this kernel has no Landlock")
-    ruleset, handled = _ruleset(version, spec.get("network") is not False)
-    read = EXECUTE | READ_FILE | READ_DIR
-    for path in spec.get("read") or []:  # type: ignore[attr-defined]
-        _allow(ruleset, str(path), read & handled)
-    for path in spec.get("write") or []:  # type: ignore[attr-defined]
-        _allow(ruleset, str(path), handled)
+    ruleset, handled = _ruleset(version, network)
+    for path in read:
+        _allow(ruleset, path, (EXECUTE | READ_FILE | READ_DIR) & handled)
+    for path in write:
+        _allow(ruleset, path, handled)
     for path in ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty"):
         _allow(ruleset, path, (READ_FILE | WRITE_FILE) & handled)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
@@ -113,10 +112,23 @@ def restrict(spec: dict[str, object]) -> None:
     os.close(ruleset)
 
 
+def parse(args: list[str]) -> tuple[list[str], list[str], bool, list[str]]:
+    """(read, write, network, argv) of a command line."""
+    grants: dict[str, list[str]] = {"--read": [], "--write": []}
+    network, i = True, 0
+    while args[i] != "--":
+        if args[i] == "--no-network":
+            network, i = False, i + 1
+            continue
+        grants[args[i]].append(args[i + 1])
+        i += 2
+    return grants["--read"], grants["--write"], network, args[i + 1 :]
+
+
 def main(args: list[str]) -> None:
-    spec, argv = json.loads(args[0]), args[2:]  # args[1] is "--"
+    read, write, network, argv = parse(args)
     try:
-        restrict(spec)
+        restrict(read, write, network)
         os.execvp(argv[0], argv)
     except OSError as error:
         sys.stderr.write(f"sandbox (landlock): {error.strerror or error}\n")

@@ -30,7 +30,6 @@ path), and `network: false` stops TCP only.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -257,5 +256,7 @@ def wrap_landlock(box: Sandbox, argv: list[str], *, roots: Iterable[str]) -> lis
         inside = any(_within(h, root) and h != root for h in hide)
         write += _complement(root, hide, guarded) if inside else [root]
     read = _complement("/", hide, guarded) + [f"/proc/{name}" for name in _PROC_READABLE]
-    spec = {"read": read, "write": write, "network": box.network}
-    return [sys.executable, "-I", "-S", str(LANDLOCK), json.dumps(spec), "--", *argv]
+    grants = [*(["--no-network"] if not box.network else [])]
+    grants += [arg for path in read for arg in ("--read", path)]
+    grants += [arg for path in write for arg in ("--write", path)]
+    return [sys.executable, "-I", "-S", str(LANDLOCK), *grants, "--", *argv]
