@@ -19,8 +19,17 @@ every agent a fresh budget): it is renamed aside (`usage.json.corrupt-<UTC time>
 the operator), logged as `usage_file_corrupt` with `E_USAGE_FILE_CORRUPT`, and today's usage
 is held as unknown (`Ledger.held`, saved, so a restart keeps holding): every agent with a
 budget, its own or the swarm's, is refused until 00:00 UTC, when the counts start over anyway.
-To resume earlier, an operator stops the daemon and puts a repaired file in place, or deletes
-`usage.json` (starting today at zero is then their decision), and starts it again.
+
+Nor does a deleted one (issue 27, F11: delete the file, SIGKILL the daemon, and every budget
+was fresh). With the embedded journal, every save also keeps a copy of the ledger in the
+journal's `usage` table (`UsageCopy`, in the journal writer's next batch). A missing file is
+then today's usage from that copy (logged `usage_file_missing`, `E_USAGE_FILE_CORRUPT`, and
+written back); a missing file with no copy while the journal has events (a journal from before
+the copy existed) is held like a corrupt one. Without a journal (`ingress.journal: off`, or a
+cluster node, whose journal is NATS) a missing file still starts at zero.
+
+To resume earlier, an operator stops the daemon and puts a repaired file in place (`{}` starts
+today at zero: that is then their decision), and starts it again.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 import structlog
@@ -73,6 +83,22 @@ class Ledger(msgspec.Struct, kw_only=True, rename="camel"):
     held: str = ""
     """Why today's usage is unknown (the file was unreadable): every budget counts as used up
     until the day ends."""
+
+
+class UsageCopy(Protocol):
+    """Where a copy of the ledger survives the file's deletion (the embedded journal)."""
+
+    @property
+    def usage_copy(self) -> bytes | None:
+        """The ledger as last kept, read when the journal was opened."""
+        ...
+
+    @property
+    def has_history(self) -> bool:
+        """Whether the journal held events before this daemon."""
+        ...
+
+    def keep_usage(self, ledger: bytes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +141,7 @@ class Budgets:
     agent_budgets: Mapping[str, Budget | None] = field(default_factory=dict)
     swarm_budget: Budget | None = None
     clock: Callable[[], float] = time.time
+    copy: UsageCopy | None = None
     ledger: Ledger = field(default_factory=Ledger)
     _recent: OrderedDict[str, None] = field(default_factory=OrderedDict)
     _save: asyncio.TimerHandle | None = None
@@ -127,17 +154,19 @@ class Budgets:
     def load(self) -> None:
         """Today's tallies from the file (a file of another day, or none, starts at zero; one
         that cannot be read holds today's budgets, see the module docstring)."""
+        restored = False
         try:
             ledger = msgspec.json.decode(self.path.read_bytes(), type=Ledger)
         except FileNotFoundError:
-            ledger = Ledger()
+            ledger = self._missing()
+            restored = ledger.day != ""
         except (OSError, msgspec.DecodeError) as exc:
             ledger = self._hold(exc)
         self.ledger = ledger
         self._recent = OrderedDict.fromkeys(ledger.turns)
         self._today()
-        if self.ledger.held:
-            self.save()  # the hold is on disk before any agent runs: a restart keeps it
+        if self.ledger.held or restored:
+            self.save()  # on disk before any agent runs: a restart keeps the hold, or the tally
 
     def _hold(self, exc: Exception) -> Ledger:
         """The unreadable file goes aside (never deleted) and today's usage is unknown."""
@@ -148,11 +177,35 @@ class Budgets:
             kept = str(aside)
         except OSError as move:
             kept = f"not moved ({move.strerror})"
-        held = f"{self.path} could not be read ({_why(exc)}); kept as {kept}"
-        log.error("usage_file_corrupt", code=ErrorCode.E_USAGE_FILE_CORRUPT, path=str(self.path),
-                  kept=kept, error=_why(exc),
+        return self._unknown(f"{self.path} could not be read ({_why(exc)}); kept as {kept}",
+                             "usage_file_corrupt", kept=kept, error=_why(exc))  # fmt: skip
+
+    def _unknown(self, held: str, event: str, **fields: str) -> Ledger:
+        log.error(event, code=ErrorCode.E_USAGE_FILE_CORRUPT, path=str(self.path), **fields,
                   policy="every budget counts as used up until 00:00 UTC")  # fmt: skip
         return Ledger(day=utc_day(self.clock()), held=held)
+
+    def _missing(self) -> Ledger:
+        """No file: the journal's copy of it, a hold when the journal has events and no copy,
+        zero only when there is no journal to tell (see the module docstring)."""
+        copy = self.copy
+        if copy is None:
+            return Ledger()
+        kept = copy.usage_copy
+        if kept is None:
+            if not copy.has_history:
+                return Ledger()  # a new swarm: nothing was ever counted
+            return self._unknown(f"{self.path} is missing and the journal has no copy of it",
+                                 "usage_file_missing", restored="no")  # fmt: skip
+        try:
+            ledger = msgspec.json.decode(kept, type=Ledger)
+        except msgspec.DecodeError as exc:
+            return self._unknown(f"{self.path} is missing and the journal's copy of it could "
+                                 f"not be read ({exc})", "usage_file_missing",
+                                 restored="no")  # fmt: skip
+        log.error("usage_file_missing", code=ErrorCode.E_USAGE_FILE_CORRUPT, path=str(self.path),
+                  restored="from the journal's copy", day=ledger.day)  # fmt: skip
+        return ledger
 
     def set_budgets(self, agents: Mapping[str, Budget | None], swarm: Budget | None) -> None:
         """The limits of the bundle (at start, and after a reload)."""
@@ -196,8 +249,8 @@ class Budgets:
             code=ErrorCode.E_AGENT_BUDGET_EXCEEDED,
             message=f"today's usage of swarm {self.swarm!r} is unknown: {ledger.held}; "
             f"{agent} calls no model until 00:00 UTC",
-            suggestion="stop the daemon, put a repaired usage.json in place (or delete it to "
-            "start today at zero), and start it again",
+            suggestion="stop the daemon, put a repaired usage.json in place (one that reads {} "
+            "starts today at zero), and start it again",
         )
 
     def _count_turn(self, agent: str, event_id: str) -> None:
@@ -244,10 +297,14 @@ class Budgets:
             self._save = loop.call_later(SAVE_DELAY, self._flush)
 
     def _snapshot(self) -> tuple[int, bytes]:
+        """The ledger to write, also handed to the journal's copy (on the loop's thread)."""
         self.ledger.turns = list(self._recent)
         self._changed = False
         self._taken += 1
-        return self._taken, msgspec.json.encode(self.ledger)
+        data = msgspec.json.encode(self.ledger)
+        if self.copy is not None:
+            self.copy.keep_usage(data)
+        return self._taken, data
 
     def _flush(self) -> None:
         """Write in a worker thread: the fsync must not stop the loop (every frame waits)."""

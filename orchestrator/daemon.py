@@ -271,7 +271,7 @@ class Daemon:
             deferred.mirror = node.call_mirror
             if node.answers is not None:
                 node.answers.handle = deferred.handle  # answers other nodes forward here
-        permits = self._permits(router)
+        permits = self._permits(router, journal)
         reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
         agents = self._agents_service(table, supervisor)
         router.attach(
@@ -292,10 +292,11 @@ class Daemon:
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
         return Parts(router, supervisor, swarm, connections, deferred, reloader, acceptor, permits)
 
-    def _permits(self, router: Router) -> Permits:
-        """Budgets (today's tallies from disk) and the Models' shared rate limits."""
+    def _permits(self, router: Router, journal: SqliteJournal | None) -> Permits:
+        """Budgets (today's tallies from disk, or the journal's copy) and the Models' shared
+        rate limits."""
         swarm = self.opts.swarm.name
-        budgets = Budgets(self.opts.layout.usage_file(swarm), swarm)
+        budgets = Budgets(self.opts.layout.usage_file(swarm), swarm, copy=journal)
         budgets.load()
         permits = Permits(router, budgets, RateLimits())
         permits.configure(self.opts.bundle, swarm)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
+import structlog
 
 from orchestrator.journal import Appended, EntryState, JournalEntry, JournalError
 from orchestrator.journal.rows import COLUMNS as _COLUMNS
@@ -35,8 +36,7 @@ DEDUPE_WINDOW = 24 * 3600.0
 KEEP_COMPLETED = 600.0
 """How long a completed entry (and its reply) stays for `goondan send --attach`."""
 
-_SCHEMA = (
-    """
+_SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     event_id TEXT NOT NULL UNIQUE,
@@ -50,30 +50,46 @@ CREATE TABLE IF NOT EXISTS entries (
     reply BLOB
 );
 CREATE INDEX IF NOT EXISTS entries_open ON entries (state, seq);
+CREATE TABLE IF NOT EXISTS usage (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    ledger BLOB NOT NULL
+);
 """
-    + QUARANTINE_SCHEMA
-)
+_SCHEMA += QUARANTINE_SCHEMA  # one script: the tables a journal has
 _encode = msgspec.msgpack.Encoder().encode
 T = TypeVar("T")
+log = structlog.get_logger("goondan.journal")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
+    return _open(path)[0]
+
+
+def _open(path: Path) -> tuple[sqlite3.Connection, bytes | None, bool]:
     """Open (creating it 0600 in a 0700 directory) and check the journal; JournalError when it
-    is corrupt or from a newer goondan."""
+    is corrupt or from a newer goondan. With what `_usage_at_open` reads."""
     private_dir(path.parent)
     if not path.exists():
         os.close(open_private(path, os.O_RDWR))
     fix = f"move {path} aside to start with an empty journal (its pending events are lost)"
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
-        _check_and_prepare(conn, path, fix)
+        copy, history = _check_and_prepare(conn, path, fix)
     except BaseException:
         conn.close()
         raise
-    return conn
+    return conn, copy, history
 
 
-def _check_and_prepare(conn: sqlite3.Connection, path: Path, fix: str) -> None:
+def _usage_at_open(conn: sqlite3.Connection) -> tuple[bytes | None, bool]:
+    """(the budgets' usage copy, whether any event was ever journaled) as the file was opened."""
+    row = conn.execute("SELECT ledger FROM usage WHERE id = 1").fetchone()
+    seq = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'entries'").fetchone()
+    copy = row[0] if row is not None and isinstance(row[0], bytes) else None
+    return copy, seq is not None and isinstance(seq[0], int) and seq[0] > 0
+
+
+def _check_and_prepare(conn: sqlite3.Connection, path: Path, fix: str) -> tuple[bytes | None, bool]:
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
@@ -86,6 +102,7 @@ def _check_and_prepare(conn: sqlite3.Connection, path: Path, fix: str) -> None:
         conn.execute("PRAGMA synchronous=FULL")
         conn.executescript(_SCHEMA)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        return _usage_at_open(conn)
     except sqlite3.DatabaseError as exc:
         raise JournalError(ErrorCode.E_JOURNAL_CORRUPT, f"{path} is not a readable journal "
                            f"({type(exc).__name__})", fix) from None  # fmt: skip
@@ -98,11 +115,26 @@ class SqliteJournal:
         self.path = path
         self._clock = clock
         self._writer = Writer(conn, path)
+        self.usage_copy: bytes | None = None
+        """The budgets' usage ledger as the last daemon kept it here (`keep_usage`)."""
+        self.has_history = False
+        """Whether any event was ever journaled in this file (before this daemon)."""
 
     @classmethod
     async def open(cls, path: Path, clock: Callable[[], float] = time.time) -> SqliteJournal:
-        conn = await asyncio.to_thread(_connect, path)
-        return cls(conn, path, clock)
+        conn, copy, history = await asyncio.to_thread(_open, path)
+        journal = cls(conn, path, clock)
+        journal.usage_copy, journal.has_history = copy, history
+        return journal
+
+    def keep_usage(self, ledger: bytes) -> None:
+        """A copy of the budgets' usage file, in the next batch (not awaited): deleting the
+        file does not reset a budget (orchestrator/budgets.py)."""
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO usage (id, ledger) VALUES (1, ?)", (ledger,))
+
+        self._writer.post(op).add_done_callback(_log_unkept)
 
     @property
     def commits(self) -> int:
@@ -258,3 +290,8 @@ def describe(path: Path, now: float) -> dict[str, Any] | None:
         "oldestOpenAgeSeconds": None if oldest is None else round(now - oldest, 1),
         "bytes": size,
     }
+
+
+def _log_unkept(kept: asyncio.Future[None]) -> None:
+    if not kept.cancelled() and kept.exception() is not None:
+        log.error("usage_copy_not_saved", error=str(kept.exception()))

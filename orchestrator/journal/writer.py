@@ -56,15 +56,21 @@ class Writer:
         self._thread.start()
 
     async def submit(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        return await self.post(op)
+
+    def post(self, op: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queued now (before anything posted later), its future resolved after its batch."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         with self._lock:  # under the lock: a failing thread fails what was queued before it
             if self.failure is not None:
-                raise self.failure
-            if self._closing:
-                raise JournalError(ErrorCode.E_JOURNAL_WRITE, f"{self.path} is closed",
-                                   "the daemon is stopping: send again once it runs")  # fmt: skip
-            self._ops.put((op, future))
-        return await future
+                future.set_exception(self.failure)
+            elif self._closing:
+                future.set_exception(JournalError(
+                    ErrorCode.E_JOURNAL_WRITE, f"{self.path} is closed",
+                    "the daemon is stopping: send again once it runs"))  # fmt: skip
+            else:
+                self._ops.put((op, future))
+        return future
 
     async def ended(self) -> None:
         """When the thread has ended: returns after `stop()`, raises JournalError when it

@@ -8,9 +8,12 @@ server's address.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import shutil
+import signal
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +186,48 @@ async def test_a_corrupt_usage_file_holds_the_budgets_instead_of_starting_at_zer
         assert usage_of(await daemon.status(), "capped").exceeded == "usageUnknown"
         free = await daemon.send("hello", "r1")  # no budget of its own, none for the swarm
         assert free.ok, free.error
+
+
+def turns_kept(agent: str) -> int:
+    """Turns of `agent` in usage.json and, where the journal keeps one, in its copy: the least
+    of the two, so a SIGKILL after it loses neither."""
+    layout = StateLayout.from_env()
+    usage = layout.usage_file(SWARM)
+    copies: list[bytes] = [usage.read_bytes()] if usage.exists() else [b"{}"]
+    with contextlib.closing(sqlite3.connect(layout.journal_file(SWARM))) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if "usage" in tables:
+            row = conn.execute("SELECT ledger FROM usage").fetchone()
+            copies.append(row[0] if row is not None else b"{}")
+    return min(int(json.loads(c).get("agents", {}).get(agent, {}).get("turns", 0)) for c in copies)
+
+
+async def until_kept(agent: str, turns: int) -> None:
+    while True:  # saved within 0.25 s by the daemon, which says nothing of it: poll
+        if await asyncio.to_thread(turns_kept, agent) >= turns:
+            return
+        await asyncio.sleep(0.05)
+
+
+async def test_deleting_the_usage_file_and_sigkilling_does_not_reset_a_budget(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    """Issue 27, F11: spend a budget, SIGKILL the daemon, delete usage.json, start again: the
+    budget is still spent (the journal keeps a copy of the tallies)."""
+    async with asyncio.timeout(90), FakeLLMServer() as server:
+        server.replies = [(200, chat_completion("first answer"))]
+        daemon = await start(start_daemon, tmp_path, server)
+        first = await daemon.send("hello", "capped")
+        assert first.ok, first.error
+        await until_kept("capped", turns=1)
+        daemon.signal(signal.SIGKILL)
+        await daemon.wait()
+        StateLayout.from_env().usage_file(SWARM).unlink()
+
+        again = await start(start_daemon, tmp_path, server)
+        refused = await again.send("after the reset attempt", "capped")
+        assert refused.error is not None and refused.error.code == "E_AGENT_BUDGET_EXCEEDED"
+        assert again.find("usage_file_missing", code="E_USAGE_FILE_CORRUPT")
+        assert "turnsPerDay" in refused.error.message
+        assert len(server.requests) == 1  # the model was not called again
+        assert usage_of(await again.status(), "capped").turns == 1

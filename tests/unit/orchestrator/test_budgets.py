@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+from structlog.testing import capture_logs
 
 from bundles.kinds import Budget
 from orchestrator.budgets import Budgets, Call
+from orchestrator.journal.sqlite import SqliteJournal
 from protocol.errors import ErrorCode
+from protocol.events import Source, SourceKind, new_event
 
 DAY = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -108,3 +113,59 @@ async def test_an_unreadable_usage_file_holds_too(tmp_path: Path) -> None:
     refused = budgets.refusal("anyone")
     assert refused is not None and refused.code == ErrorCode.E_AGENT_BUDGET_EXCEEDED
     assert [p.is_dir() for p in kept_aside(tmp_path)] == [True]
+
+
+async def journal_budgets(tmp_path: Path, clock: list[float]) -> tuple[Budgets, SqliteJournal]:
+    journal = await SqliteJournal.open(tmp_path / "journal" / "ingress.sqlite3")
+    budgets = Budgets(tmp_path / "u.json", "s", clock=lambda: clock[0], copy=journal)
+    budgets.load()
+    budgets.set_budgets({"a": Budget(turns_per_day=1)}, None)
+    return budgets, journal
+
+
+async def test_a_deleted_usage_file_comes_back_from_the_journals_copy(tmp_path: Path) -> None:
+    """Issue 27, F11: deleting usage.json (and SIGKILLing the daemon) reset every budget."""
+    clock = [DAY + 10]
+    async with asyncio.timeout(10):
+        budgets, journal = await journal_budgets(tmp_path, clock)
+        assert budgets.refusal("a", "e1") is None
+        budgets.add("a", Call(input_tokens=5))
+        budgets.save()
+        await journal.close()  # after the copy's batch
+        (tmp_path / "u.json").unlink()
+        with capture_logs() as logs:
+            again, journal = await journal_budgets(tmp_path, clock)
+        refused = again.refusal("a", "e2")
+        assert refused is not None and refused.code == ErrorCode.E_AGENT_BUDGET_EXCEEDED
+        assert (again.rows()[0].turns, again.rows()[0].input_tokens) == (1, 5)
+        assert (tmp_path / "u.json").exists()  # written back
+        await journal.close()
+    [line] = [x for x in logs if x["event"] == "usage_file_missing"]
+    assert line["code"] == ErrorCode.E_USAGE_FILE_CORRUPT
+
+
+async def test_a_missing_file_with_journal_history_and_no_copy_is_held(tmp_path: Path) -> None:
+    """A journal from before the copy existed: its events say a day was counted somewhere."""
+    clock = [DAY + 10]
+    async with asyncio.timeout(10):
+        journal = await SqliteJournal.open(tmp_path / "journal" / "ingress.sqlite3")
+        source = Source(kind=SourceKind.CLI, name="test")
+        await journal.append(new_event(type="user.message", input="x", instance_key="k",
+                                       source=source), "agent:a:k")  # fmt: skip
+        await journal.close()
+        with capture_logs() as logs:
+            budgets, journal = await journal_budgets(tmp_path, clock)
+        refused = budgets.refusal("a", "e1")
+        assert refused is not None and "is missing" in refused.message
+        assert budgets.rows()[0].exceeded == "usageUnknown"
+        await journal.close()
+    assert [x["code"] for x in logs if x["event"] == "usage_file_missing"] == [
+        ErrorCode.E_USAGE_FILE_CORRUPT
+    ]
+
+
+async def test_a_new_swarm_with_a_new_journal_starts_at_zero(tmp_path: Path) -> None:
+    async with asyncio.timeout(10):
+        budgets, journal = await journal_budgets(tmp_path, [DAY + 10])
+        assert budgets.refusal("a", "e1") is None
+        await journal.close()
