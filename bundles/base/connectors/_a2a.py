@@ -134,13 +134,16 @@ class Executor(AgentExecutor):
         call = pending_call(task)
         await updater.start_work()
         parts = list(message.parts)
-        if call is not None:
-            pieces = self.edge.answer(str(call["id"]), stream=True, **answer_of(parts))
+        headers = context.call_context.state.get("headers", {})
+        meta = dict(message.metadata) if message.HasField("metadata") else {}
+        client = headers.get(edge.CLIENT_HEADER, "")
+        key = self.edge.key(client, headers.get(INSTANCE_HEADER), meta.get("instanceKey"),
+                            f"a2a:{context.context_id}")  # fmt: skip
+        if call is not None:  # answered for this task's instance, as its token (§10)
+            answer = answer_of(parts)
+            pieces = self.edge.answer(str(call["id"]), stream=True, client=client,
+                                      agent=self.agent, key=str(key), **answer)  # fmt: skip
         else:
-            headers = context.call_context.state.get("headers", {})
-            meta = dict(message.metadata) if message.HasField("metadata") else {}
-            key = self.edge.key(headers.get(edge.CLIENT_HEADER, ""), headers.get(INSTANCE_HEADER),
-                                meta.get("instanceKey"), f"a2a:{context.context_id}")  # fmt: skip
             text = "\n".join(get_text_parts(parts))
             pieces = self.edge.pieces(self.agent, str(key), text, stream=True)
         await self._report(updater, pieces)

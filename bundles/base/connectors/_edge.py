@@ -45,13 +45,17 @@ ANSWER_EVENT = "deferred.answer"
 STATUS_OF = {
     "E_AGENT_NOT_FOUND": 404, "E_AGENT_NOT_IN_SWARM": 404, "E_CALL_NOT_FOUND": 404,
     "E_CONNECTOR_NO_ROUTE": 403, "E_AGENT_INVALID_INSTANCE_KEY": 400,
-    "E_CALL_INVALID_ANSWER": 400, "E_AGENT_CAPACITY": 429, "E_MODEL_RATE_LIMIT": 429,
+    "E_CALL_INVALID_ANSWER": 400, "E_CALL_FORBIDDEN": 403,
+    "E_AGENT_CAPACITY": 429, "E_MODEL_RATE_LIMIT": 429,
     "E_AGENT_BUDGET_EXCEEDED": 429,
     "E_AGENT_BACKOFF": 503, "E_AGENT_START_FAILED": 503, "E_AGENT_SHUTTING_DOWN": 503,
     "E_CONNECTOR_CLOSED": 503, "E_AGENT_TIMEOUT": 504,
 }  # fmt: skip
 """HTTP status of a coded error from the daemon (anything else: 502, the turn failed)."""
 CANCELLED = -32002
+ANSWERED_BY = "answeredBy"
+"""Whom the connector authenticated for an answer (protocol.jsonrpc.ANSWERED_BY): the token's
+id, which a Connection's `config.approvers` names to let it decide approvals."""
 """JSON-RPC code of a client-side call the user cancelled (ARCHITECTURE.md §10)."""
 CLIENT_HEADER = "x-goondan-api-client"
 """The id of the request's bearer token, set by the connector's gate (a client's own header of
@@ -258,12 +262,19 @@ class Edge:
         result: Any = None,
         error: Mapping[str, Any] | None = None,
         stream: bool = False,
+        client: str = "",
+        agent: str | None = None,
+        key: str | None = None,
     ) -> AsyncGenerator[Piece]:
         """Answer the client-side call `call_id`; the pieces of the resumed turn's reply (with
-        `stream`, as it works, whether or not the turn's first request streamed)."""
+        `stream`, as it works, whether or not the turn's first request streamed). `client`
+        (the token's id) is who the daemon records; with `agent` and `key` (the instance the
+        client's request addresses) the daemon refuses an answer to another instance's call
+        (E_CALL_FORBIDDEN, ARCHITECTURE.md §10)."""
         rpc: dict[str, Any] = {"jsonrpc": "2.0", "id": call_id}
         rpc.update({"error": dict(error)} if error is not None else {"result": result})
-        return self._replied(_Ask(ANSWER_EVENT, {"rpc": rpc}), stream)
+        props: dict[str, Any] = {"rpc": rpc, ANSWERED_BY: client} if client else {"rpc": rpc}
+        return self._replied(_Ask(ANSWER_EVENT, props, agent=agent, key=key), stream)
 
     async def _replied(self, ask: _Ask, stream: bool) -> AsyncGenerator[Piece]:
         if not stream:

@@ -136,9 +136,11 @@ class McpEdge:
         if not isinstance(call_id, str) or not call_id:
             raise edge.Refusal(400, "E_API_BAD_REQUEST", "`id` must be the pending call's id")
         error = args.get("error")
+        headers = getattr(getattr(ctx, "request", None), "headers", None) or {}
         pieces = self.edge.answer(call_id, result=args.get("result"),
                                   error=error if isinstance(error, dict) else None,
-                                  stream=_wants_progress(ctx))  # fmt: skip
+                                  stream=_wants_progress(ctx),
+                                  client=headers.get(edge.CLIENT_HEADER, ""))  # fmt: skip
         await _progress(ctx, 0, f"answered call {call_id}")
         return await self._result(ctx, pieces)
 

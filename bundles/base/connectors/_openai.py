@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from starlette.requests import Request
@@ -163,10 +163,10 @@ class Completions:
 
     def _pieces(self, chat: ChatRequest, headers: Any) -> AsyncGenerator[Any]:
         answers = tool_answers(chat)
-        if answers:  # only the last answer's reply is this completion
-            return _answer_all(self.edge, answers, chat.stream)
         client = headers.get(edge.CLIENT_HEADER, "")
         key = self.edge.key(client, chat.user, headers.get(INSTANCE_HEADER))
+        if answers:  # only the last answer's reply is this completion
+            return _answer_all(self.edge, answers, chat.stream, For(client, chat.model, key))
         idempotency = self.edge.idempotency(client, headers.get("idempotency-key"))
         text = user_input(chat)
         return self.edge.pieces(chat.model, key, text, idempotency_key=idempotency,  # type: ignore[no-any-return]
@@ -251,13 +251,24 @@ async def _chain(first: Any, rest: AsyncGenerator[Any]) -> AsyncGenerator[Any]:
         await rest.aclose()
 
 
-async def _answer_all(edge_: Any, answers: list[ChatMessage], stream: bool) -> AsyncGenerator[Any]:
+class For(NamedTuple):
+    """Who answers (the token's id) and for which instance its request is (agent, key)."""
+
+    client: str
+    agent: str
+    key: str
+
+
+async def _answer_all(
+    edge_: Any, answers: list[ChatMessage], stream: bool, by: For
+) -> AsyncGenerator[Any]:
     """Answer each call in order; the pieces of the reply to the last answer (streamed when
     the request streams)."""
     for index, message in enumerate(answers):
         result = edge.result_of(text_of(message))
         last = index == len(answers) - 1
-        pieces = edge_.answer(message.tool_call_id, result=result, stream=stream and last)
+        pieces = edge_.answer(message.tool_call_id, result=result, stream=stream and last,
+                              client=by.client, agent=by.agent, key=by.key)  # fmt: skip
         if not last:
             done = await edge.whole(pieces)
             if done.error is not None:
