@@ -85,7 +85,7 @@ def _node_row(record: NodeRecord, owned: int, now: float) -> JsonObject:
 
 async def cluster_status(nats_: Nats, partitions: int) -> JsonObject:
     records = await nodes_of(nats_)
-    owners = await owners_of(nats_)
+    owners = await owners_of(nats_, partitions)
     lags = await asyncio.gather(*(_lag(nats_, p) for p in range(partitions)))
     now = time.time()
     nodes = []

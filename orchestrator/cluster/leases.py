@@ -312,7 +312,13 @@ async def nodes_of(nats_: Nats) -> list[NodeRecord]:
     return records
 
 
-async def owners_of(nats_: Nats) -> dict[int, str]:
-    """Partition -> the node whose lease holds it now."""
-    leases = await nats_.entries("leases")
-    return {int(key.split(".", 1)[1]): value.decode() for key, value in leases.items()}
+async def owners_of(nats_: Nats, partitions: int) -> dict[int, str]:
+    """Partition -> the node whose lease holds it now. Keys other than `p.<partition>` are left
+    out: a node may write any key of the bucket's shapes (README: Running on several machines),
+    and one it should not have written must not break every node's `cluster status`."""
+    owners = {}
+    for key, value in (await nats_.entries("leases")).items():
+        head, _, number = key.partition(".")
+        if head == "p" and number.isdigit() and int(number) < partitions:
+            owners[int(number)] = value.decode(errors="replace")
+    return owners

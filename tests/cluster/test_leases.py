@@ -93,7 +93,7 @@ async def test_one_owner_per_partition_takeover_and_join(nats_cluster: NatsClust
         async with asyncio.timeout(30):
             held = await settle(nodes)
         assert set(held.values()) == {"n1", "n2", "n3"}
-        assert await owners_of(nodes[0].nats) == held
+        assert await owners_of(nodes[0].nats, PARTITIONS) == held
 
         # a node dies without releasing: its leases expire and the others take them
         dead = nodes.pop(1)

@@ -24,6 +24,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from bundles.kinds import ClusterPolicy
+from orchestrator.cluster.admin import cluster_status
 from orchestrator.cluster.answers import Answers
 from orchestrator.cluster.leases import NodeRecord, nodes_of
 from orchestrator.cluster.link import Nats, inbox_prefix, open_swarm
@@ -130,6 +131,11 @@ async def as_node(url: str, node: str, swarm: str) -> Nats:
     return await open_swarm(options(with_user(url, node), node, None, policy), swarm, node)
 
 
+def lease_partition() -> int:
+    """The partition of the instance the forwarded answers are for."""
+    return partition_of("worker", "k1", PARTITIONS)
+
+
 def forward(call_id: str) -> Forward:
     return Forward(call_id=call_id, agent="worker", instance_key="k1", wait_s=1.0, via="cli",
                    approve=True, by="ops")  # fmt: skip
@@ -160,7 +166,7 @@ async def test_a_node_cannot_act_as_another(nats_cluster: NatsCluster) -> None:
         asker = Answers(NodeRequests(n2, "n2"), PARTITIONS, lambda _a: False, 2.0)
         try:
             await holder.serve()
-            lease = n1.names.lease_key(partition_of("worker", "k1", PARTITIONS))
+            lease = n1.names.lease_key(lease_partition())
             await n1.leases.put(lease, b"n1")
             spies = await _cannot_pose_as_n1(raw, n1)
             # the honest path: n2 forwards an answer to n1, which runs it and replies
@@ -206,6 +212,12 @@ async def _cannot_register_as_n1(raw: Raw, n1: Nats) -> None:
     # n2 may write its own key, but a record there that names n1 does not make n1 a node
     await kv.put("n2", record("n1"))
     assert [r.node for r in await nodes_of(n1)] == []
+    # keys of shapes n2 may write in the leases bucket that are no lease break no status
+    leases = await raw.nc.jetstream(timeout=1).key_value(n1.names.bucket("leases"))
+    for key in ("n2", "p.x", "p.999", "a.b.c"):
+        await leases.put(key, b"\xff")
+    status = await cluster_status(n1, PARTITIONS)
+    assert status["unowned"] == [p for p in range(PARTITIONS) if p != lease_partition()]
 
 
 async def test_the_printed_nats_config_runs_a_node_and_refuses_anonymous_clients(
