@@ -55,8 +55,11 @@ def _owned(connection: str, token: str, name: str) -> str:
     return f"api:{connection}:{hashlib.sha256(token.encode()).hexdigest()[:12]}:{name}"
 
 
-async def _say(client: openai.AsyncOpenAI, text: str, user: str, key: str | None = None) -> str:
-    headers = {"Idempotency-Key": key} if key else None
+async def _say(
+    client: openai.AsyncOpenAI, text: str, user: str, key: str | None = None, **headers: str
+) -> str:
+    if key:
+        headers["Idempotency-Key"] = key
     done = await client.chat.completions.create(
         model="front", user=user, messages=[{"role": "user", "content": text}],
         extra_headers=headers,
@@ -78,6 +81,9 @@ async def test_an_api_client_reaches_only_its_own_replies_and_instances(
         assert made.ok, made.error
         await _say(a, "let me in", "ops")
         await _say(b, "me too", "ops")
+        # the header that names the token to the protocols is the gate's, not the client's
+        forged = hashlib.sha256(TOKEN_A.encode()).hexdigest()[:12]
+        await _say(b, "as a", "u", **{"X-Goondan-Api-Client": forged})
         # sharedInstances: both tokens talk to one instance of the Connection
         sa, sb = _client(shared_url, TOKEN_A), _client(shared_url, TOKEN_B)
         await _say(sa, "one", "team")
@@ -86,7 +92,8 @@ async def test_an_api_client_reaches_only_its_own_replies_and_instances(
             await client.close()
     assert (first, other, again) == ("echo: from a", "echo: from b", "echo: from a")
     assert _history(_owned("api", TOKEN_A, "u")) == ["from a", "echo: from a"]
-    assert _history(_owned("api", TOKEN_B, "u")) == ["from b", "echo: from b"]
+    assert _history(_owned("api", TOKEN_B, "u"))[:2] == ["from b", "echo: from b"]
+    assert _history(_owned("api", TOKEN_B, "u"))[2:] == ["as a", "echo: as a"]
     assert _history("ops") == ["operator's secret", "echo: operator's secret"]
     assert _history(_owned("api", TOKEN_A, "ops")) == ["let me in", "echo: let me in"]
     assert _history("api:shared:team") == ["one", "echo: one", "two", "echo: two"]
@@ -101,12 +108,12 @@ def _peak_rss(pid: int) -> int:
     raise AssertionError(f"no VmHWM for {pid}")
 
 
-async def _head_only(url: str, headers: str) -> bytes:
+async def _head_only(url: str, headers: str, path: str = "/v1/chat/completions") -> bytes:
     """The answer to a request head announcing a 1 MiB body that never comes."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
-        writer.write((f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+        writer.write((f"POST {path} HTTP/1.1\r\nHost: {host}\r\n"
                       f"Content-Type: application/json\r\nContent-Length: {MIB}\r\n"
                       f"{headers}\r\n").encode())  # fmt: skip
         async with asyncio.timeout(3):  # the body's own deadline is 10 s
@@ -122,6 +129,7 @@ async def test_an_unauthenticated_request_is_refused_before_its_body_is_read(
     async with asyncio.timeout(120):
         daemon, url, _ = await _start(start_daemon)
         answer = await _head_only(url, "Authorization: Bearer wrong\r\n")
+        open_path = await _head_only(url, "", "/healthz")  # open to GET only
         pid = int((await daemon.wait_for("spawned", process="connector:api:api:1"))["pid"])
         before = _peak_rss(pid)
         body = b'{"model": "front", "messages": [], "pad": "' + b"x" * (MIB - 64) + b'"}'
@@ -135,6 +143,8 @@ async def test_an_unauthenticated_request_is_refused_before_its_body_is_read(
 
     assert answer.startswith(b"HTTP/1.1 401 "), answer
     assert b'"E_API_UNAUTHORIZED"' in answer
+    assert open_path.startswith(b"HTTP/1.1 401 "), open_path
+
     assert {r.status_code for r in answers} == {401}
     assert {r.json()["error"]["code"] for r in answers} == {"E_API_UNAUTHORIZED"}
     # read before the token: ~40 MiB more at its peak; refused on the head: ~3 MiB

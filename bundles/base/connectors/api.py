@@ -106,7 +106,7 @@ class Gate:
         """Requests in progress."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or (scope["path"] in OPEN_PATHS and scope["method"] == "GET"):
             await self.app(scope, receive, send)
             return
         try:
