@@ -163,3 +163,34 @@ async def test_an_api_client_decides_an_approval_only_with_an_approver_token(
         assert (decided["by"], decided["via"]) == (token_id(APPROVER),
                                                                  "connector:edge")  # fmt: skip
         assert [row["id"] for row in await calls_list()] == [own]
+
+
+async def test_an_api_client_answers_only_its_own_instances_client_side_call(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    """A client-side call (not an approval) is answered through the request that addresses
+    its instance: the same token naming another instance is E_CALL_FORBIDDEN."""
+    port = free_port()
+    async with asyncio.timeout(90), client(port, CLIENT) as plain:
+        daemon = await start_daemon(bundle_dir(tmp_path), swarm=SWARM,
+                                    env={"API_PORT": str(port)})  # fmt: skip
+        await daemon.wait_for("transition", process="connector:edge:api:1", target="idle")
+        first = await plain.chat.completions.create(
+            model="teller", user="mine", messages=[{"role": "user", "content": "ask"}]
+        )
+        [call] = first.choices[0].message.tool_calls or []
+        assert isinstance(call, ChatCompletionMessageFunctionToolCall)
+        assert call.function.name == "ui.ask"
+        answer: list[Any] = [
+            {"role": "user", "content": "ask"},
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": '{"said": "yes"}'},
+        ]
+        with pytest.raises(openai.PermissionDeniedError) as refused:
+            await plain.chat.completions.create(model="teller", user="other", messages=answer)
+        assert refused.value.code == "E_CALL_FORBIDDEN"
+        done = await plain.chat.completions.create(model="teller", user="mine", messages=answer)
+        assert json.loads(done.choices[0].message.content or "") == {
+            "status": "ok", "output": {"said": "yes"}
+        }  # fmt: skip
+        assert await calls_list() == []
