@@ -258,6 +258,8 @@ class Daemon:
                                 layout=opts.layout, swarm=swarm,
                                 admits=node.admits if node else None,
                                 prepare=node.prepare if node else None)  # fmt: skip
+        if metrics is not None:  # the tools an agent declares are its only tool label values
+            supervisor.ready_listener = metrics.registry.on_ready
         acceptor = (
             Acceptor(journal, router.submit)
             if node is None

@@ -8,13 +8,18 @@ Two kinds, in one registry of this daemon (no global state):
 - gauges and counters read from the daemon's own objects at scrape time (`LiveView`): process
   states, mailbox depths, the ingress journal's lag and the frames the sockets dropped.
 
+Label values that come from models (tool names, error codes, model names) are bounded
+(`orchestrator/metric_labels.py`). A scrape reads the daemon's objects on its loop
+(`refresh()`, which snapshots them) and renders the text in a worker thread
+(`orchestrator/metrics_http.py`): the loop never renders a large registry.
+
 This module imports prometheus_client; the daemon imports it only when metrics are configured.
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,14 +27,16 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from orchestrator.metric_labels import OTHER, KnownTools, SeriesCap, bounded
 from orchestrator.states import ProcessStatus
 from orchestrator.table import ProcessEntry
 from protocol.control import DEACTIVATED
-from protocol.messages import TurnMetrics
+from protocol.messages import ToolSample, TurnMetrics, TurnOutcome
 
 TURN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, float("inf"))
 TOOL_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, float("inf"))
 S = ProcessStatus
+OUTCOMES = frozenset(TurnOutcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,17 +106,29 @@ class DaemonMetrics:
         )
         self._live = _Live()
         reg.register(self._live)
+        self._tools = KnownTools()
+        self._caps = {
+            name: SeriesCap(name)
+            for name in ("goondan_tool_calls", "goondan_tool_call_duration_seconds",
+                         "goondan_errors", "goondan_tokens")
+        }  # fmt: skip
 
     def bind(self, view: LiveView) -> None:
         """Read the daemon's objects at each scrape from now on."""
         self._live.view = view
 
     async def refresh(self) -> None:
-        """Before a scrape: what must be awaited (the journal's oldest open entry)."""
+        """Before a scrape, on the loop: what must be awaited (the journal's oldest open
+        entry), then a snapshot of the daemon's objects, which the rendering thread reads."""
         view = self._live.view
         if view is not None and view.journal_stats is not None:
             stats = await view.journal_stats()
             self._live.oldest_open = stats.get("oldestOpenAgeSeconds")
+        self._live.snapshot = list(self._live.read())
+
+    def on_ready(self, entry: ProcessEntry, tools: Sequence[str]) -> None:
+        """The tools a process declared: the tool label values of its agent."""
+        self._tools.declare(entry.address.name, tools)
 
     def on_transition(self, entry: ProcessEntry, source: S, target: S) -> None:
         labels = (str(entry.address.kind), entry.address.name)
@@ -124,34 +143,55 @@ class DaemonMetrics:
     def on_turn_metrics(self, entry: ProcessEntry, report: TurnMetrics) -> None:
         agent = entry.address.name
         for outcome, count in report.turns.items():
-            self.turns.labels(agent, outcome).inc(count)
+            self.turns.labels(agent, outcome if outcome in OUTCOMES else OTHER).inc(count)
         histogram = self.turn_seconds.labels(agent)
         for ms in report.turn_ms:
             histogram.observe(ms / 1000)
         for code, count in report.errors.items():
-            self.errors.labels(agent, code, "turn").inc(count)
+            self._error(agent, code, "turn").inc(count)
         if report.steps:
             self.steps.labels(agent).inc(report.steps)
         for tool in report.tools:
-            self.tool_calls.labels(agent, tool.name, "error" if tool.code else "ok").inc()
-            self.tool_seconds.labels(agent, tool.name).observe(tool.ms / 1000)
-            if tool.code:
-                self.errors.labels(agent, tool.code, "tool").inc()
-        if report.input_tokens:
-            self.tokens.labels(agent, report.model, "input").inc(report.input_tokens)
-        if report.output_tokens:
-            self.tokens.labels(agent, report.model, "output").inc(report.output_tokens)
+            self._tool(agent, tool)
+        model = bounded(report.model)
+        for direction, tokens in (("input", report.input_tokens),
+                                  ("output", report.output_tokens)):  # fmt: skip
+            if tokens:
+                labels = self._capped("goondan_tokens", agent, model, direction)
+                self.tokens.labels(*labels).inc(tokens)
+
+    def _tool(self, agent: str, tool: ToolSample) -> None:
+        name = self._tools.label(agent, tool.name)
+        status = "error" if tool.code else "ok"
+        self.tool_calls.labels(*self._capped("goondan_tool_calls", agent, name, status)).inc()
+        timed = self._capped("goondan_tool_call_duration_seconds", agent, name)
+        self.tool_seconds.labels(*timed).observe(tool.ms / 1000)
+        if tool.code:
+            self._error(agent, tool.code, "tool").inc()
+
+    def _error(self, agent: str, code: str, source: str) -> Any:
+        return self.errors.labels(*self._capped("goondan_errors", agent, bounded(code), source))
+
+    def _capped(self, family: str, agent: str, value: str, *fixed: str) -> tuple[str, ...]:
+        """(agent, value, *fixed), or `other` for the value when the family is full."""
+        return self._caps[family].admit((agent, value, *fixed), (agent, OTHER, *fixed))
 
 
 class _Live(Collector):
     def __init__(self) -> None:
         self.view: LiveView | None = None
         self.oldest_open: float | None = None
+        self.snapshot: list[Any] = []
+        """What `read()` gave on the loop before this scrape: the rendering thread's view."""
 
     def describe(self) -> list[Any]:
         return []  # read at scrape time: nothing to check at registration
 
     def collect(self) -> Iterator[Any]:
+        return iter(self.snapshot)
+
+    def read(self) -> Iterator[Any]:
+        """The families of the daemon's objects (on the loop's thread: they are its)."""
         view = self.view
         if view is None:
             return

@@ -1,9 +1,12 @@
 """`GET /metrics` on the daemon's event loop: a minimal HTTP/1.1 server for Prometheus.
 
 Why not prometheus_client's `start_http_server`: it serves from a thread, and the scrape reads
-the process table, mailboxes and journal, which belong to the event loop. Here the scrape runs
-in the loop between two frames. One request per connection (`Connection: close`); a request
-head over 8 KiB or slower than 5 s is dropped; anything but `GET|HEAD /metrics` gets 404/405.
+the process table, mailboxes and journal, which belong to the event loop. Here those are read
+in the loop between two frames (`DaemonMetrics.refresh`, a snapshot), and the text is rendered
+in a worker thread: rendering is proportional to the series, and the loop, which every frame
+waits on, must not stall on a large registry (issue 27, F8). Scrapes render one at a time.
+One request per connection (`Connection: close`); a request head over 8 KiB or slower than
+5 s is dropped; anything but `GET|HEAD /metrics` gets 404/405.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ log = structlog.get_logger("goondan.metrics")
 async def serve(metrics: DaemonMetrics, host: str, port: int) -> asyncio.Server:
     """Listening when it returns; raises OSError (a port taken, a bad host)."""
 
+    rendering = asyncio.Lock()
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await _answer(metrics, reader, writer)
+            await _answer(metrics, reader, writer, rendering)
         except (TimeoutError, asyncio.LimitOverrunError, asyncio.IncompleteReadError, OSError):
             pass  # a slow, oversized or vanished client: nothing to answer
         finally:
@@ -41,7 +46,10 @@ async def serve(metrics: DaemonMetrics, host: str, port: int) -> asyncio.Server:
 
 
 async def _answer(
-    metrics: DaemonMetrics, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    metrics: DaemonMetrics,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    rendering: asyncio.Lock,
 ) -> None:
     async with asyncio.timeout(READ_TIMEOUT):
         head = await reader.readuntil(b"\r\n\r\n")
@@ -52,8 +60,9 @@ async def _answer(
     elif method not in ("GET", "HEAD"):
         _respond(writer, 405, b"use GET\n", extra=b"Allow: GET, HEAD\r\n")
     else:
-        await metrics.refresh()
-        body = generate_latest(metrics.registry)
+        async with rendering:  # one snapshot per rendering
+            await metrics.refresh()
+            body = await asyncio.to_thread(generate_latest, metrics.registry)
         _respond(writer, 200, body, CONTENT_TYPE_LATEST.encode(), head_only=method == "HEAD")
     await writer.drain()
 

@@ -107,6 +107,8 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._restart_listeners: list[RestartListener] = []
         self._deactivation_listeners: list[Callable[[Address], None]] = []
+        self.ready_listener: Callable[[ProcessEntry, list[str]], None] | None = None
+        """Told the tools a process declared at `ready` (the metrics' tool label values)."""
         self.capacity = capacity.Capacity(settings.max_live_instances, table, router.mailboxes.get)
 
     def add_restart_listener(self, listener: RestartListener) -> None:
@@ -343,6 +345,8 @@ class Supervisor:
         self.table.transition(entry, S.IDLE, expect=S.SPAWNING)  # spawning -> idle
         entry.start_errors = 0
         log.info("ready", process=str(entry.process_id), pid=payload.pid, tools=len(payload.tools))
+        if self.ready_listener is not None:
+            self.ready_listener(entry, payload.tools)
         self.router.flush(entry.address)
 
     def on_start_error(self, entry: ProcessEntry, payload: StartErrorPayload) -> None:

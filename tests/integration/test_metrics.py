@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, Daemon, run_cli
+from tests.unit.agent_process.fake_llm import FakeLLMServer, chat_completion
 
 BUNDLE = REPO / "tests" / "fixtures" / "metrics"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -161,3 +162,67 @@ async def test_a_taken_port_stops_the_daemon_with_a_coded_error(tmp_path: Path) 
         finally:
             taken.close()
         assert code == 1 and "E_METRICS_UNAVAILABLE" in err and str(port) in err
+
+
+FLOOD = """
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: gpt}
+spec:
+  provider: openai
+  model: gpt-test
+  endpoint: __LLM__/v1
+  apiKey: {value: sk-test}
+  options: {maxRetries: 0, timeoutSeconds: 30}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: t}
+spec:
+  entry: ./t.py
+  exports: [{name: ok}, {name: fail}, {name: die}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: alpha}
+spec:
+  modelConfig: {modelRef: Model/gpt}
+  tools: [Tool/t]
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: flooded}
+spec:
+  entryAgent: Agent/alpha
+  agents: [Agent/alpha]
+  observability:
+    metrics: {port: 0}
+"""
+MADE_UP = 2000
+
+
+async def test_tool_names_a_model_makes_up_are_one_series_not_thousands(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    """Issue 27, F8: a model that calls 2,000 tools no catalog has (each call fails) made 2,000
+    label values per family; now they are all `other`, beside the tool the agent has."""
+    calls = [{"id": f"c{i}", "name": f"made_up_{i}", "args": {}} for i in range(MADE_UP)]
+    calls.append({"id": "real", "name": "t__ok", "args": {}})
+    async with asyncio.timeout(120), FakeLLMServer() as server:
+        server.replies = [(200, chat_completion(tool_calls=calls)), (200, chat_completion("done"))]
+        bundle = tmp_path / "flood"
+        bundle.mkdir()
+        shutil.copy(BUNDLE / "t.py", bundle / "t.py")
+        llm = f"http://127.0.0.1:{server.port}"
+        (bundle / "goondan.yaml").write_text(FLOOD.replace("__LLM__", llm))
+        daemon = await start_daemon(bundle, swarm="flooded")
+        port = daemon.find("metrics_listening")[0]["port"]
+        await turn(daemon, "call them all", "alpha")
+        response, samples = await scrape(port)
+    tools = {dict(labels)["tool"] for (name, labels) in samples
+             if name == "goondan_tool_calls_total"}  # fmt: skip
+    assert tools == {"other", "t__ok"}
+    assert total(samples, "goondan_tool_calls_total", tool="other", status="error") == MADE_UP
+    assert total(samples, "goondan_tool_calls_total", tool="t__ok", status="ok") == 1
+    assert total(samples, "goondan_errors_total", code="E_TOOL_NOT_IN_CATALOG") == MADE_UP
+    assert len(response.content) < 64 * 1024  # about 0.5 MB per 100 made-up names before
