@@ -1,9 +1,12 @@
 """Landlock trampoline for a sandboxed tool where bubblewrap cannot run (`_sandbox`).
 
-Usage: `python -I -S _landlock.py [--no-network] [--read PATH]... [--write PATH]... -- ARGV...`:
-`--read` paths may be read and executed, `--write` paths also changed; `--no-network`: no TCP
-bind or connect (Landlock ABI 4+). One argument a path: a long list never meets the kernel's
-limit of one argument's length. It sets no-new-privileges, restricts itself with one Landlock
+Usage: `python -I -S _landlock.py [--no-network] [--read PATH]... [--write PATH]...
+[--env NAME=VALUE]... -- ARGV...`: `--read` paths may be read and executed, `--write` paths
+also changed; `--no-network`: no TCP bind or connect (Landlock ABI 4+); ARGV gets exactly the
+`--env` variables (this process's own environment is the holder's, never the model's). One
+argument a path: a long list never meets the kernel's limit of one argument's length.
+
+It sets no-new-privileges, restricts itself with one Landlock
 ruleset (whatever is not granted is denied, for this process and all it starts; Landlock ABI
 6+ also scopes signals and abstract unix sockets to the sandbox, so the command cannot signal
 the agent or the call's reaper) and execs ARGV. Landlock also keeps the command from
@@ -112,9 +115,9 @@ def restrict(read: list[str], write: list[str], network: bool) -> None:
     os.close(ruleset)
 
 
-def parse(args: list[str]) -> tuple[list[str], list[str], bool, list[str]]:
-    """(read, write, network, argv) of a command line."""
-    grants: dict[str, list[str]] = {"--read": [], "--write": []}
+def parse(args: list[str]) -> tuple[list[str], list[str], bool, dict[str, str], list[str]]:
+    """(read, write, network, env, argv) of a command line."""
+    grants: dict[str, list[str]] = {"--read": [], "--write": [], "--env": []}
     network, i = True, 0
     while args[i] != "--":
         if args[i] == "--no-network":
@@ -122,14 +125,15 @@ def parse(args: list[str]) -> tuple[list[str], list[str], bool, list[str]]:
             continue
         grants[args[i]].append(args[i + 1])
         i += 2
-    return grants["--read"], grants["--write"], network, args[i + 1 :]
+    env = dict(item.split("=", 1) for item in grants["--env"])
+    return grants["--read"], grants["--write"], network, env, args[i + 1 :]
 
 
 def main(args: list[str]) -> None:
-    read, write, network, argv = parse(args)
+    read, write, network, env, argv = parse(args)
     try:
         restrict(read, write, network)
-        os.execvp(argv[0], argv)
+        os.execvpe(argv[0], argv, env)
     except OSError as error:
         sys.stderr.write(f"sandbox (landlock): {error.strerror or error}\n")
         sys.stderr.flush()

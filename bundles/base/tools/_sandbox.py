@@ -129,20 +129,29 @@ def _unavailable(why: str) -> ToolFailed:
     )
 
 
+OUTSIDE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8"}
+"""The environment of what runs outside the sandbox (the call's holder, bubblewrap, the
+Landlock trampoline before it restricts itself). The command's own environment, which the
+model may set (`env`), is handed in: a LD_PRELOAD or GCONV_PATH of its choosing would
+otherwise run its code in those processes, outside the sandbox."""
+
+
 async def confine(
-    box: Sandbox, argv: list[str], *, roots: Iterable[str], cwd: str
+    box: Sandbox, argv: list[str], *, roots: Iterable[str], cwd: str, env: Mapping[str, str]
 ) -> tuple[list[str], bool]:
-    """`argv` in `box`, and whether its leader is bubblewrap (see `_contain.open_call`)."""
+    """`argv` in `box` with `env`, and whether its leader is bubblewrap (see
+    `_contain.open_call`); run it with OUTSIDE_ENV."""
     if box.mode != "landlock":
         try:
-            return wrap(await bubblewrap(), box, argv, roots=roots, cwd=cwd), True
+            bwrap = await bubblewrap()
+            return wrap(bwrap, box, argv, roots=roots, cwd=cwd, env=env), True
         except ToolFailed:
             if box.mode == "bubblewrap":
                 raise
     if _landlock.abi() < 1:
         why = "this kernel has no Landlock" if box.mode == "landlock" else str(_refusal)
         raise _unavailable(f"{why}; no Landlock either" if box.mode == "auto" else why)
-    return wrap_landlock(box, argv, roots=roots), False
+    return wrap_landlock(box, argv, roots=roots, env=env), False
 
 
 def _within(path: str, parent: str) -> bool:
@@ -187,14 +196,19 @@ def wrap(
     roots: Iterable[str],
     cwd: str,
     read_only: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """`argv` as bubblewrap runs it in `box`, with `roots` bound (read-write unless
-    `read_only`), in `cwd`. No fd of ours may be handed in: a directory fd opened outside is
-    a way out of the sandbox's mounts (`..` from it climbs the real tree)."""
+    `read_only`), in `cwd`, with `env` (None: bubblewrap's own). No fd of ours may be handed
+    in: a directory fd opened outside is a way out of the sandbox's mounts (`..` from it
+    climbs the real tree)."""
     net = () if box.network else ("--unshare-net",)
     bind = "--ro-bind" if read_only else "--bind"
+    setenv = [] if env is None else ["--clearenv"]
+    for name, value in (env or {}).items():
+        setenv += ["--setenv", name, value]
     return [
-        bwrap, *_BASE, *_mounts(box, roots, bind), *_ISOLATION, *net,
+        bwrap, *_BASE, *_mounts(box, roots, bind), *_ISOLATION, *net, *setenv,
         "--chdir", os.path.realpath(cwd), "--", *argv,
     ]  # fmt: skip
 
@@ -246,7 +260,9 @@ def _complement(top: str, hide: list[str], guarded: set[tuple[int, int]]) -> lis
     return out
 
 
-def wrap_landlock(box: Sandbox, argv: list[str], *, roots: Iterable[str]) -> list[str]:
+def wrap_landlock(
+    box: Sandbox, argv: list[str], *, roots: Iterable[str], env: Mapping[str, str]
+) -> list[str]:
     """`argv` behind the Landlock trampoline: everything but the hidden paths (and /proc)
     readable, the roots (but hidden paths inside them) writable."""
     hide = [os.path.realpath(path) for path in box.hide]
@@ -259,4 +275,5 @@ def wrap_landlock(box: Sandbox, argv: list[str], *, roots: Iterable[str]) -> lis
     grants = [*(["--no-network"] if not box.network else [])]
     grants += [arg for path in read for arg in ("--read", path)]
     grants += [arg for path in write for arg in ("--write", path)]
+    grants += [arg for item in env.items() for arg in ("--env", "=".join(item))]
     return [sys.executable, "-I", "-S", str(LANDLOCK), *grants, "--", *argv]

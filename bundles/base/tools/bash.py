@@ -85,13 +85,14 @@ def _cwd(ws: _workspace.Workspace, raw: str | None) -> Path:
 
 
 async def _confined(
-    ctx: ToolContext, ws: _workspace.Workspace, argv: list[str], cwd: Path
+    ctx: ToolContext, ws: _workspace.Workspace, argv: list[str], cwd: Path, env: dict[str, str]
 ) -> tuple[list[str], bool] | None:
-    """`argv` inside the Tool's sandbox and whether bubblewrap leads it; None: `sandbox: off`."""
+    """`argv` inside the Tool's sandbox with `env` and whether bubblewrap leads it; None:
+    `sandbox: off`."""
     box = _sandbox.settings(ctx.config)
     if box is None:
         return None
-    return await _sandbox.confine(box, argv, roots=ws.roots, cwd=str(cwd))
+    return await _sandbox.confine(box, argv, roots=ws.roots, cwd=str(cwd), env=env)
 
 
 async def _run(
@@ -102,11 +103,12 @@ async def _run(
         int(input.get("timeoutMs", DEFAULT_TIMEOUT_MS)),
         _int_setting(config, "maxTimeoutMs", 600_000),
     )
-    confined = await _confined(ctx, ws, argv, cwd)
+    env = _child_env(ctx, input.get("env"))
+    confined = await _confined(ctx, ws, argv, cwd, env)
     result = await _process.run_capped(
         confined[0] if confined else argv,
         cwd=cwd,
-        env=_child_env(ctx, input.get("env")),
+        env=_sandbox.OUTSIDE_ENV if confined else env,
         timeout_s=timeout_ms / 1000,
         max_bytes=_int_setting(config, "maxOutputBytes", 100_000),
         kill_grace_s=_int_setting(config, "killGraceMs", 1000) / 1000,

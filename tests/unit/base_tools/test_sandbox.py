@@ -8,6 +8,7 @@ import asyncio
 import os
 import shutil
 import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -242,3 +243,52 @@ async def test_auto_falls_back_to_landlock_without_bubblewrap(
     assert out["exitCode"] != 0 and "top secret" not in out["stdout"], out
     pid = await run(ctx, "echo $$")  # no PID namespace of its own: a pid of the machine
     assert int(pid["stdout"]) > 2, pid
+
+
+_MARK = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void mark(void) {
+    char exe[512] = {0}, path[1024];
+    const char *dir = getenv("MARK_DIR");
+    if (dir == NULL || readlink("/proc/self/exe", exe, sizeof exe - 1) < 0) exe[0] = 0;
+    if (dir == NULL) return;
+    snprintf(path, sizeof path, "%s/loaded-%d", dir, (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (f != NULL) { fputs(exe, f); fclose(f); }
+}
+"""
+
+
+@pytest.fixture
+def preload(tmp_path: Path, workdir: Path) -> Path:
+    """A library that leaves a mark (its process's program) wherever it is loaded; in the
+    workdir, where the sandboxed command can load it too."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler to build the preloaded library")
+    (tmp_path / "mark.c").write_text(_MARK)
+    library = workdir / "mark.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(library), str(tmp_path / "mark.c")],
+                   check=True, timeout=60)  # fmt: skip
+    return library
+
+
+@pytest.mark.parametrize("mode", ["bubblewrap", "landlock"])
+async def test_the_model_s_environment_reaches_only_the_sandboxed_command(
+    ctx: FakeContext, workdir: Path, preload: Path, mode: str
+) -> None:
+    """`env` is the model's: a LD_PRELOAD in it ran its library in the call's holder and in
+    bubblewrap, outside the sandbox (and before the Landlock trampoline restricted itself)."""
+    if mode == "landlock" and bash._sandbox._landlock.abi() < 1:
+        pytest.skip("no Landlock here")
+    marks = workdir / "marks"
+    marks.mkdir()
+    env = {"LD_PRELOAD": str(preload), "MARK_DIR": str(marks)}
+    box = sandboxed(ctx, mode=mode)
+    out = await run(box, "true", env=env)
+    assert out["exitCode"] == 0, out
+    loaded = [path.read_text() for path in marks.iterdir()]
+    assert loaded, "the command itself got its environment"
+    assert not [exe for exe in loaded if "bwrap" in exe or "python" in exe], loaded
