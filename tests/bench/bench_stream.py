@@ -138,7 +138,9 @@ kind: Connection
 metadata: {{name: api}}
 spec:
   connectorRef: {{kind: Connector, name: api, package: "@goondan/base"}}
-  config: {{port: "EDGE_PORT", tokens: ["{EDGE_TOKEN}"]}}
+  config: {{port: "EDGE_PORT", tokens: ["{EDGE_TOKEN}"], requestsPerMinute: "0",
+           requestsPerMinutePerClient: "0"}}
+
 """
 """The `api` connector in front of the warm hop's agent."""
 EDGE_READY = b'"process": "connector:api:api:1", "source": "spawning", "target": "idle"'
