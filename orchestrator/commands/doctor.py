@@ -214,6 +214,13 @@ def check_journal(ctx: Context) -> Check:
     age = found["oldestOpenAgeSeconds"]
     detail = (f"{path}: {found['bytes']} bytes, {found['open']} unfinished event(s)"
               + (f", the oldest accepted {age:.0f} s ago" if age is not None else ""))  # fmt: skip
+    if found["quarantined"]:
+        fix = (
+            f"read them in the quarantine table of {path} (sqlite3); each was logged "
+            "journal_row_quarantined (E_JOURNAL_CORRUPT_ROW): who else writes this file?"
+        )
+        detail += f", {found['quarantined']} row(s) quarantined (they did not decode)"
+        return Check("journal", Level.WARN, detail, fix)
     if age is not None and age > STALE_PENDING_SECONDS:
         fix = "start the daemon (it delivers them), or see goondan status for the instance"
         return Check("journal", Level.WARN, detail, fix)

@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS quarantine (
 COLUMNS = "seq, event, target, state, attempts, accepted_at, dedupe_key, completed_at, reply"
 _MOVED = "event_id, target, dedupe_key, event, state, attempts, accepted_at, completed_at, reply"
 _decode_event = msgspec.msgpack.Decoder(AgentEvent).decode
+_STATES = frozenset(state.value for state in EntryState)
 log = structlog.get_logger("goondan.journal")
 
 
@@ -61,7 +62,7 @@ def decode(row: tuple[Any, ...]) -> JournalEntry:
     _check("accepted_at", accepted_at, int, float)
     _check("dedupe_key", dedupe_key, str, type(None))
     _check("completed_at", completed_at, int, float, type(None))
-    if state not in EntryState._value2member_map_:
+    if not isinstance(state, int) or state not in _STATES:
         raise BadRow(f"state: {state!r} is not a journal state")
     return JournalEntry(
         seq=seq, event=_event("event", event), target=target, state=EntryState(state),

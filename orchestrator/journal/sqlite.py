@@ -280,6 +280,7 @@ def describe(path: Path, now: float) -> dict[str, Any] | None:
             oldest = conn.execute(
                 "SELECT min(accepted_at) FROM entries WHERE state < ?", (EntryState.COMPLETED,)
             ).fetchone()[0]
+            quarantined = _quarantined(conn)
     except sqlite3.DatabaseError as exc:
         why = f"{path} is not a readable journal ({type(exc).__name__})"
         raise JournalError(ErrorCode.E_JOURNAL_CORRUPT, why, "move it aside") from None
@@ -289,7 +290,16 @@ def describe(path: Path, now: float) -> dict[str, Any] | None:
         "finished": counts.get(EntryState.COMPLETED, 0),
         "oldestOpenAgeSeconds": None if oldest is None else round(now - oldest, 1),
         "bytes": size,
+        "quarantined": quarantined,
     }
+
+
+def _quarantined(conn: sqlite3.Connection) -> int:
+    """Rows moved aside because they did not decode (0 in a journal from before the table)."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    if "quarantine" not in tables:
+        return 0
+    return int(conn.execute("SELECT count(*) FROM quarantine").fetchone()[0])
 
 
 def _log_unkept(kept: asyncio.Future[None]) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from orchestrator.cli import main
 from orchestrator.commands.doctor import (
@@ -272,6 +275,16 @@ async def test_the_journal_is_reported_with_its_oldest_unfinished_event(
     journal_check = _check(report, "journal")
     assert journal_check["status"] == "warn" and "1 unfinished" in journal_check["detail"]
     assert code == EXIT_OK  # a warning
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE entries SET event = x'c1', accepted_at = ?", (time.time(),))
+    journal = await SqliteJournal.open(path)
+    with capture_logs():  # not on stdout, which is the report's
+        assert await journal.pending() == []  # the row that does not decode is quarantined
+    await journal.close()
+    code, report = _doctor(capsys, bundle)
+    journal_check = _check(report, "journal")
+    assert journal_check["status"] == "warn" and "1 row(s) quarantined" in journal_check["detail"]
+    assert "quarantine table" in journal_check["fix"]
     for name in list(path.parent.iterdir()):
         name.unlink()
     path.write_bytes(b"not a database" * 300)
