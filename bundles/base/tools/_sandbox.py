@@ -158,6 +158,22 @@ def _within(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
+def checked_roots(workdir: Path, config: Mapping[str, Any], real: list[str]) -> list[str]:
+    """`real` (the workspace's roots, resolved), once none configured inside another root
+    leads out of it: an earlier command may have swapped such a directory for a symlink to
+    the state root, which binding it would bring into the sandbox."""
+    given = [os.path.abspath(workdir / root) for root in config.get("roots") or ["."]]
+    for name, resolved in zip(given, real, strict=True):
+        for outer, outer_real in zip(given, real, strict=True):
+            if name != outer and _within(name, outer) and not _within(resolved, outer_real):
+                raise ToolFailed(
+                    f"workspace root {name} leads outside {outer} (to {resolved})",
+                    code=ErrorCode.E_TOOL_PATH_ESCAPE,
+                    suggestion=f"Replace the symlink {name} with a directory.",
+                )
+    return real
+
+
 def _cover(path: str) -> list[str]:
     """Mount options that make `path` look empty (a missing path needs nothing)."""
     if os.path.isdir(path):

@@ -92,7 +92,8 @@ async def _confined(
     box = _sandbox.settings(ctx.config)
     if box is None:
         return None
-    return await _sandbox.confine(box, argv, roots=ws.roots, cwd=str(cwd), env=env)
+    roots = _sandbox.checked_roots(ctx.workdir, ctx.config, ws.roots)
+    return await _sandbox.confine(box, argv, roots=roots, cwd=str(cwd), env=env)
 
 
 async def _run(

@@ -217,7 +217,8 @@ async def _ripgrep(
             raise
         return None
     cwd = str(ws.resolve(raw))
-    return rg, functools.partial(_sandbox.wrap, bwrap, box, roots=ws.roots, cwd=cwd, read_only=True)
+    roots = _sandbox.checked_roots(ctx.workdir, ctx.config, ws.roots)
+    return rg, functools.partial(_sandbox.wrap, bwrap, box, roots=roots, cwd=cwd, read_only=True)
 
 
 async def search(ctx: ToolContext, input: JsonObject) -> JsonObject:

@@ -292,3 +292,20 @@ async def test_the_model_s_environment_reaches_only_the_sandboxed_command(
     loaded = [path.read_text() for path in marks.iterdir()]
     assert loaded, "the command itself got its environment"
     assert not [exe for exe in loaded if "bwrap" in exe or "python" in exe], loaded
+
+
+async def test_a_root_swapped_for_a_symlink_to_a_hidden_path_is_refused(
+    ctx: FakeContext, workdir: Path, tmp_path: Path
+) -> None:
+    """`roots: [".", "data"]`: an earlier command made `data` a symlink to the state root,
+    which the next call bound into its sandbox, writable."""
+    (workdir / "data").symlink_to(tmp_path / "outside")
+    config = {"roots": [".", "data"]}
+    box = sandboxed(replace(ctx, config=config), hide=[str(tmp_path / "outside")])
+    with pytest.raises(ToolFailed) as info:
+        await run(box, f"cat {tmp_path / 'outside' / 'secret.txt'}")
+    assert info.value.code == ErrorCode.E_TOOL_PATH_ESCAPE
+    with pytest.raises(ToolFailed) as searched:
+        async with asyncio.timeout(15):
+            await call(file_system, "search", box, {"query": "secret"})
+    assert searched.value.code == ErrorCode.E_TOOL_PATH_ESCAPE
