@@ -139,11 +139,13 @@ async def test_an_unauthenticated_request_is_refused_before_its_body_is_read(
             posts = [client.post("/v1/chat/completions", content=body, headers=headers)
                      for _ in range(300)]  # fmt: skip
             answers = await asyncio.gather(*posts)
+            health = await client.get("/healthz")  # still open, to GET
         grown = _peak_rss(pid) - before
 
     assert answer.startswith(b"HTTP/1.1 401 "), answer
     assert b'"E_API_UNAUTHORIZED"' in answer
     assert open_path.startswith(b"HTTP/1.1 401 "), open_path
+    assert (health.status_code, health.json()) == (200, {"ok": True})
 
     assert {r.status_code for r in answers} == {401}
     assert {r.json()["error"]["code"] for r in answers} == {"E_API_UNAUTHORIZED"}

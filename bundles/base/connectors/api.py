@@ -6,7 +6,8 @@
                                                    SendStreamingMessage (message/stream),
                                                    GetTask (tasks/get), CancelTask (tasks/cancel)
     POST|GET|DELETE /mcp                           MCP server, Streamable HTTP (`_mcp.py`)
-    GET  /healthz                                  200 {"ok": true}, without a token
+    GET  /healthz                                  200 {"ok": true}, without a token (GET and
+                                                   HEAD only: no body is read without one)
 
 Every other request needs `Authorization: Bearer <one of config.tokens>` (401 otherwise);
 a Connection without tokens does not start. Like the webhook, it refuses what only a browser
@@ -21,7 +22,9 @@ over `requestsPerMinute`, gets 429 with `Retry-After` (`_ratelimit.py`); past
 Each request is one event to one agent instance, addressed by the connector
 (`ctx.emit(agent=, instance_key=)`), in the Connection's own namespace: the instance a client
 names (OpenAI `user`, A2A context, MCP `instanceKey`, `X-Goondan-Instance`) is
-`api:<Connection>:<token id>:<name>` (`_edge.Edge.key`; without the token id when
+`api:<Connection>:<token id>:<name>` (`_edge.Edge.key`; the token id is the first 12 hex
+digits of the token's SHA-256, `token_id`; without the token id when
+
 `sharedInstances` is "true"), so a client reaches neither another token's instances nor one
 the CLI or another connector made. An `Idempotency-Key` is the token's own. The daemon
 journals the event before it is accepted, and the HTTP answer waits for the agent's reply, at
@@ -62,6 +65,9 @@ a2a = load_sibling(__file__, "_a2a")
 mcp = load_sibling(__file__, "_mcp")
 ratelimit = load_sibling(__file__, "_ratelimit")
 OPEN_PATHS = frozenset({"/healthz"})
+READS = frozenset({"GET", "HEAD"})
+"""The methods open on OPEN_PATHS: any other would have its body read without a token."""
+
 CLIENT_HEADER = edge.CLIENT_HEADER.encode()
 
 
@@ -106,7 +112,7 @@ class Gate:
         """Requests in progress."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["path"] in OPEN_PATHS and scope["method"] == "GET"):
+        if scope["type"] != "http" or (scope["path"] in OPEN_PATHS and scope["method"] in READS):
             await self.app(scope, receive, send)
             return
         try:
