@@ -7,9 +7,12 @@ is refused (E_CONTROL_FORBIDDEN, logged as `control_forbidden` with pid and uid)
 - its peer is unknown (no credentials: not an ipc peer);
 - its uid is neither the daemon's nor root's (the socket is 0600 in a 0700 run dir, so this
   only holds if those modes were loosened; root may, as it can read the token anyway);
-- it runs under the daemon: the daemon itself, an agent, a tool's command, or an orphan of one.
-  Orphans stay under the daemon because the fork server and the daemon are child subreapers
-  (`orchestrator/orphans.py`), so killing a parent (the call's reaper) does not leave the tree;
+- it runs under the daemon: the daemon itself, an agent, a tool's command, or an orphan of
+  one. Orphans stay under the daemon because the fork server and the daemon are child
+  subreapers (`orchestrator/orphans.py`), so killing a parent (the call's reaper) does not
+  leave the tree. Or that cannot be told: the caller is gone when its request is read (it sent
+  and exited; the operator's CLI waits for its reply), or its parent chain is deeper than any
+  real one. (pid 0 is a peer in a PID namespace neither ours nor below ours: never an agent.)
 - it sits in the agents' cgroup subtree, where per-agent cgroups exist (`orchestrator/
   cgroups.py`): a process that left the tree some other way (a daemon restarted under it) is
   still in its agent's cgroup;
@@ -76,7 +79,10 @@ class Fence:
             return "the caller's pid and uid are unknown (not a local socket peer)"
         if uid not in (self.uid, 0):
             return f"uid {uid} is not the daemon's user (uid {self.uid}) nor root"
-        if descends_from(pid, self.daemon_pid):
+        under = descends_from(pid, self.daemon_pid)
+        if under is None:
+            return f"pid {pid} is gone or its parent chain cannot be read: who it is is unknown"
+        if under:
             return f"pid {pid} runs under this daemon (an agent, one of its tools, or an orphan)"
         if self.agents_cgroup is not None:
             cgroup = cgroup_of(pid)

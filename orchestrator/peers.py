@@ -27,7 +27,7 @@ from zmq.utils.monitor import parse_monitor_message
 log = structlog.get_logger("goondan.peers")
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _LOG_FIRST = 10
-_MAX_DEPTH = 128
+_MAX_DEPTH = 4096
 
 
 def peer_pid(frame: zmq.Frame) -> int | None:
@@ -52,9 +52,20 @@ def peer_uid(frame: zmq.Frame) -> int | None:
     return int(parts[-3]) if len(parts) >= 4 and parts[-3].isdigit() else None
 
 
-def descends_from(pid: int, ancestor: int) -> bool:
-    """Whether `pid` is `ancestor` or one of its descendants (the parent chain in /proc)."""
-    for _ in range(_MAX_DEPTH):
+def descends_from(pid: int, ancestor: int, limit: int = _MAX_DEPTH) -> bool | None:
+    """Whether `pid` is `ancestor` or one of its descendants (the parent chain in /proc); None
+    when that cannot be told: `pid` is gone (a caller that exits right after sending must not
+    pass for a stranger), or its chain is deeper than any real one (one built to end the walk
+    early) or kept changing while it was read."""
+    for _ in range(3):
+        found = _walk(pid, ancestor, limit)
+        if found is not None or not Path(f"/proc/{pid}").exists():
+            return found
+    return None  # an ancestor died under each walk: its children moved up, look again
+
+
+def _walk(pid: int, ancestor: int, limit: int) -> bool | None:
+    for _ in range(limit):
         if pid == ancestor:
             return True
         if pid <= 1:
@@ -62,10 +73,10 @@ def descends_from(pid: int, ancestor: int) -> bool:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
-            return False  # gone: whoever it was, it cannot be answered
+            return None  # gone: the caller itself, or an ancestor that died while we walked
         # the command name (field 2) may hold spaces and parentheses: split after the last ')'
         pid = int(stat.rpartition(")")[2].split()[1])
-    return False
+    return None
 
 
 def _credentials(fd: int) -> tuple[int, int] | None:

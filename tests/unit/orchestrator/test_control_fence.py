@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator import orphans
 from orchestrator.control_fence import Fence, cgroup_of, within
+from orchestrator.peers import descends_from
 from protocol.errors import ErrorCode
 
 TOKEN = "t" * 64
@@ -102,3 +103,42 @@ def test_the_sweep_reaps_what_nobody_waits_for_and_leaves_the_rest() -> None:
         assert os.waitpid(watched, 0) == (watched, 7 << 8)  # its status was not stolen
     finally:
         orphans.disown(watched)
+
+
+def test_a_caller_that_is_gone_is_refused(stranger: int) -> None:
+    """It sent its request and exited (and was reaped) before the daemon looked: its place in
+    the tree is unknown, so it is refused (it passed for a stranger)."""
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    refused = Fence(TOKEN, stranger, os.geteuid()).refusal(TOKEN, gone.pid, os.geteuid())
+    assert refused is not None and refused.code == ErrorCode.E_CONTROL_FORBIDDEN
+    assert f"pid {gone.pid} is gone" in refused.message
+
+
+DEEP = """
+import os, sys
+for depth in range(int(sys.argv[1])):
+    if os.fork():  # each parent waits: the chain stays up until stdin closes
+        sys.stdin.read()
+        os._exit(0)
+os.write(1, f"{os.getpid()}\\n".encode())
+sys.stdin.read()
+"""
+
+
+def test_a_chain_deeper_than_the_walk_is_unknown() -> None:
+    """A caller under the daemon behind more parents than the walk reads (4096 in the daemon)
+    must not pass for a stranger: unknown, so the fence refuses it."""
+    chain = subprocess.Popen([sys.executable, "-c", DEEP, "12"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert chain.stdout is not None
+        deepest = int(chain.stdout.readline())
+        assert descends_from(deepest, os.getpid(), limit=10) is None
+        assert descends_from(deepest, os.getpid(), limit=20) is True
+    finally:
+        assert chain.stdin is not None
+        chain.stdin.close()
+        chain.wait(timeout=30)
+        assert chain.stdout is not None
+        chain.stdout.close()
