@@ -6,7 +6,8 @@ server on a network port needs, whatever it serves:
   `readTimeoutMs` (10 s) of the connection opening or the previous answer (408): a client that
   trickles its headers does not hold a connection.
 - **Body**: at most `maxBodyBytes` (1 MiB, 413 as soon as Content-Length says so, or when a
-  chunked body passes it), read whole within `readTimeoutMs` (408) before the app sees it.
+  chunked body passes it), read whole within `readTimeoutMs` (408) before the app sees it
+  (`_bodies.py`).
 - **Answers**: a client that stops reading stalls its own connection only (writes wait for
   it: buffers stay bounded); after `writeTimeoutMs` (30 s) without reading it is cut. Idle
   keep-alive connections close after 5 s.
@@ -37,18 +38,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
-from starlette.datastructures import Headers
-from starlette.responses import StreamingResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from bundles.sdk import load_sibling
 
 Admission = load_sibling(__file__, "_admission").Admission
+bodies = load_sibling(__file__, "_bodies")
+BodyGuard = bodies.BodyGuard
+EventStream = bodies.EventStream
+"""Re-exported: the protocols stream their answers with it."""
 ErrorBody = Callable[[int, str, str], Mapping[str, Any]]
 """(status, code, message) -> the JSON body of a refusal, in the shape the server speaks."""
-DRAIN_BYTES = 256 * 1024
-"""What a refused request may still send before the connection is closed under it."""
 LINGER_S = 2.0
 """How long a refused request's unread body is discarded before its connection is cut."""
 TICK_S = 1.0
@@ -228,7 +229,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         if cycle is None or not cycle.more_body or raw.is_closing() or not raw.can_write_eof():
             return False
         raw.write_eof()
-        self._linger_left = self.limits.max_body_bytes + DRAIN_BYTES
+        self._linger_left = self.limits.max_body_bytes + bodies.DRAIN_BYTES
         self.flow.resume_reading()
         self._linger_end = self.loop.call_later(LINGER_S, raw.close)
         return True
@@ -313,124 +314,6 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.transport.close()
 
 
-class BodyGuard:
-    """ASGI middleware: the whole request body within the limits before the app runs."""
-
-    def __init__(self, app: ASGIApp, limits: Limits, error_body: ErrorBody) -> None:
-        self.app = app
-        self.limits = limits
-        self.error_body = error_body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        limits = self.limits
-        length = Headers(scope=scope).get("content-length")
-        if length is not None and not length.isdigit():
-            await self._refuse(send, 400, limits.code("BAD_REQUEST"), "bad Content-Length")
-            return
-        try:
-            async with asyncio.timeout(limits.read_timeout):
-                if length is not None and int(length) > limits.max_body_bytes:
-                    raise _BodyTooLarge
-                body = await self._read(receive)
-        except TimeoutError:
-            message = f"the request body was not sent within {limits.read_timeout:g} s"
-            await self._refuse(send, 408, limits.code("TIMEOUT"), message)
-            return
-        except _BodyTooLarge:
-            await self._drain(receive)
-            message = f"the body is limited to {limits.max_body_bytes} bytes"
-            await self._refuse(send, 413, limits.code("TOO_LARGE"), message)
-            return
-        if body is None:
-            return  # the client went away
-        await self.app(scope, _replay(body, receive), send)
-
-    async def _read(self, receive: Receive) -> bytes | None:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limits.max_body_bytes:
-                raise _BodyTooLarge
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
-    async def _drain(self, receive: Receive) -> None:
-        """Read a little of what the client still sends before answering and closing: closing
-        with unread data resets the connection, and the client would never see the 413."""
-        left = DRAIN_BYTES
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.limits.read_timeout):
-                while left > 0:
-                    message = await receive()
-                    left -= len(message.get("body", b""))
-                    if message["type"] == "http.disconnect" or not message.get("more_body"):
-                        return
-
-    async def _refuse(self, send: Send, status: int, code: str, message: str) -> None:
-        body = json.dumps(self.error_body(status, code, message)).encode()
-        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
-                   (b"content-length", str(len(body)).encode())]  # fmt: skip
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-
-class EventStream(StreamingResponse):
-    """A streamed answer sent from the request's own task: Starlette's StreamingResponse first
-    opens an anyio task group and starts the stream in a second task (a loop iteration and a
-    task group per answer before the first byte). A client that hangs up is heard by one
-    asyncio task, which cancels the stream as Starlette's does: the body's iterator is closed
-    (the edge stops waiting for the reply; the turn goes on)."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        streaming = asyncio.current_task()
-        assert streaming is not None
-        gone = False
-
-        async def hang_up() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-            streaming.cancel()
-
-        listener = asyncio.ensure_future(hang_up())
-        try:
-            await self.stream_response(send)
-        except asyncio.CancelledError:
-            if not gone:
-                raise
-            streaming.uncancel()
-        finally:
-            listener.cancel()
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """The body once, then the connection's own messages (a disconnect)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
 class HttpServer:
     """One uvicorn server for one Connection, in the connector's event loop."""
 
@@ -465,7 +348,6 @@ class HttpServer:
             # request a 503; connections are admitted by `Admission` instead
             limit_concurrency=None,
         )
-
         config.load()
         self.server = uvicorn.Server(config)
         self.server.lifespan = config.lifespan_class(config)
