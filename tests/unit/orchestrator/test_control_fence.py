@@ -8,10 +8,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from orchestrator import orphans
+from orchestrator import control_fence, orphans
 from orchestrator.control_fence import Fence, cgroup_of, within
 from orchestrator.peers import descends_from
 from protocol.errors import ErrorCode
@@ -142,3 +143,17 @@ def test_a_chain_deeper_than_the_walk_is_unknown() -> None:
         chain.wait(timeout=30)
         assert chain.stdout is not None
         chain.stdout.close()
+
+
+@pytest.mark.parametrize(
+    ("daemon_in", "agents"),
+    [("/svc/orchestrator", "/svc"), ("/orchestrator", None), ("/svc/other", None), (None, None)],
+)
+def test_the_agents_cgroup_is_the_parent_of_the_daemons_leaf(
+    monkeypatch: pytest.MonkeyPatch, daemon_in: str | None, agents: str | None
+) -> None:
+    """The daemon sits in `<parent>/orchestrator` when agents have cgroups; the root cgroup as
+    their parent would fence every process of the machine, so it fences none."""
+    monkeypatch.setattr(control_fence, "cgroup_of", lambda pid: daemon_in)
+    assert control_fence.agents_cgroup(Path("/sys/fs/cgroup/svc")) == agents
+    assert control_fence.agents_cgroup(None) is None
