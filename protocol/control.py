@@ -122,7 +122,7 @@ class CallsDecide(_Request, frozen=True, tag="calls_decide"):
     approve: bool
     message: str | None = None
     by: str = ""
-    """Who decided (the CLI sends the OS user); recorded in the runtime events."""
+    """Not read: the daemon records the OS user of the requesting process (SO_PEERCRED)."""
     timeout_ms: int = 120_000
     via: Literal["cli", "studio"] = "cli"
     """Where the person decided (`goondan calls`, Studio's approve/deny buttons)."""

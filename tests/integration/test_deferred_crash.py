@@ -1,8 +1,9 @@
 """A deferred call answered just before the orchestrator is SIGKILLed still resumes its turn.
 
-`calls resolve` stores the answer next to the pending call, then pokes the agent process. If
-the daemon dies in between (here: the agent is frozen with SIGSTOP, so it cannot take the
-poke, and the daemon is SIGKILLed), the answer is on disk but no process resumes the turn.
+`calls resolve` records the answer in the daemon's answer book, then hands it to the agent
+process. If the daemon dies in between (here: the agent is frozen with SIGSTOP, so it cannot
+take the frame, and the daemon is SIGKILLed), the answer is on disk but no process resumes
+the turn.
 The next daemon must start that instance so the turn finishes with the stored answer,
 without waiting for an unrelated event to wake the instance up.
 (Found by the chaos suite's orchestrator-kill scenario; issue 9.)
