@@ -18,6 +18,10 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, create_client
+from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest
+from a2a.utils.errors import TaskNotFoundError
 
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
@@ -184,3 +188,31 @@ async def test_idle_sockets_do_not_lock_out_a_client_and_a_client_over_its_rate_
     assert over.json()["error"]["code"] == "E_API_RATE_LIMITED"
     assert 1 <= int(over.headers["retry-after"]) <= 20
     assert other.status_code == 200  # the limit is per token
+
+
+async def test_an_a2a_client_does_not_see_another_tokens_task(
+    start_daemon: StartDaemon,
+) -> None:
+    """A2A tasks were one store for every token: a client with another token read a task's
+    reply by its id (GetTask), or continued it."""
+    async with asyncio.timeout(60):
+        _, url, _ = await _start(start_daemon)
+        async with (
+            httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN_A}"}) as http_a,
+            httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN_B}"}) as http_b,
+        ):
+            card = await A2ACardResolver(http_a, f"{url}/a2a/front").get_agent_card()
+            a = await create_client(card, ClientConfig(httpx_client=http_a, streaming=False))
+            b = await create_client(card, ClientConfig(httpx_client=http_b, streaming=False))
+            said = Message(role=Role.ROLE_USER, message_id="m-a", parts=[Part(text="mine")])
+            async for response in a.send_message(SendMessageRequest(message=said)):
+                task = response.task
+            own = await a.get_task(GetTaskRequest(id=task.id))
+            with pytest.raises(TaskNotFoundError):
+                await b.get_task(GetTaskRequest(id=task.id))
+            again = Message(role=Role.ROLE_USER, message_id="m-b", parts=[Part(text="ours")],
+                            task_id=task.id, context_id=task.context_id)  # fmt: skip
+            with pytest.raises(TaskNotFoundError):
+                async for _ in b.send_message(SendMessageRequest(message=again)):
+                    pass
+    assert [p.text for art in own.artifacts for p in art.parts] == ["echo: mine"]

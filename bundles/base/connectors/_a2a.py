@@ -23,7 +23,8 @@ by a2a-sdk's JSON-RPC server (the v0.3 method names `message/send`, `message/str
 - `tasks/cancel` of a task waiting for input answers its call as cancelled by the user
   (-32002) and the task is `canceled`; a running turn cannot be stopped (not cancelable).
 
-Tasks live in memory: a restart of the connector forgets them (the conversations stay).
+Tasks live in memory, each seen only with the token that started it (`owner`): a restart
+of the connector forgets them (the conversations stay).
 Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
 """
 
@@ -40,6 +41,7 @@ from a2a.helpers.proto_helpers import (
     new_text_part,
 )
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
@@ -200,6 +202,13 @@ class Executor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
+def owner(context: ServerCallContext) -> str:
+    """Whose tasks a request sees: its token's (the gate's header). A task is found by its id
+    only with the token that started it: another client cannot read its reply or continue it
+    (with sharedInstances too: the instance is shared, a client's tasks are not)."""
+    return str(context.state.get("headers", {}).get(edge.CLIENT_HEADER, ""))
+
+
 def routes(edge_: Any, public_url: str) -> list[BaseRoute]:
     """The card and JSON-RPC routes of every agent the Connection serves."""
     found: list[BaseRoute] = []
@@ -210,7 +219,7 @@ def routes(edge_: Any, public_url: str) -> list[BaseRoute]:
         base = f"/a2a/{agent.name}"
         card = card_of(agent, swarm.name, f"{public_url}{base}")
         executor = Executor(edge_, agent.name)
-        handler = DefaultRequestHandler(executor, InMemoryTaskStore(), card)
+        handler = DefaultRequestHandler(executor, InMemoryTaskStore(owner_resolver=owner), card)
         found += create_agent_card_routes(card, card_url=f"{base}/.well-known/agent-card.json")
         found += create_jsonrpc_routes(handler, rpc_url=base, enable_v0_3_compat=True)
     return found
