@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,18 @@ BUNDLE = REPO / "tests" / "fixtures" / "control_escape"
 SWARM = "escape"
 
 
-async def escaped_run(daemon: Daemon, out: Path, commands: list[str]) -> dict[str, Any]:
-    """Have an agent's tool run `escape.py`; what its orphan got from each CLI command."""
-    request = json.dumps({"out": str(out), "commands": commands})
-    reply = await daemon.send("escape " + request, key="attacker")
+async def escaped_run(daemon: Daemon, out: Path, commands: list[str], via: str) -> dict[str, Any]:
+    """Have an agent's tool (`escape`, or the real `bash`) run `escape.py`; what its orphan got
+    from each CLI command."""
+    if via == "bash":
+        cli = ["env", f"GOONDAN_STATE_ROOT={StateLayout.from_env().root}", f"PYTHONPATH={REPO}",
+               sys.executable, "-m", "orchestrator"]  # fmt: skip
+        argv = [sys.executable, str(BUNDLE / "escape.py"), str(out), "--", *cli, "::",
+                "; ".join(commands)]  # fmt: skip
+        text = "run " + shlex.join(argv)
+    else:
+        text = "escape " + json.dumps({"out": str(out), "commands": commands})
+    reply = await daemon.send(text, key="attacker")
     assert reply.ok, reply.error
     while True:  # written by a process the test does not own: poll it
         report = read_report(out)
@@ -76,21 +86,24 @@ async def no_zombies_under(daemon: Daemon) -> None:
         await asyncio.sleep(0.05)
 
 
-@pytest.mark.parametrize("spawn_mode", ["forkserver", "cold"])
+@pytest.mark.parametrize(
+    ("spawn_mode", "via"), [("forkserver", "bash"), ("forkserver", "tool"), ("cold", "tool")]
+)
 async def test_an_orphan_of_a_tool_cannot_drive_the_daemon(
-    start_daemon: StartDaemon, tmp_path: Path, spawn_mode: str
+    start_daemon: StartDaemon, tmp_path: Path, spawn_mode: str, via: str
 ) -> None:
     """F3: a command kills its call's reaper, the orphan setsids and runs `goondan calls
     approve` and `goondan stop` with the token: both are refused, the call stays pending, the
     daemon keeps running, what it adopted does not stay a zombie, and what still runs under it
     when it stops is killed. Agents forked by the fork server leave their orphans to it;
-    cold-started ones to the daemon itself."""
+    cold-started ones to the daemon itself. `bash` is the real one with `sandbox: off` (its
+    sandbox would hide the token); `tool` runs the command the same way from a tool of ours."""
     async with asyncio.timeout(60):
         daemon = await start_daemon(BUNDLE, swarm=SWARM, env={"GOONDAN_SPAWN_MODE": spawn_mode})
         pending = await defer(daemon, "wipe", key="victim")
         mark = daemon.mark()
         report = await escaped_run(
-            daemon, tmp_path / "report.json", [f"calls approve {pending['id']}", "stop"]
+            daemon, tmp_path / "report.json", [f"calls approve {pending['id']}", "stop"], via
         )
         assert report["killed"] and report["parent"] not in report["killed"], report
         # adopted by a subreaper (the fork server, or the daemon when there is none), not init
