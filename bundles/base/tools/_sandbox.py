@@ -12,7 +12,10 @@ token and sockets), the env files with API keys, and `/proc/<agent>/mem`. In the
   the call's processes are killed the kernel ends the namespace, so nothing outlives the call;
 - `--cap-drop ALL` (the daemon may run as root: a root sandbox with capabilities could unmount
   the tmpfs or ptrace anything), no new privileges, a session of its own (no TIOCSTI);
-- the network is shared unless `network: false` (then only a loopback of its own).
+- /run is an empty tmpfs but for systemd-resolved's directory: a unix socket is reachable on a
+  read-only mount, and /run holds the system bus, systemd's and a container engine's;
+- the network is shared unless `network: false` (then only a loopback of its own); an
+  abstract unix socket (no path) is reachable while it is shared.
 
 The holder of the call's processes (`_contain`) wraps bubblewrap, not the reverse, so the
 deadline, SIGTERM then SIGKILL and the output caps stay as they were. `file-system`'s ripgrep
@@ -53,6 +56,8 @@ MODES = ("auto", "bubblewrap", "landlock")
 OFF_MODES = frozenset({"off", False})
 _PROBE_SECONDS = 5.0
 _BASE = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp")
+_RUN_KEPT = ("/run/systemd/resolve",)
+"""What stays of /run: where systemd-resolved keeps the resolv.conf /etc links to."""
 _ISOLATION = (
     "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
     "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -154,6 +159,13 @@ async def confine(
     return wrap_landlock(box, argv, roots=roots, env=env), False
 
 
+def _run_dir() -> list[str]:
+    if not os.path.isdir("/run"):
+        return []
+    kept = [arg for path in _RUN_KEPT for arg in ("--ro-bind-try", path, path)]
+    return ["--tmpfs", "/run", *kept]
+
+
 def _within(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
@@ -224,7 +236,7 @@ def wrap(
     for name, value in (env or {}).items():
         setenv += ["--setenv", name, value]
     return [
-        bwrap, *_BASE, *_mounts(box, roots, bind), *_ISOLATION, *net, *setenv,
+        bwrap, *_BASE, *_run_dir(), *_mounts(box, roots, bind), *_ISOLATION, *net, *setenv,
         "--chdir", os.path.realpath(cwd), "--", *argv,
     ]  # fmt: skip
 

@@ -309,3 +309,19 @@ async def test_a_root_swapped_for_a_symlink_to_a_hidden_path_is_refused(
         async with asyncio.timeout(15):
             await call(file_system, "search", box, {"query": "secret"})
     assert searched.value.code == ErrorCode.E_TOOL_PATH_ESCAPE
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/run"), reason="needs root's /run")
+async def test_the_sockets_in_run_are_out_of_reach(ctx: FakeContext) -> None:
+    """A unix socket is reachable on a read-only mount: /run's (the system bus, systemd's, a
+    container engine's) were, from a sandboxed command."""
+    path = f"/run/goondan-test-{uuid.uuid4().hex[:8]}.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen(1)
+        try:
+            dial = f"python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect('{path}')\""
+            out = await run(ctx, dial)
+        finally:
+            os.unlink(path)
+    assert out["exitCode"] != 0, out
