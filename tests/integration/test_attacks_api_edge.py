@@ -216,3 +216,33 @@ async def test_an_a2a_client_does_not_see_another_tokens_task(
                 async for _ in b.send_message(SendMessageRequest(message=again)):
                     pass
     assert [p.text for art in own.artifacts for p in art.parts] == ["echo: mine"]
+
+
+async def test_an_mcp_session_is_used_only_with_the_token_that_opened_it(
+    start_daemon: StartDaemon,
+) -> None:
+    """An MCP session id was good with any token: a client that learned one used the session
+    (or ended it) as the client that opened it."""
+    accept = {"Accept": "application/json, text/event-stream"}
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "attack", "version": "1"}}}  # fmt: skip
+    ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    tools = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    async with asyncio.timeout(60):
+        _, url, _ = await _start(start_daemon)
+        as_a = {**accept, "Authorization": f"Bearer {TOKEN_A}"}
+        as_b = {**accept, "Authorization": f"Bearer {TOKEN_B}"}
+        async with (
+            httpx.AsyncClient(base_url=url, headers=as_a, timeout=30) as a,
+            httpx.AsyncClient(base_url=url, headers=as_b, timeout=30) as b,
+        ):
+            opened = await a.post("/mcp", json=hello)
+            session = {"mcp-session-id": opened.headers["mcp-session-id"]}
+            await a.post("/mcp", json=ready, headers=session)
+            stolen = await b.post("/mcp", json=tools, headers=session)
+            ended = await b.delete("/mcp", headers=session)
+            own = await a.post("/mcp", json=tools, headers=session)
+    assert opened.status_code == 200
+    assert (stolen.status_code, ended.status_code) == (404, 404)
+    assert own.status_code == 200 and "ask_front" in own.text

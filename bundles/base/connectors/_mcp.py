@@ -18,12 +18,16 @@ as a tool.
   client runs it and calls the tool `answer_call` with `{id, result}` (or `{id, error: {code,
   message}}`); that call's result is the resumed turn's reply.
 
+A session (`Mcp-Session-Id`) is used only with the token that opened it (`SessionOwners`).
+
 Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
+
 """
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,7 +35,10 @@ from typing import Any
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bundles.sdk import load_sibling
 
@@ -39,6 +46,9 @@ edge = load_sibling(__file__, "_edge")
 PREFIX = "ask_"
 ANSWER_TOOL = "answer_call"
 INSTANCE_HEADER = "x-goondan-instance"
+SESSION_HEADER = "mcp-session-id"
+MAX_SESSIONS = 100_000
+
 ANSWER_SCHEMA = {
     "type": "object",
     "required": ["id"],
@@ -88,7 +98,7 @@ class McpEdge:
         )
 
     def routes(self) -> list[BaseRoute]:
-        app = StreamableHTTPASGIApp(self.manager)
+        app = SessionOwners(StreamableHTTPASGIApp(self.manager))
         return [Route("/mcp", app, methods=["GET", "POST", "DELETE"])]
 
     @asynccontextmanager
@@ -167,6 +177,47 @@ class McpEdge:
                 return _text(how, data={"pendingCall": call})
             return _text(done.text, data={"reply": done.text, "eventId": done.event_id})
         raise edge.Refusal(502, "E_AGENT_TURN_FAILED", "the reply ended without its end")
+
+
+class SessionOwners:
+    """ASGI wrapper of the MCP app: a session (`Mcp-Session-Id`) is used only with the token
+    that opened it; with another it is not found (404), as the session of a stranger. A client
+    that learned a session id could otherwise send in it, listen to it, or end it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.owners: OrderedDict[str, str] = OrderedDict()
+        """Session id -> the token id that opened it (the oldest forgotten past
+        MAX_SESSIONS)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        client = headers.get(edge.CLIENT_HEADER, "")
+        session = headers.get(SESSION_HEADER)
+        if session is not None and self.owners.get(session, client) != client:
+            body = {"jsonrpc": "2.0", "id": None,
+                    "error": {"code": -32600, "message": "Session not found"}}  # fmt: skip
+            await JSONResponse(body, 404)(scope, receive, send)
+            return
+        if session is None:
+            send = self._recording(send, client)
+        await self.app(scope, receive, send)
+        if session is not None and scope["method"] == "DELETE":
+            self.owners.pop(session, None)
+
+    def _recording(self, send: Send, client: str) -> Send:
+        """`send`, noting the session a response opens as `client`'s."""
+
+        async def recording(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", []):
+                    if name.lower() == SESSION_HEADER.encode():
+                        self.owners[value.decode()] = client
+                        if len(self.owners) > MAX_SESSIONS:
+                            self.owners.popitem(last=False)
+            await send(message)
+
+        return recording
 
 
 def _message(piece: Any, shown: bool) -> str:
