@@ -71,6 +71,7 @@ class AnswerBook:
         path = self._path(call.agent, call.instance_key, call.id)
         write_atomic(path, msgspec.json.encode(answered))
         self._index(answered)
+        _log(call, answer)
         return answered
 
     def of(self, address: Address) -> list[Answered]:
@@ -104,3 +105,15 @@ class AnswerBook:
             / path_segment(agent)
             / (path_segment(call_id) + SUFFIX)
         )
+
+
+def _log(call: PendingCall, answer: JsonRpcResponse) -> None:
+    """An approval's decision as recorded (its `by` and `via` are goondan's), else the call."""
+    if call.method != APPROVE_METHOD:
+        log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)
+        return
+    record = answer.result if answer.error is None else answer.error.data
+    record = record if isinstance(record, dict) else {}
+    log.info("approval_decided", call_id=call.id, tool=call.params.get("tool"),
+             decision="approved" if answer.error is None else "denied", by=record.get("by"),
+             via=record.get("via"), agent=call.agent, instanceKey=call.instance_key)  # fmt: skip

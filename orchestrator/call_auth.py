@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from protocol.errors import ProtocolError
 from protocol.events import AgentEvent
 from protocol.ids import Address, ProcessKind, agent_address, parse_address
-from protocol.jsonrpc import ANSWERED_BY, APPROVE_METHOD, PendingCall
+from protocol.jsonrpc import (
+    ANSWERED_BY,
+    APPROVE_METHOD,
+    JsonRpcResponse,
+    PendingCall,
+    approval_answer,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +103,19 @@ def refusal(call: PendingCall, who: Answerer) -> str | None:
         return (f"call {call.id} came from {came}: only it, `goondan calls resolve` or Studio "
                 "may answer it")  # fmt: skip
     return None
+
+
+def decision(
+    call: PendingCall, answer: JsonRpcResponse, who: Answerer, at: float
+) -> JsonRpcResponse:
+    """A client's answer to an approval as goondan's decision record: approved or not, and
+    its message, from the answer; who and how from `who`, never from the answer."""
+    result, error = answer.result, answer.error
+    given = result if isinstance(result, dict) else {}
+    approved = error is None and (result is True or given.get("approved") is True)
+    message = error.message if error is not None else given.get("message")
+    return approval_answer(call.id, approved=approved, by=who.by, via=who.via, at=at,
+                           message=str(message) if message else None)  # fmt: skip
 
 
 def _origin(event: Mapping[str, object]) -> Address | None:

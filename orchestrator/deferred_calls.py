@@ -19,8 +19,8 @@ that received it; else E_CALL_FORBIDDEN), records the answer in the daemon's own
 original request's correlation id so the resumed turn's reply reaches the resolving client,
 and only then hands the answer to the owning agent process in the frame
 `call op=deferred_resolve {id, answer}` (spawning it first if it is not running: on its
-`ready` it gets every answer recorded for it, and resumes the turn). Expired calls are dropped
-from the index (the agent fails them with E_TOOL_DEFERRED_EXPIRED).
+`ready` it gets every answer recorded for it, and resumes the turn; `call_delivery.py`).
+Expired calls are dropped from the index (the agent fails them with E_TOOL_DEFERRED_EXPIRED).
 
 A turn that came from a connector (a chat) and is answered by anyone else (`goondan calls`,
 Studio, another connector's `/rpc`) still ends in that connector: the resumed turn's reply is
@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,28 +42,28 @@ import structlog
 
 from orchestrator import call_auth
 from orchestrator.broker import RequestBroker, Targets
-from orchestrator.call_answers import AnswerBook, Answered
+from orchestrator.call_answers import AnswerBook
 from orchestrator.call_auth import Answerer
+from orchestrator.call_delivery import CallDelivery
 from orchestrator.deferred_remote import CallMirror, Forward
 from orchestrator.delivery import OpenRequest
 from orchestrator.swarm import CurrentSwarm
 from orchestrator.table import ProcessEntry
 from protocol.endpoints import StateLayout, path_segment
-from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, Source, SourceKind, response_to
-from protocol.ids import CONTROL, ORCHESTRATOR, Address, ProcessKind, agent_address, parse_address
+from protocol.ids import ORCHESTRATOR, Address, agent_address
 from protocol.jsonrpc import (
     ANSWER_SUFFIX,
     APPROVE_METHOD,
     PENDING_SUFFIX,
-    RESUMED_CALL,
     JsonRpcError,
     JsonRpcResponse,
     PendingCall,
     approval_answer,
 )
 from protocol.jsontypes import JsonObject
-from protocol.messages import Call, CallOp, CallPayload, Event
+from protocol.messages import CallOp, CallPayload
 
 DEFERRED_OPS = frozenset({CallOp.DEFERRED_SUBMIT})
 ANSWER_EVENT = "deferred.answer"
@@ -140,9 +138,7 @@ class DeferredIndex:
         self.book = AnswerBook(layout.answers_dir(swarm))
         """The answers recorded and not yet spent (call_answers.py)."""
         self.book.load()
-        self._held: dict[Address, dict[str, bool]] = {}
-        """Resolutions for a process that is not ready yet, sent when it is: call id ->
-        whether the answer streams."""
+        self.delivery = CallDelivery(broker, targets, self.book, self._pending_dir)
         self._tasks: set[asyncio.Future[None]] = set()
         self.mirror: CallMirror | None = None
         self.view: CurrentSwarm | None = None
@@ -199,7 +195,7 @@ class DeferredIndex:
         the turn."""
         started = []
         for address in self.book.instances():
-            if not self._sweep(address):
+            if not self.delivery.sweep(address):
                 continue  # every answer of it was taken: its calls' files are gone
             if self.targets.check_target(address) is not None:
                 continue  # e.g. the agent left the swarm: nothing can resume it here
@@ -207,19 +203,6 @@ class DeferredIndex:
             self.targets.ensure(address)
             started.append(address)
         return started
-
-    def _sweep(self, address: Address) -> list[Answered]:
-        """The answers of `address` whose call still waits; the others (the turn took them
-        and removed the call's file) are dropped."""
-        directory = self._pending_dir(address.name, address.instance_key)
-        kept = []
-        for answered in self.book.of(address):
-            if (directory / (path_segment(answered.call_id) + PENDING_SUFFIX)).exists():
-                kept.append(answered)
-            else:
-                self.book.drop(address, answered.call_id)
-                log.info("deferred_answer_swept", call_id=answered.call_id, target=str(address))
-        return kept
 
     def pending_for(self, address: Address) -> list[PendingCall]:
         """The unanswered, unexpired calls of one instance, from its own directory: a send
@@ -280,7 +263,7 @@ class DeferredIndex:
         process (the crashed one is respawned) resumes it. The client then gets the call's
         request if the submit was lost or is still on its way; once answered, the resolving
         client keeps waiting for the resumed turn's reply. True when so (no E_AGENT_CRASHED)."""
-        self._sweep(address)
+        self.delivery.sweep(address)
         suspended = False
         for path, call in self._calls_in(self._pending_dir(address.name, address.instance_key)):
             if call.event.get("id") != event.id:
@@ -388,7 +371,7 @@ class DeferredIndex:
         located = await self._locate(call_id, forwardable=not here)
         call = located.call if isinstance(located, Found) else located
         if call.method == APPROVE_METHOD and not here:
-            answer = _decision(call, answer, who, self.clock())
+            answer = call_auth.decision(call, answer, who, self.clock())
         return await self._answer(located, answer, wait_s, who=who, wait=wait, here=here,
                                   stream=stream)  # fmt: skip
 
@@ -415,14 +398,13 @@ class DeferredIndex:
         problem = self.targets.check_target(address)
         if problem is not None:  # e.g. the agent left the swarm: keep the call for later
             raise DeferredCallError(ErrorCode(problem.code), problem.message)
-        self._sweep(address)
+        self.delivery.sweep(address)
         self.book.record(call, answer, self.clock())  # before the agent can hear of it
-        _log_answer(call, answer)
         self.calls.pop(call.id, None)
         if self.mirror is not None:
             self.mirror.answered(call)
-        waiter = self._reopen(call, wait, who.via)
-        self._route(address, call.id, stream)
+        waiter = self.delivery.reopen(call, wait, who.via)
+        self.delivery.route(address, call.id, stream)
         if waiter is None:
             return {"resolved": call.id, "agent": call.agent, "instanceKey": call.instance_key}
         try:
@@ -482,92 +464,8 @@ class DeferredIndex:
             )
         return found
 
-    def _reopen(self, call: PendingCall, wait: bool, via: str) -> asyncio.Future[AgentEvent] | None:
-        """Re-open the turn's request so its reply reaches a waiter (the resolving client)
-        and the connector the turn came from (whoever resolved it); the waiter, if the
-        resolving client waits."""
-        event = msgspec.convert(call.event, AgentEvent)
-        if event.reply_to is None:
-            return None
-        control = wait or event.reply_to.target == CONTROL
-        origin = _connector(event.reply_to.target)
-        elsewhere = origin is not None and via != f"{ProcessKind.CONNECTOR}:{origin.name}"
-        waiter = asyncio.get_running_loop().create_future() if control or elsewhere else None
-        server = agent_address(call.agent, call.instance_key)
-        self.broker.open_request(OpenRequest.of(event, event.reply_to, server, waiter))
-        if waiter is not None and origin is not None and elsewhere:
-            waiter.add_done_callback(partial(self._to_origin, origin, call.id))
-        return waiter if control else None
-
-    def _to_origin(self, origin: Address, call_id: str, done: asyncio.Future[AgentEvent]) -> None:
-        """The resumed turn's reply, answered elsewhere, goes to the connector it came from."""
-        if done.cancelled() or done.exception() is not None:
-            return
-        reply = done.result()
-        reply = msgspec.structs.replace(reply, metadata={**reply.metadata, RESUMED_CALL: call_id})
-        entry = self.broker.ready(origin)
-        if entry is None:
-            log.info("resumed_reply_origin_gone", call_id=call_id, connector=str(origin))
-            return
-        self.broker.send(entry, Event(from_=ORCHESTRATOR, to=entry.id_text, payload=reply))
-        log.info("resumed_reply_to_origin", call_id=call_id, connector=str(origin))
-
-    def _route(self, address: Address, call_id: str, stream: bool) -> None:
-        """`stream`: the answer asked for the resumed turn's deltas (a connector's streaming
-        request; they go under the turn's first request, whose connector waits)."""
-        entry = self.broker.ready(address)
-        if entry is not None:
-            for answered in self.book.of(address):
-                if answered.call_id == call_id:
-                    self._hand(entry, answered, stream)
-            return
-        self._held.setdefault(address, {})[call_id] = stream
-        self.targets.ensure(address)  # a new process resumes the turn with its answers
-
     def on_ready(self, address: Address) -> None:
-        """A process of `address` is ready: it gets every answer recorded for its calls (a
-        process that resumes a turn takes its answers only from here, never from files)."""
-        held = self._held.pop(address, {})
-        if not self.book.has_any(address):
-            return
-        entry = self.broker.ready(address)
-        if entry is None:
-            return
-        for answered in self._sweep(address):
-            self._hand(entry, answered, held.get(answered.call_id, False))
-
-    def _hand(self, entry: ProcessEntry, answered: Answered, stream: bool = False) -> None:
-        args: JsonObject = {"id": answered.call_id, "answer": msgspec.to_builtins(answered.answer)}
-        if stream:
-            args["stream"] = True
-        payload = CallPayload(call_id=uuid.uuid4().hex, op=CallOp.DEFERRED_RESOLVE, args=args)
-        self.broker.send(entry, Call(from_=ORCHESTRATOR, to=entry.id_text, payload=payload))
-        if answered.approval:  # spent: never handed twice (call_answers.py)
-            self.book.drop(entry.address, answered.call_id)
-
-
-def _decision(
-    call: PendingCall, answer: JsonRpcResponse, who: Answerer, at: float
-) -> JsonRpcResponse:
-    """A client's answer to an approval as goondan's decision record: approved or not, and
-    its message, from the answer; who and how from `who`, never from the answer."""
-    result, error = answer.result, answer.error
-    given = result if isinstance(result, dict) else {}
-    approved = error is None and (result is True or given.get("approved") is True)
-    message = error.message if error is not None else given.get("message")
-    return approval_answer(call.id, approved=approved, by=who.by, via=who.via, at=at,
-                           message=str(message) if message else None)  # fmt: skip
-
-
-def _log_answer(call: PendingCall, answer: JsonRpcResponse) -> None:
-    if call.method != APPROVE_METHOD:
-        log.info("deferred_call_resolved", call_id=call.id, error=answer.error is not None)
-        return
-    record = answer.result if answer.error is None else answer.error.data
-    record = record if isinstance(record, dict) else {}
-    log.info("approval_decided", call_id=call.id, tool=call.params.get("tool"),
-             decision="approved" if answer.error is None else "denied", by=record.get("by"),
-             via=record.get("via"), agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
+        self.delivery.on_ready(address)
 
 
 def answer_of(
@@ -577,12 +475,3 @@ def answer_of(
         return JsonRpcResponse(id=call_id, result=result)
     error = JsonRpcError(code=code, message=message or f"client error {code}", data=data)
     return JsonRpcResponse(id=call_id, error=error)
-
-
-def _connector(target: str) -> Address | None:
-    """The connector a `replyTo.target` names (None: a control client, an agent)."""
-    try:
-        address = parse_address(target)
-    except ProtocolError:
-        return None
-    return address if address.kind is ProcessKind.CONNECTOR else None
