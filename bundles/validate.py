@@ -280,6 +280,15 @@ class Checks:
                     "route sets both instanceKey and instanceKeyProperty",
                     "keep one: a fixed instanceKey or the event property to read it from",
                 )  # fmt: skip
+        approvers = spec.config.get("approvers")
+        listed = approvers if isinstance(approvers, list) else [approvers]
+        if any(isinstance(item, ValueSource) for item in listed):  # orchestrator/call_auth.py
+            self.rep.error(
+                res, ("spec", "config", "approvers"), ErrorCode.E_CONFIG_SCHEMA_INVALID,
+                "approvers are names (chat user ids or names, API token ids), not values read "
+                "from elsewhere: the daemon reads them as written",
+                'write them as strings: approvers: "7, ann" or [7, ann]',
+            )  # fmt: skip
 
     def _connection_swarm(self, res: Resource[ConnectionSpec]) -> Resource[SwarmSpec] | None:
         if res.spec.swarm_ref is not None:

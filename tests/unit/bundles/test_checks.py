@@ -105,6 +105,11 @@ CASES = [
      "metadata: {name: c}\nspec:\n  connectorRef: Connector/c\n  ingress:\n    rules:\n"
      "      - route: {instanceKey: a, instanceKeyProperty: chat}\n",
      E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:37 spec.ingress.rules[0].route"),
+    ("kind: Connector\nmetadata: {name: c}\nspec: {entry: ./tool.py}\n"
+     "---\napiVersion: goondan.ai/v1\nkind: Connection\n"
+     "metadata: {name: c}\nspec:\n  connectorRef: Connector/c\n  config:\n"
+     "    approvers: [ann, {valueFrom: {env: APPROVER}}]\n",
+     E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:36 spec.config.approvers"),
 ]  # fmt: skip
 
 
