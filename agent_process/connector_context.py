@@ -161,10 +161,15 @@ class LoadedConnector:
 
 
 def _resolve_all(
-    bundle: Bundle, raw: str | ValueSource | list[str | ValueSource], state_root: Path, where: str
-) -> str | list[str]:
+    bundle: Bundle,
+    raw: str | bool | float | ValueSource | list[str | ValueSource],
+    state_root: Path,
+    where: str,
+) -> str | bool | float | list[str]:
     if isinstance(raw, list):
         return [_resolve(bundle, item, state_root, f"{where}[{i}]") for i, item in enumerate(raw)]
+    if isinstance(raw, bool | int | float):  # a plain YAML number or boolean, as it is
+        return raw
     return _resolve(bundle, raw, state_root, where)
 
 

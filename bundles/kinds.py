@@ -485,10 +485,11 @@ class Ingress(_Spec):
 class ConnectionSpec(_Spec):
     connector_ref: str | ObjectRef
     swarm_ref: str | ObjectRef | None = None
-    config: dict[str, str | ValueSource | list[str | ValueSource]] = msgspec.field(
-        default_factory=dict
+    config: dict[str, str | bool | int | float | ValueSource | list[str | ValueSource]] = (
+        msgspec.field(default_factory=dict)
     )
-    """Strings, ValueSources, or lists of them (e.g. the api connector's bearer `tokens`)."""
+    """Strings, ValueSources, or lists of them (e.g. the api connector's bearer `tokens`);
+    plain YAML numbers and booleans too (`port: 8790`, `sharedInstances: true`), as they are."""
     secrets: dict[str, ValueSource] = msgspec.field(default_factory=dict)
     ingress: Ingress = msgspec.field(default_factory=Ingress)
 

@@ -94,7 +94,8 @@ class McpEdge:
             on_call_tool=self._call_tool,
         )
         self.manager = StreamableHTTPSessionManager(
-            app=self.server, max_request_body_size=edge_.ctx.config.get("maxBodyBytes", 1 << 20)
+            app=self.server,
+            max_request_body_size=int(edge_.ctx.config.get("maxBodyBytes", 1 << 20)),
         )
 
     def routes(self) -> list[BaseRoute]:
