@@ -52,6 +52,16 @@ class BrowserPolicy:
         )
 
 
+def flag(config: Mapping[str, Any], name: str) -> bool:
+    """A yes/no setting of a Connection's config, strictly: a YAML boolean or "true"/"false".
+    Anything else is a start error, never a guess: `allowUnsigned: "no"` read as truthy would
+    open a server to unsigned requests."""
+    value = str(config.get(name, "false")).strip().lower()
+    if value not in ("true", "false"):
+        raise RuntimeError(f"config.{name} is {value!r}: write true or false")
+    return value == "true"
+
+
 def _names(value: Any) -> frozenset[str]:
     items: Iterable[Any] = value if isinstance(value, list) else [value]
     return frozenset(str(v).strip().lower().rstrip("/") for v in items if v)

@@ -190,13 +190,6 @@ class EdgeLimits:
         )
 
 
-def _flag(config: Mapping[str, Any], name: str) -> bool:
-    value = str(config.get(name, "false")).strip().lower()
-    if value not in ("true", "false"):
-        raise RuntimeError(f'config.{name} is {value!r}: write "true" or "false"')
-    return value == "true"
-
-
 class Api:
     def __init__(self, ctx: ConnectorContext) -> None:
         cfg = ctx.config
@@ -220,7 +213,7 @@ class Api:
         self.limits = http.Limits.of(cfg, "E_API")
         self.edge_limits = EdgeLimits.of(cfg)
         self.edge = edge.Edge(ctx, int(cfg.get("timeoutMs", 600_000)) / 1000, frozenset(served),
-                              shared=_flag(cfg, "sharedInstances"))  # fmt: skip
+                              shared=guard.flag(cfg, "sharedInstances"))  # fmt: skip
         self.mcp = mcp.McpEdge(self.edge)
 
     def app(self, public_url: str) -> ASGIApp:

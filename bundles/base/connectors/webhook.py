@@ -91,7 +91,7 @@ class Settings:
             signing_secret=secret.encode() if secret else None,
             signature_max_age=float(cfg.get("signatureMaxAgeSeconds", guard.DEFAULT_MAX_AGE)),
             browser=guard.BrowserPolicy.of(cfg),
-            allow_unsigned=bool(cfg.get("allowUnsigned", False)),
+            allow_unsigned=guard.flag(cfg, "allowUnsigned"),
         )
 
 

@@ -342,6 +342,15 @@ async def test_an_unsigned_webhook_beyond_loopback_does_not_start() -> None:
     opted_in.state["http"].socket.close()
 
 
+@pytest.mark.parametrize("value", ["no", "0", "off"])
+async def test_allow_unsigned_is_true_or_false_never_a_guess(value: str) -> None:
+    """`allowUnsigned: "no"` was truthy (`bool("no")`): it opened the server to unsigned
+    requests. A value that is not true or false stops the start, naming the setting."""
+    ctx = RecordingContext(config={"port": 0, "host": "0.0.0.0", "allowUnsigned": value})
+    with pytest.raises(RuntimeError, match="allowUnsigned"):
+        await webhook.start(ctx)
+
+
 async def test_allow_unsigned_does_not_open_rpc_and_no_event_poses_as_an_answer() -> None:
     """An answer decides a pending call (an approval too): only a signed `/rpc` takes one."""
     ctx = RecordingContext(config={"port": 0, "allowUnsigned": True})
