@@ -40,12 +40,12 @@ async def test_orchestrator_sigkill_under_load_then_restart_resumes(
     start_daemon: StartDaemon,
 ) -> None:
     async with asyncio.timeout(150):
-        daemon, url, _ = await start_chaos(start_daemon)
+        daemon, _, rpc_url = await start_chaos(start_daemon)
         first = await daemon.send("req before", "caller", key="k0")
         assert first.ok, first.error
         before = await history(daemon)
         assert before > 0
-        pending = await defer_three(daemon, url)
+        pending = await defer_three(daemon, rpc_url)
         frozen = await answer_frozen(daemon)
         await sigkill_under_load(daemon)
         frozen.cancel()  # its client died with the daemon
@@ -78,7 +78,9 @@ async def test_orchestrator_sigkill_under_load_then_restart_resumes(
 
 
 async def defer_three(daemon: Daemon, url: str) -> dict[str, str]:
-    """Start the three waiting turns; {instance key: pending call id}."""
+    """Start the three waiting turns; {instance key: pending call id}. The webhook one comes
+    through `answers` (`url`), the Connection that may answer it: a call is answered only
+    through the Connection that received it."""
     pending = {}
     for key in DEFERRED_KEYS[:2]:
         reply = await daemon.send(f"ask {key}", "worker", key=key)
@@ -88,7 +90,7 @@ async def defer_three(daemon: Daemon, url: str) -> dict[str, str]:
         pending[key] = rpc["id"]
     key = DEFERRED_KEYS[2]
     body = {"text": f"ask {key}", "properties": {"key": key}}
-    response = await post(f"{url}/events", body)
+    response = await post_signed(f"{url}/events", json.dumps(body).encode())
     assert response.status_code == 200, response.text
     pending[key] = response.json()["rpc"]["id"]
     assert sorted(c["id"] for c in await calls_list()) == sorted(pending.values())
@@ -176,11 +178,6 @@ async def calls_list() -> list[dict[str, Any]]:
     assert code == 0, err
     calls: list[dict[str, Any]] = json.loads(out)
     return calls
-
-
-async def post(url: str, body: Any) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=30) as client:
-        return await client.post(url, json=body)
 
 
 async def post_signed(url: str, content: bytes) -> httpx.Response:

@@ -8,6 +8,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cluster.harness import (
     FreshSwarm,
     StartDaemon,
@@ -88,11 +90,10 @@ async def test_status_and_drain_from_any_node(fresh: FreshSwarm) -> None:
 
 
 async def test_cluster_commands_on_one_machine_are_a_coded_error(
-    start_daemon: StartDaemon, tmp_path: Path
+    start_daemon: StartDaemon, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     bundle = unique_swarm_bundle(tmp_path)
-    state_root = tmp_path / "single"
-    state_root.mkdir()
+    state_root = tmp_path_factory.mktemp("s")  # short: a unix socket path is 107 bytes at most
     async with asyncio.timeout(60):
         daemon = await start_daemon(bundle, swarm=swarm_of(bundle), state_root=state_root)
         code, _, err = await run_cli(*cli_args(daemon, "status"))

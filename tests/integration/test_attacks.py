@@ -57,11 +57,14 @@ def _open_to_others(root: Path) -> list[str]:
 
 
 async def test_state_is_private_whatever_the_umask(
-    start_daemon: StartDaemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start_daemon: StartDaemon,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With umask 000, instance directories were 0777 and base.jsonl, spawn.json and pending
     calls 0666: any local user could read conversations. `doctor` says so about loose state."""
-    root = tmp_path / "fresh"  # created by the daemon itself
+    # created by the daemon itself; short: a unix socket path is 107 bytes at most
+    root = tmp_path_factory.mktemp("u") / "fresh"
     monkeypatch.setenv("GOONDAN_STATE_ROOT", str(root))
     async with asyncio.timeout(60):
         daemon = await start_daemon(umask=0)
@@ -78,7 +81,7 @@ async def test_state_is_private_whatever_the_umask(
         secret.write_text("{}")
         secret.chmod(0o644)
         code, out, _ = await run_cli("doctor", "--json")
-        assert code == 0  # warnings do not fail doctor
+        assert code == 0, out  # warnings do not fail doctor
         checks = {c["name"]: c for c in json.loads(out)["checks"]}
         assert checks["state privacy"]["status"] == "warn"
         assert str(base) in checks["state privacy"]["detail"]
