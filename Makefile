@@ -69,9 +69,13 @@ COV_FLOOR ?= 85
 PYTEST_COV ?= --cov=protocol --cov=bundles --cov=orchestrator --cov=agent_process \
 	--cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
 
+# The suite waits on daemons, sockets and child processes far more than it computes, so it runs
+# in one more pytest-xdist worker than there are cores (TEST_WORKERS=0: in this process only).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+
 test: ## run the unit and integration tests (real processes, real sockets) with the coverage floor
 	@$(BIN)/python -m compileall -q -j 0 protocol bundles orchestrator agent_process tests
-	$(BIN)/python -m pytest -q -m "not quarantine" $(PYTEST_COV) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not quarantine" -n $(TEST_WORKERS) $(PYTEST_COV) $(PYTEST_ARGS)
 
 lint: ## ruff, mypy --strict and the import contracts of ARCHITECTURE.md §2
 	$(BIN)/ruff check .
