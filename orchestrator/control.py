@@ -254,9 +254,7 @@ async def _calls(req: CallsRequest, ctx: ControlContext, uid: int | None) -> Any
         raise ControlFailed(exc.code, exc.message) from None
 
 
-async def _reload_or_later(
-    req: Reload | CallsRequest, ctx: ControlContext, uid: int | None
-) -> Any:
+async def _reload_or_later(req: Reload | CallsRequest, ctx: ControlContext, uid: int | None) -> Any:
     if not isinstance(req, Reload):
         return await _calls(req, ctx, uid)
     if ctx.reload is None:
