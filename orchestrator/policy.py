@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bundles.kinds import RestartPolicy
+from protocol import backoff
 
 
 class ExitKind(StrEnum):
@@ -68,10 +69,7 @@ Decision = RespawnNow | RespawnAfter | HoldDown
 
 def backoff_delay(n: int, settings: RestartSettings) -> float:
     """The n-th delay (n >= 1): base * 2^(n-1), capped at the maximum."""
-    exponent = max(0, n - 1)
-    if exponent > 62:  # 2**63 s is past any cap; avoid float overflow on absurd counts
-        return settings.backoff_max
-    return float(min(settings.backoff_base * (2**exponent), settings.backoff_max))
+    return backoff.delay(n - 1, first=settings.backoff_base, cap=settings.backoff_max)
 
 
 def decide(history: RestartHistory, exit_kind: ExitKind, settings: RestartSettings) -> Decision:

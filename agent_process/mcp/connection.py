@@ -26,6 +26,7 @@ from mcp.shared.exceptions import MCPError
 from agent_process.mcp.config import McpStartError, ServerConfig
 from agent_process.mcp.streams import open_transport
 from bundles.sdk import ToolFailed
+from protocol import backoff
 from protocol.errors import ErrorCode
 
 _log = structlog.get_logger("goondan.mcp")
@@ -42,7 +43,7 @@ class Backoff:
     cap: float = 30.0
 
     def delay(self, attempt: int) -> float:
-        return float(min(self.cap, self.first * 2 ** min(attempt, 30)))
+        return backoff.delay(attempt, first=self.first, cap=self.cap)
 
 
 class McpConnection:

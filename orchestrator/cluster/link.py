@@ -37,6 +37,7 @@ from nats.js.kv import KeyValue
 from orchestrator.cluster.kvkeys import bucket_keys
 from orchestrator.cluster.names import SwarmNames, token
 from orchestrator.cluster.options import ClusterOptions
+from protocol import backoff
 from protocol.errors import ErrorCode
 
 INGRESS_MAX_AGE = 24 * 3600.0
@@ -211,16 +212,17 @@ async def open_swarm(opts: ClusterOptions, swarm: str, client_name: str) -> Nats
 
 async def _prepare_patiently(nc: Client, opts: ClusterOptions, names: SwarmNames) -> Nats:
     deadline = time.monotonic() + PREPARE_PATIENCE
-    pause = 0.25
+    attempt = 0
     while True:
         try:
             return await _prepare(nc, opts, names)
         except ClusterUnavailable as exc:
+            pause = backoff.delay(attempt, first=0.25, cap=2.0)
             if exc.code != ErrorCode.E_CLUSTER_UNAVAILABLE or time.monotonic() + pause > deadline:
                 raise
             log.warning("cluster_waiting", reason=exc.message, retry_in=pause)
             await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            attempt += 1
 
 
 _NO_ANSWER = (

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from bundles.sdk import ConnectorContext, StreamDelta, load_sibling
+from protocol import backoff
 from protocol.durable import write_atomic
 
 # the chat tools' API helper (one Retry-After reading for tools and connectors)
@@ -108,14 +109,16 @@ class Backoff:
 
     first: float = 1.0
     cap: float = 60.0
-    current: float = 0.0
+    failures: int = 0
 
     def next(self, at_least: float = 0.0) -> float:
-        self.current = self.first if self.current == 0 else min(self.current * 2, self.cap)
-        return max(self.current, min(at_least, self.cap))
+        """The next delay; `at_least` (a 429's retry_after) lengthens it, up to the cap."""
+        wait = backoff.delay(self.failures, first=self.first, cap=self.cap)
+        self.failures += 1
+        return max(wait, min(at_least, self.cap))
 
     def reset(self) -> None:
-        self.current = 0.0
+        self.failures = 0
 
 
 def chunks(text: str, size: int) -> list[str]:
