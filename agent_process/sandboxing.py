@@ -18,19 +18,27 @@ from typing import Any
 import structlog
 
 from bundles.envfiles import DEFAULT_ENV_FILES
-from bundles.kinds import SandboxMode, ToolSandbox, ToolSpec
+from bundles.kinds import SandboxMode, SandboxNetwork, ToolSandbox, ToolSpec
 from bundles.model import Bundle, Resource
 from protocol.endpoints import StateLayout
 
 _log = structlog.get_logger("goondan.sandbox")
 
 
-def mode_and_network(spec: ToolSpec) -> tuple[SandboxMode, bool]:
+Network = bool | dict[str, list[str]]
+"""What `_sandbox` reads as `network`: true, false or `{"allow": [entries]}`."""
+
+
+def _allow(network: SandboxNetwork) -> Network:
+    return {"allow": list(network.allow)}
+
+
+def mode_and_network(spec: ToolSpec) -> tuple[SandboxMode, Network]:
     """`sandbox: off` (YAML's false too), `sandbox: auto`, or `{mode, network}`."""
     given = spec.sandbox
-    network = True
+    network: Network = True
     if isinstance(given, ToolSandbox):
-        network = given.network
+        network = given.network if isinstance(given.network, bool) else _allow(given.network)
         given = given.mode
     if given is False:
         return "off", network

@@ -7,6 +7,8 @@ this module only says what shape each document has.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -405,6 +407,56 @@ class McpServer(_Spec):
 
 
 SandboxMode = Literal["auto", "bubblewrap", "landlock", "off"]
+_HOST_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:\[\]]+))(?::(?P<port>\d{1,5}))?$")
+
+
+def _is_address(text: str, version: int) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == version
+    except ValueError:
+        return False
+
+
+def network_entry_problem(entry: str) -> str | None:
+    """Why `entry` is no `network.allow` entry: a host name, `*.domain` (its subdomains), an
+    IPv4 or `[IPv6]` address, each with an optional `:port`. The proxy of the base tools
+    (`_netproxy.parse_rule`) reads the same grammar at run time."""
+    bare_v6 = entry.count(":") > 1 and not entry.startswith("[") and _is_address(entry, 6)
+    match = _HOST_PORT.match(entry.lower().rstrip("."))
+    if bare_v6:
+        return None
+    if match is None or entry != entry.strip():
+        return "write a host name, *.domain or IP address ([IPv6]), with an optional :port"
+    if match["port"] is not None and not 1 <= int(match["port"]) <= 65535:
+        return f"port {match['port']} is not from 1 to 65535"
+    if match["v6"] is not None:
+        return None if _is_address(match["v6"], 6) else f"[{match['v6']}] is no IPv6 address"
+    host = match["host"]
+    if _is_address(host, 4):
+        return None
+    name = host.removeprefix("*.")
+    labels = name.split(".")
+    if len(name) > 253 or not all(map(_HOST_LABEL.match, labels)) or labels[-1].isdigit():
+        return f"{host!r} is not a host name (letters, digits, '-' and dots; *.domain)"
+    if host.startswith("*.") and len(labels) < 2:
+        return f"{host!r} would open a whole top-level domain: name one below it"
+    return None
+
+
+class SandboxNetwork(_Spec):
+    """`network: {allow: [...]}`: no network of its own, but a proxy outside the sandbox that
+    reaches these hosts (HTTP and HTTPS through HTTP_PROXY/HTTPS_PROXY); bubblewrap only."""
+
+    allow: list[str]
+    """`api.github.com`, `*.pypi.org` (subdomains), `10.0.0.5:8080`; without a port 80 and
+    443. A name that resolves to a private or loopback address is refused: list the address."""
+
+    def __post_init__(self) -> None:
+        for i, entry in enumerate(self.allow):
+            problem = network_entry_problem(entry)
+            if problem is not None:
+                raise ValueError(f"network.allow[{i}] {entry!r}: {problem}")
 
 
 class ToolSandbox(_Spec):
@@ -413,8 +465,16 @@ class ToolSandbox(_Spec):
     mode: SandboxMode | bool = "auto"
     """auto = bubblewrap, else Landlock (Linux 5.13+), else refused with E_SANDBOX_UNAVAILABLE;
     off = none (logged at every agent start). YAML reads an unquoted `off` as false."""
-    network: bool = True
-    """false: the sandbox has no network but its own loopback."""
+    network: bool | SandboxNetwork = True
+    """false: the sandbox has no network but its own loopback; `{allow: [hosts]}`: only the
+    hosts listed, through a proxy (HTTP/HTTPS clients that honour HTTP(S)_PROXY)."""
+
+    def __post_init__(self) -> None:
+        if self.mode == "landlock" and isinstance(self.network, SandboxNetwork):
+            raise ValueError(
+                "network.allow needs bubblewrap (mode auto or bubblewrap): Landlock cannot "
+                "tell one host from another"
+            )
 
 
 class ToolSpec(_Spec):

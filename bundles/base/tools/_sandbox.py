@@ -15,7 +15,9 @@ token and sockets), the env files with API keys, and `/proc/<agent>/mem`. In the
 - /run is an empty tmpfs but for systemd-resolved's directory: a unix socket is reachable on a
   read-only mount, and /run holds the system bus, systemd's and a container engine's;
 - the network is shared unless `network: false` (then only a loopback of its own); an
-  abstract unix socket (no path) is reachable while it is shared.
+  abstract unix socket (no path) is reachable while it is shared. `network: {allow: [...]}`
+  gives it none either, but an HTTP proxy outside that reaches the hosts listed
+  (`_netproxy`): bubblewrap only, the Landlock fallback refuses (it cannot filter by host).
 
 The holder of the call's processes (`_contain`) wraps bubblewrap, not the reverse, so the
 deadline, SIGTERM then SIGKILL and the output caps stay as they were. `file-system`'s ripgrep
@@ -33,11 +35,12 @@ path), and `network: false` stops TCP only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,9 +49,10 @@ from bundles.sdk import ToolFailed, load_sibling
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from bundles.base.tools import _landlock
+    from bundles.base.tools import _landlock, _netproxy
 else:
     _landlock = load_sibling(__file__, "_landlock")
+    _netproxy = load_sibling(__file__, "_netproxy")
 
 LANDLOCK = Path(__file__).with_name("_landlock.py")
 MODES = ("auto", "bubblewrap", "landlock")
@@ -70,7 +74,29 @@ class Sandbox:
 
     mode: str
     network: bool
+    """Shared with the host; False with `allow`."""
     hide: tuple[str, ...]
+    allow: tuple[_netproxy.Rule, ...] | None = None
+    """`network: {allow}`: no network but the proxy to these (`_netproxy`)."""
+
+
+def _network(raw: object) -> tuple[bool, tuple[_netproxy.Rule, ...] | None]:
+    """`network`: true, false or `{allow: [...]}` (as `bundles.kinds.ToolSandbox` checked)."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("allow"), list):
+        try:
+            return False, _netproxy.parse_allow(raw["allow"])
+        except ValueError as exc:
+            problem = str(exc)
+    elif isinstance(raw, bool):
+        return raw, None
+    else:
+        problem = f"network must be true, false or {{allow: [...]}}, got {raw!r}"
+    raise ToolFailed(
+        f"Tool sandbox {problem}",
+        code=ErrorCode.E_TOOL_INVALID_ARGS,
+        suggestion="List hosts as name, *.domain or an IP address, each with an optional "
+        ":port (e.g. api.github.com, *.pypi.org, 10.0.0.5:8080).",
+    )
 
 
 def settings(config: Mapping[str, Any]) -> Sandbox | None:
@@ -89,7 +115,8 @@ def settings(config: Mapping[str, Any]) -> Sandbox | None:
             suggestion="Set Tool.spec.sandbox to auto, bubblewrap, landlock or off.",
         )
     hide = tuple(map(str, raw.get("hide") or ()))
-    return Sandbox(mode=str(mode), network=raw.get("network", True) is not False, hide=hide)
+    network, allow = _network(raw.get("network", True))
+    return Sandbox(mode=str(mode), network=network, hide=hide, allow=allow)
 
 
 _usable: str | None = None  # the bwrap that ran, once known
@@ -141,18 +168,40 @@ model may set (`env`), is handed in: a LD_PRELOAD or GCONV_PATH of its choosing 
 otherwise run its code in those processes, outside the sandbox."""
 
 
+@contextlib.asynccontextmanager
+async def network(box: Sandbox | None, *, log: Any, tool: str) -> AsyncIterator[str | None]:
+    """For one call: the directory of its allow-list's proxy (`_netproxy.serve`), open until
+    the call is over; None where the box has no allow-list."""
+    if box is None or box.allow is None:
+        yield None
+        return
+    async with _netproxy.serve(box.allow, log=log, tool=tool) as directory:
+        yield directory
+
+
 async def confine(
-    box: Sandbox, argv: list[str], *, roots: Iterable[str], cwd: str, env: Mapping[str, str]
+    box: Sandbox,
+    argv: list[str],
+    *,
+    roots: Iterable[str],
+    cwd: str,
+    env: Mapping[str, str],
+    proxy: str | None = None,
 ) -> tuple[list[str], bool]:
     """`argv` in `box` with `env`, and whether its leader is bubblewrap (see
-    `_contain.open_call`); run it with OUTSIDE_ENV."""
+    `_contain.open_call`); run it with OUTSIDE_ENV. `proxy`: the directory of `network`."""
     if box.mode != "landlock":
         try:
             bwrap = await bubblewrap()
-            return wrap(bwrap, box, argv, roots=roots, cwd=cwd, env=env), True
+            return wrap(bwrap, box, argv, roots=roots, cwd=cwd, env=env, proxy=proxy), True
         except ToolFailed:
-            if box.mode == "bubblewrap":
+            if box.mode == "bubblewrap" or box.allow is not None:
                 raise
+    if box.allow is not None:
+        raise _unavailable(
+            "a network allow-list needs bubblewrap (Landlock cannot tell one host from "
+            "another, and the call is refused rather than run with more or less network)"
+        )
     if _landlock.abi() < 1:
         why = "this kernel has no Landlock" if box.mode == "landlock" else str(_refusal)
         raise _unavailable(f"{why}; no Landlock either" if box.mode == "auto" else why)
@@ -225,20 +274,45 @@ def wrap(
     cwd: str,
     read_only: bool = False,
     env: Mapping[str, str] | None = None,
+    proxy: str | None = None,
 ) -> list[str]:
     """`argv` as bubblewrap runs it in `box`, with `roots` bound (read-write unless
-    `read_only`), in `cwd`, with `env` (None: bubblewrap's own). No fd of ours may be handed
-    in: a directory fd opened outside is a way out of the sandbox's mounts (`..` from it
-    climbs the real tree)."""
+    `read_only`), in `cwd`, with `env` (None: bubblewrap's own), behind the forwarder to
+    `proxy` (the directory of `network`; without it an allow-list is no network at all). No
+    fd of ours may be handed in: a directory fd opened outside is a way out of the sandbox's
+    mounts (`..` from it climbs the real tree)."""
     net = () if box.network else ("--unshare-net",)
     bind = "--ro-bind" if read_only else "--bind"
     setenv = [] if env is None else ["--clearenv"]
     for name, value in (env or {}).items():
         setenv += ["--setenv", name, value]
+    mounts = _mounts(box, roots, bind)
+    if proxy is not None and box.allow is not None:
+        inside = _PROXY_DIR if os.path.isdir("/run") else _PROXY_DIR_NO_RUN
+        mounts += ["--bind", proxy, inside]
+        setenv += _proxy_env()
+        argv = _forwarder(os.path.join(inside, _netproxy.SOCKET_NAME), argv)
     return [
-        bwrap, *_BASE, *_run_dir(), *_mounts(box, roots, bind), *_ISOLATION, *net, *setenv,
+        bwrap, *_BASE, *_run_dir(), *mounts, *_ISOLATION, *net, *setenv,
         "--chdir", os.path.realpath(cwd), "--", *argv,
     ]  # fmt: skip
+
+
+_PROXY_DIR = "/run/goondan-net"
+_PROXY_DIR_NO_RUN = "/tmp/.goondan-net"  # a mount point needs a writable parent
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+def _proxy_env() -> list[str]:
+    url = f"http://127.0.0.1:{_netproxy.PORT}"
+    out = [arg for name in _PROXY_VARS for arg in ("--setenv", name, url)]
+    return [*out, "--setenv", "NO_PROXY", "", "--setenv", "no_proxy", ""]
+
+
+def _forwarder(socket_path: str, argv: list[str]) -> list[str]:
+    """`argv` started by the forwarder, which relays 127.0.0.1:PORT to the proxy's socket."""
+    python = sys.executable or "python3"
+    return [python, "-I", "-S", "-c", _netproxy.FORWARDER, socket_path, str(_netproxy.PORT), *argv]
 
 
 _PROC_READABLE = ("cpuinfo", "meminfo", "loadavg", "uptime", "version", "stat", "filesystems")

@@ -85,15 +85,20 @@ def _cwd(ws: _workspace.Workspace, raw: str | None) -> Path:
 
 
 async def _confined(
-    ctx: ToolContext, ws: _workspace.Workspace, argv: list[str], cwd: Path, env: dict[str, str]
+    ctx: ToolContext,
+    ws: _workspace.Workspace,
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    proxy: str | None,
 ) -> tuple[list[str], bool] | None:
     """`argv` inside the Tool's sandbox with `env` and whether bubblewrap leads it; None:
-    `sandbox: off`."""
+    `sandbox: off`. `proxy`: the call's network allow-list proxy (`_sandbox.network`)."""
     box = _sandbox.settings(ctx.config)
     if box is None:
         return None
     roots = _sandbox.checked_roots(ctx.workdir, ctx.config, ws.roots)
-    return await _sandbox.confine(box, argv, roots=roots, cwd=str(cwd), env=env)
+    return await _sandbox.confine(box, argv, roots=roots, cwd=str(cwd), env=env, proxy=proxy)
 
 
 async def _run(
@@ -105,17 +110,19 @@ async def _run(
         _int_setting(config, "maxTimeoutMs", 600_000),
     )
     env = _child_env(ctx, input.get("env"))
-    confined = await _confined(ctx, ws, argv, cwd, env)
-    result = await _process.run_capped(
-        confined[0] if confined else argv,
-        cwd=cwd,
-        env=_sandbox.OUTSIDE_ENV if confined else env,
-        timeout_s=timeout_ms / 1000,
-        max_bytes=_int_setting(config, "maxOutputBytes", 100_000),
-        kill_grace_s=_int_setting(config, "killGraceMs", 1000) / 1000,
-        tracking=str(config.get("processTracking", "auto")),
-        sandboxed=confined is not None and confined[1],
-    )
+    box = _sandbox.settings(config)
+    async with _sandbox.network(box, log=ctx.logger, tool="bash") as proxy:
+        confined = await _confined(ctx, ws, argv, cwd, env, proxy)
+        result = await _process.run_capped(
+            confined[0] if confined else argv,
+            cwd=cwd,
+            env=_sandbox.OUTSIDE_ENV if confined else env,
+            timeout_s=timeout_ms / 1000,
+            max_bytes=_int_setting(config, "maxOutputBytes", 100_000),
+            kill_grace_s=_int_setting(config, "killGraceMs", 1000) / 1000,
+            tracking=str(config.get("processTracking", "auto")),
+            sandboxed=confined is not None and confined[1],
+        )
     ctx.logger.info(
         "bash.finished",
         exit_code=result.exit_code,

@@ -35,9 +35,11 @@ def _spec(sandbox: Any) -> ToolSpec:
         (True, ("auto", True)),
         ({"mode": "bubblewrap", "network": False}, ("bubblewrap", False)),
         ({"mode": False}, ("off", True)),
+        ({"network": {"allow": ["a.com", "*.b.org:8443"]}},
+         ("auto", {"allow": ["a.com", "*.b.org:8443"]})),
     ],
-)
-def test_every_form_of_the_setting(given: Any, expected: tuple[str, bool]) -> None:
+)  # fmt: skip
+def test_every_form_of_the_setting(given: Any, expected: tuple[str, Any]) -> None:
     assert sandboxing.mode_and_network(_spec(given)) == expected
 
 
