@@ -20,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-from bundles.cgroupfs import marked_delegated, own_cgroup
+from protocol.cgroupfs import marked_delegated, own_cgroup
 from protocol.launch import agent_cgroup
 
 log = structlog.get_logger("goondan.cgroups")

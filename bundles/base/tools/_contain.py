@@ -32,8 +32,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
-from bundles.cgroupfs import marked_delegated, own_cgroup
 from bundles.sdk import ToolFailed
+from protocol.cgroupfs import marked_delegated, own_cgroup
 
 REAPER = Path(__file__).with_name("_reaper.py")
 REAPER_MARGIN_S = 5.0  # beyond the grace period: the reaper's own sweep and exit

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from bundles.cgroupfs import own_cgroup
 from bundles.sdk import ToolFailed
+from protocol.cgroupfs import own_cgroup
 
 from .conftest import FakeContext, call, load_tool
 
