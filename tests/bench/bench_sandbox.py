@@ -5,7 +5,9 @@ Both go through the same holder of the call's processes (the subreaper, or a cgr
 agent's is delegated), so the difference is what the sandbox adds: bubblewrap's namespaces,
 mounts and exec. Variants alternate call by call, so the machine's drift hits both alike; the
 cost row is the per-pair difference (sandboxed minus off). Goal of issue 27: ≤ 15 ms a call.
-The Landlock fallback (a Python trampoline) is measured too where the kernel has Landlock.
+The Landlock fallback (a Python trampoline) is measured too where the kernel has Landlock,
+and a network allow-list (`network: {allow}`: the proxy of the call in this process and the
+forwarder started in the sandbox before the command) against the plain bubblewrap sandbox.
 
 Run: `python -m tests.bench.bench_sandbox` (or via `python -m tests.bench`).
 """
@@ -68,9 +70,11 @@ async def run() -> dict[str, list[float]]:
         work = state / "instances" / "s" / "k" / "a" / "workdir"
         work.mkdir(parents=True)
         hide = {"hide": [str(state)]}
+        allow = {"network": {"allow": ["api.github.com", "*.pypi.org"]}}
         variants = {
             "off": _Context(work, {"sandbox": {"mode": "off", **hide}}),
             "sandboxed": _Context(work, {"sandbox": {"mode": "bubblewrap", **hide}}),
+            "allowlist": _Context(work, {"sandbox": {"mode": "bubblewrap", **allow, **hide}}),
         }
         if bash._sandbox._landlock.abi() >= 1:
             variants["landlock"] = _Context(work, {"sandbox": {"mode": "landlock", **hide}})
@@ -101,6 +105,14 @@ def main() -> list[Row]:
         ),
         Row("sandbox cost per call (pairwise)", statistics.median(cost), p99(cost), "ms",
             goal="≤ 15 ms"),
+    ]  # fmt: skip
+    listed = samples["allowlist"]
+    plain = statistics.median(samples["sandboxed"])
+    extra = [a - s for a, s in zip(listed, samples["sandboxed"], strict=True)]
+    rows += [
+        Row("bash `true`, bubblewrap + network allow-list", statistics.median(listed),
+            p99(listed), "ms", plain),
+        Row("allow-list cost per call (pairwise)", statistics.median(extra), p99(extra), "ms"),
     ]  # fmt: skip
     if "landlock" in samples:
         landlock = samples["landlock"]
