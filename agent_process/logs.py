@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import structlog
 
-from bundles import redact
+from bundles import logsetup
 
 _configured: list[str] = []
 
@@ -21,17 +21,6 @@ def configure(log_format: str) -> None:
         if log_format == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            redact.processor,
-            renderer,
-        ],
-        # stdout is looked up per call: a forked child's fd 1 is its own pipe
-        logger_factory=structlog.PrintLoggerFactory(),
-        cache_logger_on_first_use=True,
-    )
+    # stdout is looked up per call: a forked child's fd 1 is its own pipe
+    logsetup.configure(renderer, logger_factory=structlog.PrintLoggerFactory())
     _configured[:] = [log_format]

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import msgspec
 import structlog
 
-from bundles import redact
+from bundles import logsetup, redact
 from orchestrator.logfiles import NEVER, LogFile, Rotation
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50, "exception": 40}
@@ -62,19 +62,8 @@ def configure(
     console alike; every line carries the daemon's `pid`. The file rotates by `rotation`.
     """
     redact.install(secrets)
-    structlog.contextvars.bind_contextvars(pid=os.getpid())
     file = LogFile(log_file, rotation)
     os.register_at_fork(after_in_child=file.detach)  # the fork server, then every agent
     level = logging.WARNING if quiet else logging.INFO
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            redact.processor,
-            _Sink(file, sys.stderr, fmt, level),
-        ],
-        cache_logger_on_first_use=True,
-    )
+    logsetup.configure(_Sink(file, sys.stderr, fmt, level), bind={"pid": os.getpid()})
     return file

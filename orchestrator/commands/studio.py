@@ -190,17 +190,14 @@ def _warn_no_token(args: argparse.Namespace, url: str) -> None:
     """--no-token, said where the person who started it looks (stderr) and as a log line."""
     import structlog
 
+    from bundles import logsetup
+
     what = "read conversations and logs" + (
         " and approve, deny, answer calls, restart and stop processes" if args.allow_actions else ""
     )
     _say(f"WARNING --no-token: anyone on this machine (any user, any process) can {what}")
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.JSONRenderer(),
-        ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    logsetup.configure(
+        structlog.processors.JSONRenderer(), logger_factory=structlog.PrintLoggerFactory(sys.stderr)
     )
     structlog.get_logger().warning(
         "studio_no_token", url=url, allow_actions=bool(args.allow_actions)
