@@ -1,6 +1,6 @@
 """The daemon adopts the orphans of its agents (PR_SET_CHILD_SUBREAPER), and reaps them.
 
-The control socket refuses whatever runs under the daemon (`orchestrator/control_auth.py`),
+The control socket refuses whatever runs under the daemon (`orchestrator/control_fence.py`),
 which it tells by the parent chain in /proc. A process an agent's tool started could leave that
 chain: kill its parent (the call's reaper, the tool's shell), and an orphan is re-parented to
 the nearest subreaper above it, or to init. The fork server and the daemon are subreapers, so

@@ -1,4 +1,6 @@
-"""The OS seam: the only module that starts, signals and waits for children (STYLE 10).
+"""The daemon's OS seam for its children: it starts the cold ones, and signals and waits for
+every one (ARCHITECTURE.md §5 names the others: `orchestrator.forkserver` forks and reaps the
+forked children, `orchestrator.orphans` reaps and kills what the daemon adopts).
 
 Two ways to start an agent process, one handle type:
 - `ColdSpawner`: `python -m agent_process ARGS` through `os.posix_spawn`; we are the parent,
