@@ -166,27 +166,39 @@ def _normal_host(host: str) -> str:
     return _address(host) or host
 
 
-async def destination(rules: Iterable[Rule], host: str, port: int) -> tuple[str, str | None]:
-    """The address to connect to for `host`:`port`, or ("", why it is refused)."""
+async def destination(rules: Iterable[Rule], host: str, port: int) -> tuple[list[str], str | None]:
+    """The addresses to try for `host`:`port` in order, or ([], why it is refused)."""
     host = _normal_host(host)
     rule = next((r for r in rules if r.matches(host, port)), None)
     if rule is None:
-        return "", "not in the sandbox's network allow-list"
+        return [], "not in the sandbox's network allow-list"
     if rule.literal:
-        return host, None  # listed as this very address: the operator meant it
+        return [host], None  # listed as this very address: the operator meant it
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
-        return "", f"does not resolve: {exc}"
+        return [], f"does not resolve: {exc}"
     addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     for ip in addresses:
         reason = _netguard.blocked_reason(ip)
-        if reason is not None:
-            return "", f"resolves to {ip} ({reason}); list the address itself to allow it"
+        if reason is not None:  # any: a mixed answer cannot smuggle an inside address in
+            return [], f"resolves to {ip} ({reason}); list the address itself to allow it"
     if not addresses:
-        return "", "does not resolve"
-    return str(addresses[0]), None
+        return [], "does not resolve"
+    return list(dict.fromkeys(map(str, addresses))), None
+
+
+async def _open(
+    addresses: list[str], port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """The first of `addresses` that answers (an IPv6 one first may have no route here)."""
+    for address in addresses[:-1]:
+        with contextlib.suppress(OSError, TimeoutError):
+            async with asyncio.timeout(_CONNECT_SECONDS):
+                return await asyncio.open_connection(address, port)
+    async with asyncio.timeout(_CONNECT_SECONDS):
+        return await asyncio.open_connection(addresses[-1], port)
 
 
 def _response(status: str, text: str) -> bytes:
@@ -271,7 +283,7 @@ class Proxy:
         except (ValueError, asyncio.LimitOverrunError) as exc:
             writer.write(_response("400 Bad Request", str(exc)))
             return
-        address, refused = await destination(self.rules, request.host, request.port)
+        addresses, refused = await destination(self.rules, request.host, request.port)
         if refused is not None:
             self.log.warning(
                 "sandbox_network_denied",
@@ -280,8 +292,7 @@ class Proxy:
             writer.write(_response("403 Forbidden", f"{request.host}:{request.port} {refused}"))
             return
         try:
-            async with asyncio.timeout(_CONNECT_SECONDS):
-                up_reader, up_writer = await asyncio.open_connection(address, request.port)
+            up_reader, up_writer = await _open(addresses, request.port)
         except (OSError, TimeoutError) as exc:
             writer.write(_response("502 Bad Gateway", f"{request.host}: {exc}"))
             return
@@ -310,7 +321,9 @@ async def serve(
 ) -> AsyncIterator[str]:
     """A proxy for one call; yields its private directory (holding `SOCKET_NAME`) and, on the
     way out, closes it with every connection it opened."""
-    directory = tempfile.mkdtemp(prefix="goondan-net-")  # 0700: the agent's uid only
+    # 0700: the agent's uid only; in /tmp where it can, as a long TMPDIR could take the
+    # socket's path past the 107 bytes a unix socket's name may have
+    directory = tempfile.mkdtemp(prefix="gnet-", dir="/tmp" if os.access("/tmp", os.W_OK) else None)
     proxy = Proxy(rules, log, tool, limit)
     server = await asyncio.start_unix_server(
         proxy.handle, os.path.join(directory, SOCKET_NAME), limit=_HEAD_LIMIT

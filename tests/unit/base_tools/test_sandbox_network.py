@@ -75,9 +75,9 @@ def test_matching() -> None:
 async def test_a_name_resolving_inside_is_refused_unless_listed_as_the_address() -> None:
     async with asyncio.timeout(10):
         rules = netproxy.parse_allow(["localhost:8080", "127.0.0.1:8081"])
-        address, refused = await netproxy.destination(rules, "localhost", 8080)
-        assert address == "" and refused is not None and "loopback" in refused
-        assert await netproxy.destination(rules, "127.0.0.1", 8081) == ("127.0.0.1", None)
+        addresses, refused = await netproxy.destination(rules, "localhost", 8080)
+        assert addresses == [] and refused is not None and "loopback" in refused
+        assert await netproxy.destination(rules, "127.0.0.1", 8081) == (["127.0.0.1"], None)
         assert (await netproxy.destination(rules, "127.0.0.1", 8080))[1] is not None
 
 
@@ -263,3 +263,14 @@ def test_the_bundle_and_the_proxy_read_the_same_entries(entry: str) -> None:
     except ValueError:
         proxy_takes = False
     assert (network_entry_problem(entry) is None) == proxy_takes
+
+
+async def test_what_is_no_proxy_request_gets_400_and_no_connection() -> None:
+    async with asyncio.timeout(10):
+        async with netproxy.serve((), log=structlog.get_logger(), tool="t") as d:
+            reader, writer = await asyncio.open_unix_connection(
+                os.path.join(d, netproxy.SOCKET_NAME)
+            )
+            writer.write(b"GET /etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await reader.readuntil(b"\r\n")).startswith(b"HTTP/1.1 400")
+            writer.close()
