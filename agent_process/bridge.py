@@ -307,7 +307,7 @@ class Bridge:
         The report of a turn's `last` model call (no tool calls follow: the reply is next) is
         held until this bridge's next frame or the turn's end (`flush_usage`, right after the
         reply): every frame that could depend on it still comes after it, but the reply does
-        not wait behind a frame of its own (one send, ~30 µs)."""
+        not wait behind a frame of its own (it costs one send)."""
         payload = CallPayload(call_id=uuid.uuid4().hex, op=CallOp.MODEL_USAGE, args=args)
         self._usage.append(payload)
         if not last or self.current is None:

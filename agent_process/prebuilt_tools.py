@@ -1,11 +1,11 @@
 """The registry entries of the built-in Tool resources, built once by the fork server.
 
-A forked child loading bash and file-system itself touches ~250 pages the fork server shares
-with it (the resource, its exports and schemas, the handler module, path and name objects:
-each reference count written copies a page, ~0.7 ms); taking the entries built here touches a
-few. An entry is only ever changed by `ToolRegistry.add`, which gave these their validator
-already. Entries are held for the exact resource objects of the fork server's bundle, so a
-child that loaded another bundle (or another version) builds its own.
+A forked child loading bash and file-system itself touches hundreds of pages the fork server shares
+with it (the resource, its exports and schemas, the handler module, path and name objects: each
+reference count written copies a page; `bench_spawn_tools`); taking the entries built here touches a
+few. An entry is only ever changed by `ToolRegistry.add`, which gave these their validator already.
+Entries are held for the exact resource objects of the fork server's bundle, so a child that loaded
+another bundle (or another version) builds its own.
 """
 
 from __future__ import annotations

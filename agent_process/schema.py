@@ -1,17 +1,18 @@
 """Argument validation against an export's JSON Schema (draft 2020-12), compiled once per export.
 
 The check that runs on every call is `is_valid` of the fastest real 2020-12 validator available:
-jsonschema-rs when installed (≈ 0.3 µs for a small schema), else the reference `jsonschema`
-(≈ 13 µs). Both implement the whole draft; neither is a hand-written subset. Only when arguments
-are invalid does the reference library produce the detailed report fed back to the model (every
-failing path, plus the required and allowed keys), so the report reads the same either way.
+jsonschema-rs when installed (much faster), else the reference `jsonschema`; `bench_tool_call`
+measures the one installed. Both implement the whole draft; neither is a hand-written subset. Only
+when arguments are invalid does the reference library produce the detailed report fed back to the
+model (every failing path, plus the required and allowed keys), so the report reads the same either
+way.
 
-Checking a schema against the 2020-12 metaschema costs ~1-5 ms per export with the reference
-library (it follows every `$ref`/`$dynamicRef` of the metaschema), so its verdict is memoized by
-the schema's canonical JSON: a pure function of the content, and the fork server warms it with
-the bundle's export schemas (`warm`) so forked children start with every verdict known.
+Checking a schema against the 2020-12 metaschema costs milliseconds per export with the reference
+library (it follows every `$ref`/`$dynamicRef` of the metaschema), so its verdict is memoized by the
+schema's canonical JSON: a pure function of the content, and the fork server warms it with the
+bundle's export schemas (`warm`) so forked children start with every verdict known.
 
-The two compiled validators of a valid schema (~0.2 ms each export, ~2.5 ms for the 12 of bash
+The two compiled validators of a valid schema (a cost per export, felt with the 12 of bash
 and file-system) are immutable and depend only on that content too, so they are memoized by the
 same key and warmed the same way: a child's `ArgsValidator` only adds its tool name. jsonschema-rs
 validators start no thread and hold no lock, so they are safe to use after a fork.

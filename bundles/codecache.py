@@ -1,8 +1,9 @@
 """Compiled code of files loaded by path (tool, extension and connector entries and their
 `load_sibling` helpers), kept in memory so forked children do not compile them again.
 
-Compiling a tool file and its helpers from source costs ~10-20 ms; with no `__pycache__`
-(read-only bundle, `PYTHONDONTWRITEBYTECODE`) every agent process paid it at start. The fork
+Compiling a tool file and its helpers from source is a cost of every agent process's start
+when there is no `__pycache__` (read-only bundle, `PYTHONDONTWRITEBYTECODE`; `bench_spawn_tools`
+measures a spawn with the built-in tools). The fork
 server `warm()`s the bundle's files once; each child's loader looks the source up by its
 exact bytes, so an edited file is simply compiled again (nothing stale is ever run).
 """

@@ -128,7 +128,7 @@ class _PySafeLoader(_DepthGuard, yaml.SafeLoader):
 
 
 def _loader_class() -> type[Any]:
-    try:  # libyaml scans and parses ~8x faster; composition stays in Python (see module doc)
+    try:  # libyaml scans and parses in C; composition stays in Python (see module doc)
         from yaml._yaml import CParser
     except ImportError:  # pragma: no cover - PyYAML built without libyaml
         return _PySafeLoader

@@ -261,7 +261,7 @@ DEFAULT_IDLE_TIMEOUT_SECONDS = 600.0
 class LifecyclePolicy(_Spec):
     idle_timeout_seconds: float | None = DEFAULT_IDLE_TIMEOUT_SECONDS
     """Deactivate an agent instance idle this long: its process exits, its state stays on
-    disk, and its next event starts it again (about a spawn, ~10 ms). `null` keeps idle
+    disk, and its next event starts it again (a spawn, `bench_spawn`). `null` keeps idle
     instances live until the live bound (`maxLiveInstances`) makes room."""
     reconcile_interval_seconds: float = 5.0
     request_timeout_ms: int = 60_000

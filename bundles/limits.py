@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from bundles.kinds import AgentLimits
 
 MIN_MEMORY = 128 << 20
-"""An agent forked from the fork server already has ~55 MiB of private writable memory (and
-8 MiB per thread): less than this would not let it start."""
+"""An agent forked from the fork server already has tens of MiB of private writable memory
+(and a stack per thread): less than this would not let it start (`bench_spawn` measures what
+an idle agent uses)."""
 MIN_OPEN_FILES = 32
 """The agent's own sockets, pipes and files need about 20."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?\s*$")

@@ -21,8 +21,9 @@ from protocol.errors import ErrorCode, ErrorInfo
 from protocol.ids import Address, ProcessKind
 
 BYTES_PER_INSTANCE = 16 << 20
-"""Budget per live agent for the default bound: an idle agent takes ~5 MiB, one mid-turn with a
-model client and a conversation in memory several times that."""
+"""Budget per live agent for the default bound: a few times what an idle agent takes (USS per
+idle agent in `bench_spawn`), for one mid-turn with a model client and a conversation in
+memory."""
 MIN_DEFAULT = 16
 
 

@@ -55,7 +55,7 @@ class SpawnRequest(msgspec.Struct, frozen=True, tag="spawn"):
 class HookRequest(msgspec.Struct, frozen=True, tag="hook"):
     """Call `module.function()` in the server, between two spawns; no reply. The daemon sends
     `refresh` of its entry module after a bundle reload, so children forked afterwards take
-    the new bundle preloaded instead of each loading it again (~65 ms per spawn)."""
+    the new bundle preloaded instead of each loading it again (at every spawn)."""
 
     module: str
     function: str

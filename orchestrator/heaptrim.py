@@ -2,12 +2,12 @@
 
 The daemon allocates and frees per event and per instance (frames, decoded events, journal
 rows, log lines). Its live objects stay flat, but glibc keeps the freed blocks in its heap, so
-the RSS crept up by ~220 bytes per instance driven (`bench_instances`, 20,000 instances, after
-the bounded caches filled) with nothing growing. `malloc_trim(0)` returns free pages, from the
-middle of the heap too: on a daemon driving new instances it gave back 2.3 MB after ~5,000 of
-them, leaving ~13 bytes per instance. The reconciler calls `trim` every 10 s in a worker
-thread (2-10 ms on a fragmented 100 MB heap, so the sawtooth between trims stays well under a
-MB). Without glibc (musl) there is nothing to call.
+the RSS crept up with every instance driven (`bench_instances`, after the bounded caches
+filled) with nothing growing. `malloc_trim(0)` returns free pages, from the middle of the heap
+too, and the daemon's RSS per instance driven stays flat (`bench_instances` prints it). The
+reconciler calls `trim` every 10 s in a worker thread (a trim of a fragmented heap takes
+milliseconds, so it stays off the event loop, and the sawtooth between trims stays small).
+Without glibc (musl) there is nothing to call.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Log files that rotate by size: the daemon's `orchestrator.log` and each child's log.
 
-A daemon that runs for months writes ~1.7 KB of log per event (a million events are gigabytes),
+A daemon that runs for months writes gigabytes of log (`bench_instances` prints bytes per event),
 so a log file is renamed to `<name>.1` once it reaches `Rotation.max_bytes` (`.1` becomes `.2`,
 and so on; the oldest past `keep` is removed) and a new file starts. The daemon is the only
 writer of these files (a child's output reaches its file through the daemon, `childlog`), so

@@ -182,7 +182,7 @@ class ColdSpawner:
         try:
             os.write(launch_out, encode_launch(launch).encode())
             os.close(launch_out)
-            # posix_spawn is vfork+exec: it returns once the child has exec'd (~1 ms)
+            # posix_spawn is vfork+exec: it returns once the child has exec'd, before its imports
             pid = os.posix_spawn(  # noqa: ASYNC221
                 self.python,
                 [self.python, "-m", self.module, "-"],

@@ -34,7 +34,7 @@ __all__ = ["main", "preload", "refresh"]
 
 ASYNC_HTTP = "anyio._backends._asyncio"
 """What the SDKs' HTTP stack (httpx, httpcore) imports at a client's first request, not at
-import: ~10 ms of a new child's first model call, and private pages, if left to each child."""
+import: time of a new child's first model call, and private pages, if left to each child."""
 MODELS = {
     "scripted": ("agent_process.models.scripted",),
     "openai": ("agent_process.models.openai_chat", ASYNC_HTTP),

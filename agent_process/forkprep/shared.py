@@ -1,12 +1,12 @@
 """Build, in the fork server, what every child of the bundle would otherwise build for itself.
 
 A forked child shares these objects copy-on-write instead of making its own:
-- each export's JSON Schema, checked against the metaschema and compiled (~1-5 ms each);
+- each export's JSON Schema, checked against the metaschema and compiled (`schema.warm`);
 - the entry files of tools, extensions and connectors, compiled (`codecache`);
 - the built-in package's tool modules, imported (ours: plain definitions, no thread or socket
   at import, so fork-safe), and the registry entries of its Tool resources with their
   validators (`prebuilt_tools`): a child loading bash and file-system itself would touch
-  ~250 shared pages. A user's tool module is only compiled here, never imported: its
+  hundreds of shared pages. A user's tool module is only compiled here, never imported: its
   import-time code runs in the agent's own process;
 - each model's client, built once and dropped: the TLS trust store, the SDKs' lazily imported
   transports and the scripted models' patterns stay (`models.warm`).

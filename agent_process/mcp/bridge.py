@@ -5,7 +5,7 @@ naming the resource and the command) unless its `spec.mcp.required` is false, in
 agent starts without that server's tools and a warning says why. Entries are grouped by owner so
 the assembly can keep `Agent.spec.tools` order in the registry.
 
-The SDK (about 0.5 s of imports) is imported only when some resource declares a server, so
+The SDK (a large import) is imported only when some resource declares a server, so
 agents without MCP tools start as fast as before.
 """
 

@@ -28,7 +28,7 @@ def create_model(resource: Resource[ModelSpec], *, api_key: str | None) -> Model
     """Build the provider client; raises ModelError (E_MODEL_*) for a bad configuration."""
     spec = resource.spec
     root = resource.root if isinstance(resource.root, Path) else Path(resource.root)
-    # SDKs are imported lazily: each costs 100+ ms of start-up and a process uses one.
+    # SDKs are imported lazily: each is a large import at start-up and a process uses one.
     match spec.provider:
         case "scripted":
             from agent_process.models.scripted import ScriptedModel

@@ -57,9 +57,9 @@ class OpenAIChatModel:
             return _streamed_response(streamed)
         try:
             # `post` with the same body as `chat.completions.create`: create's type-driven
-            # transform of the params costs ~160 µs per message, so a turn got slower with
-            # every message of its history (2.9 ms at 12 messages vs 0.9 ms; see
-            # tests/bench/bench_agents_request.py). The request and errors are the same.
+            # transform of the params costs time per message, so a turn got slower with
+            # every message of its history (see tests/bench/bench_agents_request.py). The
+            # request and errors are the same.
             # The SDK sends, retries and maps HTTP errors; its pydantic model of the reply is
             # skipped: the raw body is decoded into the few fields a turn reads (msgspec).
             raw = await self._client.post("/chat/completions", body=body, cast_to=bytes)

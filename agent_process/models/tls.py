@@ -1,8 +1,8 @@
 """One TLS trust store per process tree, shared by every model client.
 
 An SDK client left to itself builds a fresh `ssl.SSLContext` and loads the whole CA bundle
-into OpenSSL: about 10 MiB of private memory in every agent process (an idle `openai` agent
-measured 17.5 MiB USS, against 6.5 MiB for a scripted one). The fork server builds the context
+into OpenSSL: megabytes of private memory in every agent process (an idle `openai` agent used
+far more USS than a scripted one). The fork server builds the context
 once (`warm`), so forked children reuse its certificate store copy-on-write; a cold child
 builds it on first use, once.
 """

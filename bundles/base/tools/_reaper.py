@@ -18,7 +18,7 @@ when the agent process dies (PR_SET_PDEATHSIG). A command that deliberately kill
 first can still leave orphans behind: `bash` runs with the agent's uid and is no security
 boundary.
 
-Run as a script, so it imports the stdlib only and starts in about 10 ms (`-S`: no site).
+Run as a script, so it imports the stdlib only and starts quickly (`-S`: no site).
 """
 
 from __future__ import annotations
