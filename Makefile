@@ -20,7 +20,7 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 
-.PHONY: help install system-deps lock lock-check test test-latest lint typecheck imports bench bench-instances run-example clean fuzz chaos soak cluster-chaos
+.PHONY: help install system-deps lock lock-check test test-fast test-drives durations test-latest lint typecheck imports bench bench-instances run-example clean fuzz chaos soak cluster-chaos
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -66,16 +66,59 @@ lock-check: $(UV) ## fail when uv.lock does not match pyproject.toml
 # process alone), rounded down. PYTEST_COV= runs without coverage. .ci/run measures it once, on
 # the newest Python.
 COV_FLOOR ?= 85
-PYTEST_COV ?= --cov=protocol --cov=bundles --cov=orchestrator --cov=agent_process \
-	--cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
+COV_PACKAGES := --cov=protocol --cov=bundles --cov=orchestrator --cov=agent_process
+COV_CHECK = --cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
+PYTEST_COV ?= $(COV_PACKAGES) $(COV_CHECK)
 
 # The suite waits on daemons, sockets and child processes far more than it computes, so it runs
 # in one more pytest-xdist worker than there are cores (TEST_WORKERS=0: in this process only).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+COMPILE_TESTS = $(BIN)/python -m compileall -q -j 0 protocol bundles orchestrator agent_process tests
 
-test: ## run the unit and integration tests (real processes, real sockets) with the coverage floor
-	@$(BIN)/python -m compileall -q -j 0 protocol bundles orchestrator agent_process tests
+# The long drives (tests/conftest.py DRIVES: 20,000 instances, chaos, cluster, browser, fork-server
+# memory) take most of the suite's minutes. `make test` runs everything in one go; test-fast
+# leaves the drives out and test-drives runs only them, both without coverage unless COV_STAGE
+# says: .ci/run runs them as two stages of one coverage measure, COV_STAGE=measure records
+# without a floor, then COV_STAGE=append adds the drives to that record and checks COV_FLOOR over
+# both (a drive alone covers too little, and the fast suite misses what only the drives reach).
+COV_STAGE ?=
+STAGE_COV = $(if $(filter measure,$(COV_STAGE)),$(COV_PACKAGES) --cov-report=,$(if \
+	$(filter append,$(COV_STAGE)),$(COV_PACKAGES) --cov-append $(COV_CHECK)))
+
+test: ## run every test (unit, integration, fuzz, the long drives; real processes, real sockets) with the coverage floor
+	@$(COMPILE_TESTS)
 	$(BIN)/python -m pytest -q -m "not quarantine" -n $(TEST_WORKERS) $(PYTEST_COV) $(PYTEST_ARGS)
+
+test-fast: ## the developer loop: every test but the long drives (-m "not drive"), no coverage
+	@$(COMPILE_TESTS)
+	$(BIN)/python -m pytest -q -m "not drive and not quarantine" -n $(TEST_WORKERS) $(STAGE_COV) $(PYTEST_ARGS)
+
+test-drives: ## only the long drives: 20,000 instances, chaos, cluster, Studio's browser, fork-server memory
+	@$(COMPILE_TESTS)
+	$(BIN)/python -m pytest -q -m "drive and not quarantine" -n $(TEST_WORKERS) $(STAGE_COV) $(PYTEST_ARGS)
+
+# The committed baseline of where the suite's minutes go, to compare a slow run against: .ci/run's
+# two test stages run here, each one's wall time, outcome and slowest tests (--durations). A
+# failed stage is recorded too (its outcome line says so) and fails the target.
+DURATIONS := tests/durations.txt
+DURATIONS_TOP ?= 40
+# not $(MAKE) in the recipe: make would run that line even under `make -n`, and rewrite the file
+DURATIONS_MAKE = $(MAKE) --no-print-directory
+durations: ## refresh tests/durations.txt: the wall time and slowest tests of .ci/run's two test stages (~10 min on 2 cores)
+	@log=$$(mktemp); status=0; \
+	{ echo "# Where the suite's minutes go: a baseline to compare a CI log's --durations with." \
+		"Refresh: make durations."; \
+	echo "# .ci/run's two test stages on $$(nproc) cores, -n $(TEST_WORKERS), $$($(BIN)/python -V)," \
+		"commit $$(git rev-parse --short HEAD), $$(date -u +%F)"; \
+	for stage in test-fast:measure test-drives:append; do \
+		start=$$(date +%s); \
+		$(DURATIONS_MAKE) $${stage%%:*} COV_STAGE=$${stage#*:} \
+			PYTEST_ARGS="-p no:cacheprovider --durations=$(DURATIONS_TOP)" >$$log 2>&1 || status=1; \
+		echo; echo "## make $${stage%%:*}: $$(( $$(date +%s) - start )) s;" \
+			"$$(grep -E ' in [0-9.]+s' $$log | tail -1)"; \
+		awk '/slowest [0-9]+ durations/ {on = 1; next} on && !/^[0-9.]+s +[a-z]+ / {exit} on' $$log; \
+	done; } >$(DURATIONS).new; \
+	rm -f $$log; mv $(DURATIONS).new $(DURATIONS); cat $(DURATIONS); exit $$status
 
 lint: ## ruff, mypy --strict and the import contracts of ARCHITECTURE.md §2
 	$(BIN)/ruff check .

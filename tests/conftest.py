@@ -1,10 +1,39 @@
-"""Shared test settings: every test runs with its own state root so nothing touches ~/.goondan."""
+"""Shared test settings: every test runs with its own state root so nothing touches ~/.goondan,
+and the long drives carry the `drive` marker."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+DRIVES = (
+    "tests/bench/test_instances.py",  # 20,000 instances through one daemon: ~3 min of both cores
+    "tests/chaos",  # SIGKILLs and power cuts under load, restarts that replay the journal
+    "tests/cluster",  # 3 NATS servers and 3 nodes per test
+    "tests/integration/test_studio_browser.py",  # a headless Chromium per test
+    "tests/integration/test_forkserver_memory.py",  # 20 reloads and idle agents, RSS measured
+)
+"""The long drives: minutes of the suite spent on load, scale, browsers and memory budgets.
+They run in `make test` and `make test-drives`; `make test-fast` (the developer loop) and
+.ci/run's first stage leave them out with `-m "not drive"`. Marked here by path, so a new test
+in one of these modules or directories is a drive without saying so."""
+
+
+FIRST = "tests/bench/test_instances.py"
+"""The longest test by far (a third of a full run's wall time on 2 cores) is collected last;
+run first, it runs beside the rest on one xdist worker instead of alone after them."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by `-m`
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    drives = [config.rootpath / path for path in DRIVES]
+    for item in items:
+        if any(item.path == path or path in item.path.parents for path in drives):
+            item.add_marker(pytest.mark.drive)
+    first = config.rootpath / FIRST
+    # a stable sort: every xdist worker must collect the same order
+    items.sort(key=lambda item: item.path != first)
 
 
 @pytest.fixture(autouse=True)
