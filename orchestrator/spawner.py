@@ -324,10 +324,10 @@ class ForkServerSpawner:
         self.server.sock.close()
         handle = self._server_handle
         if handle is not None:
-            try:
-                async with asyncio.timeout(2.0):
-                    await handle.exited
-            except TimeoutError:
+            # wait() leaves the future alone on a timeout: awaiting it under asyncio.timeout
+            # cancelled `exited` itself, and the wait after the kill then raised at once
+            done, _ = await asyncio.wait({handle.exited}, timeout=2.0)
+            if not done:
                 handle.kill()
                 await handle.exited
         await self.fallback.close()  # the children's last output is in their logs
