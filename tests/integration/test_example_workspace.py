@@ -155,11 +155,12 @@ async def test_a_tool_cannot_drive_the_daemon(start_daemon: StartDaemon) -> None
         for command in ("stop --swarm workspace", "calls list --swarm workspace"):
             ran = await ask_daemon(daemon, f"run PYTHONPATH={REPO} {cli} {command}")
             out = ran["output"]
-            refusals = ("E_CONTROL_FORBIDDEN", "E_DAEMON_NOT_RUNNING")
-            refused = out["exitCode"] == 1 and any(code in out["stderr"] for code in refusals)
-            # bash's sandbox hides the state root: no daemon to ask, no pending call to list
-            saw_nothing = out["exitCode"] == 0 and out["stdout"].strip() == ""
-            assert refused or saw_nothing, out  # the whole output: pytest cuts a nested repr
+            # bash's sandbox hides the state root (no daemon to ask, no call to list), and its
+            # per-call /tmp hides a checkout under /tmp (the CLI cannot even start): either
+            # way the command fails or sees nothing. The refusal itself, with the token and
+            # no sandbox, is test_control_auth's.
+            drove = out["exitCode"] == 0 and out["stdout"].strip() != ""
+            assert not drove, json.dumps(out)
         assert (await daemon.status()).orchestrator.pid == daemon.pid  # still running
         forged = await daemon.request(StatusQuery(request_id="x"), token="0" * 64)
         assert not forged.ok and forged.error is not None
