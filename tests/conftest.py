@@ -3,9 +3,12 @@ and the long drives carry the `drive` marker."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
+from tests import sandboxing
 
 DRIVES = (
     "tests/bench/test_instances.py",  # 20,000 instances through one daemon: ~3 min of both cores
@@ -44,3 +47,10 @@ def _isolated_state_root(
     root = tmp_path_factory.mktemp("st")
     monkeypatch.setenv("GOONDAN_STATE_ROOT", str(root))
     return root
+
+
+@pytest.fixture
+async def local_servers() -> AsyncIterator[tuple[int, int]]:
+    """Two HTTP servers on 127.0.0.1 answering `tests.sandboxing.BODY`: (listed, left out)."""
+    async for ports in sandboxing.local_servers():
+        yield ports

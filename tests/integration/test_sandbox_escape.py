@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +23,18 @@ from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, Daemon
 from tests.integration.test_supervision import MODES, output
+from tests.sandboxing import needs_bubblewrap
 
 BUNDLE = REPO / "tests" / "fixtures" / "sandbox"
 SWARM = "sandbox"
 KEY = SWARM  # the instance a send without a key reaches
 MODEL_KEY = "sk-sandbox-model-key-7f3a9c2e51d84b06"
-INSTALL = "apt-get install bubblewrap (or make install)"
 
 
 @pytest.fixture(autouse=True)
 def _bubblewrap() -> None:
     """Skip with the install command where bwrap is missing, except under CI=true."""
-    if shutil.which("bwrap") is None:
-        message = f"bubblewrap is not installed: {INSTALL}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    needs_bubblewrap()
 
 
 async def _start(start_daemon: StartDaemon, tmp_path: Path, env: dict[str, str]) -> Daemon:

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +18,9 @@ from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import Daemon
 from tests.integration.test_supervision import output
+from tests.sandboxing import BODY, needs_bubblewrap
 
 SWARM = "netbox"
-BODY = "hello-from-the-listed-server"
 BUNDLE = """\
 apiVersion: goondan.ai/v1
 kind: Model
@@ -62,29 +59,7 @@ spec:
 
 @pytest.fixture(autouse=True)
 def _bubblewrap() -> None:
-    if shutil.which("bwrap") is None:
-        message = "bubblewrap is not installed: apt-get install bubblewrap (or make install)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-
-
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await reader.readuntil(b"\r\n\r\n")
-    body = BODY.encode()
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
-    writer.write(body)
-    await writer.drain()
-    writer.close()
-
-
-@pytest.fixture
-async def servers() -> AsyncIterator[tuple[int, int]]:
-    """Two HTTP servers on 127.0.0.1: the port the bundle lists, and one it does not."""
-    started = [await asyncio.start_server(_answer, "127.0.0.1", 0) for _ in range(2)]
-    yield tuple(s.sockets[0].getsockname()[1] for s in started)  # type: ignore[misc]
-    for server in started:
-        server.close()
+    needs_bubblewrap()
 
 
 async def bash(daemon: Daemon, command: str) -> Any:
@@ -104,9 +79,9 @@ def _denials() -> list[tuple[str, int, str]]:
 
 
 async def test_only_the_listed_host_is_reachable_through_the_proxy(
-    start_daemon: StartDaemon, tmp_path: Path, servers: tuple[int, int]
+    start_daemon: StartDaemon, tmp_path: Path, local_servers: tuple[int, int]
 ) -> None:
-    listed, other = servers
+    listed, other = local_servers
     root = tmp_path / "bundle"
     root.mkdir()
     (root / "goondan.yaml").write_text(BUNDLE.replace("@PORT@", str(listed)))

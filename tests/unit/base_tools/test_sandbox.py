@@ -19,6 +19,7 @@ import pytest
 
 from bundles.sdk import ToolFailed
 from protocol.errors import ErrorCode
+from tests.sandboxing import needs_bubblewrap
 
 from .conftest import FakeContext, call, load_tool
 from .test_bash_descendants import _remove_cgroups, _test_cgroup_parent
@@ -29,11 +30,7 @@ file_system = load_tool("tools/file_system.py")
 
 @pytest.fixture(autouse=True)
 def _bubblewrap() -> None:
-    if shutil.which("bwrap") is None:
-        message = "bubblewrap is not installed: apt-get install bubblewrap (or make install)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    needs_bubblewrap()
 
 
 async def run(ctx: FakeContext, command: str, **args: Any) -> Any:

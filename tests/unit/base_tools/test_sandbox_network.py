@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,13 +17,13 @@ from bundles.kinds import network_entry_problem
 from bundles.loader import inspect_bundle
 from bundles.sdk import ToolFailed
 from protocol.errors import ErrorCode
+from tests.sandboxing import BODY, needs_bubblewrap
 from tests.unit.bundles.conftest import VALID_TAIL, write_bundle
 
 from .conftest import FakeContext, call, load_tool
 
 bash = load_tool("tools/bash.py")
 netproxy = bash._sandbox._netproxy
-BODY = "hello-from-the-allowed-server"
 
 
 @pytest.mark.parametrize(
@@ -96,24 +94,6 @@ def test_plain_requests_go_upstream_in_origin_form() -> None:
 # -- through a real proxy and bubblewrap -------------------------------------------------
 
 
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await reader.readuntil(b"\r\n\r\n")
-    body = BODY.encode()
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
-    writer.write(body)
-    await writer.drain()
-    writer.close()
-
-
-@pytest.fixture
-async def servers() -> AsyncIterator[tuple[int, int]]:
-    """Two local HTTP servers: the port to list, and one left out."""
-    started = [await asyncio.start_server(_answer, "127.0.0.1", 0) for _ in range(2)]
-    yield tuple(s.sockets[0].getsockname()[1] for s in started)  # type: ignore[misc]
-    for server in started:
-        server.close()
-
-
 def _allowing(ctx: FakeContext, *entries: str, mode: str = "bubblewrap") -> FakeContext:
     box = {"mode": mode, "network": {"allow": list(entries)}}
     return replace(ctx, config={**ctx.config, "sandbox": box})
@@ -124,19 +104,11 @@ async def run(ctx: FakeContext, command: str) -> Any:
         return await call(bash, "exec", ctx, {"command": command})
 
 
-def _needs_bubblewrap() -> None:
-    if shutil.which("bwrap") is None:
-        message = "bubblewrap is not installed: apt-get install bubblewrap (or make install)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-
-
 async def test_listed_hosts_go_through_and_others_are_refused(
-    ctx: FakeContext, servers: tuple[int, int]
+    ctx: FakeContext, local_servers: tuple[int, int]
 ) -> None:
-    _needs_bubblewrap()
-    allowed, other = servers
+    needs_bubblewrap()
+    allowed, other = local_servers
     box = _allowing(ctx, f"127.0.0.1:{allowed}", f"localhost:{allowed}")
     url = f"http://127.0.0.1:{allowed}/"
     out = await run(box, f"curl -sS {url}")
@@ -158,10 +130,10 @@ async def test_listed_hosts_go_through_and_others_are_refused(
 
 
 async def test_what_ignores_the_proxy_has_no_network(
-    ctx: FakeContext, servers: tuple[int, int]
+    ctx: FakeContext, local_servers: tuple[int, int]
 ) -> None:
-    _needs_bubblewrap()
-    allowed, _ = servers
+    needs_bubblewrap()
+    allowed, _ = local_servers
     box = _allowing(ctx, f"127.0.0.1:{allowed}")
     direct = await run(box, f"curl -sS --noproxy '*' http://127.0.0.1:{allowed}/")
     assert direct["exitCode"] != 0 and BODY not in direct["stdout"], direct
@@ -191,8 +163,8 @@ async def _connect(path: str, host: str, port: int) -> tuple[Any, Any, bytes]:
     return reader, writer, await reader.readuntil(b"\r\n\r\n")
 
 
-async def test_tunnels_are_bounded_and_closed_with_the_call(servers: tuple[int, int]) -> None:
-    allowed, _ = servers
+async def test_tunnels_are_bounded_and_closed_with_the_call(local_servers: tuple[int, int]) -> None:
+    allowed, _ = local_servers
     rules = netproxy.parse_allow([f"127.0.0.1:{allowed}"])
     async with asyncio.timeout(10):
         async with netproxy.serve(rules, log=structlog.get_logger(), tool="t", limit=1) as d:
