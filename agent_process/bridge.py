@@ -243,7 +243,7 @@ class Bridge:
         value: JsonObject = to_builtins(result.result)
         return value
 
-    # -- model calls: permits and usage (orchestrator/permits.py); models/governed.py ----
+    # -- model calls: permits and usage (orchestrator/calls/permits.py); models/governed.py ----
 
     def turn_key(self) -> str | None:
         """The event whose turn runs (a turn is counted once per event against budgets)."""

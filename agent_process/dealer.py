@@ -8,7 +8,7 @@ one awaited receive at a time, and sends that only wait when the high-water mark
 ZMQ_FD is edge-triggered: every send, receive or ZMQ_EVENTS read processes the socket's
 pending commands and clears the FD, including the one announcing an inbound frame. So after
 each send the socket's events are read again and a parked receive is woken if a frame is
-waiting (orchestrator/router.py has the same re-check; without it a frame waits for the next
+waiting (orchestrator/routing/router.py has the same re-check; without it a frame waits for the next
 unrelated one).
 """
 

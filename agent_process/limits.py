@@ -16,7 +16,8 @@ hard limits are both lowered, so a tool cannot raise them back:
 - `processes` -> RLIMIT_NPROC: it counts every process and thread of the user (the real uid),
   not of this agent alone, and the kernel does not apply it to root.
 - Where the daemon's cgroup v2 directory is delegated to it, the daemon names a parent
-  (`LaunchSettings.cgroup`, `orchestrator/cgroups.py`): the agent makes its own cgroup there,
+  (`LaunchSettings.cgroup`, `orchestrator/supervision/cgroups.py`): the agent makes its own cgroup
+  there,
   writes memory.max, pids.max and cpu.max, marks it delegated (the bash tool then makes its
   per-call cgroups inside) and moves into it. pids.max counts this agent's processes only; a
   memory.max breach is the kernel's OOM kill.

@@ -1,5 +1,6 @@
 """structlog for an agent or connector child: JSON lines (or console) on its stdout, a pipe the
-daemon reads into the child's log file (`orchestrator/childlog.py`, which masks secrets again,
+daemon reads into the child's log file (`orchestrator/supervision/childlog.py`, which masks secrets
+again,
 line by line), with secrets masked and the bound context (agent, instanceKey, trace ids)."""
 
 from __future__ import annotations

@@ -121,7 +121,8 @@ class RedactingStream:
 
     Each write is masked alone, so a secret written in pieces, or through the file descriptor
     directly (C extensions, `os.write`, subprocesses), passes it: the daemon masks the child's
-    output again, line by line (`orchestrator/childlog.py`). This layer keeps whole secrets out
+    output again, line by line (`orchestrator/supervision/childlog.py`). This layer keeps whole
+    secrets out
     of the pipe in the first place.
     """
 

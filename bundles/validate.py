@@ -282,7 +282,7 @@ class Checks:
                 )  # fmt: skip
         approvers = spec.config.get("approvers")
         listed = approvers if isinstance(approvers, list) else [approvers]
-        if any(isinstance(item, ValueSource) for item in listed):  # orchestrator/call_auth.py
+        if any(isinstance(item, ValueSource) for item in listed):  # orchestrator/calls/auth.py
             self.rep.error(
                 res, ("spec", "config", "approvers"), ErrorCode.E_CONFIG_SCHEMA_INVALID,
                 "approvers are names (chat user ids or names, API token ids), not values read "

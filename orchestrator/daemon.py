@@ -28,43 +28,37 @@ import zmq.asyncio
 
 from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
-from orchestrator import (
-    cgroups,
-    control_fence,
-    forkserver,
-    logs,
-    orphans,
-    proctitle,
-    reload,
-    rundir,
-    runpointer,
-    systemd,
-)
-from orchestrator.accept import Acceptor
-from orchestrator.agent_sends import SendCalls
-from orchestrator.agents_calls import AgentsService
-from orchestrator.budgets import Budgets
-from orchestrator.childlog import ChildOutputs
+from orchestrator import systemd
+from orchestrator.calls.agent_send import SendCalls
+from orchestrator.calls.agents import AgentsService
+from orchestrator.calls.budgets import Budgets
+from orchestrator.calls.deferred import DeferredIndex
+from orchestrator.calls.permits import Permits
+from orchestrator.calls.ratelimits import RateLimits
+from orchestrator.calls.self_restart import SelfRestart
 from orchestrator.cluster.options import ClusterOptions
-from orchestrator.connections import Connections
-from orchestrator.control import ControlContext, ControlServer
-from orchestrator.deferred_calls import DeferredIndex
-from orchestrator.forkserver import ENTRY, ForkServerProcess, start_fork_server
-from orchestrator.journal.sqlite import SqliteJournal
-from orchestrator.logfiles import Rotation
-from orchestrator.observability import Metrics, MetricsUnavailable, start_metrics
-from orchestrator.permits import Permits
-from orchestrator.ratelimits import RateLimits
-from orchestrator.reconciler import Reconciler
-from orchestrator.reload import BundleSource, Reloader
-from orchestrator.router import Router, Services
-from orchestrator.self_restart import SelfRestart
-from orchestrator.settings import Settings, SpawnMode
-from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
-from orchestrator.states import ProcessStatus
-from orchestrator.supervisor import Supervisor
+from orchestrator.control import fence as control_fence
+from orchestrator.control import rundir, runpointer
+from orchestrator.control.server import ControlContext, ControlServer
+from orchestrator.ingress.accept import Acceptor
+from orchestrator.ingress.connections import Connections
+from orchestrator.ingress.journal.sqlite import SqliteJournal
+from orchestrator.observe import daemonlog as logs
+from orchestrator.observe.endpoint import Metrics, MetricsUnavailable, start_metrics
+from orchestrator.reload import apply as reload
+from orchestrator.reload.apply import BundleSource, Reloader
+from orchestrator.routing.router import Router, Services
+from orchestrator.supervision import cgroups, forkserver, orphans, proctitle
+from orchestrator.supervision.childlog import ChildOutputs
+from orchestrator.supervision.forkserver import ENTRY, ForkServerProcess, start_fork_server
+from orchestrator.supervision.logfiles import Rotation
+from orchestrator.supervision.reconciler import Reconciler
+from orchestrator.supervision.settings import Settings, SpawnMode
+from orchestrator.supervision.spawner import ColdSpawner, ForkServerSpawner, Spawner
+from orchestrator.supervision.states import ProcessStatus
+from orchestrator.supervision.supervisor import Supervisor
+from orchestrator.supervision.table import ProcessEntry, ProcessTable, TransitionListener
 from orchestrator.swarm import CurrentSwarm, SwarmView
-from orchestrator.table import ProcessEntry, ProcessTable, TransitionListener
 from protocol.control import OrchestratorInfo, StopReport
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
@@ -200,7 +194,8 @@ class Daemon:
     ) -> None:
         self.notifier = notifier or systemd.Notifier(None)
         self.cgroup = cgroup
-        """The parent of the agents' cgroups (`orchestrator/cgroups.py`), when there is one."""
+        """The parent of the agents' cgroups (`orchestrator/supervision/cgroups.py`), when there is
+        one."""
         self.opts = opts
         self.settings = settings
         self.server = server
@@ -416,7 +411,8 @@ class Daemon:
         metrics, journal, node = opened
         spawner = self._spawner()
         # an orphan of an agent (its tool killed its parent) stays under us, and the control
-        # socket sees it as ours (orchestrator/orphans.py); the sweep reaps what we adopt
+        # socket sees it as ours (orchestrator/supervision/orphans.py); the sweep reaps what we
+        # adopt
         orphans.become_subreaper()
         zctx = zmq.asyncio.Context()
         parts = self._build(zctx, spawner, journal, metrics, node)

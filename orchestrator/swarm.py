@@ -16,7 +16,8 @@ from types import MappingProxyType
 from bundles.kinds import Kind, SwarmSpec
 from bundles.model import Bundle, Resource
 from bundles.refs import connection_connector, connection_swarm, entry_agent, swarm_agents
-from orchestrator import call_auth, ingress
+from orchestrator.calls import auth as call_auth
+from orchestrator.ingress import rules as ingress
 from protocol.ids import Address, ProcessKind
 
 
@@ -28,7 +29,7 @@ class Connection:
     ingress: ingress.Ingress
     approvers: frozenset[str] = frozenset()
     """`config.approvers`: who may decide an approval through this Connection (a chat user
-    id or name, an API token's name; orchestrator/call_auth.py)."""
+    id or name, an API token's name; orchestrator/calls/auth.py)."""
 
 
 def swarm_connections(bundle: Bundle, swarm: Resource[SwarmSpec]) -> list[Connection]:

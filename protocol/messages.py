@@ -164,7 +164,7 @@ class CallOp(StrEnum):
     """`agents__send`: args {to, event}; answered once the daemon accepted (journaled) it."""
     MODEL_PERMIT = "model_permit"
     """Before a model call: args {model, eventId, estimatedTokens}; answered when the Model's
-    shared rate limit has room, or with E_AGENT_BUDGET_EXCEEDED (orchestrator/permits.py)."""
+    shared rate limit has room, or with E_AGENT_BUDGET_EXCEEDED (orchestrator/calls/permits.py)."""
     MODEL_USAGE = "model_usage"
     """After a model call: args {model, eventId, inputTokens, outputTokens, cachedInputTokens,
     costUsd, estimatedTokens, rateLimited, retryAfterSeconds}; never answered."""

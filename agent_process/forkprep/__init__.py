@@ -1,6 +1,7 @@
 """The fork server's entry module: what it does before it forks agent children, and `main`.
 
-The daemon starts the fork server with this module (`orchestrator/forkserver.py`): `preload` runs
+The daemon starts the fork server with this module (`orchestrator/supervision/forkserver.py`):
+`preload` runs
 once, before the first fork; `refresh` runs after each reload of the bundle; `main` is what each
 forked child runs. A forked child shares the fork server's memory copy-on-write and pays for
 every page it writes, so the fork server does ahead, once, what each child would repeat:

@@ -21,10 +21,10 @@ import structlog
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from orchestrator.accept import Acceptor
 from orchestrator.cluster.consumers import Consumers
 from orchestrator.cluster.ingress import NatsJournal
-from orchestrator.journal import Appended, EntryState, JournalEntry
+from orchestrator.ingress.accept import Acceptor
+from orchestrator.ingress.journal import Appended, EntryState, JournalEntry
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 from protocol.ids import Address
 

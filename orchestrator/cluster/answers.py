@@ -21,10 +21,10 @@ import msgspec
 import nats.js.errors
 import structlog
 
+from orchestrator.calls.deferred import DeferredCallError
+from orchestrator.calls.deferred_remote import Forward
 from orchestrator.cluster.names import partition_of
 from orchestrator.cluster.node_requests import NodeRequests
-from orchestrator.deferred_calls import DeferredCallError
-from orchestrator.deferred_remote import Forward
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent
 from protocol.ids import Address, agent_address

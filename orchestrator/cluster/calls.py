@@ -25,10 +25,10 @@ import nats.errors
 import nats.js.errors
 import structlog
 
+from orchestrator.calls.deferred_remote import Forward
 from orchestrator.cluster.answers import Answers
 from orchestrator.cluster.link import Nats
 from orchestrator.cluster.names import token
-from orchestrator.deferred_remote import Forward
 from protocol.durable import write_atomic
 from protocol.endpoints import InstancePaths, path_segment
 from protocol.ids import Address, agent_address

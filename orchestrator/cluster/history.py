@@ -36,8 +36,8 @@ import structlog
 
 from orchestrator.cluster.history_view import read_subject
 from orchestrator.cluster.link import Nats
-from orchestrator.spawner import SpawnError
-from orchestrator.table import ProcessEntry
+from orchestrator.supervision.spawner import SpawnError
+from orchestrator.supervision.table import ProcessEntry
 from protocol.conversation import Message, apply_event
 from protocol.durable import write_atomic
 from protocol.endpoints import InstancePaths, StateLayout

@@ -24,7 +24,7 @@ from nats.js.api import PubAck
 
 from orchestrator.cluster.link import Nats
 from orchestrator.cluster.names import partition_of, token
-from orchestrator.journal import Appended, EntryState, JournalEntry, JournalError
+from orchestrator.ingress.journal import Appended, EntryState, JournalEntry, JournalError
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent
 from protocol.ids import parse_address

@@ -33,11 +33,11 @@ from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.options import ClusterOptions
 from orchestrator.cluster.swarm_control import SwarmControl
 from orchestrator.cluster.swarm_delete import SwarmDelete
-from orchestrator.journal import JournalError
-from orchestrator.router import Router
-from orchestrator.spawner import SpawnError
-from orchestrator.supervisor import Supervisor
-from orchestrator.table import ProcessEntry
+from orchestrator.ingress.journal import JournalError
+from orchestrator.routing.router import Router
+from orchestrator.supervision.spawner import SpawnError
+from orchestrator.supervision.supervisor import Supervisor
+from orchestrator.supervision.table import ProcessEntry
 from protocol.endpoints import StateLayout
 from protocol.events import AgentEvent
 from protocol.ids import Address, ProcessKind

@@ -15,8 +15,8 @@ import time
 
 import msgspec
 
-from orchestrator import logview
-from orchestrator.loglines import LogLine, LogsAsk, LogsPage, decode_ask, encode
+from orchestrator.observe import logview
+from orchestrator.observe.loglines import LogLine, LogsAsk, LogsPage, decode_ask, encode
 from protocol.endpoints import StateLayout
 
 PAGE_LINES = 5000

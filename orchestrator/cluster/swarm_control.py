@@ -19,9 +19,9 @@ from orchestrator.cluster.names import untoken
 from orchestrator.cluster.node_logs import NodeLogs
 from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.swarm_delete import SwarmDelete
-from orchestrator.control import ControlFailed
-from orchestrator.loglines import LogsAsk, decode_page
-from orchestrator.supervisor import Supervisor
+from orchestrator.control.server import ControlFailed
+from orchestrator.observe.loglines import LogsAsk, decode_page
+from orchestrator.supervision.supervisor import Supervisor
 from protocol.control import DEACTIVATED, InstanceHistory, LogsQuery, ProcessInfo
 from protocol.errors import ErrorCode
 from protocol.ids import ProcessKind

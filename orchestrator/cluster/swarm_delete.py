@@ -20,9 +20,9 @@ from orchestrator.cluster.kvkeys import stream_subjects
 from orchestrator.cluster.link import API_TIMEOUT, Nats
 from orchestrator.cluster.names import token
 from orchestrator.cluster.node_requests import NodeRequests
-from orchestrator.control import ControlFailed
-from orchestrator.instance_delete import DeletedHere, delete_here
-from orchestrator.supervisor import Supervisor
+from orchestrator.control.instance_delete import DeletedHere, delete_here
+from orchestrator.control.server import ControlFailed
+from orchestrator.supervision.supervisor import Supervisor
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from protocol.jsontypes import JsonObject

@@ -16,8 +16,8 @@ import getpass
 import json
 from typing import Any
 
-from orchestrator import localstate
-from orchestrator.client import (
+from orchestrator.control import localstate
+from orchestrator.control.client import (
     ClientError,
     Printer,
     call,

@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.client import Printer, ask, new_request_id
 from orchestrator.cluster import permissions
 from orchestrator.cluster.names import NODE_NAME
 from orchestrator.cluster.options import PASSWORD_ENV
+from orchestrator.control.client import Printer, ask, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import ClusterDrain, ClusterStatusQuery, ControlRequest
 from protocol.errors import ErrorCode

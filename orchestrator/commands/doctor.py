@@ -33,12 +33,12 @@ from bundles.kinds import Kind, ModelSpec
 from bundles.loader import MAIN_FILES, BundleReport, inspect_bundle
 from bundles.model import Bundle, Resource
 from bundles.values import resolve_value
-from orchestrator import statecheck
-from orchestrator.client import layout_of
+from orchestrator.control.client import layout_of
 from orchestrator.deepcheck import deep_check
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
-from orchestrator.journal import JournalError
-from orchestrator.journal import sqlite as journal_sqlite
+from orchestrator.ingress.journal import JournalError
+from orchestrator.ingress.journal import sqlite as journal_sqlite
+from orchestrator.observe import statecheck
 from protocol.endpoints import StateLayout
 from protocol.errors import ProtocolError
 from protocol.private import private_dir

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bundles.loader import inspect_bundle
 from bundles.naming import name_problem
-from orchestrator.client import layout_of
+from orchestrator.control.client import layout_of
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from orchestrator.templates.bundles import DEFAULT_TEMPLATE, TEMPLATES, project_name
 from protocol.endpoints import StateLayout

@@ -17,8 +17,8 @@ import argparse
 import json
 import sys
 
-from orchestrator import localstate
-from orchestrator.client import (
+from orchestrator.control import localstate
+from orchestrator.control.client import (
     ClientError,
     Printer,
     ask,
@@ -26,7 +26,7 @@ from orchestrator.client import (
     layout_of,
     new_request_id,
 )
-from orchestrator.client import pick_swarm as _pick_swarm
+from orchestrator.control.client import pick_swarm as _pick_swarm
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import ControlRequest, InstanceDelete, InstanceList
 from protocol.errors import ErrorCode, ErrorInfo

@@ -2,9 +2,9 @@
 
 Roles, tool calls and their results, timestamps and each turn's trace id (`goondan logs
 --trace ID` takes the short id printed), read from the files with or without a daemon
-(orchestrator/conversations.py). `--follow` keeps printing messages as they are written.
+(orchestrator/observe/conversations.py). `--follow` keeps printing messages as they are written.
 On a cluster node the conversation comes from the swarm's history stream through the node
-(orchestrator/node_conversation.py), wherever the instance runs or ran.
+(orchestrator/cluster/conversation.py), wherever the instance runs or ran.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import json
 import sys
 import time
 
-from orchestrator import localstate
-from orchestrator.client import (
+from orchestrator.cluster.conversation import NodeConversation
+from orchestrator.control import localstate
+from orchestrator.control.client import (
     ClientError,
     Printer,
     cluster_node,
@@ -23,9 +24,13 @@ from orchestrator.client import (
     layout_of,
     pick_swarm,
 )
-from orchestrator.conversations import InstanceConversation, Line, NoSuchInstance, TextRenderer
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
-from orchestrator.node_conversation import NodeConversation
+from orchestrator.observe.conversations import (
+    InstanceConversation,
+    Line,
+    NoSuchInstance,
+    TextRenderer,
+)
 from protocol.control import OrchestratorInfo
 from protocol.errors import ErrorCode, ErrorInfo
 

@@ -19,10 +19,17 @@ from collections.abc import Callable
 
 import msgspec
 
-from orchestrator import logview
-from orchestrator.client import ClientError, Printer, call, cluster_node, layout_of, new_request_id
+from orchestrator.control.client import (
+    ClientError,
+    Printer,
+    call,
+    cluster_node,
+    layout_of,
+    new_request_id,
+)
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
-from orchestrator.loglines import LogLine
+from orchestrator.observe import logview
+from orchestrator.observe.loglines import LogLine
 from protocol.control import LogsQuery, OrchestratorInfo
 from protocol.endpoints import StateLayout
 from protocol.jsontypes import JsonObject

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.client import Printer, ask, new_request_id
+from orchestrator.control.client import Printer, ask, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import Reload, Restart
 

@@ -21,14 +21,14 @@ from bundles.kinds import ClusterPolicy, SwarmSpec
 from bundles.loader import inspect_bundle
 from bundles.model import Bundle, Resource
 from orchestrator import daemon
-from orchestrator.client import Printer, layout_of
 from orchestrator.cluster.options import PASSWORD_ENV, ClusterConfigError, ClusterOptions
 from orchestrator.cluster.options import options as cluster_options
-from orchestrator.control import ControlContext
+from orchestrator.control.client import Printer, layout_of
+from orchestrator.control.rundir import AlreadyRunning
+from orchestrator.control.server import ControlContext
 from orchestrator.deepcheck import deep_check
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
-from orchestrator.rundir import AlreadyRunning
-from orchestrator.sending import SendFailed, follow, pending_call, send_and_wait
+from orchestrator.ingress.send import SendFailed, follow, pending_call, send_and_wait
 from protocol.control import SendText
 from protocol.errors import ErrorInfo, ProtocolError
 from protocol.events import AgentEvent

@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from orchestrator.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.control.client import ClientError, Printer, call, find_daemon, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import Attach, ControlReply, SendText
 from protocol.errors import ErrorCode, ErrorInfo

@@ -12,7 +12,7 @@ one, and `--json` prints `{"swarms": [<one status each>]}`. Exit 0 when every pr
 1 when one is crashed, in crashLoopBackOff or startFailed
 (so a health check can run it), or when no daemon answers. A `deactivated` instance (idle
 timeout, or room made at the live bound) is well: its next event starts it again; the daemon
-lists only the most recent ones (orchestrator/hibernation.py).
+lists only the most recent ones (orchestrator/supervision/hibernation.py).
 
 On a cluster node the table lists every live node's processes (a NODE column, `node` in the
 JSON); a node that does not answer within 2 s is named in `unanswered` and makes it exit 1.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from orchestrator.client import ClientError, Printer, call, find_daemons, new_request_id
+from orchestrator.control.client import ClientError, Printer, call, find_daemons, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import DEACTIVATED, FAILING, StatusQuery
 from protocol.jsontypes import JsonObject

@@ -14,7 +14,7 @@ import select
 
 import msgspec
 
-from orchestrator.client import Printer, ask, new_request_id
+from orchestrator.control.client import Printer, ask, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import Stop, StopReport
 from protocol.errors import ErrorCode, ErrorInfo

@@ -22,8 +22,8 @@ import socket
 import stat
 import sys
 
-from orchestrator import localstate
-from orchestrator.client import ClientError, find_daemon, layout_of, pick_swarm
+from orchestrator.control import localstate
+from orchestrator.control.client import ClientError, find_daemon, layout_of, pick_swarm
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 
 DEFAULT_LISTEN = "127.0.0.1:8791"

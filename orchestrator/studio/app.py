@@ -17,10 +17,11 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from orchestrator import localstate, logview
-from orchestrator.client import new_request_id
-from orchestrator.conversations import InstanceConversation, Line, NoSuchInstance
-from orchestrator.loglines import LogLine
+from orchestrator.control import localstate
+from orchestrator.control.client import new_request_id
+from orchestrator.observe import logview
+from orchestrator.observe.conversations import InstanceConversation, Line, NoSuchInstance
+from orchestrator.observe.loglines import LogLine
 from orchestrator.studio import views
 from orchestrator.studio.cluster import ClusterUnavailable, ClusterViews
 from orchestrator.studio.hub import ProcessHub, sse, sse_loop

@@ -22,11 +22,11 @@ from typing import Any
 
 import msgspec
 
-from orchestrator import logview
-from orchestrator.client import ClientError, new_request_id
-from orchestrator.conversations import Line, NoSuchInstance
-from orchestrator.loglines import LogLine
-from orchestrator.node_conversation import NodeConversation
+from orchestrator.cluster.conversation import NodeConversation
+from orchestrator.control.client import ClientError, new_request_id
+from orchestrator.observe import logview
+from orchestrator.observe.conversations import Line, NoSuchInstance
+from orchestrator.observe.loglines import LogLine
 from orchestrator.studio.link import DaemonLink
 from orchestrator.studio.runtime import RuntimeIndex
 from protocol.control import InstanceList, LogsQuery, OrchestratorInfo

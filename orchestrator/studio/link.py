@@ -1,6 +1,6 @@
 """Studio's side of the control socket: the running daemon of one swarm, found again at each
 request (a daemon restarted meanwhile is picked up), asked in a worker thread (the CLI's
-blocking client, `orchestrator/client.py`) so the web server's loop never waits on it."""
+blocking client, `orchestrator/control/client.py`) so the web server's loop never waits on it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pwd
 
 import msgspec
 
-from orchestrator.client import ClientError, call, new_request_id, pid_alive
-from orchestrator.rundir import read_active
+from orchestrator.control.client import ClientError, call, new_request_id, pid_alive
+from orchestrator.control.rundir import read_active
 from protocol.control import (
     CallsDecide,
     CallsList,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from orchestrator import logview
+from orchestrator.observe import logview
 from protocol.endpoints import StateLayout
 from protocol.jsontypes import JsonObject
 

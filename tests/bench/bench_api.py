@@ -53,7 +53,7 @@ async def _measure(port: int) -> dict[str, list[float]]:
     import zmq
     import zmq.asyncio
 
-    from orchestrator.rundir import read_active
+    from orchestrator.control.rundir import read_active
     from protocol.codec import encode
     from protocol.control import SendText
     from protocol.endpoints import StateLayout

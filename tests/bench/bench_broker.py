@@ -1,6 +1,6 @@
 """Brokered round trip agent -> orchestrator -> agent -> back, ours vs the bare broker.
 
-Our side is the real `orchestrator.router.Router` (decode, process-table and generation
+Our side is the real `orchestrator.routing.router.Router` (decode, process-table and generation
 check, open-request book, mailbox, ROUTER_MANDATORY sends) on uvloop in its own process,
 with the client and worker registered as live agent processes. The bare side is the
 3-process broker of ARCHITECTURE.md §8 (asyncio-drain, typed decode). Client and worker are the
@@ -36,9 +36,9 @@ def _router_role(endpoint: str) -> None:
     import uvloop
     import zmq.asyncio
 
-    from orchestrator.router import Router, Services
-    from orchestrator.states import ProcessStatus
-    from orchestrator.table import ProcessTable
+    from orchestrator.routing.router import Router, Services
+    from orchestrator.supervision.states import ProcessStatus
+    from orchestrator.supervision.table import ProcessTable
     from protocol.errors import ErrorInfo
     from protocol.ids import Address, agent_address
 
@@ -343,8 +343,8 @@ def run_in_harness(
     import uvloop
 
     from bundles.loader import load_bundle
-    from orchestrator.accept import Acceptor
-    from orchestrator.journal.sqlite import SqliteJournal
+    from orchestrator.ingress.accept import Acceptor
+    from orchestrator.ingress.journal.sqlite import SqliteJournal
     from protocol.endpoints import StateLayout
     from tests.bench.bench_spawn import Harness, start_server
 

@@ -45,7 +45,7 @@ async def _accepts(swarm: str, n: int, key: str) -> float:
     import zmq
     import zmq.asyncio
 
-    from orchestrator.rundir import read_active
+    from orchestrator.control.rundir import read_active
     from protocol.codec import decode_control_reply, encode
     from protocol.control import SendText
     from protocol.endpoints import StateLayout

@@ -17,7 +17,8 @@ router (process table, open-request book, mailbox) -> agent turn -> router -> co
 3. Cost of being live: CPU of the orchestrator and of all agents over an IDLE_WINDOW (65 s, a
    whole probe cycle) with nothing sent; USS and PSS of every agent process (psutil); the
    orchestrator's RSS at 10 and at 1,000 live. Idle agents are silent and the daemon probes
-   each one a minute (orchestrator/liveness.py). Before that (every child beat every 2 s and
+   each one a minute (orchestrator/supervision/liveness.py). Before that (every child beat every 2
+   s and
    the daemon answered each beat), on the same shared 2-vCPU machine: orchestrator 6.3-6.7
    %core, all agents 7-29 %core at 1,000 live (the issue measured ~10 % and ~12 % on a quieter
    machine); the goal is ≤ 2 % each. `idleTimeoutSeconds: null` keeps the 1,000 live for the
@@ -172,7 +173,7 @@ class Scale:
 
 
 async def _drive(directory: Path) -> Run:
-    from orchestrator.rundir import read_active
+    from orchestrator.control.rundir import read_active
     from protocol.endpoints import StateLayout
     from tests.integration.harness import Daemon
 

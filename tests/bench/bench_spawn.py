@@ -65,7 +65,7 @@ def launch_settings(layout: Any, bundle: Any) -> Any:
 def start_server(bundle: Any, layout: Any) -> Any:
     """The fork server as the daemon starts it: call before this process has a zmq Context,
     a thread or a loop."""
-    from orchestrator.forkserver import ENTRY, start_fork_server
+    from orchestrator.supervision.forkserver import ENTRY, start_fork_server
 
     context = {"bundle": bundle, "launch": launch_settings(layout, bundle)}
     return start_fork_server(ENTRY, context=context)
@@ -83,17 +83,17 @@ class Harness:
         agents: tuple[str, ...] = ("greeter",),
         acceptor: Any = None,
     ) -> None:
-        """`acceptor`: an `orchestrator.accept.Acceptor` to attach (its `submit` is bound to
+        """`acceptor`: an `orchestrator.ingress.accept.Acceptor` to attach (its `submit` is bound to
         this router with `bind_acceptor`), for benchmarks of the journaled path."""
         import zmq.asyncio
 
-        from orchestrator.router import Router, Services
-        from orchestrator.settings import Settings
-        from orchestrator.spawner import ColdSpawner, ForkServerSpawner, Spawner
-        from orchestrator.states import ProcessStatus
-        from orchestrator.supervisor import Supervisor
+        from orchestrator.routing.router import Router, Services
+        from orchestrator.supervision.settings import Settings
+        from orchestrator.supervision.spawner import ColdSpawner, ForkServerSpawner, Spawner
+        from orchestrator.supervision.states import ProcessStatus
+        from orchestrator.supervision.supervisor import Supervisor
+        from orchestrator.supervision.table import ProcessTable
         from orchestrator.swarm import CurrentSwarm, SwarmView
-        from orchestrator.table import ProcessTable
 
         self.waiters: dict[Any, asyncio.Future[float]] = {}
         self.agents = agents

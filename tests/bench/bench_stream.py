@@ -56,7 +56,7 @@ ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
 
 class _Control:
-    """A blocking control client, as the CLI's (orchestrator/client.py): one kept DEALER,
+    """A blocking control client, as the CLI's (orchestrator/control/client.py): one kept DEALER,
     used from one worker thread, which takes the times itself."""
 
     def __init__(self, endpoint: str, token: str) -> None:
@@ -175,7 +175,7 @@ def _start_daemon(bundle: Path, ready: bytes = EDGE_READY) -> subprocess.Popen[b
 async def _drive(bundle: Path, port: int, edge_port: int) -> dict[str, list[float]]:
     import openai
 
-    from orchestrator.rundir import read_active, read_token
+    from orchestrator.control.rundir import read_active, read_token
     from protocol.endpoints import StateLayout
 
     daemon = _start_daemon(bundle)

@@ -65,7 +65,7 @@ async def _cpu(pid: int) -> float:
 
 
 async def _drive(directory: Path) -> tuple[list[float], list[float]]:
-    from orchestrator.rundir import read_active
+    from orchestrator.control.rundir import read_active
     from protocol.endpoints import StateLayout
     from tests.integration.harness import Daemon
     from tests.integration.studio_harness import studio

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.hibernation import kept
+from orchestrator.supervision.hibernation import kept
 from tests.bench.baselines import print_rows
 from tests.bench.bench_instances import rows
 from tests.bench.instances_driver import LIVE, drive

@@ -55,7 +55,8 @@ def survivors(procs: Iterable[psutil.Process], state_root: Path) -> list[str]:
     """Processes of the run still there (zombies included), plus any other process that
     names the test's state root: in its environment, its command line, its working directory
     or a file it holds open. The environment alone is not enough: a process title overwrites
-    the environment block /proc shows (orchestrator/proctitle.py), and daemon processes hold
+    the environment block /proc shows (orchestrator/supervision/proctitle.py), and daemon processes
+    hold
     their log files under the state root open."""
     left = []
     for proc in procs:

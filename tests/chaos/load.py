@@ -29,7 +29,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from orchestrator.rundir import read_active
+from orchestrator.control.rundir import read_active
 from protocol.codec import encode
 from protocol.control import ControlReply, ControlRequest, SendText, StatusQuery, StatusResult
 from protocol.endpoints import StateLayout

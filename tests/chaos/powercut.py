@@ -63,8 +63,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal import EntryState, JournalEntry, JournalError
-from orchestrator.journal.sqlite import SqliteJournal, _connect
+from orchestrator.ingress.journal import EntryState, JournalEntry, JournalError
+from orchestrator.ingress.journal.sqlite import SqliteJournal, _connect
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 
 FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32): ext4, xfs, f2fs

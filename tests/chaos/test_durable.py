@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from orchestrator.journal.sqlite import describe
+from orchestrator.ingress.journal.sqlite import describe
 from protocol.endpoints import StateLayout
 from tests.chaos import checks
 from tests.chaos.durable import Clients

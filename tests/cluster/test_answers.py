@@ -13,13 +13,13 @@ import msgspec
 import pytest
 
 from bundles.kinds import ClusterPolicy
+from orchestrator.calls.deferred import DeferredCallError
+from orchestrator.calls.deferred_remote import Forward
 from orchestrator.cluster.answers import AnswerReply, Answers
 from orchestrator.cluster.link import Nats, open_swarm
 from orchestrator.cluster.names import partition_of
 from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.options import options
-from orchestrator.deferred_calls import DeferredCallError
-from orchestrator.deferred_remote import Forward
 from protocol.errors import ErrorCode
 from tests.cluster.natsd import NatsCluster
 

@@ -24,6 +24,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from bundles.kinds import ClusterPolicy
+from orchestrator.calls.deferred_remote import Forward
 from orchestrator.cluster.admin import cluster_status
 from orchestrator.cluster.answers import Answers
 from orchestrator.cluster.leases import NodeRecord, nodes_of
@@ -31,7 +32,6 @@ from orchestrator.cluster.link import Nats, inbox_prefix, open_swarm
 from orchestrator.cluster.names import partition_of
 from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.options import PASSWORD_ENV, options
-from orchestrator.deferred_remote import Forward
 from tests.cluster.harness import StartDaemon, swarm_of, unique_swarm_bundle
 from tests.cluster.natsd import ADMIN, NatsCluster, free_ports, nats_server_or_skip, with_user
 from tests.integration.harness import run_cli

@@ -16,7 +16,7 @@ import os
 import zmq
 from hypothesis import HealthCheck, given, settings
 
-from orchestrator.rundir import read_active
+from orchestrator.control.rundir import read_active
 from protocol.control import Ping
 from protocol.endpoints import StateLayout
 from tests.fuzz import frames

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from orchestrator import forkserver
+from orchestrator.supervision import forkserver
 
 MIB = 1024 * 1024
 

@@ -15,7 +15,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from orchestrator.rundir import read_active
+from orchestrator.control.rundir import read_active
 from protocol.codec import encode
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode

@@ -14,7 +14,7 @@ import signal
 import textwrap
 from pathlib import Path
 
-from orchestrator.logfiles import rotated_files
+from orchestrator.supervision.logfiles import rotated_files
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import run_cli

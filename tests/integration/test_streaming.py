@@ -17,8 +17,8 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from orchestrator.client import call
-from orchestrator.rundir import read_active
+from orchestrator.control.client import call
+from orchestrator.control.rundir import read_active
 from protocol.codec import decode_control_reply, encode
 from protocol.control import STREAM_WINDOW, ControlReply, OrchestratorInfo, SendText
 from protocol.endpoints import StateLayout

@@ -52,7 +52,7 @@ def test_daemon_file_and_console_lines(tmp_path: Path) -> None:
     log_file = tmp_path / "orchestrator.log"
     done = _run(f"""
         from pathlib import Path
-        from orchestrator import logs
+        from orchestrator.observe import daemonlog as logs
         logs.configure(Path({str(log_file)!r}), "json", secrets=[{SECRET!r}])
     """)
     lines = _lines(log_file.read_text())
@@ -72,7 +72,7 @@ def test_daemon_file_and_console_lines(tmp_path: Path) -> None:
 def test_daemon_console_format_and_quiet(tmp_path: Path) -> None:
     done = _run(f"""
         from pathlib import Path
-        from orchestrator import logs
+        from orchestrator.observe import daemonlog as logs
         logs.configure(Path({str(tmp_path / "o.log")!r}), "console", quiet=True)
     """)
     assert "hello" not in done.stderr  # quiet: warnings and up on the console

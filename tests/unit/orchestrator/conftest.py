@@ -12,9 +12,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from orchestrator.router import Router, Services
-from orchestrator.states import ProcessStatus
-from orchestrator.table import ProcessEntry, ProcessTable
+from orchestrator.routing.router import Router, Services
+from orchestrator.supervision.states import ProcessStatus
+from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.ids import agent_address
 from tests.unit.orchestrator.fakes import FakeLifecycle
 

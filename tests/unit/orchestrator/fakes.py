@@ -1,4 +1,5 @@
-"""Small fakes of the router's seams (`orchestrator.broker`), for unit tests of what sits behind
+"""Small fakes of the router's seams (`orchestrator.routing.broker`), for unit tests of what sits
+behind
 them. Integration tests never use these: they run the real router and supervisor."""
 
 from __future__ import annotations
@@ -6,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from orchestrator.delivery import OpenRequest
-from orchestrator.table import ProcessEntry
+from orchestrator.routing.mailboxes import OpenRequest
+from orchestrator.supervision.table import ProcessEntry
 from protocol.errors import ErrorInfo
 from protocol.events import AgentEvent
 from protocol.ids import Address

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from orchestrator.accept import Acceptor
-from orchestrator.journal.sqlite import SqliteJournal
+from orchestrator.ingress.accept import Acceptor
+from orchestrator.ingress.journal.sqlite import SqliteJournal
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import Address, agent_address
 

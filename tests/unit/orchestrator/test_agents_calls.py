@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator.agents_calls import AgentsService
-from orchestrator.states import ProcessStatus
+from orchestrator.calls.agents import AgentsService
+from orchestrator.supervision.states import ProcessStatus
+from orchestrator.supervision.table import ProcessTable
 from orchestrator.swarm import CurrentSwarm, SwarmView
-from orchestrator.table import ProcessTable
 from protocol.errors import ErrorCode
 from protocol.events import ReplyTo, Source, SourceKind, new_event
 from protocol.ids import Address, agent_address

@@ -8,8 +8,8 @@ from pathlib import Path
 from structlog.testing import capture_logs
 
 from bundles.kinds import Budget
-from orchestrator.budgets import Budgets, Call
-from orchestrator.journal.sqlite import SqliteJournal
+from orchestrator.calls.budgets import Budgets, Call
+from orchestrator.ingress.journal.sqlite import SqliteJournal
 from protocol.errors import ErrorCode
 from protocol.events import Source, SourceKind, new_event
 

@@ -1,4 +1,4 @@
-"""Who may answer a deferred call (orchestrator/call_auth.py, ARCHITECTURE.md §10), and that the
+"""Who may answer a deferred call (orchestrator/calls/auth.py, ARCHITECTURE.md §10), and that the
 index records who goondan says answered, never who the answer says (issue 27 F1)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from orchestrator import call_auth
-from orchestrator.call_auth import Answerer
-from orchestrator.deferred_calls import DeferredCallError, DeferredIndex
-from orchestrator.states import ProcessStatus as S
-from orchestrator.table import ProcessEntry
+from orchestrator.calls import auth as call_auth
+from orchestrator.calls.auth import Answerer
+from orchestrator.calls.deferred import DeferredCallError, DeferredIndex
+from orchestrator.supervision.states import ProcessStatus as S
+from orchestrator.supervision.table import ProcessEntry
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from protocol.events import ReplyTo, Source, SourceKind, new_event

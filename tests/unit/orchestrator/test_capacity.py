@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from orchestrator import capacity
-from orchestrator.connections import TokenBucket
-from orchestrator.delivery import Mailbox
-from orchestrator.states import ProcessStatus as S
-from orchestrator.table import ProcessTable
+from orchestrator.ingress.connections import TokenBucket
+from orchestrator.routing.mailboxes import Mailbox
+from orchestrator.supervision import capacity
+from orchestrator.supervision.states import ProcessStatus as S
+from orchestrator.supervision.table import ProcessTable
 from protocol.errors import ErrorCode
 from protocol.ids import Address, agent_address
 

@@ -13,7 +13,7 @@ import pytest
 
 from agent_process import limits
 from bundles.limits import Limits
-from orchestrator import cgroups
+from orchestrator.supervision import cgroups
 from protocol.launch import agent_cgroup
 
 PID = 4242

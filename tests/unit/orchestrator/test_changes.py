@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bundles.loader import load_bundle
-from orchestrator.changes import describe, plan_changes, snapshot
+from orchestrator.reload.changes import describe, plan_changes, snapshot
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "reload" / "planner"
 Edit = Callable[[Path], None]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bundles import redact
-from orchestrator import childlog
-from orchestrator.childlog import ChildOutput, ChildOutputs, cut_marker
-from orchestrator.logfiles import Rotation, rotated_files
+from orchestrator.supervision import childlog
+from orchestrator.supervision.childlog import ChildOutput, ChildOutputs, cut_marker
+from orchestrator.supervision.logfiles import Rotation, rotated_files
 
 SECRET = "tok-0123456789abcdef"
 

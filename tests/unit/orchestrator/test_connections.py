@@ -10,14 +10,14 @@ from types import MappingProxyType
 import pytest
 
 from bundles.loader import load_bundle
-from orchestrator.connections import Connections
-from orchestrator.ingress import CompiledRule, Ingress, route
-from orchestrator.liveness import KillWedged
-from orchestrator.reconciler import Start, plan
-from orchestrator.settings import Settings
-from orchestrator.states import ProcessStatus
+from orchestrator.ingress.connections import Connections
+from orchestrator.ingress.rules import CompiledRule, Ingress, route
+from orchestrator.supervision.liveness import KillWedged
+from orchestrator.supervision.reconciler import Start, plan
+from orchestrator.supervision.settings import Settings
+from orchestrator.supervision.states import ProcessStatus
+from orchestrator.supervision.table import ProcessEntry
 from orchestrator.swarm import Connection, CurrentSwarm, SwarmView, swarm_connections
-from orchestrator.table import ProcessEntry
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import Address, ProcessKind, agent_address

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import control_fence, orphans
-from orchestrator.control_fence import Fence, cgroup_of, within
-from orchestrator.peers import descends_from
+from orchestrator.control import fence as control_fence
+from orchestrator.control.fence import Fence, cgroup_of, within
+from orchestrator.routing.peers import descends_from
+from orchestrator.supervision import orphans
 from protocol.errors import ErrorCode
 
 TOKEN = "t" * 64

@@ -11,12 +11,12 @@ import msgspec
 import pytest
 import zmq.asyncio
 
-from orchestrator.call_auth import Answerer, operator
-from orchestrator.deferred_calls import DeferredCallError, DeferredIndex, answer_of
-from orchestrator.delivery import OpenRequest
-from orchestrator.router import Router, Services
-from orchestrator.states import ProcessStatus as S
-from orchestrator.table import ProcessEntry, ProcessTable
+from orchestrator.calls.auth import Answerer, operator
+from orchestrator.calls.deferred import DeferredCallError, DeferredIndex, answer_of
+from orchestrator.routing.mailboxes import OpenRequest
+from orchestrator.routing.router import Router, Services
+from orchestrator.supervision.states import ProcessStatus as S
+from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, response_to

@@ -19,10 +19,10 @@ import msgspec
 import pytest
 import zmq.asyncio
 
-from orchestrator.deferred_calls import DeferredIndex
-from orchestrator.delivery import OpenRequest
-from orchestrator.router import Router, Services
-from orchestrator.table import ProcessTable
+from orchestrator.calls.deferred import DeferredIndex
+from orchestrator.routing.mailboxes import OpenRequest
+from orchestrator.routing.router import Router, Services
+from orchestrator.supervision.table import ProcessTable
 from protocol.endpoints import StateLayout
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import agent_address

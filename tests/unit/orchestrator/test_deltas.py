@@ -3,9 +3,9 @@ watching it or to a connector requester that reads them; everything else is drop
 
 from __future__ import annotations
 
-from orchestrator.delivery import OpenRequest, RequestBook
-from orchestrator.deltas import DeltaRoutes
-from orchestrator.table import ProcessEntry
+from orchestrator.routing.deltas import DeltaRoutes
+from orchestrator.routing.mailboxes import OpenRequest, RequestBook
+from orchestrator.supervision.table import ProcessEntry
 from protocol.ids import Address, parse_address
 from protocol.messages import Delta, Message
 from protocol.stream import DeltaKind, StreamDelta

@@ -20,7 +20,7 @@ from orchestrator.commands.doctor import (
     check_python,
 )
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
-from orchestrator.journal.sqlite import SqliteJournal
+from orchestrator.ingress.journal.sqlite import SqliteJournal
 from protocol.endpoints import StateLayout
 from protocol.events import Source, SourceKind, new_event
 

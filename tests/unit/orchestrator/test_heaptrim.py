@@ -9,7 +9,7 @@ import sys
 import pytest
 
 SCRIPT = """
-from orchestrator import heaptrim
+from orchestrator.supervision import heaptrim
 
 def anon():
     for line in open("/proc/self/status"):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from orchestrator.delivery import Mailbox
-from orchestrator.hibernation import KEEP_MIN, kept, to_forget
-from orchestrator.states import ProcessStatus as S
-from orchestrator.table import ProcessEntry
+from orchestrator.routing.mailboxes import Mailbox
+from orchestrator.supervision.hibernation import KEEP_MIN, kept, to_forget
+from orchestrator.supervision.states import ProcessStatus as S
+from orchestrator.supervision.table import ProcessEntry
 from protocol.events import Source, SourceKind, new_event
 from protocol.ids import Address, ProcessKind, agent_address
 

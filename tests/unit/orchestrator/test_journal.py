@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.journal import EntryState, JournalError
-from orchestrator.journal.sqlite import DEDUPE_WINDOW, KEEP_COMPLETED, SqliteJournal
+from orchestrator.ingress.journal import EntryState, JournalError
+from orchestrator.ingress.journal.sqlite import DEDUPE_WINDOW, KEEP_COMPLETED, SqliteJournal
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 
@@ -134,7 +134,7 @@ async def test_a_journal_from_a_newer_goondan_is_refused(tmp_path: Path) -> None
 WRITER = """
 import asyncio, json, sys
 from pathlib import Path
-from orchestrator.journal.sqlite import SqliteJournal
+from orchestrator.ingress.journal.sqlite import SqliteJournal
 from protocol.events import Source, SourceKind, new_event
 
 async def main(path, ops):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from orchestrator.journal import JournalError
-from orchestrator.journal.sqlite import SqliteJournal
+from orchestrator.ingress.journal import JournalError
+from orchestrator.ingress.journal.sqlite import SqliteJournal
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.liveness import KillWedged, Probe, check, on_beat, probe_unless_beating
-from orchestrator.settings import Settings
-from orchestrator.states import ProcessStatus
-from orchestrator.table import ProcessEntry, ProcessTable
+from orchestrator.supervision.liveness import (
+    KillWedged,
+    Probe,
+    check,
+    on_beat,
+    probe_unless_beating,
+)
+from orchestrator.supervision.settings import Settings
+from orchestrator.supervision.states import ProcessStatus
+from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.ids import Address, ProcessKind, agent_address
 from protocol.messages import Heartbeat, HeartbeatPayload, Message
 

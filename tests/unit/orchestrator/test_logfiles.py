@@ -1,4 +1,5 @@
-"""Log files rotate by size (`orchestrator.logfiles`) and readers follow them (`logview.Reader`):
+"""Log files rotate by size (`orchestrator.supervision.logfiles`) and readers follow them
+(`logview.Reader`):
 no line split, lost or read twice, however reads and rotations interleave."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import logview
-from orchestrator.logfiles import LogFile, Rotation, rotate, rotated, rotated_files
+from orchestrator.observe import logview
+from orchestrator.supervision.logfiles import LogFile, Rotation, rotate, rotated, rotated_files
 from protocol.endpoints import StateLayout
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import logview
 from orchestrator.cli import main
 from orchestrator.commands.logs import Follower
+from orchestrator.observe import logview
 from protocol.endpoints import StateLayout
 
 T0 = datetime(2026, 1, 31, 12, 0, 0, tzinfo=UTC).timestamp()

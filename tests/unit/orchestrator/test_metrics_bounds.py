@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from structlog.testing import capture_logs
 
-from orchestrator import metrics_http
-from orchestrator.metric_labels import OTHER, SERIES_MAX, VALUE_MAX
-from orchestrator.metrics import DaemonMetrics
-from orchestrator.table import ProcessEntry
+from orchestrator.observe import metrics_http
+from orchestrator.observe.metric_labels import OTHER, SERIES_MAX, VALUE_MAX
+from orchestrator.observe.metrics import DaemonMetrics
+from orchestrator.supervision.table import ProcessEntry
 from protocol.ids import Address, ProcessKind
 from protocol.messages import ToolSample, TurnMetrics
 

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.cluster import node_logs
 from orchestrator.cluster.node_logs import NodeLogs
-from orchestrator.loglines import LogsAsk, decode_page, encode
+from orchestrator.observe.loglines import LogsAsk, decode_page, encode
 from protocol.endpoints import StateLayout
 
 T0 = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC).timestamp()

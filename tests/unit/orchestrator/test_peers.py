@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
-from orchestrator.peers import _credentials
+from orchestrator.routing.peers import _credentials
 
 
 def _open_fds() -> int:

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from bundles.kinds import Budget, RateLimit
-from orchestrator.budgets import Budgets
-from orchestrator.permits import Permits
-from orchestrator.ratelimits import RateLimits
-from orchestrator.table import ProcessEntry
+from orchestrator.calls.budgets import Budgets
+from orchestrator.calls.permits import Permits
+from orchestrator.calls.ratelimits import RateLimits
+from orchestrator.supervision.table import ProcessEntry
 from protocol.ids import agent_address
 from protocol.messages import CallOp, CallPayload, CallResultPayload
 

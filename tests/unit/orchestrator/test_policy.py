@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from bundles.kinds import RestartPolicy
-from orchestrator.policy import (
+from orchestrator.supervision.policy import (
     ExitKind,
     HoldDown,
     RespawnAfter,
@@ -62,7 +62,7 @@ def test_backoff_delay_is_monotonic_and_capped() -> None:
 
 def test_idle_instances_are_deactivated_after_ten_minutes_unless_the_swarm_says_null() -> None:
     from bundles.kinds import LifecyclePolicy, SwarmPolicy
-    from orchestrator.settings import Settings
+    from orchestrator.supervision.settings import Settings
 
     assert Settings.from_policy(SwarmPolicy(), env={}).idle_timeout == 600.0
     kept = SwarmPolicy(lifecycle=LifecyclePolicy(idle_timeout_seconds=None))

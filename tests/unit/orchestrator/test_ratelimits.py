@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bundles.kinds import RateLimit
-from orchestrator.ratelimits import Bucket
+from orchestrator.calls.ratelimits import Bucket
 
 
 def test_requests_are_spaced_evenly() -> None:

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from orchestrator.delivery import Mailbox
-from orchestrator.liveness import KillWedged, Probe
-from orchestrator.reconciler import ResumeBackoff, Start, StopIdle, plan
-from orchestrator.settings import Settings
-from orchestrator.states import ProcessStatus
-from orchestrator.table import ProcessEntry
+from orchestrator.routing.mailboxes import Mailbox
+from orchestrator.supervision.liveness import KillWedged, Probe
+from orchestrator.supervision.reconciler import ResumeBackoff, Start, StopIdle, plan
+from orchestrator.supervision.settings import Settings
+from orchestrator.supervision.states import ProcessStatus
+from orchestrator.supervision.table import ProcessEntry
 from protocol.events import Source, SourceKind, new_event
 from protocol.ids import agent_address
 

@@ -1,4 +1,4 @@
-"""The router as the broker of its services (`orchestrator.broker`): wiring and the request
+"""The router as the broker of its services (`orchestrator.routing.broker`): wiring and the request
 operations that answer a request in steps."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import zmq.asyncio
 from structlog.testing import capture_logs
 
-from orchestrator.delivery import OpenRequest
-from orchestrator.router import Router, Services
-from orchestrator.states import ProcessStatus
-from orchestrator.table import ProcessEntry, ProcessTable
+from orchestrator.routing.mailboxes import OpenRequest
+from orchestrator.routing.router import Router, Services
+from orchestrator.supervision.states import ProcessStatus
+from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.codec import encode
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, response_to

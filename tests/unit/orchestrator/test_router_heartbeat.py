@@ -13,7 +13,7 @@ import time
 import pytest
 import zmq.asyncio
 
-from orchestrator.table import ProcessEntry
+from orchestrator.supervision.table import ProcessEntry
 from protocol.codec import decode_message, encode
 from protocol.ids import ORCHESTRATOR
 from protocol.messages import Heartbeat, HeartbeatPayload

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from orchestrator.table import ProcessEntry
+from orchestrator.supervision.table import ProcessEntry
 from protocol.codec import encode
 from protocol.ids import ORCHESTRATOR
 from protocol.messages import (

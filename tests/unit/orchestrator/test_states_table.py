@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.states import ALLOWED, DOWN, LIVE, ProcessStatus
-from orchestrator.table import ProcessTable, TransitionError
+from orchestrator.supervision.states import ALLOWED, DOWN, LIVE, ProcessStatus
+from orchestrator.supervision.table import ProcessTable, TransitionError
 from protocol.ids import agent_address
 
 S = ProcessStatus
@@ -82,7 +82,7 @@ def test_info_reports_pid_only_while_live() -> None:
 
 
 def test_the_table_keeps_its_live_entries_apart_and_remembers_exited_pids() -> None:
-    from orchestrator.table import GONE_PIDS
+    from orchestrator.supervision.table import GONE_PIDS
 
     table = ProcessTable()
     entry = table.entry(agent_address("a", "k"))

@@ -4,7 +4,7 @@ before the final reply."""
 
 from __future__ import annotations
 
-from orchestrator.streams import ClientStream
+from orchestrator.ingress.streams import ClientStream
 from protocol.stream import DeltaKind, StreamDelta
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from orchestrator.settings import Settings
-from orchestrator.spawner import ColdSpawner
-from orchestrator.states import ProcessStatus
-from orchestrator.supervisor import Supervisor
+from orchestrator.supervision.settings import Settings
+from orchestrator.supervision.spawner import ColdSpawner
+from orchestrator.supervision.states import ProcessStatus
+from orchestrator.supervision.supervisor import Supervisor
 from orchestrator.swarm import CurrentSwarm, SwarmView
 from orchestrator.systemd import RestartNotices
 from protocol.endpoints import StateLayout

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from orchestrator.watch import changed_paths, stamps, watch_files
+from orchestrator.reload.watch import changed_paths, stamps, watch_files
 
 
 def test_changed_paths_ignores_paths_that_just_joined(tmp_path: Path) -> None:

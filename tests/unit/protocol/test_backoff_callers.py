@@ -12,7 +12,7 @@ import pytest
 
 from agent_process.mcp.connection import Backoff as McpBackoff
 from orchestrator.cluster import link
-from orchestrator.policy import RestartSettings, backoff_delay
+from orchestrator.supervision.policy import RestartSettings, backoff_delay
 
 from ..base_tools.conftest import load_tool
 

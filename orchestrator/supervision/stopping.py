@@ -1,0 +1,55 @@
+"""What a stop does with the events still queued, and the report `goondan stop` prints.
+
+A graceful stop lets every running turn finish; events queued behind them have not started.
+A journaled one (durable ingress, README "Reliability") is not answered: it stays open in the
+journal and runs after the next start, so its waiting client hears that it was kept. Without a
+journal it is dropped, and a waiting sender gets the coded error.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from orchestrator.ingress.accept import Acceptor
+from orchestrator.routing.router import ORCHESTRATOR_SOURCE, Router
+from protocol.errors import ErrorCode, ErrorInfo
+from protocol.events import AgentEvent, response_to
+from protocol.ids import Address
+
+log = structlog.get_logger("goondan.supervisor")
+
+
+def _kept_error(event: AgentEvent) -> ErrorInfo:
+    return ErrorInfo(
+        code=ErrorCode.E_AGENT_SHUTTING_DOWN,
+        message=f"the daemon is stopping; event {event.id} is kept in the journal and runs "
+        "after the next start",
+        suggestion=f"after `goondan run`, `goondan send --attach {event.id}` prints its reply",
+    )
+
+
+def park_queued(router: Router, acceptor: Acceptor | None, address: Address) -> tuple[int, int]:
+    """Empty the mailbox of `address` for a stop: (kept, dropped) events."""
+    box = router.mailboxes.get(address)
+    if box is None:
+        return 0, 0
+    kept = dropped = 0
+    stopping = ErrorInfo(code=ErrorCode.E_AGENT_SHUTTING_DOWN, message="the daemon is stopping")
+    for event in box.drain_queue():
+        reply = response_to(event, source=ORCHESTRATOR_SOURCE, text="", error=_kept_error(event))
+        if acceptor is None or not acceptor.keep(event.id, reply):
+            dropped += 1
+            if event.reply_to is None:
+                log.warning("event_dropped", event_id=event.id, reason="the daemon is stopping")
+            else:
+                router.respond(response_to(event, source=ORCHESTRATOR_SOURCE, text="",
+                                           error=stopping))  # fmt: skip
+            continue
+        kept += 1
+        # a waiting client hears it now, and the event stays open in the journal: an agent
+        # that asked gets the real reply after the next start
+        request = router.book.get(event.reply_to.correlation_id) if event.reply_to else None
+        if request is not None and request.waiter is not None and not request.waiter.done():
+            router.book.close(request.correlation_id)
+            request.waiter.set_result(reply)
+    return kept, dropped
