@@ -10,7 +10,7 @@ import asyncio
 import msgspec
 
 from orchestrator.control import localstate
-from orchestrator.control.trees import remove_tree
+from orchestrator.supervision.trees import remove_tree
 from orchestrator.supervision.supervisor import Supervisor
 from protocol.endpoints import StateLayout
 from protocol.ids import ProcessKind

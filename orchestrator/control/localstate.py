@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 import msgspec
 
-from orchestrator.control.trees import is_aside
+from orchestrator.supervision.trees import is_aside
 from protocol.endpoints import StateLayout, path_segment
 from protocol.jsonrpc import ANSWER_SUFFIX, PENDING_SUFFIX, PendingCall
 from protocol.jsontypes import JsonObject

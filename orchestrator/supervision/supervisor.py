@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from orchestrator.calls.fallback import answer_call
-from orchestrator.control.trees import remove_tree
+from orchestrator.supervision.trees import remove_tree
 from orchestrator.routing.router import Router
 from orchestrator.supervision import capacity, reasons
 from orchestrator.supervision.exits import drop_empty_log, record_exit
@@ -507,7 +507,7 @@ class Supervisor:
         ]
         before = [str(e.process_id) for e in chosen]
         killed = await asyncio.gather(*(self.stop(e, reason) for e in chosen))
-        if fresh:  # renamed aside at once, deleted off the loop (orchestrator/control/trees.py)
+        if fresh:  # renamed aside at once, deleted off the loop (orchestrator/supervision/trees.py)
             # history and extension state only: the workspace (workdir/) and spawn record stay;
             # deleting those is `goondan instance delete`
             swarm = self.launch.swarm

@@ -67,6 +67,14 @@ def test_contracts_hold_on_the_tree() -> None:
         ("bundles/base/connectors/_violation.py", "from agent_process import child\n"),
         # a sibling by name outside `if TYPE_CHECKING:` would be a second copy of the file
         ("bundles/base/tools/_violation.py", "from bundles.base.tools import _contain\n"),
+        # the orchestrator's rooms (ARCHITECTURE.md §1): only the rooms below
+        ("orchestrator/supervision/_violation.py", "from orchestrator.control import client\n"),
+        ("orchestrator/routing/_violation.py", "import orchestrator.observe.metrics\n"),
+        ("orchestrator/calls/_violation.py", "from orchestrator.ingress import accept\n"),
+        ("orchestrator/control/_violation.py", "from orchestrator.cluster import node\n"),
+        ("orchestrator/observe/_violation.py", "from orchestrator import daemon\n"),
+        ("orchestrator/reload/_violation.py", "from orchestrator.routing import router\n"),
+        ("orchestrator/exitcodes.py", "from orchestrator.supervision import table\n"),
     ],
 )
 def test_a_deliberate_violation_fails(tmp_path: Path, module: str, bad_import: str) -> None:

@@ -3,9 +3,8 @@ imports point from the composition root down to the leaves).
 
 The orchestrator once had two: router <-> connections <-> deferred_calls and reload <->
 self_restart, each hidden behind an `if TYPE_CHECKING:` import. The services now reach the
-router through the Protocols of `orchestrator.routing.broker` and the daemon wires them, so this
-keeps
-them from coming back. TYPE_CHECKING imports count: a cycle only the type checker sees is
+router through the Protocols of `orchestrator.routing.broker` and the daemon wires them, so
+this keeps them from coming back. TYPE_CHECKING imports count: a cycle only the type checker sees is
 still two modules that each need the other. grimp is the graph builder import-linter uses.
 """
 
