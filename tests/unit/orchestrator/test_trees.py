@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from orchestrator.control.trees import is_aside, remove_tree
+from orchestrator.supervision.trees import is_aside, remove_tree
 from protocol.endpoints import path_segment
 
 
