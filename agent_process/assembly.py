@@ -16,7 +16,6 @@ import structlog
 from agent_process import resolve, sandboxing, secretenv
 from agent_process.approvals import Approval, approvals_of
 from agent_process.catalog import CatalogBuilder
-from agent_process.context import NotConnectedRuntime, agent_logger
 from agent_process.extensions import ExtensionHandle, load_extension
 from agent_process.inbox import Inbox
 from agent_process.mcp import McpBridge
@@ -28,6 +27,7 @@ from agent_process.pipeline import Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
 from agent_process.store import ConversationStore
 from agent_process.telemetry import EventBus
+from agent_process.tool_context import NotConnectedRuntime, agent_logger
 from agent_process.tool_loader import load_tool_resource
 from agent_process.toolcall import ToolCallRunner
 from agent_process.turn import TurnDeps, TurnEngine

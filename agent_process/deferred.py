@@ -46,7 +46,7 @@ import msgspec
 import structlog
 
 from agent_process import approvals
-from agent_process.contexts import ToolCallMwContext
+from agent_process.middleware_contexts import ToolCallMwContext
 from agent_process.results import (
     DEFAULT_ERROR_MESSAGE_LIMIT,
     DeferredRequest,

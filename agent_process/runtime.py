@@ -18,9 +18,9 @@ from pathlib import Path
 
 from agent_process import otel, resolve
 from agent_process.assembly import Parts, StartRequest, assemble, save_states
-from agent_process.contexts import TurnResult
 from agent_process.deferred import DeferredPolicy
 from agent_process.extensions import ExtensionFailure
+from agent_process.middleware_contexts import TurnResult
 from agent_process.models import ModelError
 from agent_process.models.fallback import FallbackChain
 from agent_process.models.governed import Governed

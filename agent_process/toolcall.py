@@ -17,9 +17,8 @@ from typing import Any
 from agent_process import approvals
 from agent_process.approvals import Approval
 from agent_process.bridge import CURRENT_SPAN
-from agent_process.context import ToolCallContext
-from agent_process.contexts import StepContext, ToolCallMwContext
 from agent_process.executor import execute
+from agent_process.middleware_contexts import StepContext, ToolCallMwContext
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.registry import ToolEntry, ToolRegistry
 from agent_process.results import (
@@ -31,6 +30,7 @@ from agent_process.results import (
     result_from_exception,
 )
 from agent_process.telemetry import EventBus, RuntimeEvent
+from agent_process.tool_context import ToolCallContext
 from bundles.limits import NO_LIMITS, Limits
 from bundles.sdk import AgentsRuntime, MiddlewareError
 from protocol.conversation import Message, ToolCall

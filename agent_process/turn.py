@@ -35,8 +35,8 @@ import msgspec
 import structlog
 
 from agent_process.catalog import CatalogBuilder, names_of
-from agent_process.contexts import StepContext, StepResult, TurnContext, TurnResult
 from agent_process.inbox import WAKE_EVENT_TYPE, Inbox
+from agent_process.middleware_contexts import StepContext, StepResult, TurnContext, TurnResult
 from agent_process.models.base import Model, ModelError, ModelRequest, usage_sum
 from agent_process.pipeline import PipelineKind, Pipelines
 from agent_process.results import ToolResult, error_result

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_process.catalog import CatalogBuilder
-from agent_process.contexts import StepContext, ToolCallMwContext, TurnContext
+from agent_process.middleware_contexts import StepContext, ToolCallMwContext, TurnContext
 from agent_process.pipeline import Pipelines
 from agent_process.registry import SourceKind, ToolEntry, ToolOrigin, ToolRegistry
 from agent_process.schema import ArgsValidator

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_process.catalog import CatalogBuilder
-from agent_process.contexts import StepContext, TurnContext
+from agent_process.middleware_contexts import StepContext, TurnContext
 from agent_process.results import ResultStatus
 from agent_process.runtime import AgentRuntime
 from protocol.conversation import Role, ToolCall, new_message

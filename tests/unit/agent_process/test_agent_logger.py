@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from agent_process.context import agent_logger
+from agent_process.tool_context import agent_logger
 
 
 def test_the_agent_logger_carries_agent_and_instance_key() -> None:

@@ -12,8 +12,8 @@ import zmq
 import zmq.asyncio
 
 from agent_process.child import Child
-from agent_process.contexts import TurnResult
 from agent_process.link import connect
+from agent_process.middleware_contexts import TurnResult
 from agent_process.turn import Resumed
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 from protocol.ids import parse_process_id

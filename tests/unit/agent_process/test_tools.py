@@ -103,7 +103,7 @@ async def test_deferred_export_reaches_the_deferred_hook() -> None:
 
 
 async def test_a_deferred_hook_can_complete_deferred_calls() -> None:
-    from agent_process.contexts import ToolCallMwContext
+    from agent_process.middleware_contexts import ToolCallMwContext
     from agent_process.results import DeferredRequest, ToolResult, ok_result
 
     seen: list[tuple[str, DeferredRequest]] = []
