@@ -65,7 +65,12 @@ class ButtonTelegram(FakeTelegram):
         query = {
             "id": f"cq{update_id}",
             "from": {"id": user_id, "is_bot": False, "first_name": "U", "username": f"u{user_id}"},
-            "message": {"message_id": 77, "chat": {"id": chat_id, "type": "private"}},
+            "message": {
+                "message_id": 77,
+                "date": int(time.time()),
+                "chat": {"id": chat_id, "type": "private"},
+            },
+            "chat_instance": f"ci{chat_id}",
             "data": data,
         }
         async with self.changed:
@@ -149,7 +154,7 @@ async def test_telegram_buttons_from_the_right_chat_and_user(start_daemon: Start
         await fake.press(103, 42, 7, approve["callback_data"])
         await fake.until(lambda: len(fake.sent) == 2)
         reply = fake.sent[1]
-        assert reply["chat_id"] == 42 and reply["reply_to_message_id"] == 1000
+        assert reply["chat_id"] == 42 and reply["reply_parameters"]["message_id"] == 1000
         assert json.loads(reply["text"]) == {"status": "ok", "output": {"sent": 500}}
         assert ran("telegram:42") == ["transfer 500"]
         assert ("editMessageText", {"chat_id": 42, "message_id": 77,
@@ -204,6 +209,10 @@ async def test_slack_block_actions_deny_from_an_approver(start_daemon: StartDaem
                                     headers={**signed(b"x"), "X-Slack-Request-Timestamp":
                                              str(int(time.time()))})  # fmt: skip
             assert bad.status_code == 401
+            odd = {**signed(forged), "X-Slack-Request-Timestamp": b"\xb2"}  # "²" in latin-1
+            bad = await client.post(f"{base}/slack/actions", content=forged, headers=odd)
+            assert bad.status_code == 401, bad.text  # was a 500
+            assert bad.json()["error"]["code"] == "E_SLACK_SIGNATURE"
             stranger = action("U2", deny)
             answer = await client.post(f"{base}/slack/actions", content=stranger,
                                        headers=signed(stranger))  # fmt: skip
@@ -237,7 +246,7 @@ async def test_telegram_turn_approved_with_goondan_calls_gets_its_reply_in_the_c
         assert code == 0, err
         await fake.until(lambda: len(fake.sent) == 2)
         reply = fake.sent[1]
-        assert reply["chat_id"] == 42 and reply["reply_to_message_id"] == 1000
+        assert reply["chat_id"] == 42 and reply["reply_parameters"]["message_id"] == 1000
         assert json.loads(reply["text"]) == {"status": "ok", "output": {"sent": 500}}
         assert ran("telegram:42") == ["transfer 500"]
         [record] = decisions("telegram:42")

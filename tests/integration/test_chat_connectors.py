@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,19 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+TEXT_FIELDS = frozenset({"text", "action", "callback_query_id"})
+"""The Bot API parameters the connector sends as strings (the others are numbers or JSON)."""
+
+
+def decode(headers: dict[str, str], raw: bytes) -> Any:
+    """A request body: Slack's calls are JSON; python-telegram-bot posts a form whose
+    non-string values are JSON (`reply_parameters`, `reply_markup`, ids)."""
+    if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        fields = urllib.parse.parse_qsl(raw.decode(), keep_blank_values=True)
+        return {k: v if k in TEXT_FIELDS else json.loads(v) for k, v in fields}
+    return json.loads(raw or b"{}")
 
 
 class FakeHttp:
@@ -75,7 +89,7 @@ class FakeHttp:
                     for k, _, v in (line.partition(":") for line in lines[1:] if line)
                 }
                 raw = await reader.readexactly(int(headers.get("content-length", "0")))
-                status, payload = await self.handler(path, headers, json.loads(raw or b"{}"))
+                status, payload = await self.handler(path, headers, decode(headers, raw))
                 body = json.dumps(payload).encode()
                 writer.write(
                     f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
@@ -114,9 +128,9 @@ class FakeTelegram:
                 self.changed.notify_all()
             if method == "sendMessage":
                 self.sent.append(body)
-                return 200, {"ok": True, "result": {"message_id": 9000 + len(self.sent)}}
+                return 200, {"ok": True, "result": sent(9000 + len(self.sent), body)}
             if method == "editMessageText":
-                return 200, {"ok": True, "result": {"message_id": body["message_id"]}}
+                return 200, {"ok": True, "result": sent(body["message_id"], body)}
             if method == "sendChatAction":
                 return 200, {"ok": True, "result": True}
             if method == "getUpdates":
@@ -153,6 +167,12 @@ class FakeTelegram:
     async def until(self, check: Callable[[], bool]) -> None:
         async with self.changed:
             await self.changed.wait_for(check)
+
+
+def sent(message_id: int, body: dict[str, Any]) -> dict[str, Any]:
+    """The Message the Bot API answers a send or an edit with."""
+    return {"message_id": message_id, "date": int(time.time()), "text": body["text"],
+            "chat": {"id": body["chat_id"], "type": "private"}}  # fmt: skip
 
 
 def offset_file(swarm: str, connection: str) -> Path:
@@ -208,8 +228,8 @@ async def test_telegram_polls_replies_and_keeps_its_offset_across_a_kill(
         await fake.push(100, 42, "hello bot")
         await fake.until(lambda: len(fake.sent) == 1)
         assert fake.sent[0] == {
-            "chat_id": 42, "text": "bot says: hello bot", "reply_to_message_id": 1000,
-            "allow_sending_without_reply": True,
+            "chat_id": 42, "text": "bot says: hello bot",
+            "reply_parameters": {"message_id": 1000, "allow_sending_without_reply": True},
         }  # fmt: skip
         await fake.until(lambda: 101 in fake.offsets)  # the next poll confirms update 100
         assert json.loads(offset_file("chat", "tg").read_text()) == {"offset": 101}
@@ -324,7 +344,7 @@ async def test_telegram_edits_a_draft_while_the_reply_is_written(
         await fake.until(lambda: shown(reply))
         writes = [(at, m, b) for at, m, b in fake.calls if m != "sendChatAction"]
         (_, method, draft), *edits = writes
-        assert method == "sendMessage" and draft["reply_to_message_id"] == 1000
+        assert method == "sendMessage" and draft["reply_parameters"]["message_id"] == 1000
         assert reply.startswith(draft["text"]) and draft["text"] != reply
         assert len(edits) >= 2 and {m for _, m, _ in edits} == {"editMessageText"}
         assert {(b["chat_id"], b["message_id"]) for _, _, b in edits} == {(42, 9001)}

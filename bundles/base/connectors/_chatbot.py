@@ -1,6 +1,7 @@
-"""What the `telegram` and `slack` connectors share: the bot token, one JSON API call with
-coded errors (the token never appears in a message), an exponential backoff, reply chunking
-and a small JSON state file that survives restarts of the connector process.
+"""What the `telegram` and `slack` connectors share: the bot token, the API error both raise
+(`ApiError`: telegram maps python-telegram-bot's errors to it; slack's Web API calls are
+`call_json`, whose messages never show the token), an exponential backoff, reply chunking and
+a small JSON state file that survives restarts of the connector process.
 
 Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
 """
