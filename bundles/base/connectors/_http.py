@@ -24,6 +24,11 @@ error naming it; `HttpServer.serve` (from `run`) serves until cancelled, then cl
 connection. uvicorn's own `serve()` is not used: it would take over the process's signals,
 which belong to the connector host.
 
+Only uvicorn's public surface is used (`Config`, `Server.startup`, `on_tick`, `shutdown`):
+the body's limits are ASGI middleware (`_bodies.BodyGuard`), and what ASGI cannot see (the
+request head, connections, stalled writes) is `_connection.Connection`, an asyncio protocol
+around the one uvicorn's `Config` resolves, handed to uvicorn as its HTTP protocol.
+
 Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python package).
 """
 
@@ -31,15 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import functools
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
-from starlette.types import ASGIApp
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bundles.sdk import load_sibling
 
@@ -48,10 +52,12 @@ bodies = load_sibling(__file__, "_bodies")
 BodyGuard = bodies.BodyGuard
 EventStream = bodies.EventStream
 """Re-exported: the protocols stream their answers with it."""
+connection = load_sibling(__file__, "_connection")
+JoinedWrites = connection.JoinedWrites
+JOIN_BYTES = connection.JOIN_BYTES
+LINGER_S = connection.LINGER_S
 ErrorBody = Callable[[int, str, str], Mapping[str, Any]]
 """(status, code, message) -> the JSON body of a refusal, in the shape the server speaks."""
-LINGER_S = 2.0
-"""How long a refused request's unread body is discarded before its connection is cut."""
 TICK_S = 1.0
 """How often the server refreshes its Date header (and nothing else: it does not poll)."""
 
@@ -89,231 +95,6 @@ class Limits:
         return f"{self.code_prefix}_{suffix}"
 
 
-def _raw_response(status: int, reason: str, payload: Mapping[str, Any]) -> bytes:
-    body = json.dumps(payload).encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-class _HeaderOverflow(Exception):
-    """Raised inside a parser callback: httptools turns it into a parse error."""
-
-
-JOIN_BYTES = 16 * 1024
-
-
-class JoinedWrites:
-    """A connection's transport whose writes within one event-loop step go out as one.
-
-    uvicorn writes an answer's status line and headers, then each body part, with a write of
-    their own, and with Nagle off (TCP_NODELAY) each is a TCP segment the client wakes up for:
-    the head of a streamed completion and its first chunk, or a JSON answer's head and body,
-    were two. Joined, the client reads them in one go (bench_stream's first delta through the
-    edge). The join happens when the step ends (`call_soon`), or at once past JOIN_BYTES: the
-    transport's buffer must see a big answer's writes as they come, or its flow control (the
-    pause that makes the app wait for a slow reader) would never start. A close sends what is
-    joined first; an abort drops it with the rest."""
-
-    __slots__ = ("_loop", "_parts", "_size", "_transport", "linger")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._parts: list[bytes] = []
-        self._size = 0
-        self.linger: Callable[[asyncio.Transport], bool] | None = None
-        """Asked at close: True when it keeps the connection open a little (its own close)."""
-
-    @property
-    def pending(self) -> bool:
-        """Writes still to go out (joined, or in the transport's buffer)."""
-        return bool(self._parts) or self._transport.get_write_buffer_size() > 0
-
-    def write(self, data: bytes) -> None:
-        if not self._parts:
-            self._loop.call_soon(self._flush)
-        self._parts.append(data)
-        self._size += len(data)
-        if self._size >= JOIN_BYTES:
-            self._flush()
-
-    def _flush(self) -> None:
-        parts, self._parts, self._size = self._parts, [], 0
-        if parts and not self._transport.is_closing():
-            # one write: uvloop's writelines does not pause a protocol past the high-water mark
-            self._transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
-
-    def close(self) -> None:
-        self._flush()
-        if self.linger is None or not self.linger(self._transport):
-            self._transport.close()
-
-    def abort(self) -> None:
-        self._parts, self._size = [], 0
-        self._transport.abort()
-
-    def __getattr__(self, name: str) -> Any:  # reading, flow control, extra info: as is
-        return getattr(self._transport, name)
-
-
-class GuardedHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a size limit and a deadline on the request head
-    (uvicorn has neither for httptools: headers are kept without bound, and a connection that
-    sends nothing, or half a header, is held forever)."""
-
-    limits: Limits = Limits()
-    error_body: ErrorBody = staticmethod(plain_error)
-    admission: Any = None
-    """The server's `_admission.Admission` (each server's subclass has its own)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._head_bytes = 0
-        self._refusal: bytes | None = None
-        self._head_deadline: asyncio.TimerHandle | None = None
-        self._write_deadline: asyncio.TimerHandle | None = None
-        self._joined: JoinedWrites | None = None
-        self._linger_left = -1
-        """Bytes of a refused request's body still discarded (-1: not lingering)."""
-        self._linger_end: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._joined = JoinedWrites(transport, self.loop)
-        self._joined.linger = self._linger
-        joined: Any = self._joined
-        super().connection_made(joined)
-        if not self.admission.admit(self, str(self.client[0]) if self.client else ""):
-            self._no_room()
-            return
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.admission.leave(self)
-        self._disarm()
-        for timer in (self._write_deadline, self._linger_end):
-            if timer is not None:
-                timer.cancel()
-        super().connection_lost(exc)
-
-    def idle(self) -> bool:
-        """No request in progress and nothing left to write (`_admission.Held`)."""
-        if self._linger_left >= 0:
-            return True
-        busy = self.cycle is not None and not self.cycle.response_complete
-        return not busy and not (self._joined is not None and self._joined.pending)
-
-    def evict(self) -> None:
-        self._disarm()
-        self.transport.abort()
-
-    def _no_room(self) -> None:
-        message = (
-            "every connection this server keeps (maxConnections, maxConnectionsPerClient per "
-            "client address) has a request in progress; try again shortly"
-        )
-        payload = self.error_body(503, self.limits.code("BUSY"), message)
-        self.transport.write(_raw_response(503, "Service Unavailable", payload))
-        self.transport.close()
-
-    def _linger(self, raw: asyncio.Transport) -> bool:
-        """At close: a request answered before its body came (refused on its head) has its
-        connection half-closed, and what the client still sends discarded unparsed, until it
-        closes, up to `maxBodyBytes` or for LINGER_S. A plain close with unread data would
-        reset the connection, and the client might never read the answer."""
-        if self._linger_left >= 0:
-            return True
-        cycle = self.cycle
-        if cycle is None or not cycle.more_body or raw.is_closing() or not raw.can_write_eof():
-            return False
-        raw.write_eof()
-        self._linger_left = self.limits.max_body_bytes + bodies.DRAIN_BYTES
-        self.flow.resume_reading()
-        self._linger_end = self.loop.call_later(LINGER_S, raw.close)
-        return True
-
-    def data_received(self, data: bytes) -> None:
-        if self._linger_left < 0:
-            super().data_received(data)
-            return
-        self._linger_left -= len(data)
-        if self._linger_left < 0:
-            self.transport.abort()
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._head_bytes = 0
-        self._head_deadline = self.loop.call_later(self.limits.read_timeout, self._too_slow)
-
-    def _disarm(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        if self._head_deadline is None:  # a keep-alive connection's next request
-            self._arm()
-
-    def _count(self, size: int) -> None:
-        self._head_bytes += size
-        if self._head_bytes > self.limits.max_header_bytes:
-            message = (
-                f"request line and headers are limited to {self.limits.max_header_bytes} bytes"
-            )
-            payload = self.error_body(431, self.limits.code("HEADERS_TOO_LARGE"), message)
-            self._refusal = _raw_response(431, "Request Header Fields Too Large", payload)
-            raise _HeaderOverflow
-
-    def on_url(self, url: bytes) -> None:
-        self._count(len(url))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value) + 4)
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self._disarm()  # the body's own deadline is the app's (BodyGuard)
-        super().on_headers_complete()
-
-    def send_400_response(self, msg: str) -> None:
-        if self._refusal is None:
-            super().send_400_response(msg)
-            return
-        self.transport.write(self._refusal)
-        self.transport.close()
-
-    def pause_writing(self) -> None:
-        """The client stopped reading (the kernel's buffers are full): it has `writeTimeoutMs`
-        to read again, or the connection is cut. A plain close would wait for the buffer to
-        drain, forever; the answer's writer would wait with it."""
-        super().pause_writing()
-        if self._write_deadline is None:
-            self._write_deadline = self.loop.call_later(
-                self.limits.write_timeout, self.transport.abort
-            )
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        if self._write_deadline is not None:
-            self._write_deadline.cancel()
-            self._write_deadline = None
-
-    def _too_slow(self) -> None:
-        self._head_deadline = None
-        if self.transport.is_closing() or (
-            self.cycle is not None and not self.cycle.response_complete
-        ):
-            return
-        message = f"the request was not sent within {self.limits.read_timeout:g} s"
-        payload = self.error_body(408, self.limits.code("TIMEOUT"), message)
-        self.transport.write(_raw_response(408, "Request Timeout", payload))
-        self.transport.close()
-
-
 class HttpServer:
     """One uvicorn server for one Connection, in the connector's event loop."""
 
@@ -321,8 +102,8 @@ class HttpServer:
         self.limits = limits
         self.error_body = error_body
         admission = Admission(limits.max_connections, limits.max_connections_per_client)
-        own = {"limits": limits, "error_body": staticmethod(error_body), "admission": admission}
-        self.protocol = type("GuardedHttpTools", (GuardedHttpTools,), own)
+        self.shared = connection.Shared(limits, error_body, admission, _uvicorn_http())
+        self.protocol = type("Connection", (connection.Connection,), {"shared": self.shared})
         self.server: uvicorn.Server | None = None
         self.socket: socket.socket | None = None
 
@@ -331,7 +112,7 @@ class HttpServer:
         request on its head (a token) before its body is read."""
         guarded: ASGIApp = BodyGuard(app, self.limits, self.error_body)
         config = uvicorn.Config(
-            guarded if head is None else head(guarded),
+            connection.Requests(guarded if head is None else head(guarded)),
             http=self.protocol,
             loop="none",
             lifespan="off",
@@ -384,3 +165,17 @@ class HttpServer:
             with contextlib.suppress(Exception):
                 await server.shutdown(sockets=[sock])
             sock.close()
+
+
+async def _no_app(scope: Scope, receive: Receive, send: Send) -> None:
+    raise RuntimeError("never served: it only lets uvicorn's Config resolve its protocol")
+
+
+@functools.cache
+def _uvicorn_http() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol on httptools, as its `Config` resolves the name: the one
+    `_connection.Connection` drives."""
+    config = uvicorn.Config(_no_app, http="httptools", ws="none", lifespan="off",
+                            log_config=None, access_log=False)  # fmt: skip
+    config.load()
+    return config.http_protocol_class
