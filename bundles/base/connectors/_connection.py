@@ -13,7 +13,8 @@ insides changes nothing here. In between it keeps:
   most `maxHeaderBytes` (431), sent within `readTimeoutMs` of the connection opening or of
   the next request's first byte (408). No second parser: the head ends at the first
   CRLFCRLF after its first byte that is no CR or LF (empty lines before a request are
-  skipped, as llhttp does), and the next head starts once the request's body has been read;
+  skipped, as llhttp does), and the next head starts once the request's body has been read
+  (what came in the same read as a head without a body is counted then);
 - **admission**: `_admission.Admission` takes the connection or has it refused (503), and
   may evict it while it is idle;
 - **writes**: joined per event-loop step (`JoinedWrites`), and cut after `writeTimeoutMs`
@@ -157,6 +158,9 @@ class Connection(asyncio.Protocol):
         """The head's last bytes, for an end split between two reads."""
         self._waiting = False
         """A head ended; its app has not started yet."""
+        self._after: tuple[bytes, int] = (b"", 0)
+        """The read a head ended in, and where: what follows is the next request's head when
+        this one turns out to have no body (a pipelining client's)."""
         self._running = 0
         """Requests whose app runs (more than one when a client pipelines)."""
         self._body_open = False
@@ -245,11 +249,15 @@ class Connection(asyncio.Protocol):
     def app_started(self, body: bool) -> None:
         self._waiting = False
         self._running += 1
+        after, at = self._after
+        self._after = (b"", 0)
         if body:
             self._body_open = True
             self._in_head = False
-        else:
-            self._next_head()
+            return
+        self._next_head()
+        if at < len(after):  # passed on uncounted: counted now, before the next read
+            self._head(after[at:])
 
     def body_read(self) -> None:
         self._body_open = False
@@ -275,11 +283,12 @@ class Connection(asyncio.Protocol):
             self._head_bytes += len(data)
             self._tail = window[-3:] if self._began else b""
             return self._within()
-        self._head_bytes += end + len(HEAD_END) - len(tail)
+        ended = end + len(HEAD_END) - len(tail)
+        self._head_bytes += ended
         if not self._within():
             return False
         self._disarm()  # the body's own deadline is the app's (`_bodies.BodyGuard`)
-        self._in_head, self._waiting = False, True
+        self._in_head, self._waiting, self._after = False, True, (data, ended)
         return True
 
     def _within(self) -> bool:

@@ -2,9 +2,10 @@
 event loop (uvloop), HTTP/1.1 parsed by httptools, a Starlette app, and the limits every
 server on a network port needs, whatever it serves:
 
-- **Headers**: at most `maxHeaderBytes` (16 KiB) of request line and headers (431), sent within
-  `readTimeoutMs` (10 s) of the connection opening or the previous answer (408): a client that
-  trickles its headers does not hold a connection.
+- **Headers**: at most `maxHeaderBytes` (16 KiB) of request line and headers (431, as soon as
+  the bytes pass it, ended or not), sent within `readTimeoutMs` (10 s) of the connection
+  opening, or of the request's first byte on a kept-alive connection (408): a client that
+  trickles its headers does not hold a connection (`_connection.py`).
 - **Body**: at most `maxBodyBytes` (1 MiB, 413 as soon as Content-Length says so, or when a
   chunked body passes it), read whole within `readTimeoutMs` (408) before the app sees it
   (`_bodies.py`).

@@ -242,7 +242,7 @@ class _Transport:
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
-        self.closed = False
+        self.closed = self.aborted = False
 
     def get_extra_info(self, name: str) -> Any:
         return ("127.0.0.1", 5000) if name == "peername" else None
@@ -258,6 +258,9 @@ class _Transport:
 
     def close(self) -> None:
         self.closed = True
+
+    def abort(self) -> None:
+        self.closed = self.aborted = True
 
 
 class _Parser(asyncio.Protocol):
@@ -297,3 +300,17 @@ async def test_a_heads_end_split_between_reads_is_found_and_its_bytes_counted_on
         assert transport.closed, cut
         assert transport.writes[0].startswith(b"HTTP/1.1 431 "), cut
         assert parser.data == HEAD[:cut], cut  # refused bytes are not parsed
+
+
+async def test_a_pipelined_head_that_came_with_a_request_without_body_is_counted() -> None:
+    """Bytes after a head in the same read go to the parser at once; once the request's app
+    starts without a body to read, they are the next head's, and count."""
+    two, transport, _ = _connection(2000)
+    two.data_received(HEAD + HEAD)
+    two.app_started(False)
+    assert not transport.closed
+    assert not two.idle()  # the second head ended: its request is in progress too
+    endless, transport, _ = _connection(2000)
+    endless.data_received(HEAD + b"GET / HTTP/1.1\r\nX-Pad: " + b"a" * 3000)
+    endless.app_started(False)
+    assert transport.aborted  # an answer is being written: a 431 would land inside it
