@@ -17,8 +17,8 @@ insides changes nothing here. In between it keeps:
   (what came in the same read as a head without a body is counted then);
 - **admission**: `_admission.Admission` takes the connection or has it refused (503), and
   may evict it while it is idle;
-- **writes**: joined per event-loop step (`JoinedWrites`), and cut after `writeTimeoutMs`
-  of a client that does not read;
+- **writes**: joined per event-loop step (`_joined.JoinedWrites`), and cut after
+  `writeTimeoutMs` of a client that does not read;
 - **lingering**: a request answered before its body was read has its connection half-closed
   and what still comes discarded (`LINGER_S`).
 
@@ -45,11 +45,11 @@ from bundles.sdk import load_sibling
 
 Admission = load_sibling(__file__, "_admission").Admission
 DRAIN_BYTES = load_sibling(__file__, "_bodies").DRAIN_BYTES
+JoinedWrites = load_sibling(__file__, "_joined").JoinedWrites
 ErrorBody = Callable[[int, str, str], Mapping[str, Any]]
 """(status, code, message) -> the JSON body of a refusal, in the shape the server speaks."""
 LINGER_S = 2.0
 """How long a refused request's unread body is discarded before its connection is cut."""
-JOIN_BYTES = 16 * 1024
 HEAD_END = b"\r\n\r\n"
 BLANK = b"\r\n"
 STATE_KEY = "goondan.connection"
@@ -78,60 +78,6 @@ def raw_response(status: int, reason: str, payload: Mapping[str, Any]) -> bytes:
     return head.encode() + body
 
 
-class JoinedWrites:
-    """A connection's transport whose writes within one event-loop step go out as one.
-
-    uvicorn writes an answer's status line and headers, then each body part, with a write of
-    their own, and with Nagle off (TCP_NODELAY) each is a TCP segment the client wakes up for:
-    the head of a streamed completion and its first chunk, or a JSON answer's head and body,
-    were two. Joined, the client reads them in one go (bench_stream's first delta through the
-    edge). The join happens when the step ends (`call_soon`), or at once past JOIN_BYTES: the
-    transport's buffer must see a big answer's writes as they come, or its flow control (the
-    pause that makes the app wait for a slow reader) would never start. A close sends what is
-    joined first; an abort drops it with the rest."""
-
-    __slots__ = ("_loop", "_parts", "_size", "_transport", "linger")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._parts: list[bytes] = []
-        self._size = 0
-        self.linger: Callable[[asyncio.Transport], bool] | None = None
-        """Asked at close: True when it keeps the connection open a little (its own close)."""
-
-    @property
-    def pending(self) -> bool:
-        """Writes still to go out (joined, or in the transport's buffer)."""
-        return bool(self._parts) or self._transport.get_write_buffer_size() > 0
-
-    def write(self, data: bytes) -> None:
-        if not self._parts:
-            self._loop.call_soon(self._flush)
-        self._parts.append(data)
-        self._size += len(data)
-        if self._size >= JOIN_BYTES:
-            self._flush()
-
-    def _flush(self) -> None:
-        parts, self._parts, self._size = self._parts, [], 0
-        if parts and not self._transport.is_closing():
-            # one write: uvloop's writelines does not pause a protocol past the high-water mark
-            self._transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
-
-    def close(self) -> None:
-        self._flush()
-        if self.linger is None or not self.linger(self._transport):
-            self._transport.close()
-
-    def abort(self) -> None:
-        self._parts, self._size = [], 0
-        self._transport.abort()
-
-    def __getattr__(self, name: str) -> Any:  # reading, flow control, extra info: as is
-        return getattr(self._transport, name)
-
-
 class Connection(asyncio.Protocol):
     """One connection: the guard around uvicorn's protocol for it (see the module's doc).
 
@@ -145,7 +91,8 @@ class Connection(asyncio.Protocol):
         """config, server_state, app_state, _loop: for uvicorn's protocol, made once admitted."""
         self._inner: asyncio.Protocol | None = None
         self._transport: asyncio.Transport | None = None
-        self._joined: JoinedWrites | None = None
+        self._joined: Any = None
+        """The transport as uvicorn's protocol writes to it (`_joined.JoinedWrites`)."""
         self._head_deadline: asyncio.TimerHandle | None = None
         self._write_deadline: asyncio.TimerHandle | None = None
         self._linger_end: asyncio.TimerHandle | None = None
@@ -181,7 +128,7 @@ class Connection(asyncio.Protocol):
         joined.linger = self._linger
         app_state = {**self._args.pop("app_state", {}), STATE_KEY: self}
         self._inner = self.shared.protocol(**self._args, app_state=app_state)
-        self._inner.connection_made(joined)  # type: ignore[arg-type]
+        self._inner.connection_made(joined)
         self._arm()
 
     def data_received(self, data: bytes) -> None:

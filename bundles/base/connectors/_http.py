@@ -54,9 +54,10 @@ BodyGuard = bodies.BodyGuard
 EventStream = bodies.EventStream
 """Re-exported: the protocols stream their answers with it."""
 connection = load_sibling(__file__, "_connection")
-JoinedWrites = connection.JoinedWrites
-JOIN_BYTES = connection.JOIN_BYTES
 LINGER_S = connection.LINGER_S
+joined = load_sibling(__file__, "_joined")
+JoinedWrites = joined.JoinedWrites
+JOIN_BYTES = joined.JOIN_BYTES
 ErrorBody = Callable[[int, str, str], Mapping[str, Any]]
 """(status, code, message) -> the JSON body of a refusal, in the shape the server speaks."""
 TICK_S = 1.0
