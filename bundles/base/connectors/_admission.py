@@ -1,4 +1,5 @@
-"""Which connections an HTTP server of the connectors keeps open (`_http.py`).
+"""Which connections an HTTP server of the connectors keeps open (`_http.py`; each connection
+is a `_connection.Connection`).
 
 A server takes at most `maxConnections` connections, and at most `maxConnectionsPerClient`
 from one client address. At a limit, a new connection does not wait and is not refused while
