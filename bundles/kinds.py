@@ -99,15 +99,26 @@ class Metadata(_Spec):
 # -- Package -----------------------------------------------------------------------------
 
 
-class PackageDependency(_Spec):
-    name: str
+class PackageRequirement(_Spec):
+    """The long form of a dependency, for a distribution whose name is not the usual one."""
+
     version: str | None = None
+    """PEP 440 specifiers, e.g. `>=1.2,<2` (absent: any version)."""
+    distribution: str | None = None
+    """The Python distribution that provides the package (default: `@acme/github` is
+    `acme-github`): what `pip install` is told when it is missing."""
+
+
+PackageDependencies = dict[str, str | PackageRequirement | None]
+"""`{"@acme/github": ">=1.2,<2"}`: package name to a PEP 440 range (null: any version)."""
 
 
 class PackageSpec(_Spec):
     version: str | None = None
     description: str | None = None
-    dependencies: list[PackageDependency] = msgspec.field(default_factory=list)
+    dependencies: PackageDependencies = msgspec.field(default_factory=dict)
+    """The installed packages this bundle (or package) references; `@goondan/base` is always
+    available (listing it checks its version)."""
 
 
 # -- Model -------------------------------------------------------------------------------

@@ -1,9 +1,13 @@
-"""Load a bundle: goondan.yaml plus its split files, the packages it may use, and the env files.
+"""Load a bundle: goondan.yaml plus its split files, the packages it uses, and the env files.
 
 `load_bundle()` is the one entry point of the config plane. It reads every file, turns every
 document into a typed `Resource`, runs every check in `bundles.validate`, and either returns
 the `Bundle` or raises one `BundleError` carrying every problem found (fail fast, but all
 errors at once). Nothing is imported or executed from the bundle while loading.
+
+Packages are the installed ones (`bundles.packages`): `@goondan/base` and those the bundle's
+Package document lists in `spec.dependencies`, and theirs in turn, each checked against the
+version range its dependent wants.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bundles
 from bundles.convert import convert
 from bundles.diagnostics import BundleError, Collector, Diagnostic, Severity, closest
 from bundles.documents import SourceDoc, YamlFileError, load_file
@@ -22,6 +25,8 @@ from bundles.envfiles import load_env_files
 from bundles.kinds import API_VERSION, BASE_PACKAGE, SPEC_TYPES, Kind, Metadata
 from bundles.model import Bundle, Resource, SourceLocation
 from bundles.naming import name_problem, package_name_problem
+from bundles.packages.installed import InstalledPackage, installed
+from bundles.packages.requirements import Requirement, check, distribution_for, requirements
 from bundles.validate import Checks, Options, SourceMap
 from protocol.errors import ErrorCode
 
@@ -32,7 +37,6 @@ SPLIT_STEMS = (
 )  # fmt: skip
 """Files next to goondan.yaml that are read too (`.yaml` or `.yml`); other YAML is ignored."""
 
-BASE_PACKAGE_DIR = Path(bundles.__file__).parent / "base"
 _ENVELOPE = ("apiVersion", "kind", "metadata", "spec")
 _UNREADABLE = {
     ErrorCode.E_CONFIG_PARSE_ERROR,
@@ -223,16 +227,77 @@ def _load_resources(
     return out
 
 
+Loaded = list[tuple[Resource[Any], SourceDoc]]
+
+
+def _main_of(directory: Path) -> Path | None:
+    return next((directory / n for n in MAIN_FILES if (directory / n).is_file()), None)
+
+
 def _load_package(
     pkg_dir: Path, default_name: str, collector: Collector, broken: set[tuple[Kind, str]]
-) -> list[tuple[Resource[Any], SourceDoc]]:
+) -> Loaded:
     """A package's resources, tagged with its name (from its Package document if it has one)."""
-    main = next((pkg_dir / n for n in MAIN_FILES if (pkg_dir / n).is_file()), None)
+    main = _main_of(pkg_dir)
     if main is None:
         return []
-    name = _package_name(main, default_name)
+    return _tagged(main, _package_name(main, default_name), collector, broken)
+
+
+def _tagged(main: Path, name: str, collector: Collector, broken: set[tuple[Kind, str]]) -> Loaded:
     found = _load_resources(main, prefix=name, collector=collector, broken=broken)
     return [(dataclasses.replace(r, package=name), src) for r, src in found]
+
+
+def _load_installed(
+    main: Path, user: Loaded, collector: Collector, broken: set[tuple[Kind, str]]
+) -> tuple[Loaded, dict[str, str]]:
+    """`@goondan/base` and the packages the bundle depends on (and theirs, transitively), each
+    dependency checked against what is installed; with the version of each package loaded."""
+    index = installed()
+    queue = [Requirement(BASE_PACKAGE, None, distribution_for(BASE_PACKAGE), main.name)]
+    queue += _declared(user, collector)
+    out: Loaded = []
+    versions: dict[str, str] = {}
+    while queue:
+        pkg = check(queue.pop(0), index, collector)
+        if pkg is None or pkg.name in versions:
+            continue
+        versions[pkg.name] = pkg.version
+        found = _load_installed_package(pkg, collector, broken)
+        out += found
+        queue += _declared(found, collector)
+    return out, versions
+
+
+def _declared(loaded: Loaded, collector: Collector) -> list[Requirement]:
+    doc = next(((r, src) for r, src in loaded if r.kind is Kind.PACKAGE), None)
+    return [] if doc is None else requirements(doc[0], doc[1].where, collector)
+
+
+def _load_installed_package(
+    pkg: InstalledPackage, collector: Collector, broken: set[tuple[Kind, str]]
+) -> Loaded:
+    assert pkg.directory is not None  # `check` returns usable packages only
+    main = _main_of(pkg.directory)
+    what = f"package {pkg.name} ({pkg.distribution} {pkg.version})"
+    if main is None:
+        collector.error(
+            ErrorCode.E_PACKAGE_INVALID,
+            f"{what} has no {MAIN_FILES[0]} in {pkg.directory}",
+            f"{pkg.name}/{MAIN_FILES[0]}",
+            f"reinstall {pkg.distribution}; its module {pkg.module} must hold {MAIN_FILES[0]}",
+        )
+        return []
+    named = _package_name(main, pkg.name)
+    if named != pkg.name:
+        collector.error(
+            ErrorCode.E_PACKAGE_INVALID,
+            f"{what}: its Package document is named {named}, its entry point {pkg.name}",
+            f"{pkg.name}/{main.name}",
+            "the distribution must use one name for both",
+        )
+    return _tagged(main, pkg.name, collector, broken)
 
 
 def _package_name(main: Path, default: str) -> str:
@@ -274,8 +339,9 @@ def inspect_bundle(
 ) -> BundleReport:
     """Load and check a bundle, returning every error and warning instead of raising.
 
-    `packages` are directories holding a package's goondan.yaml; by default only the built-in
-    `@goondan/base` (bundles/base/). With `strict`, warnings count as errors.
+    `packages` are directories holding a package's goondan.yaml, used as they are (no version
+    or dependency checks); by default the installed packages the bundle depends on, and
+    `@goondan/base`. With `strict`, warnings count as errors.
     """
     collector = Collector()
     try:
@@ -284,14 +350,18 @@ def inspect_bundle(
         return BundleReport(None, exc.diagnostics)
     broken: set[tuple[Kind, str]] = set()
     loaded = _load_resources(main, prefix="", collector=collector, broken=broken)
-    for pkg_dir in (BASE_PACKAGE_DIR,) if packages is None else packages:
-        default = BASE_PACKAGE if pkg_dir == BASE_PACKAGE_DIR else Path(pkg_dir).name
-        loaded += _load_package(Path(pkg_dir), default, collector, broken)
+    versions: dict[str, str] | None = None
+    if packages is None:
+        found, versions = _load_installed(main, loaded, collector, broken)
+        loaded += found
+    else:
+        for pkg_dir in packages:
+            loaded += _load_package(Path(pkg_dir), Path(pkg_dir).name, collector, broken)
     incomplete = any(d.code in _UNREADABLE for d in collector.errors)
     resources = [res for res, _ in loaded]
     sources: SourceMap = {id(res): src for res, src in loaded}
     env = load_env_files(main.parent, [Path(p) for p in env_files], collector)
-    bundle = Bundle(path=main, root=main.parent, resources=resources, env=env)
+    bundle = Bundle(path=main, root=main.parent, resources=resources, env=env, packages=versions)
     options = Options(
         state_root=state_root,
         require_swarm=require_swarm,

@@ -75,6 +75,10 @@ class Bundle:
     secret_values: frozenset[str] = frozenset()
     """What the bundle marks as secret (`bundles.credentials`): masked in logs, kept from
     subprocesses."""
+    packages: dict[str, str] | None = None
+    """The installed packages loaded with the bundle (`bundles.packages`), name -> version.
+    None when the caller chose package directories itself: references are then not held to
+    the declared dependencies."""
 
     def of_kind(self, kind: Kind, *, user_only: bool = False) -> Iterator[Resource[Any]]:
         """Resources of `kind`; with `user_only`, those of the user's bundle (not packages)."""

@@ -4,6 +4,8 @@ Failures raise `RefFailure` (a code, a message, a suggestion); `bundles.validate
 into diagnostics with the file and line of the reference, and `bundles.refs` into a
 `BundleError` for the runtime. Lookup scopes, in order: the referring resource's own package,
 the user's bundle, then any package (an ambiguous short ref is an error naming them all).
+When the bundle's packages were found installed, a resource reaches only the packages its
+bundle or package declares (`bundles.packages.requirements.reachable`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import msgspec
 from bundles.diagnostics import FieldPath, closest
 from bundles.kinds import SPEC_TYPES, Kind, Metadata, ObjectRef, RefItem, RefLike, Selector
 from bundles.model import Bundle, Resource
+from bundles.packages.installed import installed
+from bundles.packages.requirements import compatible_range, reachable
 from protocol.errors import ErrorCode
 
 _OVERRIDABLE = {"spec", "metadata"}
@@ -30,6 +34,8 @@ class RefFailure(Exception):
         suggestion: str | None = None,
         at: FieldPath = (),
         target: tuple[Kind, str] | None = None,
+        *,
+        reported: bool = False,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -39,6 +45,9 @@ class RefFailure(Exception):
         """Where inside the reference the problem is (e.g. ("overrides", "spec"))."""
         self.target = target
         """For a missing resource: its kind and name."""
+        self.reported = reported
+        """Already said elsewhere (a declared package that is not installed is reported at its
+        dependency): validation does not repeat it at every reference."""
 
 
 def _kind(text: str, expected: Kind | None) -> Kind:
@@ -100,9 +109,10 @@ def visible(bundle: Bundle, kind: Kind, from_package: str | None) -> list[Resour
     over package ones)."""
     order: list[Resource[Any]] = []
     scopes: list[str | None] = [from_package, None] if from_package else [None]
+    pool = _within(bundle, kind, from_package)
     for scope in scopes:
-        order += [r for r in bundle.resources if r.kind is kind and r.package == scope]
-    order += [r for r in bundle.resources if r.kind is kind and r.package not in scopes]
+        order += [r for r in pool if r.package == scope]
+    order += [r for r in pool if r.package not in scopes]
     seen: set[str] = set()
     out = []
     for res in order:
@@ -114,15 +124,57 @@ def visible(bundle: Bundle, kind: Kind, from_package: str | None) -> list[Resour
     return out
 
 
+def _within(bundle: Bundle, kind: Kind, scope: str | None) -> list[Resource[Any]]:
+    """The resources of `kind` that resources of `scope` may reach."""
+    allowed = reachable(bundle, scope)
+    return [
+        r
+        for r in bundle.resources
+        if r.kind is kind and (allowed is None or r.package is None or r.package in allowed)
+    ]
+
+
+def _check_package(bundle: Bundle, package: str, scope: str | None) -> None:
+    """A package named by a reference must be one its scope declares, and loaded."""
+    allowed = reachable(bundle, scope)
+    if allowed is None or package == _user_package(bundle):
+        return
+    if package not in allowed:
+        owner = f"package {scope}" if scope else "this bundle"
+        raise RefFailure(
+            ErrorCode.E_PACKAGE_NOT_DECLARED,
+            f"package {package} is not a dependency of {owner}",
+            _declare_hint(bundle, package, scope),
+        )
+    if bundle.packages is not None and package not in bundle.packages:
+        raise RefFailure(
+            ErrorCode.E_PACKAGE_NOT_INSTALLED, f"package {package} is not loaded", reported=True
+        )
+
+
+def _declare_hint(bundle: Bundle, package: str, scope: str | None) -> str:
+    found = installed().get(package)
+    wanted = compatible_range(found.version) if found is not None else ">=1.0"
+    entry = f'"{package}": "{wanted}"'
+    if scope is not None:
+        return f"package {scope} must list {entry} in its spec.dependencies"
+    if bundle.package() is None:
+        return f"start goondan.yaml with a Package document whose spec.dependencies has {{{entry}}}"
+    return f"add {entry} to spec.dependencies of the Package document"
+
+
 def lookup(bundle: Bundle, ref: ObjectRef, *, from_package: str | None = None) -> Resource[Any]:
     kind = Kind(ref.kind)
     package = None if ref.package and ref.package == _user_package(bundle) else ref.package
-    same = [r for r in bundle.resources if r.kind is kind and r.name == ref.name]
+    if package is not None:
+        _check_package(bundle, package, from_package)
+    pool = _within(bundle, kind, from_package)
+    same = [r for r in pool if r.name == ref.name]
     if ref.package is not None:
         found = [r for r in same if r.package == package]
         if found:
             return found[0]
-        raise _not_found(bundle, kind, ref.name, ref.package)
+        raise _not_found(pool, kind, ref.name, ref.package)
     scopes: list[str | None] = [from_package, None] if from_package else [None]
     for scope in scopes:
         found = [r for r in same if r.package == scope]
@@ -138,11 +190,10 @@ def lookup(bundle: Bundle, ref: ObjectRef, *, from_package: str | None = None) -
             + " and ".join(_label(by_package[p]) for p in sorted(by_package)),
             "add `package:` to the reference to choose one",
         )
-    raise _not_found(bundle, kind, ref.name, None)
+    raise _not_found(pool, kind, ref.name, None)
 
 
-def _not_found(bundle: Bundle, kind: Kind, name: str, package: str | None) -> RefFailure:
-    pool = [r for r in bundle.resources if r.kind is kind]
+def _not_found(pool: list[Resource[Any]], kind: Kind, name: str, package: str | None) -> RefFailure:
     if package is not None:
         pool = [r for r in pool if r.package == package] or pool
     names: dict[str, str] = {}
@@ -175,6 +226,11 @@ def select(
             failure.at = ("selector", "kind")
             raise
     if selector.package is not None:
+        try:
+            _check_package(bundle, selector.package, from_package)
+        except RefFailure as failure:
+            failure.at = ("selector", "package")
+            raise
         pool = [r for r in bundle.resources if r.kind is expected and r.package == selector.package]
     else:
         pool = visible(bundle, expected, from_package)

@@ -126,6 +126,8 @@ class Checks:
 
     def _report(self, res: Resource[Any], path: FieldPath, failure: RefFailure) -> None:
         # A missing target that failed its own checks was reported already: say it once.
+        if failure.reported:
+            return
         if failure.code is ErrorCode.E_CONFIG_REF_NOT_FOUND and (
             self.options.incomplete or failure.target in self.options.broken
         ):

@@ -29,6 +29,18 @@ class ErrorCode(StrEnum):
     E_CONFIG_PATH_ESCAPE = "E_CONFIG_PATH_ESCAPE"
     E_CONFIG_NO_SWARM = "E_CONFIG_NO_SWARM"
 
+    # packages: Python distributions with a goondan.packages entry point (bundles/packages/)
+    E_PACKAGE_NOT_INSTALLED = "E_PACKAGE_NOT_INSTALLED"
+    """A package the bundle (or a package it uses) depends on is not installed here."""
+    E_PACKAGE_VERSION = "E_PACKAGE_VERSION"
+    """The installed version of a package is outside the range its dependent asks for."""
+    E_PACKAGE_NOT_DECLARED = "E_PACKAGE_NOT_DECLARED"
+    """A reference names a package its bundle (or package) does not list in
+    `spec.dependencies`."""
+    E_PACKAGE_INVALID = "E_PACKAGE_INVALID"
+    """An installed package cannot be used: its entry point names no package directory, it
+    has no goondan.yaml, its Package document has another name, two distributions claim it."""
+
     # tools (agent_process/)
     E_TOOL = "E_TOOL"
     E_TOOL_NOT_IN_CATALOG = "E_TOOL_NOT_IN_CATALOG"
