@@ -57,6 +57,7 @@ COMMANDS = (
     CommandInfo("service", "systemd helpers: print-unit writes a unit file for a bundle to stdout"),
     CommandInfo("cluster", "cluster mode: status of the swarm's nodes, drain a node"),
     CommandInfo("doctor", "check this machine and the bundle (exit 1 when a required check fails)"),
+    CommandInfo("package", "goondan packages (Python distributions): list the installed ones"),
 )
 
 

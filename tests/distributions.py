@@ -13,10 +13,9 @@ from pathlib import Path
 
 TOOL_PY = """\
 def hello(ctx, args):
-    return {"from": MODULE}
+    return {"hello": "from-the-package"}
 
 
-MODULE = __name__
 handlers = {"hello": hello}
 """
 

@@ -38,7 +38,9 @@ def bundle(real: Bundle) -> Bundle:
         _agent(real, res) if res.kind is Kind.AGENT and res.package is None else res
         for res in real.resources
     ]
-    return dataclasses.replace(real, resources=[*resources, model])
+    # packages=None: this bundle's packages are chosen here, not loaded from the installed
+    # ones, so its agents may name the stand-in's package without declaring it
+    return dataclasses.replace(real, resources=[*resources, model], packages=None)
 
 
 def _agent(real: Bundle, agent: Resource[AgentSpec]) -> Resource[AgentSpec]:
