@@ -10,6 +10,7 @@ not change what an existing bundle's short references mean.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ from bundles.model import Bundle, Resource
 from bundles.naming import package_name_problem
 from bundles.packages.installed import GOONDAN_DISTRIBUTION, InstalledPackage
 from protocol.errors import ErrorCode
+
+_DISTRIBUTION = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
+"""A distribution name as PEP 508 spells it (it is put into an install command line)."""
 
 Where = Callable[[FieldPath], str]
 """The `file:line field.path` of a field of the declaring document."""
@@ -45,6 +49,9 @@ def distribution_for(name: str) -> str:
 
 
 def install_hint(distribution: str, specifier: str | None) -> str:
+    if distribution == GOONDAN_DISTRIBUTION:
+        # `@goondan/base` comes with goondan itself: missing, goondan's install is broken
+        return "reinstall goondan (`make install` in its checkout): its entry point serves it"
     target = shlex.quote(f"{distribution}{specifier or ''}")
     return f"install it: pip install {target} (or, in a uv project: uv add {target})"
 
@@ -65,31 +72,44 @@ def compatible_range(version: str) -> str:
 def requirements(
     doc: Resource[PackageSpec] | None, where: Where, collector: Collector
 ) -> list[Requirement]:
-    """The dependencies `doc` declares; a bad name or range is reported and left out."""
+    """The dependencies `doc` declares; a bad name, range or distribution is reported and
+    left out."""
     if doc is None:
         return []
-    out = []
-    for name, value in doc.spec.dependencies.items():
-        at: FieldPath = ("spec", "dependencies", name)
-        problem = package_name_problem(name)
-        if problem:
-            collector.error(
-                ErrorCode.E_CONFIG_INVALID_NAME, problem, where(at), "e.g. @acme/github"
-            )
-            continue
-        long = value if isinstance(value, PackageRequirement) else None
-        specifier = long.version if long is not None else value if isinstance(value, str) else None
-        if specifier is not None and not _valid_range(specifier):
-            collector.error(
-                ErrorCode.E_CONFIG_SCHEMA_INVALID,
-                f"{specifier!r} is not a PEP 440 version range",
-                where(at),
-                'write e.g. ">=1.2,<2", "==1.4.*" or null for any version',
-            )
-            continue
-        distribution = (long.distribution if long else None) or distribution_for(name)
-        out.append(Requirement(name, specifier or None, distribution, where(at)))
-    return out
+    found = [
+        _requirement(name, value, where, collector) for name, value in doc.spec.dependencies.items()
+    ]
+    return [req for req in found if req is not None]
+
+
+def _requirement(
+    name: str, value: str | PackageRequirement | None, where: Where, collector: Collector
+) -> Requirement | None:
+    at: FieldPath = ("spec", "dependencies", name)
+    problem = package_name_problem(name)
+    if problem:
+        collector.error(ErrorCode.E_CONFIG_INVALID_NAME, problem, where(at), "e.g. @acme/github")
+        return None
+    long = value if isinstance(value, PackageRequirement) else None
+    specifier = long.version if long is not None else value if isinstance(value, str) else None
+    if specifier is not None and not _valid_range(specifier):
+        collector.error(
+            ErrorCode.E_CONFIG_SCHEMA_INVALID,
+            f"{specifier!r} is not a PEP 440 version range",
+            where(at),
+            'write e.g. ">=1.2,<2", "==1.4.*" or null for any version',
+        )
+        return None
+    distribution = (long.distribution if long else None) or distribution_for(name)
+    if not _DISTRIBUTION.match(distribution):
+        collector.error(
+            ErrorCode.E_CONFIG_INVALID_NAME,
+            f"{distribution!r} is not a Python distribution name",
+            where((*at, "distribution")),
+            "letters, digits, '.', '-' and '_', e.g. acme-github",
+        )
+        return None
+    return Requirement(name, specifier or None, distribution, where(at))
 
 
 def _valid_range(specifier: str) -> bool:

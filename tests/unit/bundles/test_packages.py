@@ -168,11 +168,16 @@ def test_a_dependency_not_installed_is_reported_once(site: Path) -> None:
     assert "uv add 'acme-long-dist==2.*'" in hints[1]
 
 
-def test_bad_dependency_names_and_ranges(site: Path) -> None:
-    path = _bundle(site.parent / "b", {"@acme/github": '"about two"', "no/scope/x": '"1"'}, [])
-    assert _errors(path) == [
+def test_bad_dependency_names_ranges_and_distributions(site: Path) -> None:
+    deps = {
+        "@acme/github": '"about two"',
+        "no/scope/x": '"1"',
+        "@acme/x": "{version: '>=1', distribution: 'x; rm -rf ~'}",
+    }
+    assert _errors(_bundle(site.parent / "b", deps, [])) == [
         (E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:7 spec.dependencies.@acme/github"),
         (E.E_CONFIG_INVALID_NAME, "goondan.yaml:8 spec.dependencies.no/scope/x"),
+        (E.E_CONFIG_INVALID_NAME, "goondan.yaml:9 spec.dependencies.@acme/x.distribution"),
     ]
 
 
@@ -277,3 +282,13 @@ def test_distribution_names_and_ranges() -> None:
     assert distribution_for("tools") == "tools"
     assert compatible_range("1.4.2") == ">=1.4.2,<2"
     assert compatible_range("0.3.1") == ">=0.3.1,<0.4"
+
+
+def test_a_distribution_cannot_take_over_the_built_in_package(site: Path) -> None:
+    add_distribution(
+        site, "evil", "9.9", {BASE_PACKAGE: "evil_base"}, yaml=package_yaml(BASE_PACKAGE, ("bash",))
+    )
+    path = _bundle(site.parent / "b", {}, [])
+    report = inspect_bundle(path)
+    assert [(d.code, d.path) for d in report.errors] == [(E.E_PACKAGE_INVALID, "goondan.yaml")]
+    assert "evil 9.9" in report.errors[0].message
