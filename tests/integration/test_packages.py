@@ -82,6 +82,11 @@ async def test_package_list_shows_the_installed_package_and_its_use(tmp_path: Pa
     assert by_name["@goondan/base"]["distribution"] == "goondan"
     assert {"kind": "Tool", "name": "bash"} in by_name["@goondan/base"]["resources"]
     assert data["bundle"] == {"path": str(bundle), "valid": True, "errors": []}
+    async with asyncio.timeout(60):
+        code, out, _ = await run_cli("package", "list", "--bundle", str(bundle), env=env)
+    assert code == 0
+    assert f"@acme/github  acme-github 1.4.0  {module}" in out.splitlines()
+    assert "  used by the bundle: Tool/github" in out.splitlines()
 
 
 async def test_validate_checks_ranges_and_installs(tmp_path: Path) -> None:
