@@ -30,10 +30,11 @@ from bundles.kinds import SwarmSpec
 from bundles.model import Bundle, Resource
 from orchestrator import systemd
 from orchestrator.calls.agent_send import SendCalls
-from orchestrator.calls.agents import AgentsService
+from orchestrator.calls.agents import AGENT_OPS, AgentsService
 from orchestrator.calls.budgets import Budgets
-from orchestrator.calls.deferred import DeferredIndex
-from orchestrator.calls.permits import Permits
+from orchestrator.calls.deferred import DEFERRED_OPS, DeferredIndex
+from orchestrator.calls.deferred_remote import NO_MIRROR
+from orchestrator.calls.permits import PERMIT_OPS, Permits
 from orchestrator.calls.ratelimits import RateLimits
 from orchestrator.calls.self_restart import SelfRestart
 from orchestrator.cluster.options import ClusterOptions
@@ -42,16 +43,24 @@ from orchestrator.control import rundir, runpointer
 from orchestrator.control.server import ControlContext, ControlServer
 from orchestrator.ingress.accept import Acceptor
 from orchestrator.ingress.connections import Connections
+from orchestrator.ingress.direct import DirectIngress
 from orchestrator.ingress.journal.sqlite import SqliteJournal
+from orchestrator.ingress.port import Ingress
 from orchestrator.observe import daemonlog as logs
 from orchestrator.observe.endpoint import Metrics, MetricsUnavailable, start_metrics
 from orchestrator.reload import apply as reload
 from orchestrator.reload.apply import BundleSource, Reloader
-from orchestrator.routing.router import Router, Services
+from orchestrator.routing.broker import Broker, CallHandler
+from orchestrator.routing.placement import LocalPlacement
+from orchestrator.routing.relay import Relay
+from orchestrator.routing.router import Collaborators, Router
+from orchestrator.routing.wire import RouterSocket
 from orchestrator.supervision import cgroups, forkserver, orphans, proctitle
 from orchestrator.supervision.childlog import ChildOutputs
 from orchestrator.supervision.forkserver import ENTRY, ForkServerProcess, start_fork_server
 from orchestrator.supervision.logfiles import Rotation
+from orchestrator.supervision.mailboxes import Mailboxes, RequestBook
+from orchestrator.supervision.ports import Placement
 from orchestrator.supervision.reconciler import Reconciler
 from orchestrator.supervision.settings import Settings, SpawnMode
 from orchestrator.supervision.spawner import ColdSpawner, ForkServerSpawner, Spawner
@@ -64,6 +73,7 @@ from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from protocol.ids import Address
 from protocol.launch import LaunchSettings
+from protocol.messages import CallOp, CallPayload, TurnMetrics
 
 if TYPE_CHECKING:  # cluster mode's modules import nats-py: only a --cluster run loads them
     from orchestrator.cluster.node import ClusterNode
@@ -104,7 +114,7 @@ class Parts:
     connections: Connections
     deferred: DeferredIndex
     reloader: Reloader
-    acceptor: Acceptor
+    ingress: Ingress
     permits: Permits
 
 
@@ -236,66 +246,89 @@ class Daemon:
         metrics: Metrics | None = None,
         node: ClusterNode | None = None,
     ) -> Parts:
-        """The object graph: the router first (the services take it as their broker), then
-        the supervisor and the services, then the one wiring step that hands them over."""
+        """The object graph in one pass: the shared mailboxes and request book first, then the
+        supervisor, the ingress and the call handlers (which reach the router through the
+        relay), then the router, which takes them all."""
         opts = self.opts
         listener: TransitionListener = _log_transition
         if metrics is not None:
             listener = _both(_log_transition, metrics.registry.on_transition)
         table = ProcessTable(listener=listener)
         swarm = CurrentSwarm(SwarmView.of(opts.bundle, opts.swarm))
-        router = Router(zctx, self.endpoints[0], table, self.settings.max_frame_bytes)
+        mailboxes, book, relay = Mailboxes(), RequestBook(), Relay()
+        wire = RouterSocket(zctx, self.endpoints[0], self.settings.max_frame_bytes)
         rundir.secure_socket(self.paths.agents_sock)
-        supervisor = Supervisor(table=table, router=router, spawner=spawner,
-                                settings=self.settings,
+        # the ports, chosen once: one machine or a cluster node; the journal or none
+        placement = self._placement(relay, node)
+        # the tools an agent declares are its only tool label values
+        on_ready = metrics.registry.on_ready if metrics is not None else _quiet
+        supervisor = Supervisor(table=table, mailboxes=mailboxes, deliveries=relay,
+                                placement=placement, spawner=spawner, settings=self.settings,
                                 launch=launch_settings(opts, self.settings, self.endpoints[0],
                                                        self.cgroup),
                                 layout=opts.layout, swarm=swarm,
-                                admits=node.admits if node else None,
-                                prepare=node.prepare if node else None)  # fmt: skip
-        if metrics is not None:  # the tools an agent declares are its only tool label values
-            supervisor.ready_listener = metrics.registry.on_ready
-        acceptor = (
-            Acceptor(journal, router.submit)
-            if node is None
-            else node.bind(router, supervisor, opts.layout, self.endpoints[1])
-        )
-        connections = Connections(router, swarm, supervisor.ensure, known=self._known(table),
-                                  acceptor=acceptor)  # fmt: skip
-        deferred = DeferredIndex(router, supervisor, opts.layout, opts.swarm.name)
-        deferred.view = swarm  # the Connections' approvers
+                                ready_listener=on_ready)  # fmt: skip
+        ingress = self._ingress(relay, journal, node, supervisor, mailboxes, book)
+        connections = Connections(relay, swarm, supervisor.ensure, ingress,
+                                  known=self._known(table))  # fmt: skip
+        mirror = NO_MIRROR
         if node is not None:
-            deferred.mirror = node.call_mirror
-            if node.answers is not None:
-                node.answers.handle = deferred.handle  # answers other nodes forward here
-        permits = self._permits(router, journal)
+            assert node.call_mirror is not None  # node.bind made it
+            mirror = node.call_mirror
+        deferred = DeferredIndex(relay, supervisor, opts.layout, opts.swarm.name, view=swarm,
+                                 mirror=mirror)  # fmt: skip
+        if node is not None:
+            assert node.answers is not None
+            node.answers.handle = deferred.handle  # answers other nodes forward here
+        permits = self._permits(relay, journal)
         reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
         agents = self._agents_service(table, supervisor)
-        router.attach(
-            Services(
-                lifecycle=supervisor,
-                agents=agents,
-                sends=SendCalls(agents, router.accept, router.reply),
-                connections=connections,
-                deferred=deferred,
-                restart=SelfRestart(reloader, router).on_call,
-                acceptor=acceptor,
-                permits=permits,
-                metrics=metrics.registry.on_turn_metrics if metrics is not None else None,
-                remote=node.forward_response if node is not None else None,
-                history=node.history_frame if node is not None else None,
-            )
-        )
+        calls = _call_handlers(relay, agents, deferred, permits,
+                               sends=SendCalls(agents, relay.accept, relay.reply),
+                               restart=SelfRestart(reloader, relay))  # fmt: skip
+        collaborators = Collaborators(
+            lifecycle=supervisor, ingress=ingress, placement=placement, calls=calls,
+            routes=agents, connectors=connections, suspended=deferred, budget=permits,
+            turn_metrics=metrics.registry.on_turn_metrics if metrics is not None else _uncounted,
+        )  # fmt: skip
+        router = Router(wire, table, mailboxes, book, relay, collaborators)
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
-        return Parts(router, supervisor, swarm, connections, deferred, reloader, acceptor, permits)
+        return Parts(router, supervisor, swarm, connections, deferred, reloader, ingress, permits)
 
-    def _permits(self, router: Router, journal: SqliteJournal | None) -> Permits:
+    @staticmethod
+    def _placement(relay: Relay, node: ClusterNode | None) -> Placement:
+        """Where instances run: here (one machine), or on the node that leases them."""
+        if node is None:
+            return LocalPlacement(relay.deliver_response)
+        from orchestrator.cluster.placement import ClusterPlacement  # imports nats-py
+
+        return ClusterPlacement(node)
+
+    def _ingress(
+        self,
+        relay: Relay,
+        journal: SqliteJournal | None,
+        node: ClusterNode | None,
+        supervisor: Supervisor,
+        mailboxes: Mailboxes,
+        book: RequestBook,
+    ) -> Ingress:
+        """Where events are accepted: the cluster's ingress stream, the embedded journal, or
+        (journal off) straight to the router."""
+        if node is not None:
+            return node.bind(relay, supervisor, mailboxes, book, self.opts.layout,
+                             self.endpoints[1])  # fmt: skip
+        if journal is not None:
+            return Acceptor(journal, relay.submit)
+        return DirectIngress(relay.submit)
+
+    def _permits(self, broker: Broker, journal: SqliteJournal | None) -> Permits:
         """Budgets (today's tallies from disk, or the journal's copy) and the Models' shared
         rate limits."""
         swarm = self.opts.swarm.name
         budgets = Budgets(self.opts.layout.usage_file(swarm), swarm, copy=journal)
         budgets.load()
-        permits = Permits(router, budgets, RateLimits())
+        permits = Permits(broker, budgets, RateLimits())
         permits.configure(self.opts.bundle, swarm)
         return permits
 
@@ -430,7 +463,7 @@ class Daemon:
             request_stop=self.request_stop,
             reload=parts.reloader.answer,
             deferred=parts.deferred,
-            acceptor=parts.acceptor,
+            acceptor=parts.ingress,
             permits=parts.permits,
             stopped=loop.create_future(),
             cluster=node.control if node is not None else None,
@@ -440,14 +473,14 @@ class Daemon:
                                 agents_cgroup=control_fence.agents_cgroup(self.cgroup))  # fmt: skip
         rundir.secure_socket(self.paths.control_sock)
         if metrics is not None:
-            metrics.bind(router, parts.acceptor, control, journal.stats if journal else None)
+            metrics.bind(router, parts.ingress, control, journal.stats if journal else None)
         rundir.write_active(self.paths, info)
         runpointer.write(self.opts.layout, swarm.name)
         tasks = [
             self._core(router.run(), "router"),
             self._core(control.run(), "control"),
             self._core(Reconciler(supervisor, self.settings).run(), "reconciler"),
-            self._core(parts.acceptor.compact_forever(), "journal"),
+            self._core(parts.ingress.compact_forever(), "journal"),
             self._core(orphans.reap_forever(), "orphans"),
         ]
         if node is not None:
@@ -466,7 +499,7 @@ class Daemon:
                  node=node.node if node is not None else None)  # fmt: skip
         # what an earlier daemon accepted and did not finish; a task: a stuck journal must not
         # keep this loop from reading a SIGTERM
-        tasks.append(self._core(parts.acceptor.recover(), "recover"))
+        tasks.append(self._core(parts.ingress.recover(), "recover"))
         why = await self.events.get()
         report = await self._shutdown(supervisor, why, node)
         assert control_ctx.stopped is not None
@@ -483,17 +516,17 @@ class Daemon:
         await spawner.close()
         orphans.kill_strays()  # what a tool left under us must not outlive this daemon
         parts.permits.close()  # today's usage tallies to disk (and to the journal's copy)
-        await self._close_journal(parts.acceptor)
+        await self._close_journal(parts.ingress)
         if node is not None:
             await node.close()
         log.info("stopped", exit_code=self.exit_code)
         return self.exit_code
 
-    async def _close_journal(self, acceptor: Acceptor) -> None:
+    async def _close_journal(self, ingress: Ingress) -> None:
         """Bounded: a wedged journal thread must not keep the daemon from exiting (exit 1)."""
         try:
             async with asyncio.timeout(JOURNAL_CLOSE_LIMIT):
-                await acceptor.close()
+                await ingress.close()
         except TimeoutError:
             log.error("journal_not_closed", code=ErrorCode.E_JOURNAL_FAILED,
                       seconds=JOURNAL_CLOSE_LIMIT)  # fmt: skip
@@ -566,6 +599,36 @@ class Daemon:
         log.info("drained", seconds=round(time.monotonic() - started, 3), drained=report.drained,
                  killed=report.killed, kept=report.kept, dropped=report.dropped)  # fmt: skip
         return report
+
+
+def _call_handlers(
+    broker: Broker,
+    agents: AgentsService,
+    deferred: DeferredIndex,
+    permits: Permits,
+    *,
+    sends: SendCalls,
+    restart: SelfRestart,
+) -> dict[CallOp, CallHandler]:
+    """Who answers each `call` op of a child (ARCHITECTURE.md §4)."""
+
+    def agents_call(entry: ProcessEntry, payload: CallPayload) -> None:
+        broker.reply(entry, agents.answer(entry.address, payload))
+
+    handlers: dict[CallOp, CallHandler] = dict.fromkeys(AGENT_OPS, agents_call)
+    handlers |= dict.fromkeys(DEFERRED_OPS, deferred.on_call)
+    handlers |= dict.fromkeys(PERMIT_OPS, permits.on_call)
+    handlers[CallOp.SEND] = sends.on_call
+    handlers[CallOp.RESTART] = restart.on_call
+    return handlers
+
+
+def _quiet(entry: ProcessEntry, tools: list[str]) -> None:
+    """No metrics endpoint: the tools a process declares are not counted."""
+
+
+def _uncounted(entry: ProcessEntry, report: TurnMetrics) -> None:
+    """No metrics endpoint: a turn's counter deltas are not counted."""
 
 
 def _both(*listeners: TransitionListener) -> TransitionListener:

@@ -22,7 +22,7 @@ Reply = Callable[[ProcessEntry, CallResultPayload], None]
 
 
 class SendCalls:
-    def __init__(self, agents: AgentsService | None, accept: Accept, reply: Reply) -> None:
+    def __init__(self, agents: AgentsService, accept: Accept, reply: Reply) -> None:
         self._agents = agents
         self._accept = accept
         self._reply = reply
@@ -35,8 +35,7 @@ class SendCalls:
             error = ErrorInfo(code=ErrorCode.E_PROTOCOL_DECODE, message=str(exc))
             self._answer(entry, payload, error)
             return
-        agents = self._agents
-        problem = agents.check_route(entry.address, target, event) if agents else None
+        problem = self._agents.check_route(entry.address, target, event)
         if problem is not None:
             self._answer(entry, payload, problem)
             return

@@ -21,7 +21,7 @@ import structlog
 
 from orchestrator.calls.answers import AnswerBook, Answered
 from orchestrator.routing.broker import RequestBroker, Targets
-from orchestrator.routing.mailboxes import OpenRequest
+from orchestrator.supervision.mailboxes import OpenRequest
 from orchestrator.supervision.table import ProcessEntry
 from protocol.endpoints import path_segment
 from protocol.errors import ProtocolError

@@ -44,9 +44,9 @@ from orchestrator.calls import auth as call_auth
 from orchestrator.calls.answer_delivery import CallDelivery
 from orchestrator.calls.answers import AnswerBook
 from orchestrator.calls.auth import Answerer
-from orchestrator.calls.deferred_remote import CallMirror, Forward
+from orchestrator.calls.deferred_remote import NO_MIRROR, CallMirror, Forward
 from orchestrator.routing.broker import RequestBroker, Targets
-from orchestrator.routing.mailboxes import OpenRequest
+from orchestrator.supervision.mailboxes import OpenRequest
 from orchestrator.supervision.table import ProcessEntry
 from orchestrator.swarm import CurrentSwarm
 from protocol.endpoints import StateLayout, path_segment
@@ -66,9 +66,6 @@ from protocol.jsontypes import JsonObject
 from protocol.messages import CallOp, CallPayload
 
 DEFERRED_OPS = frozenset({CallOp.DEFERRED_SUBMIT})
-ANSWER_EVENT = "deferred.answer"
-"""A connector's event carrying a client's JSON-RPC response in `metadata.rpc` (webhook
-`POST /rpc`); its reply is the resumed turn's reply."""
 RPC_WAIT_S = 120.0
 PASSED_ON = frozenset({"deferred", "pendingCall", "usage"})
 """What the answering connector hears of the resumed turn's reply besides its text: the next
@@ -127,6 +124,9 @@ class DeferredIndex:
         layout: StateLayout,
         swarm: str,
         clock: Callable[[], float] = time.time,
+        *,
+        view: CurrentSwarm | None = None,
+        mirror: CallMirror = NO_MIRROR,
     ) -> None:
         self.broker = broker
         self.targets = targets
@@ -140,9 +140,10 @@ class DeferredIndex:
         self.book.load()
         self.delivery = CallDelivery(broker, targets, self.book, self._pending_dir)
         self._tasks: set[asyncio.Future[None]] = set()
-        self.mirror: CallMirror | None = None
-        self.view: CurrentSwarm | None = None
-        """The swarm's Connections (their `approvers`), set by the daemon."""
+        self.mirror = mirror
+        """Where calls are kept beyond this node (cluster mode), or nowhere (one machine)."""
+        self.view = view
+        """The swarm's Connections (their `approvers`); None in tests that need none."""
 
     # -- the index --------------------------------------------------------------------
 
@@ -220,10 +221,9 @@ class DeferredIndex:
         self.scan()
         calls = {f.call.id: f.call for f in self.calls.values()}
         now = self.clock()
-        if self.mirror is not None:
-            for call in await self.mirror.swarm_calls():
-                if call.expires_at > now:
-                    calls.setdefault(call.id, call)
+        for call in await self.mirror.swarm_calls():
+            if call.expires_at > now:
+                calls.setdefault(call.id, call)
         return [call_row(c, now) for c in sorted(calls.values(), key=lambda c: c.created_at)]
 
     # -- from agent processes ---------------------------------------------------------
@@ -252,10 +252,7 @@ class DeferredIndex:
                      agent=call.agent, instanceKey=call.instance_key)  # fmt: skip
             self._notify_client(event, call)
 
-        if self.mirror is not None:
-            self.mirror.pending(call, announce)
-        else:
-            announce()
+        self.mirror.pending(call, announce)
 
     def on_death(self, address: Address, event: AgentEvent) -> bool:
         """The process of `address` died running `event`. If that turn had suspended on a
@@ -401,8 +398,7 @@ class DeferredIndex:
         self.delivery.sweep(address)
         self.book.record(call, answer, self.clock())  # before the agent can hear of it
         self.calls.pop(call.id, None)
-        if self.mirror is not None:
-            self.mirror.answered(call)
+        self.mirror.answered(call)
         waiter = self.delivery.reopen(call, wait, who.via)
         self.delivery.route(address, call.id, stream)
         if waiter is None:
@@ -430,7 +426,7 @@ class DeferredIndex:
 
     async def _locate(self, call_id: str, *, forwardable: bool) -> Found | PendingCall:
         """The call in this node's files, or (cluster mode) the call another node runs."""
-        if self._local(call_id) is None and self.mirror is not None:
+        if self._local(call_id) is None:
             elsewhere = await self.mirror.locate(call_id)
             if elsewhere is not None:
                 if forwardable:
@@ -442,7 +438,6 @@ class DeferredIndex:
         return self._find(call_id)
 
     async def _forward(self, call: PendingCall, wait_s: float, who: Answerer, **asked: Any) -> Any:
-        assert self.mirror is not None
         forward = Forward(call_id=call.id, agent=call.agent, instance_key=call.instance_key,
                           wait_s=wait_s, via=who.via, by=who.by, **asked)  # fmt: skip
         return await self.mirror.forward(call, forward)

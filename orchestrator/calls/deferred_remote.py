@@ -1,11 +1,11 @@
 """What the deferred-call index needs from a cluster (ARCHITECTURE.md §10, §15): the calls it
 keeps beyond this node, and answers handed to the node that runs a call's instance.
 
-On one machine the index has no mirror and none of this runs. In cluster mode a pending call is
-in the swarm's `calls` bucket before any client hears of it, so `goondan calls list` on any
-node lists every call of the swarm, and `calls resolve|approve|deny` (or a connector's `/rpc`)
-on a node that does not run the call's instance is forwarded, as a `Forward`, to the node
-that does, which answers it as if it had been asked itself.
+On one machine the index's mirror is `NO_MIRROR`: every call is this node's. In cluster mode a
+pending call is in the swarm's `calls` bucket before any client hears of it, so `goondan calls
+list` on any node lists every call of the swarm, and `calls resolve|approve|deny` (or a
+connector's `/rpc`) on a node that does not run the call's instance is forwarded, as a
+`Forward`, to the node that does, which answers it as if it had been asked itself.
 """
 
 from __future__ import annotations
@@ -56,3 +56,25 @@ class CallMirror(Protocol):
         """Have the node running the call's instance answer it: what its index returned,
         or DeferredCallError with that node's code."""
         ...
+
+
+class _NoMirror:
+    """One machine: every call is this node's, kept in its files only."""
+
+    def pending(self, call: PendingCall, then: Callable[[], None]) -> None:
+        then()
+
+    def answered(self, call: PendingCall) -> None:
+        return None
+
+    async def swarm_calls(self) -> list[PendingCall]:
+        return []
+
+    async def locate(self, call_id: str) -> PendingCall | None:
+        return None
+
+    async def forward(self, call: PendingCall, forward: Forward) -> Any:
+        raise AssertionError("one machine locates no call elsewhere: nothing is forwarded")
+
+
+NO_MIRROR: CallMirror = _NoMirror()

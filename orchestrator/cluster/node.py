@@ -34,7 +34,8 @@ from orchestrator.cluster.options import ClusterOptions
 from orchestrator.cluster.swarm_control import SwarmControl
 from orchestrator.cluster.swarm_delete import SwarmDelete
 from orchestrator.ingress.journal import JournalError
-from orchestrator.routing.router import Router
+from orchestrator.routing.broker import Hub
+from orchestrator.supervision.mailboxes import Mailboxes, RequestBook
 from orchestrator.supervision.spawner import SpawnError
 from orchestrator.supervision.supervisor import Supervisor
 from orchestrator.supervision.table import ProcessEntry
@@ -51,7 +52,9 @@ class ClusterNode:
     opts: ClusterOptions
     nats: Nats
     journal: NatsJournal
-    router: Router | None = None
+    router: Hub | None = None
+    mailboxes: Mailboxes | None = None
+    book: RequestBook | None = None
     supervisor: Supervisor | None = None
     consumers: Consumers | None = None
     acceptor: ClusterAcceptor | None = None
@@ -85,10 +88,17 @@ class ClusterNode:
         return partition_of(target.name, target.instance_key, self.opts.policy.partitions)
 
     def bind(
-        self, router: Router, supervisor: Supervisor, layout: StateLayout, control: str
+        self,
+        router: Hub,
+        supervisor: Supervisor,
+        mailboxes: Mailboxes,
+        book: RequestBook,
+        layout: StateLayout,
+        control: str,
     ) -> ClusterAcceptor:
         """Wire this node to the daemon's router and supervisor; the acceptor to use."""
         self.router, self.supervisor = router, supervisor
+        self.mailboxes, self.book = mailboxes, book
         ttl = self.opts.policy.lease_ttl_seconds
         self.consumers = Consumers(self.nats, ttl, self._deliver, self._drop, self._settle)
         self.history = HistoryWriter(self.nats, layout, self.nats.names.swarm, self._writes,
@@ -111,7 +121,7 @@ class ClusterNode:
         )  # fmt: skip
         return self.acceptor
 
-    # -- what the router and supervisor ask (cluster mode only) --------------------------
+    # -- what the cluster's Placement asks (placement.py) -----------------------------------
 
     def admits(self, target: Address) -> bool:
         """Whether an instance may run here: agents only in partitions this node leases."""
@@ -181,7 +191,8 @@ class ClusterNode:
             self.router.deliver_response(target, event)
             self.consumers.complete(event.id)  # a response runs no turn
             return
-        problem = self.router.services.lifecycle.check_target(target)
+        assert self.supervisor is not None
+        problem = self.supervisor.check_target(target)
         if problem is not None and event.reply_to is None:
             log.warning("event_dropped", event_id=event.id, code=problem.code,
                         reason=problem.message)  # fmt: skip
@@ -198,10 +209,11 @@ class ClusterNode:
 
     def _forget_work(self, entry: ProcessEntry) -> None:
         """The instance's queued events and the requests it serves are the next owner's."""
-        assert self.router is not None
-        for request in self.router.book.served_by(entry.address):
-            self.router.book.close(request.correlation_id)
-        self.router.mailboxes.pop(entry.address, None)
+        assert self.book is not None
+        assert self.mailboxes is not None
+        for request in self.book.served_by(entry.address):
+            self.book.close(request.correlation_id)
+        self.mailboxes.pop(entry.address, None)
 
     def _drop(self, partition: int) -> None:
         """The lease lapsed: stop the partition's instances now (SIGKILL), forget their work."""

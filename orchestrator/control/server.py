@@ -31,7 +31,7 @@ from orchestrator.control import localstate
 from orchestrator.control.fence import Fence
 from orchestrator.control.instance_delete import delete_here
 from orchestrator.ingress import send as sending
-from orchestrator.ingress.accept import Acceptor
+from orchestrator.ingress.port import Ingress
 from orchestrator.ingress.streams import ClientStream
 from orchestrator.routing.peers import PeerWatch, peer_pid, peer_uid
 from orchestrator.routing.router import Router
@@ -99,8 +99,9 @@ class ControlContext:
     swarm: CurrentSwarm
     """The entry agent and default instance key of `send` (a reload swaps them)."""
     request_stop: Callable[[], None]
-    acceptor: Acceptor | None = None
-    """Where a `send` is accepted (journaled); None in tests that build no journal."""
+    acceptor: Ingress
+    """Where a `send` is accepted (orchestrator/ingress/port.py: journaled, direct or the
+    cluster's stream)."""
     reload: ReloadFn | None = None
     """Re-read the bundle, restart what changed (`orchestrator.reload.apply.Reloader.answer`)."""
     deferred: DeferredIndex | None = None
@@ -161,9 +162,7 @@ async def _cluster(
 
 async def _status(ctx: ControlContext) -> StatusResult:
     pending: Counter[str] = Counter()
-    acceptor = ctx.acceptor
-    if acceptor is not None and acceptor.journal is not None:
-        pending.update(entry.target for entry in await acceptor.journal.pending())
+    pending.update(await ctx.acceptor.pending_targets())
     now = ctx.supervisor.clock()
     rows = [e.info(now, pending[str(e.address)]) for e in ctx.supervisor.table]
     unanswered: list[str] = []

@@ -7,8 +7,8 @@ then is the event submitted for delivery and the sender told it was accepted. Su
 acceptance order even when appends finish out of order. The router reports when a process
 starts an event's turn (`started`) and when the turn is over (`finished`, with the reply when
 there is one); after a crash `recover` submits again everything not finished, oldest first.
-With no journal (`Swarm.spec.policy.ingress.journal: off`) events are submitted at once and
-nothing survives the daemon.
+This is the journal's `Ingress` (orchestrator/ingress/port.py); with no journal
+(`Swarm.spec.policy.ingress.journal: off`) the daemon uses `direct.DirectIngress`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class _Accepting:
 
 
 class Acceptor:
-    def __init__(self, journal: Journal | None, submit: Submit) -> None:
+    def __init__(self, journal: Journal, submit: Submit) -> None:
         self.journal = journal
         self._submit = submit
         self._order: deque[_Accepting] = deque()
@@ -72,9 +72,6 @@ class Acceptor:
         nothing before the event is durable, and the turn does not wait for the disk. Not when
         an earlier event still waits for its append (order first), nor with a dedupe key (a
         repeat must not run)."""
-        if self.journal is None:
-            self._submit(event, target, waiter)
-            return None
         append = asyncio.ensure_future(self.journal.append(event, str(target), dedupe_key))
         alone = not self._order and not self._recovering
         if event.reply_to is not None and dedupe_key is None and alone:
@@ -95,20 +92,11 @@ class Acceptor:
         the journal's lag, for the metrics."""
         return len(self._open), len(self._order)
 
-    def bind(self, submit: Submit) -> None:
-        """Submit to `submit` from now on (a composition root that builds the router after
-        the acceptor)."""
-        self._submit = submit
-
     def take(
         self, event: AgentEvent, target: Address, answered: Callable[[ErrorInfo | None], None]
     ) -> None:
         """`accept` for an event a process sent (no awaiting in the frame handler):
         `answered(None)` once it is durable and submitted, `answered(error)` if it is not."""
-        if self.journal is None:
-            self._submit(event, target, None)
-            answered(None)
-            return
 
         async def taking() -> None:
             try:
@@ -136,7 +124,7 @@ class Acceptor:
     # -- what the router reports --------------------------------------------------------
 
     def started(self, event_id: str) -> None:
-        if self.journal is not None and event_id in self._open:
+        if event_id in self._open:
             self._background(self.journal.claim(event_id))
 
     def finished(self, event_id: str, reply: AgentEvent | None = None) -> None:
@@ -150,14 +138,14 @@ class Acceptor:
         for future in self._attached.pop(event_id, []):
             if not future.done():
                 future.set_result(reply)
-        if self.journal is not None and event_id in self._open:
+        if event_id in self._open:
             self._open.discard(event_id)
             self._background(self.journal.complete(event_id, reply))
 
     def keep(self, event_id: str, reply: AgentEvent) -> bool:
         """For a stop: whether `event_id` stays open in the journal (it runs after the next
         start). Clients attached to it hear `reply` now."""
-        if self.journal is None or event_id not in self._open:
+        if event_id not in self._open:
             return False
         for future in self._attached.pop(event_id, []):
             if not future.done():
@@ -181,8 +169,6 @@ class Acceptor:
     async def recover(self) -> int:
         """Submit again every event an earlier daemon accepted and did not finish, before
         anything this one accepts meanwhile (FIFO per sender holds across a crash)."""
-        if self.journal is None:
-            return 0
         self._recovering = True
         try:
             entries = await self.journal.pending()
@@ -213,7 +199,7 @@ class Acceptor:
         """(the journal's entry, a future of its reply while its turn runs: None when the
         turn ends without one) for a client that re-attaches to an event it sent; None when
         the journal does not know the event."""
-        entry = await self.journal.lookup(event_id) if self.journal is not None else None
+        entry = await self.journal.lookup(event_id)
         if entry is None:
             return None
         if entry.state is EntryState.COMPLETED:
@@ -228,7 +214,7 @@ class Acceptor:
     async def compact_forever(self, every: float = COMPACT_EVERY) -> None:
         """Drop finished entries past their windows now and then: the journal stays bounded
         (the conversations are the record)."""
-        while self.journal is not None:
+        while True:
             dropped = await self.journal.compact()
             if dropped:
                 log.info("journal_compacted", dropped=dropped)
@@ -238,5 +224,7 @@ class Acceptor:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, JournalError):
                 await task
-        if self.journal is not None:
-            await self.journal.close()
+        await self.journal.close()
+
+    async def pending_targets(self) -> list[str]:
+        return [entry.target for entry in await self.journal.pending()]

@@ -22,8 +22,8 @@ import msgspec
 import structlog
 
 from orchestrator.ingress import rules as ingress
-from orchestrator.ingress.accept import Acceptor
 from orchestrator.ingress.journal import Appended, JournalError
+from orchestrator.ingress.port import Ingress
 from orchestrator.routing.broker import Broker
 from orchestrator.supervision.table import ProcessEntry
 from orchestrator.swarm import Connection, CurrentSwarm
@@ -107,9 +107,9 @@ class Connections:
         broker: Broker,
         swarm: CurrentSwarm,
         ensure: Callable[[Address], None],
+        acceptor: Ingress,
         known: Callable[[Address], bool] = lambda _a: True,
         clock: Callable[[], float] = time.monotonic,
-        acceptor: Acceptor | None = None,
     ) -> None:
         self.broker = broker
         self.acceptor = acceptor
@@ -206,7 +206,7 @@ class Connections:
             self._send(entry, response_to(event, source=SOURCE, text="", metadata=meta))
 
     async def _reply_of(self, event_id: str) -> AgentEvent | None:
-        found = await self.acceptor.attach(event_id) if self.acceptor is not None else None
+        found = await self.acceptor.attach(event_id)
         if found is None:
             return None
         entry, future = found
@@ -228,9 +228,6 @@ class Connections:
     async def accept(
         self, event: AgentEvent, target: Address, dedupe_key: str | None
     ) -> Appended | None:
-        if self.acceptor is None:
-            self.broker.submit(event, target)
-            return None
         return await self.acceptor.accept(event, target, dedupe_key=dedupe_key)
 
     def _may_create(self, name: str, rules: ingress.Ingress, target: Address) -> bool:

@@ -18,8 +18,8 @@ from typing import Protocol
 import structlog
 
 from orchestrator.calls.deferred import DeferredIndex
-from orchestrator.ingress.accept import Acceptor
 from orchestrator.ingress.journal import Appended, JournalError
+from orchestrator.ingress.port import Ingress
 from orchestrator.ingress.streams import ClientStream
 from orchestrator.routing.router import Router
 from orchestrator.supervision.states import ProcessStatus
@@ -39,7 +39,7 @@ class SendContext(Protocol):
     @property
     def swarm(self) -> CurrentSwarm: ...
     @property
-    def acceptor(self) -> Acceptor | None: ...
+    def acceptor(self) -> Ingress: ...
     @property
     def deferred(self) -> DeferredIndex | None: ...
 
@@ -151,9 +151,6 @@ async def _accept(
     waiter: asyncio.Future[AgentEvent] | None,
     dedupe_key: str | None,
 ) -> Appended | None:
-    if ctx.acceptor is None:
-        ctx.router.submit(event, target, waiter)
-        return None
     try:
         return await ctx.acceptor.accept(event, target, waiter=waiter, dedupe_key=dedupe_key)
     except JournalError as exc:
@@ -162,7 +159,7 @@ async def _accept(
 
 async def attach(ctx: SendContext, req: Attach) -> AgentEvent | JsonObject:
     """The reply of an accepted event, waiting while its turn runs."""
-    found = await ctx.acceptor.attach(req.event_id) if ctx.acceptor is not None else None
+    found = await ctx.acceptor.attach(req.event_id)
     if found is None:
         raise SendFailed(
             ErrorCode.E_EVENT_NOT_FOUND,

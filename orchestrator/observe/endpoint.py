@@ -17,7 +17,7 @@ from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from orchestrator.control.server import ControlServer
-    from orchestrator.ingress.accept import Acceptor
+    from orchestrator.ingress.port import Ingress
     from orchestrator.observe.metrics import DaemonMetrics
     from orchestrator.routing.router import Router
 
@@ -38,7 +38,7 @@ class Metrics:
     def bind(
         self,
         router: Router,
-        acceptor: Acceptor,
+        acceptor: Ingress,
         control: ControlServer,
         journal_stats: Callable[[], Awaitable[dict[str, Any]]] | None,
     ) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from orchestrator.routing.mailboxes import RequestBook
+from orchestrator.supervision.mailboxes import RequestBook
 from orchestrator.supervision.table import ProcessEntry
 from protocol.errors import ProtocolError
 from protocol.ids import ORCHESTRATOR, Address, ProcessKind

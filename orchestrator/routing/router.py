@@ -8,11 +8,13 @@ The socket itself (drain pattern, sends without awaiting, ROUTER_MANDATORY, the 
 edge-triggered ZMQ_FD needs after a send) is `wire.RouterSocket`; an unroutable send is counted
 and answered here, never dropped silently.
 
-What the router does not decide itself it hands to its `Services` (the supervisor as the
-`Lifecycle`, the `agents` calls, connector ingress, deferred calls, self-restart), attached once
-by the composition root. They reach back only through the `orchestrator.routing.broker` Protocols
-the
-router implements, so none of them imports this module.
+What the router does not decide itself it hands to the collaborators it is built with, all
+required (the supervisor as the `Lifecycle`, the ingress, the placement, a handler per call op,
+connector ingress, deferred calls, budgets). The composition root builds them first; those that
+reach back get the router through one `orchestrator.routing.relay.Relay`, which this
+constructor connects, as the `orchestrator.routing.broker` Protocols the router implements,
+so none of them imports this module. Mailboxes and the request book are built first too and
+shared with the supervisor (orchestrator/supervision/mailboxes.py).
 """
 
 from __future__ import annotations
@@ -20,27 +22,31 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import assert_never
 
 import structlog
-import zmq
-import zmq.asyncio
 
-from orchestrator.calls.agent_send import SendCalls
-from orchestrator.calls.agents import AGENT_OPS, AgentsService
-from orchestrator.calls.deferred import ANSWER_EVENT, DEFERRED_OPS, DeferredIndex
-from orchestrator.calls.permits import PERMIT_OPS, Permits
-from orchestrator.ingress.accept import Acceptor
-from orchestrator.ingress.connections import Connections
-from orchestrator.routing.broker import Lifecycle
+from orchestrator.routing import parking
+from orchestrator.routing.broker import (
+    ANSWER_EVENT,
+    Budget,
+    CallHandler,
+    ConnectorEvents,
+    Intake,
+    Lifecycle,
+    RouteCheck,
+    SuspendedTurns,
+)
 from orchestrator.routing.deltas import DeltaRoutes
-from orchestrator.routing.mailboxes import Mailbox, OpenRequest, RequestBook
 from orchestrator.routing.peers import PeerWatch
-from orchestrator.routing.wire import MAX_FRAME_BYTES, PEER_GONE, RouterSocket
+from orchestrator.routing.relay import Relay
+from orchestrator.routing.wire import PEER_GONE, RouterSocket
 from orchestrator.supervision import liveness
+from orchestrator.supervision.mailboxes import Mailbox, Mailboxes, OpenRequest, RequestBook
+from orchestrator.supervision.ports import Placement
 from orchestrator.supervision.states import READY, ProcessStatus
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.codec import decode_message, encode
@@ -82,36 +88,33 @@ log = structlog.get_logger("goondan.router")
 ORCHESTRATOR_SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
 
+TurnMetricsSink = Callable[[ProcessEntry, TurnMetrics], None]
+
+
 @dataclass(frozen=True, slots=True)
-class Services:
-    """Whom the router hands frames and calls to. They take the router as their broker, so
-    the composition root builds them after it and hands them over once (`Router.attach`)."""
+class Collaborators:
+    """Whom the router hands frames and calls to, all required (the daemon picks each
+    implementation once, at start)."""
 
     lifecycle: Lifecycle
     """Frames about a child's life, and the questions of `submit` (the supervisor)."""
-    agents: AgentsService | None = None
-    """The `agents` tool's checks and calls (spawn/list/catalog)."""
-    connections: Connections | None = None
+    ingress: Intake
+    """Events from processes are accepted through it; it hears when a turn starts and ends."""
+    placement: Placement
+    """Where a response for an agent goes, and what becomes of `history` frames."""
+    calls: Mapping[CallOp, CallHandler]
+    """A handler per call op (spawn/list/catalog, send, restart, deferred, permits); an op
+    without one is answered E_NOT_IMPLEMENTED."""
+    routes: RouteCheck
+    """Who may reach whom (the `agents` calls' checks)."""
+    connectors: ConnectorEvents
     """Connector events -> Connection ingress rules."""
-    deferred: DeferredIndex | None = None
-    """Pending deferred tool calls (ARCHITECTURE.md §10)."""
-    restart: Callable[[ProcessEntry, CallPayload], None] | None = None
-    """The `restart` call of the self-restart tool."""
-    sends: SendCalls | None = None
-    """`agents__send` calls: accepted (journaled) before the sender hears so."""
-    acceptor: Acceptor | None = None
-    """The ingress journal's front: events from processes are accepted through it, and it
-    hears when a turn starts and finishes."""
-    permits: Permits | None = None
-    """Model-call permits and usage: budgets and shared rate limits."""
-    metrics: Callable[[ProcessEntry, TurnMetrics], None] | None = None
-    """Counter deltas of agents' turns, for the metrics endpoint
-    (orchestrator/observe/metrics.py)."""
-    remote: Callable[[Address, AgentEvent, Address | None], None] | None = None
-    """Cluster mode: a response for an agent goes to whichever node owns it, after the
-    serving instance's conversation appends (orchestrator/cluster/node.py)."""
-    history: Callable[[ProcessEntry, bytes], None] | None = None
-    """Cluster mode: a child's conversation event, for the history stream."""
+    suspended: SuspendedTurns
+    """Turns waiting on a client-side call (ARCHITECTURE.md §10)."""
+    budget: Budget
+    """New events for an agent over its budget are answered at once."""
+    turn_metrics: TurnMetricsSink
+    """Counter deltas of agents' turns (orchestrator/observe/metrics.py, or nothing)."""
 
 
 @dataclass(slots=True)
@@ -130,44 +133,35 @@ def _should_log(count: int) -> bool:
 class Router:
     def __init__(
         self,
-        ctx: zmq.asyncio.Context,
-        endpoint: str,
+        wire: RouterSocket,
         table: ProcessTable,
-        max_frame_bytes: int = MAX_FRAME_BYTES,
+        mailboxes: Mailboxes,
+        book: RequestBook,
+        relay: Relay,
+        with_: Collaborators,
     ) -> None:
         self.table = table
-        self.wire = RouterSocket(ctx, endpoint, max_frame_bytes)
+        self.wire = wire
         self.sock = self.wire.sock
-        self.peers = PeerWatch(self.sock, "agents", max_frame_bytes, self._spawned)
-        self.endpoint = endpoint
-        self.mailboxes: dict[Address, Mailbox] = {}
-        self.book = RequestBook()
+        self.peers = PeerWatch(self.sock, "agents", wire.max_frame_bytes, self._spawned)
+        self.endpoint = wire.endpoint
+        self.mailboxes = mailboxes
+        self.book = book
         self.stats = Stats()
+        self.services = with_
+        self.lifecycle = with_.lifecycle
+        self.ingress = with_.ingress
+        self.placement = with_.placement
         # routing ids and addresses repeat: parse each once (only what parses is cached)
         self._process_id = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_routing_id)
         self.address = functools.lru_cache(maxsize=ID_CACHE_MAX)(parse_address)
         """Parse an address (cached); raise ProtocolError."""
         self.deltas = DeltaRoutes(self.book, self.ready, self.send, self.address)
         """Turns' `delta` frames to whoever waits for their reply (ARCHITECTURE.md §4)."""
-        self._services: Services | None = None
-
-    def attach(self, services: Services) -> None:
-        """The composition root's one wiring step, before `run`."""
-        if self._services is not None:
-            raise RuntimeError("the router's services are attached once")
-        self._services = services
-
-    @property
-    def services(self) -> Services:
-        if self._services is None:
-            raise RuntimeError("the router has no services: the composition root calls attach()")
-        return self._services
+        relay.connect(self)  # the collaborators built before the router reach it from now on
 
     def mailbox(self, address: Address) -> Mailbox:
-        box = self.mailboxes.get(address)
-        if box is None:
-            box = self.mailboxes[address] = Mailbox()
-        return box
+        return self.mailboxes.box(address)
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -210,11 +204,11 @@ class Router:
         if not entry.live:  # its exit was seen first: keep what it hands back and wrote
             if isinstance(msg, ShutdownAck):
                 self._late_ack(entry, msg.payload)
-            elif isinstance(msg, History) and self.services.history is not None:
+            elif isinstance(msg, History) and self.placement.history(entry, msg.payload.line):
                 # the last conversation lines of its last turn, already in the files on this
                 # node: dropped, the history stream would lack them while the cache looked
                 # current (a later owner, rebuilding from the stream, would lose that turn)
-                self.services.history(entry, msg.payload.line)
+                pass
             else:
                 self._stale(pid)
             return
@@ -233,7 +227,7 @@ class Router:
         """A drained process's `shutdown_ack`, read after its exit (the pidfd can win the race
         with the last frames): its events were requeued at its exit already
         (`Mailbox.on_death(drained=True)`); the ack is still its own log line."""
-        self.services.lifecycle.on_shutdown_ack(entry, payload)
+        self.lifecycle.on_shutdown_ack(entry, payload)
 
     def _malformed(self, ident: bytes, reason: str) -> None:
         self.stats.malformed += 1
@@ -244,8 +238,7 @@ class Router:
             )
 
     def _dispatch(self, entry: ProcessEntry, msg: Message) -> None:
-        services = self.services
-        lifecycle = services.lifecycle
+        lifecycle = self.lifecycle
         match msg:
             case Event() | Delta():
                 self._on_flow(entry, msg)
@@ -258,11 +251,11 @@ class Router:
                 self.mailbox(entry.address).requeue(payload.undelivered_events)
                 lifecycle.on_shutdown_ack(entry, payload)
             case Call(payload=payload):
-                self._on_call(entry, payload, services)
+                self.services.calls.get(payload.op, self._unhandled)(entry, payload)
             case Heartbeat(payload=beat):
                 liveness.on_beat(self.table, entry, beat, self.send)
-            case History(payload=payload) if services.history is not None:
-                services.history(entry, payload.line)  # cluster mode (ARCHITECTURE.md §15)
+            case History(payload=payload) if self.placement.history(entry, payload.line):
+                pass  # kept by the cluster's placement (ARCHITECTURE.md §15)
             case CallResult() | Shutdown() | History():
                 log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:
@@ -287,35 +280,28 @@ class Router:
             case StartError(payload=payload):
                 lifecycle.on_start_error(entry, payload)
 
-    def _on_call(self, entry: ProcessEntry, payload: CallPayload, services: Services) -> None:
-        if payload.op is CallOp.SEND and services.sends is not None:
-            services.sends.on_call(entry, payload)
-        elif payload.op is CallOp.RESTART and services.restart is not None:
-            services.restart(entry, payload)
-        elif payload.op in DEFERRED_OPS and services.deferred is not None:
-            services.deferred.on_call(entry, payload)
-        elif payload.op in PERMIT_OPS and services.permits is not None:
-            services.permits.on_call(entry, payload)
-        elif payload.op in AGENT_OPS and services.agents is not None:
-            self.reply(entry, services.agents.answer(entry.address, payload))
-        else:
-            services.lifecycle.on_call(entry, payload)
+    def _unhandled(self, entry: ProcessEntry, payload: CallPayload) -> None:
+        """A call no handler takes (a newer child's op) gets a coded error back, never
+        silence, so the calling tool fails at once instead of waiting for its timeout."""
+        error = ErrorInfo(
+            code=ErrorCode.E_NOT_IMPLEMENTED,
+            message=f"the orchestrator has no handler for call {payload.op!r}",
+            suggestion="run the agent under a goondan daemon of the same version",
+        )
+        self.reply(entry, CallResultPayload(call_id=payload.call_id, ok=False, error=error))
 
     def _on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
-        if payload.metrics is not None and self.services.metrics is not None:
-            self.services.metrics(entry, payload.metrics)
+        if payload.metrics is not None:
+            self.services.turn_metrics(entry, payload.metrics)
         if payload.event_id is None:
             return
         box = self.mailbox(entry.address)
-        acceptor = self.services.acceptor
         if payload.state == "processing":
             box.mark_started(payload.event_id)
-            if acceptor is not None:
-                acceptor.started(payload.event_id)
+            self.ingress.started(payload.event_id)
         else:
             box.mark_done(payload.event_id)
-            if acceptor is not None:
-                acceptor.finished(payload.event_id)
+            self.ingress.finished(payload.event_id)
 
     def _on_child_event(self, entry: ProcessEntry, to: str, event: AgentEvent) -> None:
         if event.in_reply_to is not None:
@@ -323,24 +309,23 @@ class Router:
             self.respond(event)
             return
         services = self.services
-        if event.type == ANSWER_EVENT and services.deferred is not None:
+        if event.type == ANSWER_EVENT:
             if entry.address.kind is not ProcessKind.CONNECTOR:  # an agent answering itself
                 log.warning("deferred_answer_from_agent", sender=entry.id_text, event_id=event.id)
                 why = "only a client answers a deferred call (a connector, the CLI)"
                 self._reject(event, ErrorCode.E_CALL_FORBIDDEN, why)
                 return
-            services.deferred.on_answer_event(entry, event, to)  # a client's answer (§10)
+            services.suspended.on_answer_event(entry, event, to)  # a client's answer (§10)
             return
-        if entry.address.kind is ProcessKind.CONNECTOR and services.connections is not None:
-            services.connections.on_event(entry, event, to)
+        if entry.address.kind is ProcessKind.CONNECTOR:
+            services.connectors.on_event(entry, event, to)
             return
         try:
             target = self.address(to)
         except ProtocolError as exc:
             self._reject(event, ErrorCode.E_AGENT_NOT_FOUND, exc.message)
             return
-        agents = services.agents
-        problem = agents.check_route(entry.address, target, event) if agents else None
+        problem = services.routes.check_route(entry.address, target, event)
         if problem is not None:
             self._reject(event, problem.code, problem.message, problem.suggestion)
             return
@@ -352,19 +337,15 @@ class Router:
         target: Address,
         answered: Callable[[ErrorInfo | None], None] | None = None,
     ) -> None:
-        """A process's event for `target`: through the journal when there is one, then
-        submitted in acceptance order; `answered` hears whether it was accepted (by default a
-        refusal answers the event's `replyTo` with the coded error)."""
-        acceptor = self.services.acceptor
-        if acceptor is None:
-            self.submit(event, target)
-            return
+        """A process's event for `target`: through the ingress (the journal when there is
+        one), then submitted in acceptance order; `answered` hears whether it was accepted (by
+        default a refusal answers the event's `replyTo` with the coded error)."""
 
         def refused(error: ErrorInfo | None) -> None:
             if error is not None:
                 self._reject(event, error.code, error.message, error.suggestion)
 
-        acceptor.take(event, target, answered or refused)
+        self.ingress.take(event, target, answered or refused)
 
     # -- sending ----------------------------------------------------------------------
 
@@ -399,7 +380,7 @@ class Router:
         """A new event for `target`: queue it, spawn on demand, deliver when ready."""
         if event.reply_to is not None:
             self.book.open(OpenRequest.of(event, event.reply_to, target, waiter))
-        lifecycle = self.services.lifecycle
+        lifecycle = self.lifecycle
         problem = lifecycle.check_target(target, request=self.awaited(event))
         if problem is None:
             problem = self._over_budget(event, target)
@@ -416,21 +397,16 @@ class Router:
     def _over_budget(self, event: AgentEvent, target: Address) -> ErrorInfo | None:
         """A new event for an agent whose budget is used up is answered at once: no turn,
         no model call (a response to the agent, or a restart's redelivery, still goes)."""
-        permits = self.services.permits
-        if permits is None or target.kind is not ProcessKind.AGENT:
+        if target.kind is not ProcessKind.AGENT or event.in_reply_to is not None:
             return None
-        if event.in_reply_to is not None:
-            return None
-        return permits.refuse_event(target.name)
+        return self.services.budget.refuse_event(target.name)
 
     def flush(self, address: Address) -> None:
         """Deliver the queue of `address` to its ready process, in order."""
         entry = self.ready(address)
         if entry is None:
             return
-        deferred = self.services.deferred
-        if deferred is not None:
-            deferred.on_ready(address)
+        self.services.suspended.on_ready(address)
         box = self.mailboxes.get(address)
         if box is None:
             return
@@ -451,13 +427,6 @@ class Router:
                 box.mark_done(event.id)  # a queued response runs no turn: nothing to track
         if events:
             liveness.probe_unless_beating(entry, self.send)
-
-    def forget(self, address: Address) -> None:
-        """The instance is hibernated (orchestrator/supervision/hibernation.py): nothing waits for
-        it."""
-        box = self.mailboxes.get(address)
-        if box is not None and box.empty:
-            del self.mailboxes[address]
 
     def open_request(self, request: OpenRequest) -> None:
         """Open (or re-open, for a resumed turn) a request. Someone already waiting for its
@@ -484,8 +453,7 @@ class Router:
         if request is None:
             log.info("response_unclaimed", correlation_id=response.in_reply_to)
             return
-        if self.services.acceptor is not None:
-            self.services.acceptor.finished(request.event_id, response)
+        self.ingress.finished(request.event_id, response)
         if request.waiter is not None:
             if not request.waiter.done():
                 request.waiter.set_result(response)
@@ -497,9 +465,8 @@ class Router:
         except ProtocolError:
             log.warning("response_bad_requester", requester=request.requester)
             return
-        remote = self.services.remote
-        if remote is not None and requester.kind is ProcessKind.AGENT:
-            remote(requester, response, request.server)  # cluster mode: its owner may be elsewhere
+        if requester.kind is ProcessKind.AGENT:  # in cluster mode its owner may be elsewhere
+            self.placement.route_response(requester, response, request.server)
             return
         self.deliver_response(requester, response)
 
@@ -511,7 +478,7 @@ class Router:
                 # the caller stopped (idle timeout, crash): queue the reply and start it again,
                 # so an async `agents__request` reply still reaches its durable inbox
                 self.mailbox(requester).queue.append(response)
-                self.services.lifecycle.ensure(requester)
+                self.lifecycle.ensure(requester)
                 return
             log.info("response_requester_gone", requester=str(requester))
             return
@@ -555,8 +522,7 @@ class Router:
         crashed = box.on_death(drained=stopped)
         if crashed is None:
             return
-        deferred = self.services.deferred
-        if deferred is not None and deferred.on_death(entry.address, crashed):
+        if self.services.suspended.on_death(entry.address, crashed):
             return  # its turn waits for a client on disk: the next process resumes it
         # Not when the daemon ended it (a stop, a wedge): the next process would do the same.
         if not stopped and not entry.killed and box.retry(crashed):
@@ -584,6 +550,10 @@ class Router:
             else:
                 self._answer_error(event, error)
         return len(events) - len(box.queue)
+
+    def park_queued(self, address: Address) -> tuple[int, int]:
+        """Empty the mailbox of `address` for a stop: (kept, dropped) events."""
+        return parking.park_queued(self.mailboxes, self.book, self.ingress, self.respond, address)
 
 
 def _pass_on(to: asyncio.Future[AgentEvent], done: asyncio.Future[AgentEvent]) -> None:

@@ -43,6 +43,8 @@ class RouterSocket:
     def __init__(
         self, ctx: zmq.asyncio.Context, endpoint: str, max_frame_bytes: int = MAX_FRAME_BYTES
     ) -> None:
+        self.endpoint = endpoint
+        self.max_frame_bytes = max_frame_bytes
         self.sock = ctx.socket(zmq.ROUTER)
         # a bigger frame closes its connection before it is read: memory stays flat
         self.sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)

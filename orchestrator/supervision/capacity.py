@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from orchestrator.routing.mailboxes import Mailbox
+from orchestrator.supervision.mailboxes import Mailbox
 from orchestrator.supervision.states import ProcessStatus as S
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.errors import ErrorCode, ErrorInfo

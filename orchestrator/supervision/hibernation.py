@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 
-from orchestrator.routing.mailboxes import Mailbox
+from orchestrator.supervision.mailboxes import Mailbox
 from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.supervisor import Supervisor
 from orchestrator.supervision.table import ProcessEntry
@@ -60,9 +60,9 @@ def to_forget(
 
 def sweep(supervisor: Supervisor, keep: int) -> int:
     """Forget what `to_forget` picks; how many were forgotten."""
-    router, table = supervisor.router, supervisor.table
-    chosen = to_forget(table, router.mailboxes, supervisor.capacity.waiting, keep)
+    mailboxes, table = supervisor.mailboxes, supervisor.table
+    chosen = to_forget(table, mailboxes, supervisor.capacity.waiting, keep)
     for address in chosen:
         table.remove(address)
-        router.forget(address)
+        mailboxes.forget(address)
     return len(chosen)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from orchestrator.routing.mailboxes import Mailbox
 from orchestrator.supervision import heaptrim, hibernation, liveness
 from orchestrator.supervision.liveness import KillWedged, Probe
+from orchestrator.supervision.mailboxes import Mailbox
 from orchestrator.supervision.settings import Settings
 from orchestrator.supervision.states import READY, ProcessStatus
 from orchestrator.supervision.supervisor import Supervisor
@@ -123,7 +123,7 @@ class Reconciler:
         sup = self.supervisor
         if sup.closing:
             return
-        for intent in plan(sup.table, sup.router.mailboxes, sup.clock(), self.settings):
+        for intent in plan(sup.table, sup.mailboxes, sup.clock(), self.settings):
             self._apply(intent)
         hibernation.sweep(sup, self.keep)
 
@@ -139,7 +139,7 @@ class Reconciler:
                 log.info("idle_stop", process=str(entry.process_id))
                 sup.deactivate(entry)
             case Probe():
-                liveness.probe(entry, sup.router.send)
+                liveness.probe(entry, sup.deliveries.send)
             case KillWedged(silent_for=silent):
                 log.error("wedged", process=str(entry.process_id), silent_for=round(silent, 1))
                 sup.kill(entry)

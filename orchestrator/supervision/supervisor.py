@@ -2,7 +2,10 @@
 
 The supervisor owns every status change of the process table. It is told about frames by
 the router (through the `Lifecycle` hooks) and about deaths by the spawner's pidfd watch,
-so a crash is handled the moment the kernel reports it, not at the next reconcile tick.
+so a crash is handled the moment the kernel reports it, not at the next reconcile tick. It
+reads the mailboxes it shares with the router, and tells the routing side what became of a
+process through `Deliveries` (orchestrator/supervision/ports.py); where an instance may run is
+its `Placement`.
 """
 
 from __future__ import annotations
@@ -12,16 +15,14 @@ import contextlib
 import secrets
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from orchestrator.calls.fallback import answer_call
-from orchestrator.supervision.trees import remove_tree
-from orchestrator.routing.router import Router
 from orchestrator.supervision import capacity, reasons
 from orchestrator.supervision.exits import drop_empty_log, record_exit
+from orchestrator.supervision.mailboxes import Mailboxes
 from orchestrator.supervision.policy import (
     ExitKind,
     HoldDown,
@@ -30,11 +31,12 @@ from orchestrator.supervision.policy import (
     RestartHistory,
     decide,
 )
+from orchestrator.supervision.ports import Deliveries, Placement
 from orchestrator.supervision.settings import Settings
 from orchestrator.supervision.spawner import ChildHandle, ChildSpec, ExitStatus, Spawner, SpawnError
 from orchestrator.supervision.states import DOWN, ProcessStatus
-from orchestrator.supervision.stopping import park_queued
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
+from orchestrator.supervision.trees import remove_tree
 from orchestrator.swarm import CurrentSwarm
 from protocol.control import StopReport
 from protocol.endpoints import StateLayout
@@ -46,7 +48,6 @@ from protocol.messages import (
     FEATURE_HISTORY,
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
-    CallPayload,
     ChildState,
     HelloPayload,
     ReadyPayload,
@@ -62,6 +63,12 @@ from protocol.messages import (
 S = ProcessStatus
 T = TypeVar("T")
 log = structlog.get_logger("goondan.supervisor")
+ReadyListener = Callable[[ProcessEntry, list[str]], None]
+"""Told the tools a process declared at `ready` (the metrics' tool label values)."""
+
+
+def _no_listener(entry: ProcessEntry, tools: list[str]) -> None:
+    return None
 
 
 class RestartListener(Protocol):
@@ -76,22 +83,22 @@ class Supervisor:
         self,
         *,
         table: ProcessTable,
-        router: Router,
+        mailboxes: Mailboxes,
+        deliveries: Deliveries,
+        placement: Placement,
         spawner: Spawner,
         settings: Settings,
         launch: LaunchSettings,
         layout: StateLayout,
         swarm: CurrentSwarm,
         clock: Callable[[], float] = time.monotonic,
-        admits: Callable[[Address], bool] | None = None,
-        prepare: Callable[[Address], Awaitable[None]] | None = None,
+        ready_listener: ReadyListener = _no_listener,
     ) -> None:
-        self.admits = admits
-        """Cluster mode: whether an instance may run on this node (its partition is ours)."""
-        self.prepare = prepare
-        """Cluster mode: bring an instance's files up to date before its process starts."""
+        self.placement = placement
+        """Whether an instance may run here, and its files before its process starts."""
         self.table = table
-        self.router = router
+        self.mailboxes = mailboxes
+        self.deliveries = deliveries
         self.spawner = spawner
         self.settings = settings
         self.launch = launch
@@ -107,9 +114,8 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._restart_listeners: list[RestartListener] = []
         self._deactivation_listeners: list[Callable[[Address], None]] = []
-        self.ready_listener: Callable[[ProcessEntry, list[str]], None] | None = None
-        """Told the tools a process declared at `ready` (the metrics' tool label values)."""
-        self.capacity = capacity.Capacity(settings.max_live_instances, table, router.mailboxes.get)
+        self.ready_listener = ready_listener
+        self.capacity = capacity.Capacity(settings.max_live_instances, table, mailboxes.get)
 
     def add_restart_listener(self, listener: RestartListener) -> None:
         self._restart_listeners.append(listener)
@@ -140,10 +146,10 @@ class Supervisor:
         entry = self.table.entry(target)
         if entry.status is not S.TERMINATED or self.closing:
             return
-        if self.admits is not None and not self.admits(target):
+        if not self.placement.admits(target):
             return  # cluster mode: another node owns it (or this one is handing it over)
         if entry.retry_at is not None and self.clock() < entry.retry_at:
-            self.router.fail_queued(target, reasons.start_failed(entry))
+            self.deliveries.fail_queued(target, reasons.start_failed(entry))
             return
         if target.kind is ProcessKind.AGENT and not self._admit(entry):
             return
@@ -158,7 +164,7 @@ class Supervisor:
                 log.info("instance_evicted", process=victim.id_text, for_=str(entry.address))
                 self.deactivate(victim)
             case capacity.Busy(error=error):
-                self.router.fail_queued(entry.address, error, requests_only=True)
+                self.deliveries.fail_queued(entry.address, error, requests_only=True)
         return False
 
     def _admit_waiting(self) -> None:
@@ -207,8 +213,7 @@ class Supervisor:
             log_path=self.layout.process_log(self.launch.swarm, pid.name, pid.instance_key),
         )
         try:
-            if self.prepare is not None:
-                await self.prepare(entry.address)
+            await self.placement.prepare(entry.address)
             handle = await self.spawner.spawn(spec)
         except (SpawnError, OSError) as exc:  # OSError: e.g. the log directory is not writable
             log.error("spawn_failed", process=str(pid), error=str(exc))
@@ -237,7 +242,7 @@ class Supervisor:
         record_exit(entry, handle, known)
         key = entry.address.instance_key
         drop_empty_log(self.layout.process_log(self.launch.swarm, entry.address.name, key))
-        self.router.on_process_dead(entry, how)
+        self.deliveries.on_process_dead(entry, how)
         exited = self._exited.pop(entry.address, None)  # whoever waits holds it already
         if exited is not None:
             exited.set()
@@ -249,7 +254,8 @@ class Supervisor:
                     listener(entry.address)
             if not self.closing:
                 self._admit_waiting()
-                if self.router.mailbox(entry.address).queue:
+                box = self.mailboxes.get(entry.address)
+                if box is not None and box.queue:
                     self.ensure(entry.address)
             return
         # spawning | idle | processing -> crashed
@@ -281,11 +287,12 @@ class Supervisor:
                 self._timers[entry.address] = loop.call_later(
                     delay, self._backoff_over, entry, entry.generation
                 )
-                self.router.fail_queued(entry.address, self._backing_off(entry), requests_only=True)
+                backing_off = self._backing_off(entry)
+                self.deliveries.fail_queued(entry.address, backing_off, requests_only=True)
             case HoldDown(retry_after=retry_after):
                 self.table.transition(entry, S.TERMINATED, expect=S.CRASHED)
                 entry.retry_at = self.clock() + retry_after
-                self.router.fail_queued(entry.address, reasons.start_failed(entry))
+                self.deliveries.fail_queued(entry.address, reasons.start_failed(entry))
 
     def _backoff_over(self, entry: ProcessEntry, generation: int) -> None:
         self._timers.pop(entry.address, None)
@@ -345,9 +352,8 @@ class Supervisor:
         self.table.transition(entry, S.IDLE, expect=S.SPAWNING)  # spawning -> idle
         entry.start_errors = 0
         log.info("ready", process=str(entry.process_id), pid=payload.pid, tools=len(payload.tools))
-        if self.ready_listener is not None:
-            self.ready_listener(entry, payload.tools)
-        self.router.flush(entry.address)
+        self.ready_listener(entry, payload.tools)
+        self.deliveries.flush(entry.address)
 
     def on_start_error(self, entry: ProcessEntry, payload: StartErrorPayload) -> None:
         entry.start_error = payload.error
@@ -368,16 +374,13 @@ class Supervisor:
         log.info("shutdown_ack", process=str(entry.process_id),
                  undelivered=len(payload.undelivered_events))  # fmt: skip
 
-    def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None:
-        self.router.reply(entry, answer_call(payload))
-
     # -- stopping ----------------------------------------------------------------------
 
     def _send_shutdown(self, entry: ProcessEntry, reason: ShutdownReason) -> None:
         grace_ms = int(self.settings.grace_period * 1000)
         payload = ShutdownPayload(grace_period_ms=grace_ms, reason=reason)
         shutdown = Shutdown(from_=ORCHESTRATOR, to=entry.id_text, payload=payload)
-        if not self.router.send(entry, shutdown):
+        if not self.deliveries.send(entry, shutdown):
             handle = self._handles.get(entry.address)
             if handle is not None:
                 handle.send_signal(signal.SIGTERM)
@@ -447,7 +450,7 @@ class Supervisor:
             (report.killed if killed else report.drained).append(process)
         # after the stops: a stopped child hands back the events it had not started
         for entry in self.table:
-            kept, dropped = park_queued(self.router, self.router.services.acceptor, entry.address)
+            kept, dropped = self.deliveries.park_queued(entry.address)
             report.kept, report.dropped = report.kept + kept, report.dropped + dropped
         return report
 

@@ -36,11 +36,11 @@ def _router_role(endpoint: str) -> None:
     import uvloop
     import zmq.asyncio
 
-    from orchestrator.routing.router import Router, Services
     from orchestrator.supervision.states import ProcessStatus
     from orchestrator.supervision.table import ProcessTable
     from protocol.errors import ErrorInfo
     from protocol.ids import Address, agent_address
+    from tests.unit.orchestrator.fakes import build_router
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
 
@@ -62,8 +62,7 @@ def _router_role(endpoint: str) -> None:
             entry = table.entry(agent_address(name, "b"))
             entry.generation = 1
             entry.status = ProcessStatus.IDLE
-        router = Router(zmq.asyncio.Context(), endpoint, table)
-        router.attach(Services(lifecycle=Steady()))  # type: ignore[arg-type]
+        router = build_router(zmq.asyncio.Context(), endpoint, table, Steady())  # type: ignore[arg-type]
         await router.run()
 
     uvloop.run(run())
@@ -343,7 +342,6 @@ def run_in_harness(
     import uvloop
 
     from bundles.loader import load_bundle
-    from orchestrator.ingress.accept import Acceptor
     from orchestrator.ingress.journal.sqlite import SqliteJournal
     from protocol.endpoints import StateLayout
     from tests.bench.bench_spawn import Harness, start_server
@@ -371,14 +369,13 @@ def run_in_harness(
                 # the journal on the real disk (the state root is on /dev/shm, where fsync
                 # costs nothing): its fsyncs are the cost being measured
                 journal = await SqliteJournal.open(Path(disk) / "ingress.sqlite3")
-                acceptor = Acceptor(journal, lambda *_: None)
                 harness = Harness("forkserver", server, layout, bundle, agents=agents,
-                                  acceptor=acceptor)  # fmt: skip
+                                  journal=journal)  # fmt: skip
                 try:
                     return await measure(harness, port)
                 finally:
                     await harness.close()
-                    await acceptor.close()
+                    await harness.acceptor.close()
 
             return uvloop.run(run_all())
     finally:

@@ -81,19 +81,24 @@ class Harness:
         layout: Any,
         bundle: Any,
         agents: tuple[str, ...] = ("greeter",),
-        acceptor: Any = None,
+        journal: Any = None,
     ) -> None:
-        """`acceptor`: an `orchestrator.ingress.accept.Acceptor` to attach (its `submit` is bound to
-        this router with `bind_acceptor`), for benchmarks of the journaled path."""
+        """`journal`: events are accepted through it (`harness.acceptor`, an
+        `orchestrator.ingress.accept.Acceptor`), for benchmarks of the journaled path."""
         import zmq.asyncio
 
-        from orchestrator.routing.router import Router, Services
+        from orchestrator.ingress.accept import Acceptor
+        from orchestrator.ingress.direct import DirectIngress
+        from orchestrator.routing.placement import LocalPlacement
+        from orchestrator.routing.relay import Relay
+        from orchestrator.supervision.mailboxes import Mailboxes
         from orchestrator.supervision.settings import Settings
         from orchestrator.supervision.spawner import ColdSpawner, ForkServerSpawner, Spawner
         from orchestrator.supervision.states import ProcessStatus
         from orchestrator.supervision.supervisor import Supervisor
         from orchestrator.supervision.table import ProcessTable
         from orchestrator.swarm import CurrentSwarm, SwarmView
+        from tests.unit.orchestrator.fakes import build_router
 
         self.waiters: dict[Any, asyncio.Future[float]] = {}
         self.agents = agents
@@ -108,7 +113,7 @@ class Harness:
         paths = layout.run_paths(swarm.name)
         paths.run_dir.mkdir(parents=True, exist_ok=True)
         self.table = ProcessTable(listener=listener)
-        self.router = Router(zmq.asyncio.Context(), paths.agents_endpoint, self.table)
+        relay, mailboxes = Relay(), Mailboxes()
         spawner: Spawner = ColdSpawner()
         if mode == "forkserver":
             spawner = ForkServerSpawner(server, ColdSpawner())
@@ -118,13 +123,16 @@ class Harness:
         view = SwarmView(name=swarm.name, entry_agent=agents[0],
                          default_instance_key=swarm.name, members=agents)  # fmt: skip
         self.supervisor = Supervisor(
-            table=self.table, router=self.router, spawner=spawner, settings=settings,
+            table=self.table, mailboxes=mailboxes, deliveries=relay,
+            placement=LocalPlacement(relay.deliver_response), spawner=spawner, settings=settings,
             launch=launch_settings(layout, bundle), layout=layout, swarm=CurrentSwarm(view),
         )  # fmt: skip
-        self.acceptor = acceptor
-        if acceptor is not None:
-            acceptor.bind(self.router.submit)
-        self.router.attach(Services(lifecycle=self.supervisor, acceptor=acceptor))
+        self.acceptor: Any = (
+            Acceptor(journal, relay.submit) if journal is not None else DirectIngress(relay.submit)
+        )
+        self.router = build_router(zmq.asyncio.Context(), paths.agents_endpoint, self.table,
+                                   self.supervisor, mailboxes=mailboxes, relay=relay,
+                                   ingress=self.acceptor)  # fmt: skip
         self.tasks = [asyncio.ensure_future(self.router.run())]
 
     def _await_ready(self, address: Any) -> asyncio.Future[float]:

@@ -12,11 +12,11 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from orchestrator.routing.router import Router, Services
+from orchestrator.routing.router import Router
 from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.ids import agent_address
-from tests.unit.orchestrator.fakes import FakeLifecycle
+from tests.unit.orchestrator.fakes import FakeLifecycle, build_router
 
 
 @dataclass
@@ -44,9 +44,8 @@ async def routed(tmp_path: Path) -> AsyncIterator[Routed]:
     entry.status = ProcessStatus.IDLE
     endpoint = f"ipc://{tmp_path}/agents.sock"
     ctx = zmq.asyncio.Context()
-    router = Router(ctx, endpoint, table)
     lifecycle = FakeLifecycle()
-    router.attach(Services(lifecycle=lifecycle))
+    router = build_router(ctx, endpoint, table, lifecycle)
     task = asyncio.ensure_future(router.run())
     try:
         yield Routed(router, entry, endpoint, ctx, lifecycle)

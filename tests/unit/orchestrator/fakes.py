@@ -1,19 +1,30 @@
 """Small fakes of the router's seams (`orchestrator.routing.broker`), for unit tests of what sits
-behind
-them. Integration tests never use these: they run the real router and supervisor."""
+behind them, and `build_router`: a real router whose collaborators are these fakes (or real
+ones a test passes). Integration tests never use these: they run the real router and
+supervisor."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from orchestrator.routing.mailboxes import OpenRequest
-from orchestrator.supervision.table import ProcessEntry
+import zmq.asyncio
+
+from orchestrator.ingress.direct import DirectIngress
+from orchestrator.routing.broker import CallHandler, Intake, Lifecycle, SuspendedTurns
+from orchestrator.routing.placement import LocalPlacement
+from orchestrator.routing.relay import Relay
+from orchestrator.routing.router import Collaborators, Router
+from orchestrator.routing.wire import RouterSocket
+from orchestrator.supervision.mailboxes import Mailboxes, OpenRequest, RequestBook
+from orchestrator.supervision.ports import Placement
+from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.errors import ErrorInfo
 from protocol.events import AgentEvent
 from protocol.ids import Address
 from protocol.messages import (
-    CallPayload,
+    CallOp,
     CallResultPayload,
     HelloPayload,
     Message,
@@ -21,6 +32,7 @@ from protocol.messages import (
     ShutdownAckPayload,
     StartErrorPayload,
     StatusPayload,
+    TurnMetrics,
 )
 
 
@@ -63,9 +75,6 @@ class FakeLifecycle(FakeTargets):
     def on_shutdown_ack(self, entry: ProcessEntry, payload: ShutdownAckPayload) -> None:
         self.acks.put_nowait(payload)
 
-    def on_call(self, entry: ProcessEntry, payload: CallPayload) -> None:
-        return None
-
 
 @dataclass
 class FakeBroker:
@@ -103,3 +112,75 @@ class FakeBroker:
 
     def ready(self, address: Address) -> ProcessEntry | None:
         return self.ready_entries.get(address)
+
+
+class AnyRoute:
+    """`broker.RouteCheck`: everyone may reach everyone."""
+
+    def check_route(self, caller: Address, target: Address, event: AgentEvent) -> ErrorInfo | None:
+        return None
+
+
+@dataclass
+class FakeConnectors:
+    """`broker.ConnectorEvents` that records connector events."""
+
+    events: list[tuple[AgentEvent, str]] = field(default_factory=list)
+
+    def on_event(self, entry: ProcessEntry, event: AgentEvent, to: str) -> None:
+        self.events.append((event, to))
+
+
+class NoSuspendedTurns:
+    """`broker.SuspendedTurns` with no turn waiting for a client."""
+
+    def on_ready(self, address: Address) -> None:
+        return None
+
+    def on_death(self, address: Address, event: AgentEvent) -> bool:
+        return False
+
+    def on_answer_event(self, entry: ProcessEntry, event: AgentEvent, to: str) -> None:
+        return None
+
+
+class NoBudget:
+    """`broker.Budget` that refuses nothing."""
+
+    def refuse_event(self, agent: str) -> ErrorInfo | None:
+        return None
+
+
+def _uncounted(entry: ProcessEntry, report: TurnMetrics) -> None:
+    return None
+
+
+def build_router(
+    ctx: zmq.asyncio.Context,
+    endpoint: str,
+    table: ProcessTable,
+    lifecycle: Lifecycle,
+    *,
+    mailboxes: Mailboxes | None = None,
+    relay: Relay | None = None,
+    ingress: Intake | None = None,
+    placement: Placement | None = None,
+    suspended: SuspendedTurns | None = None,
+    calls: Mapping[CallOp, CallHandler] | None = None,
+) -> Router:
+    """A real router on `endpoint` whose collaborators are fakes, or what the test passes (a
+    `relay` and `mailboxes` the test's own collaborators were built with)."""
+    relay = relay or Relay()
+    collaborators = Collaborators(
+        lifecycle=lifecycle,
+        ingress=ingress or DirectIngress(relay.submit),
+        placement=placement or LocalPlacement(relay.deliver_response),
+        calls=calls or {},
+        routes=AnyRoute(),
+        connectors=FakeConnectors(),
+        suspended=suspended or NoSuspendedTurns(),
+        budget=NoBudget(),
+        turn_metrics=_uncounted,
+    )
+    wire = RouterSocket(ctx, endpoint)
+    return Router(wire, table, mailboxes or Mailboxes(), RequestBook(), relay, collaborators)

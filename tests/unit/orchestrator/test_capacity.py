@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from orchestrator.ingress.connections import TokenBucket
-from orchestrator.routing.mailboxes import Mailbox
 from orchestrator.supervision import capacity
+from orchestrator.supervision.mailboxes import Mailbox
 from orchestrator.supervision.states import ProcessStatus as S
 from orchestrator.supervision.table import ProcessTable
 from protocol.errors import ErrorCode

@@ -11,6 +11,7 @@ import pytest
 
 from bundles.loader import load_bundle
 from orchestrator.ingress.connections import Connections
+from orchestrator.ingress.direct import DirectIngress
 from orchestrator.ingress.rules import CompiledRule, Ingress, route
 from orchestrator.supervision.liveness import KillWedged
 from orchestrator.supervision.reconciler import Start, plan
@@ -99,7 +100,8 @@ def connector_event(type: str, reply: bool = True, **metadata: object) -> AgentE
 
 async def routed(event: AgentEvent, current: CurrentSwarm | None = None) -> FakeBroker:
     broker = FakeBroker()
-    connections = Connections(broker, current or CurrentSwarm(HOOK_VIEW), FakeTargets().ensure)
+    connections = Connections(broker, current or CurrentSwarm(HOOK_VIEW), FakeTargets().ensure,
+                              DirectIngress(broker.submit))  # fmt: skip
     connections.on_event(ProcessEntry(address=HOOK, status=S.IDLE, generation=1), event)
     async with asyncio.timeout(5):
         await connections.settled()
@@ -165,5 +167,6 @@ async def test_routing_and_start_all_read_the_current_view() -> None:
     [answer] = answers(broker)
     assert answer.error is not None and answer.error.code == ErrorCode.E_CONNECTOR_NO_ROUTE
     targets = FakeTargets()
-    Connections(FakeBroker(), current, targets.ensure).start_all()
+    broker = FakeBroker()
+    Connections(broker, current, targets.ensure, DirectIngress(broker.submit)).start_all()
     assert targets.ensured == [other]

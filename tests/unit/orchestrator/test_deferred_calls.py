@@ -13,8 +13,8 @@ import zmq.asyncio
 
 from orchestrator.calls.auth import Answerer, operator
 from orchestrator.calls.deferred import DeferredCallError, DeferredIndex, answer_of
-from orchestrator.routing.mailboxes import OpenRequest
-from orchestrator.routing.router import Router, Services
+from orchestrator.routing.router import Router
+from orchestrator.supervision.mailboxes import OpenRequest
 from orchestrator.supervision.states import ProcessStatus as S
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.endpoints import StateLayout
@@ -29,7 +29,7 @@ from protocol.jsonrpc import (
     PendingCall,
 )
 from protocol.messages import Call, CallOp, CallPayload, Event
-from tests.unit.orchestrator.fakes import FakeBroker, FakeLifecycle, FakeTargets
+from tests.unit.orchestrator.fakes import FakeBroker, FakeLifecycle, FakeTargets, build_router
 
 NOW = 1000.0
 SWARM = "s"
@@ -41,8 +41,7 @@ OPERATOR = operator("cli", None)
 def router(tmp_path: Path) -> Iterator[Router]:
     """The real router as the index's broker (no process runs: its lifecycle is a fake)."""
     ctx = zmq.asyncio.Context()
-    r = Router(ctx, f"ipc://{tmp_path}/a.sock", ProcessTable())
-    r.attach(Services(lifecycle=FakeLifecycle()))
+    r = build_router(ctx, f"ipc://{tmp_path}/a.sock", ProcessTable(), FakeLifecycle())
     yield r
     r.close()
     ctx.term()

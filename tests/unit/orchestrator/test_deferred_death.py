@@ -20,14 +20,15 @@ import pytest
 import zmq.asyncio
 
 from orchestrator.calls.deferred import DeferredIndex
-from orchestrator.routing.mailboxes import OpenRequest
-from orchestrator.routing.router import Router, Services
+from orchestrator.routing.relay import Relay
+from orchestrator.routing.router import Router
+from orchestrator.supervision.mailboxes import OpenRequest
 from orchestrator.supervision.table import ProcessTable
 from protocol.endpoints import StateLayout
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import agent_address
 from protocol.jsonrpc import ANSWER_SUFFIX, JsonRpcResponse, PendingCall
-from tests.unit.orchestrator.fakes import FakeLifecycle
+from tests.unit.orchestrator.fakes import FakeLifecycle, build_router
 
 NOW = 1000.0
 SWARM = "s"
@@ -37,19 +38,19 @@ SERVER = agent_address("a", "k")
 @pytest.fixture
 def router(tmp_path: Path) -> Iterator[Router]:
     ctx = zmq.asyncio.Context()
-    r = Router(ctx, f"ipc://{tmp_path}/a.sock", ProcessTable())
-    lifecycle = FakeLifecycle()
-    index = DeferredIndex(r, lifecycle, StateLayout.from_env(tmp_path / "state"), SWARM,
+    relay, lifecycle = Relay(), FakeLifecycle()
+    index = DeferredIndex(relay, lifecycle, StateLayout.from_env(tmp_path / "state"), SWARM,
                           clock=lambda: NOW)  # fmt: skip
-    r.attach(Services(lifecycle=lifecycle, deferred=index))
+    r = build_router(ctx, f"ipc://{tmp_path}/a.sock", ProcessTable(), lifecycle, relay=relay,
+                     suspended=index)  # fmt: skip
     yield r
     r.close()
     ctx.term()
 
 
 def deferred(router: Router) -> DeferredIndex:
-    index = router.services.deferred
-    assert index is not None
+    index = router.services.suspended
+    assert isinstance(index, DeferredIndex)
     return index
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from orchestrator.routing.mailboxes import Mailbox, OpenRequest, RequestBook
+from orchestrator.supervision.mailboxes import Mailbox, OpenRequest, RequestBook
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import agent_address
 

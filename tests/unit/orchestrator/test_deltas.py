@@ -4,7 +4,7 @@ watching it or to a connector requester that reads them; everything else is drop
 from __future__ import annotations
 
 from orchestrator.routing.deltas import DeltaRoutes
-from orchestrator.routing.mailboxes import OpenRequest, RequestBook
+from orchestrator.supervision.mailboxes import OpenRequest, RequestBook
 from orchestrator.supervision.table import ProcessEntry
 from protocol.ids import Address, parse_address
 from protocol.messages import Delta, Message

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.routing.mailboxes import Mailbox
 from orchestrator.supervision.hibernation import KEEP_MIN, kept, to_forget
+from orchestrator.supervision.mailboxes import Mailbox
 from orchestrator.supervision.states import ProcessStatus as S
 from orchestrator.supervision.table import ProcessEntry
 from protocol.events import Source, SourceKind, new_event

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from orchestrator.routing.mailboxes import Mailbox
 from orchestrator.supervision.liveness import KillWedged, Probe
+from orchestrator.supervision.mailboxes import Mailbox
 from orchestrator.supervision.reconciler import ResumeBackoff, Start, StopIdle, plan
 from orchestrator.supervision.settings import Settings
 from orchestrator.supervision.states import ProcessStatus

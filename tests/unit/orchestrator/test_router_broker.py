@@ -1,5 +1,5 @@
-"""The router as the broker of its services (`orchestrator.routing.broker`): wiring and the request
-operations that answer a request in steps."""
+"""The router as the broker of its collaborators (`orchestrator.routing.broker`): the relay they
+reach it through, and the request operations that answer a request in steps."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 import zmq.asyncio
 from structlog.testing import capture_logs
 
-from orchestrator.routing.mailboxes import OpenRequest
-from orchestrator.routing.router import Router, Services
+from orchestrator.routing.placement import LocalPlacement
+from orchestrator.routing.relay import Relay, RelayNotConnected
+from orchestrator.supervision.mailboxes import OpenRequest
 from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from protocol.codec import encode
@@ -20,7 +21,7 @@ from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, 
 from protocol.ids import ORCHESTRATOR, agent_address
 from protocol.messages import History, HistoryPayload, ShutdownAck, ShutdownAckPayload
 from tests.unit.orchestrator.conftest import Routed
-from tests.unit.orchestrator.fakes import FakeLifecycle
+from tests.unit.orchestrator.fakes import FakeLifecycle, build_router
 
 SOURCE = Source(kind=SourceKind.CLI, name="goondan")
 
@@ -30,17 +31,23 @@ def request(requester: str) -> AgentEvent:
     return new_event(type="ask", input="?", instance_key="k", source=SOURCE, reply_to=reply_to)
 
 
-def test_services_are_attached_once_and_needed_before_use(tmp_path: Path) -> None:
+def test_the_relay_reaches_the_router_its_constructor_connected_once(tmp_path: Path) -> None:
+    """Collaborators built before the router hold the relay: using it before the router
+    exists is a wiring bug that says so; the router's constructor connects it, once."""
     ctx = zmq.asyncio.Context()
-    router = Router(ctx, f"ipc://{tmp_path}/a.sock", ProcessTable())
+    relay, table = Relay(), ProcessTable()
+    entry = table.entry(agent_address("a", "k"))
+    entry.generation, entry.status = 1, ProcessStatus.IDLE
+    with pytest.raises(RelayNotConnected):
+        relay.ready(entry.address)
+    router = build_router(ctx, f"ipc://{tmp_path}/a.sock", table, FakeLifecycle(), relay=relay)
     try:
-        with pytest.raises(RuntimeError, match="attach"):
-            _ = router.services
-        services = Services(lifecycle=FakeLifecycle())
-        router.attach(services)
-        assert router.services is services
+        assert relay.ready(entry.address) is entry  # the router's answer, through the relay
+        event = request("control")
+        relay.submit(event, entry.address)
+        assert [e.id for e in router.mailbox(entry.address).queue] == [event.id]  # no peer yet
         with pytest.raises(RuntimeError, match="once"):
-            router.attach(Services(lifecycle=FakeLifecycle()))
+            relay.connect(router)
     finally:
         router.close()
         ctx.term()
@@ -150,13 +157,16 @@ async def test_the_history_lines_of_a_process_whose_exit_is_seen_first_are_kept(
     entry = table.entry(agent_address("a", "k"))
     entry.generation, entry.status = 2, ProcessStatus.TERMINATED
     ctx = zmq.asyncio.Context()
-    router = Router(ctx, f"ipc://{tmp_path}/agents.sock", table)
     lines: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
 
-    def history(written: ProcessEntry, line: bytes) -> None:
-        lines.put_nowait((written.generation, line))
+    class KeepsHistory(LocalPlacement):
+        def history(self, written: ProcessEntry, line: bytes) -> bool:
+            lines.put_nowait((written.generation, line))
+            return True
 
-    router.attach(Services(lifecycle=FakeLifecycle(), history=history))
+    relay = Relay()
+    router = build_router(ctx, f"ipc://{tmp_path}/agents.sock", table, FakeLifecycle(),
+                          relay=relay, placement=KeepsHistory(relay.deliver_response))  # fmt: skip
     task = asyncio.ensure_future(router.run())
     peer = ctx.socket(zmq.DEALER)
     try:

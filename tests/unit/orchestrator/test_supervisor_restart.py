@@ -45,8 +45,10 @@ def supervisor(routed: Routed, tmp_path: Path) -> Supervisor:
     bundle, state = str(tmp_path / "goondan.yaml"), str(tmp_path)
     launch = LaunchSettings(endpoint=routed.endpoint, swarm="s", bundle=bundle, state_root=state)
     view = SwarmView(name="s", entry_agent="a", default_instance_key="s", members=("a",))
-    return Supervisor(table=routed.router.table, router=routed.router, spawner=ColdSpawner(),
-                      settings=Settings(), launch=launch, layout=StateLayout(root=tmp_path),
+    router = routed.router
+    return Supervisor(table=router.table, mailboxes=router.mailboxes, deliveries=router,
+                      placement=router.placement, spawner=ColdSpawner(), settings=Settings(),
+                      launch=launch, layout=StateLayout(root=tmp_path),
                       swarm=CurrentSwarm(view))  # fmt: skip
 
 

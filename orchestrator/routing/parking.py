@@ -8,15 +8,18 @@ journal it is dropped, and a waiting sender gets the coded error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import structlog
 
-from orchestrator.ingress.accept import Acceptor
-from orchestrator.routing.router import ORCHESTRATOR_SOURCE, Router
+from orchestrator.routing.broker import Intake
+from orchestrator.supervision.mailboxes import Mailboxes, RequestBook
 from protocol.errors import ErrorCode, ErrorInfo
-from protocol.events import AgentEvent, response_to
-from protocol.ids import Address
+from protocol.events import AgentEvent, Source, SourceKind, response_to
+from protocol.ids import ORCHESTRATOR, Address
 
 log = structlog.get_logger("goondan.supervisor")
+ORCHESTRATOR_SOURCE = Source(kind=SourceKind.ORCHESTRATOR, name=ORCHESTRATOR)
 
 
 def _kept_error(event: AgentEvent) -> ErrorInfo:
@@ -28,28 +31,34 @@ def _kept_error(event: AgentEvent) -> ErrorInfo:
     )
 
 
-def park_queued(router: Router, acceptor: Acceptor | None, address: Address) -> tuple[int, int]:
-    """Empty the mailbox of `address` for a stop: (kept, dropped) events."""
-    box = router.mailboxes.get(address)
+def park_queued(
+    mailboxes: Mailboxes,
+    book: RequestBook,
+    ingress: Intake,
+    respond: Callable[[AgentEvent], None],
+    address: Address,
+) -> tuple[int, int]:
+    """Empty the mailbox of `address` for a stop: (kept, dropped) events. What the ingress
+    keeps (journaled) stays for the next start; the rest is answered with `respond`."""
+    box = mailboxes.get(address)
     if box is None:
         return 0, 0
     kept = dropped = 0
     stopping = ErrorInfo(code=ErrorCode.E_AGENT_SHUTTING_DOWN, message="the daemon is stopping")
     for event in box.drain_queue():
         reply = response_to(event, source=ORCHESTRATOR_SOURCE, text="", error=_kept_error(event))
-        if acceptor is None or not acceptor.keep(event.id, reply):
+        if not ingress.keep(event.id, reply):
             dropped += 1
             if event.reply_to is None:
                 log.warning("event_dropped", event_id=event.id, reason="the daemon is stopping")
             else:
-                router.respond(response_to(event, source=ORCHESTRATOR_SOURCE, text="",
-                                           error=stopping))  # fmt: skip
+                respond(response_to(event, source=ORCHESTRATOR_SOURCE, text="", error=stopping))
             continue
         kept += 1
         # a waiting client hears it now, and the event stays open in the journal: an agent
         # that asked gets the real reply after the next start
-        request = router.book.get(event.reply_to.correlation_id) if event.reply_to else None
+        request = book.get(event.reply_to.correlation_id) if event.reply_to else None
         if request is not None and request.waiter is not None and not request.waiter.done():
-            router.book.close(request.correlation_id)
+            book.close(request.correlation_id)
             request.waiter.set_result(reply)
     return kept, dropped

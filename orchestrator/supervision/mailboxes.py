@@ -9,6 +9,10 @@ to the front of the queue for the replacement (ARCHITECTURE.md §5).
 
 The `RequestBook` knows every open correlation id: who asked (an address, or a control
 client's future) and which address serves it, so a crash answers the caller at once.
+
+Both are built first by the composition root and handed to the router (which fills and drains
+them) and to the supervisor (which reads them to admit, deactivate and forget instances), so
+neither reaches into the other for them (ARCHITECTURE.md §5).
 """
 
 from __future__ import annotations
@@ -114,6 +118,24 @@ class Mailbox:
     @property
     def empty(self) -> bool:
         return not self.queue and not self.inflight
+
+
+class Mailboxes(dict[Address, Mailbox]):
+    """The mailbox of every address that has one."""
+
+    def box(self, address: Address) -> Mailbox:
+        """The mailbox of `address`, made on first use."""
+        box = self.get(address)
+        if box is None:
+            box = self[address] = Mailbox()
+        return box
+
+    def forget(self, address: Address) -> None:
+        """The instance is hibernated (orchestrator/supervision/hibernation.py): drop its
+        mailbox unless something still waits in it."""
+        box = self.get(address)
+        if box is not None and box.empty:
+            del self[address]
 
 
 @dataclass(frozen=True, slots=True)

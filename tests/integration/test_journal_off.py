@@ -1,0 +1,60 @@
+"""`Swarm.spec.policy.ingress.journal: off`: the daemon's direct `Ingress`
+(orchestrator/ingress/direct.py). Events are submitted the moment they are accepted, nothing is
+written for them, a reply cannot be re-attached to, and a stop answers what is queued instead of
+keeping it for the next start."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+from pathlib import Path
+
+from protocol.control import Attach
+from protocol.endpoints import StateLayout
+from protocol.errors import ErrorCode
+from tests.integration.conftest import StartDaemon
+from tests.integration.harness import SWARM
+
+SWARM_NAME = "probe"
+
+
+def _journal_off(tmp_path: Path) -> Path:
+    """The integration fixture's bundle, its swarm without a journal."""
+    bundle = tmp_path / "swarm"
+    shutil.copytree(SWARM, bundle, ignore=shutil.ignore_patterns("__pycache__"))
+    path = bundle / "goondan.yaml"
+    text = path.read_text()
+    assert text.count("  policy:\n") == 1
+    path.write_text(text.replace("  policy:\n", "  policy:\n    ingress: {journal: off}\n"))
+    return path
+
+
+async def test_without_a_journal_sends_are_answered_and_nothing_is_kept(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start_daemon(_journal_off(tmp_path))
+        reply = await daemon.send("hello", "alpha")
+        assert reply.ok, reply.error
+        accepted = await daemon.send("hello again", "alpha", wait=False)
+        assert accepted.ok, accepted.error
+        event_id = str(accepted.result)
+        attached = await daemon.request(Attach(request_id="a", event_id=event_id, timeout_ms=5000))
+        assert not attached.ok and attached.error is not None
+        assert attached.error.code == ErrorCode.E_EVENT_NOT_FOUND
+        assert not StateLayout.from_env().journal_file(SWARM_NAME).exists()
+        # a turn runs; a second send waits behind it, not started, when the stop comes
+        mark = daemon.mark()
+        running = asyncio.ensure_future(daemon.send("sleep 0.5", "alpha"))
+        await daemon.wait_for("transition", since=mark, target="processing")
+        queued = asyncio.ensure_future(daemon.send("sleep 0.1", "alpha"))
+        await daemon.wait_notices(1)  # accepted, and told why it waits
+        daemon.signal(signal.SIGTERM)
+        assert (await running).ok
+        dropped = await queued
+        assert not dropped.ok and dropped.error is not None
+        assert dropped.error.code == ErrorCode.E_AGENT_SHUTTING_DOWN
+        assert await daemon.wait() == 0
+        drained = daemon.find("drained")
+        assert [(line["kept"], line["dropped"]) for line in drained] == [(0, 1)]
