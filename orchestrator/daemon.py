@@ -222,9 +222,7 @@ class Daemon:
         cold = ColdSpawner(CHILD_MODULE, outputs=ChildOutputs(rotation), cgroup=self.cgroup)
         if self.server is None:
             return cold
-        spawner = ForkServerSpawner(self.server, cold)
-        spawner.attach()
-        return spawner
+        return ForkServerSpawner(self.server, cold)
 
     def _info(self) -> OrchestratorInfo:
         return OrchestratorInfo(

@@ -26,7 +26,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -213,19 +212,16 @@ class ForkServerSpawner:
     """Forks children from the pre-imported fork server; falls back to cold if it dies."""
 
     def __init__(self, server: ForkServerProcess, fallback: ColdSpawner) -> None:
+        """Built on the running event loop: it reads the server's replies and watches its
+        pidfd from here on."""
         self.server = server
         self.fallback = fallback
         self.mode = "forkserver"
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[tuple[int, int]]] = {}
         self._children: dict[int, ChildHandle] = {}
-        self._server_handle: ChildHandle | None = None
         self._alive = True
         self._closing = False
-        self.on_server_death: Callable[[ExitStatus], None] | None = None
-
-    def attach(self) -> None:
-        """Start reading the server's replies; call once the event loop runs."""
         loop = asyncio.get_running_loop()
         self.server.sock.setblocking(False)
         loop.add_reader(self.server.sock.fileno(), self._on_readable)
@@ -314,8 +310,6 @@ class ForkServerSpawner:
         self._pending.clear()
         for handle in list(self._children.values()):
             handle.report_status(UNKNOWN_EXIT)
-        if self.on_server_death is not None and not self._closing:
-            self.on_server_death(status)
 
     async def close(self) -> None:
         """Close our end: the server sees EOF and exits; wait for it briefly."""
@@ -326,11 +320,10 @@ class ForkServerSpawner:
         self._stop_reading()
         self.server.sock.close()
         handle = self._server_handle
-        if handle is not None:
-            # wait() leaves the future alone on a timeout: awaiting it under asyncio.timeout
-            # cancelled `exited` itself, and the wait after the kill then raised at once
-            done, _ = await asyncio.wait({handle.exited}, timeout=2.0)
-            if not done:
-                handle.kill()
-                await handle.exited
+        # wait() leaves the future alone on a timeout: awaiting it under asyncio.timeout
+        # cancelled `exited` itself, and the wait after the kill then raised at once
+        done, _ = await asyncio.wait({handle.exited}, timeout=2.0)
+        if not done:
+            handle.kill()
+            await handle.exited
         await self.fallback.close()  # the children's last output is in their logs

@@ -117,7 +117,6 @@ class Harness:
         spawner: Spawner = ColdSpawner()
         if mode == "forkserver":
             spawner = ForkServerSpawner(server, ColdSpawner())
-            spawner.attach()
         self.spawner = spawner
         settings = Settings(grace_period=5.0, heartbeat_interval=1.0, heartbeat_timeout=60.0)
         view = SwarmView(name=swarm.name, entry_agent=agents[0],
