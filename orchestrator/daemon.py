@@ -275,9 +275,6 @@ class Daemon:
             mirror = node.call_mirror
         deferred = DeferredIndex(relay, supervisor, opts.layout, opts.swarm.name, view=swarm,
                                  mirror=mirror)  # fmt: skip
-        if node is not None:
-            assert node.answers is not None
-            node.answers.handle = deferred.handle  # answers other nodes forward here
         permits = self._permits(relay, journal)
         reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
         agents = self._agents_service(table, supervisor)
@@ -470,8 +467,12 @@ class Daemon:
                                 rundir.write_token(self.paths),
                                 agents_cgroup=control_fence.agents_cgroup(self.cgroup))  # fmt: skip
         rundir.secure_socket(self.paths.control_sock)
-        if metrics is not None:
-            metrics.bind(router, parts.ingress, control, journal.stats if journal else None)
+        # scrapes are answered from here on, reading what was just built
+        served = (
+            await metrics.serve(router, parts.ingress, control, journal.stats if journal else None)
+            if metrics is not None
+            else None
+        )
         rundir.write_active(self.paths, info)
         runpointer.write(self.opts.layout, swarm.name)
         tasks = [
@@ -482,7 +483,7 @@ class Daemon:
             self._core(orphans.reap_forever(), "orphans"),
         ]
         if node is not None:
-            tasks.append(self._core(node.run(), "cluster"))
+            tasks.append(self._core(node.run(parts.deferred.handle), "cluster"))
         if journal is not None:  # a failed writer thread stops the daemon (E_JOURNAL_FAILED)
             tasks.append(self._core(journal.watch(), "journal writer"))
         tasks.append(self._notify_systemd(supervisor, list(tasks)))
@@ -507,6 +508,8 @@ class Daemon:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         control.close()
+        if served is not None:
+            served.close()
         if metrics is not None:
             metrics.close()
         router.close()

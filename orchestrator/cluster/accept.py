@@ -37,19 +37,14 @@ After = Callable[[Address, Callable[[], Awaitable[None] | None]], None]
 
 
 class ClusterAcceptor(Acceptor):
-    def __init__(self, journal: NatsJournal, consumers: Consumers) -> None:
+    def __init__(self, journal: NatsJournal, consumers: Consumers, after: After) -> None:
         super().__init__(journal, self._nowhere)
         self.cluster_journal = journal
         self.consumers = consumers
-        self.after: After = self._now
-        """Set by the node to its history writer's `after`."""
+        self.after = after
+        """The history writer's `after`: a reply and the acknowledgement wait for the turn's
+        conversation appends."""
         self._subs: dict[str, Subscription] = {}
-
-    def _now(self, _target: Address, step: Callable[[], Awaitable[None] | None]) -> None:
-        """Without a history writer: run the step now."""
-        result = step()
-        if result is not None:
-            self._background(_awaited(result))
 
     @staticmethod
     def _nowhere(
@@ -171,10 +166,6 @@ def _placeholder(event_id: str) -> AgentEvent:
     event = new_event(type="input", input="", instance_key="",
                       source=Source(kind=SourceKind.CLI, name="attach"))  # fmt: skip
     return msgspec.structs.replace(event, id=event_id)
-
-
-async def _awaited(step: Awaitable[None]) -> None:
-    await step
 
 
 async def _unsubscribe(sub: Subscription) -> None:

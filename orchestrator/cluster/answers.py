@@ -44,6 +44,8 @@ class AnswerReply(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     moved: bool = False
 
 
+Handle = Callable[[Forward], Awaitable[Any]]
+"""Answers a call forwarded here as if this node had been asked (`DeferredIndex.handle`)."""
 _encode = msgspec.json.Encoder().encode
 _decode_forward = msgspec.json.Decoder(Forward).decode
 _decode_reply = msgspec.json.Decoder(AnswerReply).decode
@@ -63,28 +65,28 @@ class Answers:
         self.runs = runs
         """Whether this node runs an instance now (holds its partition, not handing it over)."""
         self.patience = patience
-        self.handle: Callable[[Forward], Awaitable[Any]] | None = None
-        """The deferred-call index's `handle`, set when the daemon has built it."""
 
     # -- the node that runs the call -------------------------------------------------------
 
-    async def serve(self) -> None:
-        await self.requests.serve(WHAT, self._answer, audit=True)
+    async def serve(self, handle: Handle) -> None:
+        """Answer what other nodes forward with `handle` (the deferred-call index's)."""
 
-    async def _answer(self, data: bytes) -> bytes:
-        return _encode(await self._reply_to(data))
+        async def answer(data: bytes) -> bytes:
+            return _encode(await self._reply_to(data, handle))
 
-    async def _reply_to(self, data: bytes) -> AnswerReply:
+        await self.requests.serve(WHAT, answer, audit=True)
+
+    async def _reply_to(self, data: bytes, handle: Handle) -> AnswerReply:
         try:
             forward = _decode_forward(data)
         except msgspec.DecodeError as exc:
             log.warning("answer_unreadable", error=str(exc))
             return AnswerReply(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=f"unreadable: {exc}")
-        if self.handle is None or not self.runs(_target(forward)):
+        if not self.runs(_target(forward)):
             return AnswerReply(moved=True)
         log.info("answer_forwarded_here", call_id=forward.call_id, via=forward.via)
         try:
-            result = await self.handle(forward)
+            result = await handle(forward)
         except DeferredCallError as exc:
             return AnswerReply(code=exc.code, message=exc.message)
         if isinstance(result, AgentEvent):

@@ -20,7 +20,7 @@ import structlog
 
 from orchestrator.cluster import admin
 from orchestrator.cluster.accept import ClusterAcceptor
-from orchestrator.cluster.answers import Answers
+from orchestrator.cluster.answers import Answers, Handle
 from orchestrator.cluster.calls import CallMirror
 from orchestrator.cluster.consumers import Consumers
 from orchestrator.cluster.history import HistoryWriter
@@ -112,8 +112,7 @@ class ClusterNode:
         # an answer for a moved instance waits out a dead holder's lease and the takeover
         self.answers = Answers(self.requests, partitions, self.admits, 2 * ttl + 2)
         self.call_mirror = CallMirror(self.nats, self.admits, self.history.paths, self.answers)
-        self.acceptor = ClusterAcceptor(self.journal, self.consumers)
-        self.acceptor.after = self.history.after
+        self.acceptor = ClusterAcceptor(self.journal, self.consumers, self.history.after)
         self.leases = LeaseKeeper(
             self.nats, self.node, self.opts.policy.partitions, ttl, self.consumers,
             live_count=lambda: len(supervisor.table.live()), control=control,
@@ -245,12 +244,14 @@ class ClusterNode:
 
     # -- running -----------------------------------------------------------------------------
 
-    async def run(self) -> None:
+    async def run(self, answer: Handle) -> None:
+        """Serve the swarm as this node; `answer` takes the answers other nodes forward to
+        the calls this node runs (the deferred-call index's `handle`)."""
         assert self.leases is not None
         assert self.consumers is not None
         await admin.clear_drain(self.nats, self.node)  # a (re)start ends an earlier drain
         if self.answers is not None:
-            await self.answers.serve()
+            await self.answers.serve(answer)
         if self.control is not None:
             await self.control.serve()
         log.info("cluster_joined", node=self.node, servers=self.opts.redacted(),

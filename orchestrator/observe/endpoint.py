@@ -8,6 +8,7 @@ that says what to install, not an ImportError.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,18 +33,22 @@ class MetricsUnavailable(Exception):
 
 @dataclass(slots=True)
 class Metrics:
-    registry: DaemonMetrics
-    server: asyncio.Server
+    """The endpoint: its counters from the start (the daemon's objects report to them), its
+    socket listening; scrapes are answered once `serve` has those objects to read."""
 
-    def bind(
+    registry: DaemonMetrics
+    sock: socket.socket
+
+    async def serve(
         self,
         router: Router,
         acceptor: Ingress,
         control: ControlServer,
         journal_stats: Callable[[], Awaitable[dict[str, Any]]] | None,
-    ) -> None:
-        """Read the running daemon at each scrape."""
-        from orchestrator.observe.metrics import LiveView
+    ) -> asyncio.Server:
+        """Answer scrapes from now on, reading the running daemon at each one."""
+        from orchestrator.observe import metrics_http
+        from orchestrator.observe.metrics import LiveView, Scrape
 
         def mailboxes() -> list[tuple[str, int, int]]:
             return [(a.name, len(b.queue), len(b.inflight)) for a, b in router.mailboxes.items()]
@@ -59,16 +64,18 @@ class Metrics:
                 ("control", "peer_closed", control.peers.dropped),
             ]
 
-        self.registry.bind(LiveView(entries=lambda: router.table, mailboxes=mailboxes,
-                                    journal=lambda: acceptor.lag, dropped=dropped,
-                                    journal_stats=journal_stats))  # fmt: skip
+        view = LiveView(entries=lambda: router.table, mailboxes=mailboxes,
+                        journal=lambda: acceptor.lag, dropped=dropped,
+                        journal_stats=journal_stats)  # fmt: skip
+        return await metrics_http.serve(Scrape(self.registry, view), self.sock)
 
     def close(self) -> None:
-        self.server.close()
+        self.sock.close()
 
 
 async def start_metrics(endpoint: MetricsEndpoint | None) -> Metrics | None:
-    """Listening when it returns (None when not configured); raises MetricsUnavailable."""
+    """Listening when it returns, answering once `Metrics.serve` is called (None when not
+    configured); raises MetricsUnavailable."""
     if endpoint is None:
         return None
     try:
@@ -81,7 +88,7 @@ async def start_metrics(endpoint: MetricsEndpoint | None) -> Metrics | None:
     registry = metrics.DaemonMetrics()
     host, port = endpoint.host, endpoint.port
     try:
-        return Metrics(registry, await metrics_http.serve(registry, host, port))
+        return Metrics(registry, metrics_http.listen(host, port))
     except OSError as exc:
         raise MetricsUnavailable(
             f"cannot listen on {host}:{port} for metrics: {exc.strerror or exc}",

@@ -8,6 +8,9 @@ Two kinds, in one registry of this daemon (no global state):
 - gauges and counters read from the daemon's own objects at scrape time (`LiveView`): process
   states, mailbox depths, the ingress journal's lag and the frames the sockets dropped.
 
+The first kind (`DaemonMetrics`) exists before the daemon's objects, which report to it; the
+second (`Scrape`) is made from them once they are built, when the endpoint starts serving.
+
 Label values that come from models (tool names, error codes, model names) are bounded
 (`orchestrator/observe/metric_labels.py`). A scrape reads the daemon's objects on its loop
 (`refresh()`, which snapshots them) and renders the text in a worker thread
@@ -104,27 +107,12 @@ class DaemonMetrics:
             ["agent", "model", "direction"],
             registry=reg,
         )
-        self._live = _Live()
-        reg.register(self._live)
         self._tools = KnownTools()
         self._caps = {
             name: SeriesCap(name)
             for name in ("goondan_tool_calls", "goondan_tool_call_duration_seconds",
                          "goondan_errors", "goondan_tokens")
         }  # fmt: skip
-
-    def bind(self, view: LiveView) -> None:
-        """Read the daemon's objects at each scrape from now on."""
-        self._live.view = view
-
-    async def refresh(self) -> None:
-        """Before a scrape, on the loop: what must be awaited (the journal's oldest open
-        entry), then a snapshot of the daemon's objects, which the rendering thread reads."""
-        view = self._live.view
-        if view is not None and view.journal_stats is not None:
-            stats = await view.journal_stats()
-            self._live.oldest_open = stats.get("oldestOpenAgeSeconds")
-        self._live.snapshot = list(self._live.read())
 
     def on_ready(self, entry: ProcessEntry, tools: Sequence[str]) -> None:
         """The tools a process declared: the tool label values of its agent."""
@@ -177,9 +165,27 @@ class DaemonMetrics:
         return self._caps[family].admit((agent, value, *fixed), (agent, OTHER, *fixed))
 
 
+class Scrape:
+    """What a scrape renders: the counters, and the daemon's objects read through `view`."""
+
+    def __init__(self, metrics: DaemonMetrics, view: LiveView) -> None:
+        self.registry = metrics.registry
+        self._live = _Live(view)
+        self.registry.register(self._live)
+
+    async def refresh(self) -> None:
+        """Before a scrape, on the loop: what must be awaited (the journal's oldest open
+        entry), then a snapshot of the daemon's objects, which the rendering thread reads."""
+        view = self._live.view
+        if view.journal_stats is not None:
+            stats = await view.journal_stats()
+            self._live.oldest_open = stats.get("oldestOpenAgeSeconds")
+        self._live.snapshot = list(self._live.read())
+
+
 class _Live(Collector):
-    def __init__(self) -> None:
-        self.view: LiveView | None = None
+    def __init__(self, view: LiveView) -> None:
+        self.view = view
         self.oldest_open: float | None = None
         self.snapshot: list[Any] = []
         """What `read()` gave on the loop before this scrape: the rendering thread's view."""
@@ -193,8 +199,6 @@ class _Live(Collector):
     def read(self) -> Iterator[Any]:
         """The families of the daemon's objects (on the loop's thread: they are its)."""
         view = self.view
-        if view is None:
-            return
         states = GaugeMetricFamily(
             "goondan_processes",
             "Processes by kind, name and state",

@@ -2,7 +2,7 @@
 
 Why not prometheus_client's `start_http_server`: it serves from a thread, and the scrape reads
 the process table, mailboxes and journal, which belong to the event loop. Here those are read
-in the loop between two frames (`DaemonMetrics.refresh`, a snapshot), and the text is rendered
+in the loop between two frames (`Scrape.refresh`, a snapshot), and the text is rendered
 in a worker thread: rendering is proportional to the series, and the loop, which every frame
 waits on, must not stall on a large registry (issue 27, F8). Scrapes render one at a time.
 One request per connection (`Connection: close`); a request head over 8 KiB or slower than
@@ -13,19 +13,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from orchestrator.observe.metrics import DaemonMetrics
+from orchestrator.observe.metrics import Scrape
 
 HEAD_LIMIT = 8192
 READ_TIMEOUT = 5.0
 log = structlog.get_logger("goondan.metrics")
 
 
-async def serve(metrics: DaemonMetrics, host: str, port: int) -> asyncio.Server:
-    """Listening when it returns; raises OSError (a port taken, a bad host)."""
+def listen(host: str, port: int) -> socket.socket:
+    """The endpoint's socket, listening (connections wait in its backlog until `serve`);
+    raises OSError (a port taken, a bad host)."""
+    sock = socket.create_server((host, port), backlog=100)
+    sock.setblocking(False)
+    bound = sock.getsockname()
+    log.info("metrics_listening", host=bound[0], port=bound[1], path="/metrics")
+    return sock
+
+
+async def serve(metrics: Scrape, sock: socket.socket) -> asyncio.Server:
+    """Answer scrapes on `sock` (from `listen`) from now on."""
 
     rendering = asyncio.Lock()
 
@@ -39,14 +50,11 @@ async def serve(metrics: DaemonMetrics, host: str, port: int) -> asyncio.Server:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    server = await asyncio.start_server(handle, host, port, limit=HEAD_LIMIT)
-    bound = server.sockets[0].getsockname()
-    log.info("metrics_listening", host=bound[0], port=bound[1], path="/metrics")
-    return server
+    return await asyncio.start_server(handle, sock=sock, limit=HEAD_LIMIT)
 
 
 async def _answer(
-    metrics: DaemonMetrics,
+    metrics: Scrape,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     rendering: asyncio.Lock,

@@ -55,9 +55,8 @@ async def test_an_answer_reaches_the_holder_and_its_reply_comes_back(
                 raise DeferredCallError(ErrorCode.E_CALL_NOT_FOUND, "no pending call 'gone'")
             return {"resolved": given.call_id}
 
-        holder.handle = handle
         try:
-            await holder.serve()
+            await holder.serve(handle)
             await hold(conn, "k1", "n1")
             assert await asker.forward(forward("c1")) == {"resolved": "c1"}
             assert asked == [forward("c1")]  # what the asker was asked, unchanged

@@ -162,10 +162,9 @@ async def test_a_node_cannot_act_as_another(nats_cluster: NatsCluster) -> None:
             return {"resolved": given.call_id}
 
         holder = Answers(NodeRequests(n1, "n1"), PARTITIONS, lambda _a: True, 5.0)
-        holder.handle = handle
         asker = Answers(NodeRequests(n2, "n2"), PARTITIONS, lambda _a: False, 2.0)
         try:
-            await holder.serve()
+            await holder.serve(handle)
             lease = n1.names.lease_key(lease_partition())
             await n1.leases.put(lease, b"n1")
             spies = await _cannot_pose_as_n1(raw, n1)

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from orchestrator.observe import metrics_http
 from orchestrator.observe.metric_labels import OTHER, SERIES_MAX, VALUE_MAX
-from orchestrator.observe.metrics import DaemonMetrics
+from orchestrator.observe.metrics import DaemonMetrics, LiveView, Scrape
 from orchestrator.supervision.table import ProcessEntry
 from protocol.ids import Address, ProcessKind
 from protocol.messages import ToolSample, TurnMetrics
@@ -83,8 +83,10 @@ async def test_a_scrape_is_rendered_while_the_loop_runs() -> None:
     metrics = DaemonMetrics()
     gate = Gate(asyncio.get_running_loop())
     metrics.registry.register(gate)
-    server = await metrics_http.serve(metrics, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    sock = metrics_http.listen("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    nothing = LiveView(entries=list, mailboxes=list, journal=lambda: (0, 0), dropped=list)
+    server = await metrics_http.serve(Scrape(metrics, nothing), sock)
     try:
         async with asyncio.timeout(30), httpx.AsyncClient() as client:
             scrape = asyncio.ensure_future(client.get(f"http://127.0.0.1:{port}/metrics"))
