@@ -15,8 +15,7 @@ import resource
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Awaitable, Coroutine
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -26,54 +25,30 @@ import structlog
 import zmq
 import zmq.asyncio
 
-from bundles.kinds import SwarmSpec
-from bundles.model import Bundle, Resource
 from orchestrator import systemd
-from orchestrator.calls.agent_send import SendCalls
-from orchestrator.calls.agents import AGENT_OPS, AgentsService
-from orchestrator.calls.budgets import Budgets
-from orchestrator.calls.deferred import DEFERRED_OPS, DeferredIndex
-from orchestrator.calls.deferred_remote import NO_MIRROR
-from orchestrator.calls.permits import PERMIT_OPS, Permits
-from orchestrator.calls.ratelimits import RateLimits
-from orchestrator.calls.self_restart import SelfRestart
 from orchestrator.cluster.options import ClusterOptions
 from orchestrator.control import fence as control_fence
 from orchestrator.control import rundir, runpointer
 from orchestrator.control.server import ControlContext, ControlServer
-from orchestrator.ingress.accept import Acceptor
-from orchestrator.ingress.connections import Connections
-from orchestrator.ingress.direct import DirectIngress
 from orchestrator.ingress.journal.sqlite import SqliteJournal
 from orchestrator.ingress.port import Ingress
 from orchestrator.observe import daemonlog as logs
 from orchestrator.observe.endpoint import Metrics, MetricsUnavailable, start_metrics
 from orchestrator.reload import apply as reload
-from orchestrator.reload.apply import BundleSource, Reloader
-from orchestrator.routing.broker import Broker, CallHandler
-from orchestrator.routing.placement import LocalPlacement
-from orchestrator.routing.relay import Relay
-from orchestrator.routing.router import Collaborators, Router
-from orchestrator.routing.wire import RouterSocket
-from orchestrator.supervision import cgroups, forkserver, orphans, proctitle
+from orchestrator.supervision import cgroups, orphans, proctitle
 from orchestrator.supervision.childlog import ChildOutputs
 from orchestrator.supervision.forkserver import ENTRY, ForkServerProcess, start_fork_server
 from orchestrator.supervision.logfiles import Rotation
-from orchestrator.supervision.mailboxes import Mailboxes, RequestBook
-from orchestrator.supervision.ports import Placement
 from orchestrator.supervision.reconciler import Reconciler
 from orchestrator.supervision.settings import Settings, SpawnMode
 from orchestrator.supervision.spawner import ColdSpawner, ForkServerSpawner, Spawner
-from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.supervisor import Supervisor
-from orchestrator.supervision.table import ProcessEntry, ProcessTable, TransitionListener
-from orchestrator.swarm import CurrentSwarm, SwarmView
+from orchestrator.wiring import DaemonOptions as DaemonOptions  # what `goondan run` builds
+from orchestrator.wiring import OnStarted as OnStarted
+from orchestrator.wiring import Wiring
 from protocol.control import OrchestratorInfo, StopReport
-from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
-from protocol.ids import Address
 from protocol.launch import LaunchSettings
-from protocol.messages import CallOp, CallPayload, TurnMetrics
 
 if TYPE_CHECKING:  # cluster mode's modules import nats-py: only a --cluster run loads them
     from orchestrator.cluster.node import ClusterNode
@@ -82,40 +57,9 @@ CHILD_MODULE = "agent_process"
 JOURNAL_CLOSE_LIMIT = 10.0
 """How long a stop waits for the journal to write what is queued and close."""
 log = structlog.get_logger("goondan.daemon")
-OnStarted = Callable[[ControlContext], Awaitable[int]]
-"""Run once everything is up (e.g. `run --input`); its return value is the exit code."""
 Backends = tuple["Metrics | None", "SqliteJournal | None", "ClusterNode | None"]
 """What the daemon stores and exports through: its metrics endpoint, the embedded journal or
 (cluster mode) the node's NATS connection."""
-
-
-@dataclass(frozen=True, slots=True)
-class DaemonOptions:
-    bundle: Bundle
-    swarm: Resource[SwarmSpec]
-    layout: StateLayout
-    env_files: tuple[Path, ...] = ()
-    log_format: str = "console"
-    quiet: bool = False
-    on_started: OnStarted | None = None
-    watch: bool = False
-    """Reload the bundle when its files change (`run --watch`)."""
-    cluster: ClusterOptions | None = None
-    """`run --cluster URLS --node NAME`: this daemon is one node of the swarm's cluster."""
-
-
-@dataclass(frozen=True, slots=True)
-class Parts:
-    """The daemon's object graph (`Daemon._build`)."""
-
-    router: Router
-    supervisor: Supervisor
-    swarm: CurrentSwarm
-    connections: Connections
-    deferred: DeferredIndex
-    reloader: Reloader
-    ingress: Ingress
-    permits: Permits
 
 
 def _version() -> str:
@@ -236,97 +180,6 @@ class Daemon:
             node=self.opts.cluster.node if self.opts.cluster is not None else "",
         )
 
-    def _build(
-        self,
-        zctx: zmq.asyncio.Context,
-        spawner: Spawner,
-        journal: SqliteJournal | None,
-        metrics: Metrics | None = None,
-        node: ClusterNode | None = None,
-    ) -> Parts:
-        """The object graph in one pass: the shared mailboxes and request book first, then the
-        supervisor, the ingress and the call handlers (which reach the router through the
-        relay), then the router, which takes them all."""
-        opts = self.opts
-        listener: TransitionListener = _log_transition
-        if metrics is not None:
-            listener = _both(_log_transition, metrics.registry.on_transition)
-        table = ProcessTable(listener=listener)
-        swarm = CurrentSwarm(SwarmView.of(opts.bundle, opts.swarm))
-        mailboxes, book, relay = Mailboxes(), RequestBook(), Relay()
-        wire = RouterSocket(zctx, self.endpoints[0], self.settings.max_frame_bytes)
-        rundir.secure_socket(self.paths.agents_sock)
-        # the ports, chosen once: one machine or a cluster node; the journal or none
-        placement = self._placement(relay, node)
-        # the tools an agent declares are its only tool label values
-        on_ready = metrics.registry.on_ready if metrics is not None else _quiet
-        supervisor = Supervisor(table=table, mailboxes=mailboxes, deliveries=relay,
-                                placement=placement, spawner=spawner, settings=self.settings,
-                                launch=launch_settings(opts, self.settings, self.endpoints[0],
-                                                       self.cgroup),
-                                layout=opts.layout, swarm=swarm,
-                                ready_listener=on_ready)  # fmt: skip
-        ingress = self._ingress(relay, journal, node, supervisor, mailboxes, book)
-        connections = Connections(relay, swarm, supervisor.ensure, ingress,
-                                  known=self._known(table))  # fmt: skip
-        mirror = NO_MIRROR
-        if node is not None:
-            assert node.call_mirror is not None  # node.bind made it
-            mirror = node.call_mirror
-        deferred = DeferredIndex(relay, supervisor, opts.layout, opts.swarm.name, view=swarm,
-                                 mirror=mirror)  # fmt: skip
-        permits = self._permits(relay, journal)
-        reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
-        agents = self._agents_service(table, supervisor)
-        calls = _call_handlers(relay, agents, deferred, permits,
-                               sends=SendCalls(agents, relay.accept, relay.reply),
-                               restart=SelfRestart(reloader, relay))  # fmt: skip
-        collaborators = Collaborators(
-            lifecycle=supervisor, ingress=ingress, placement=placement, calls=calls,
-            routes=agents, connectors=connections, suspended=deferred, budget=permits,
-            turn_metrics=metrics.registry.on_turn_metrics if metrics is not None else _uncounted,
-        )  # fmt: skip
-        router = Router(wire, table, mailboxes, book, relay, collaborators)
-        deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
-        return Parts(router, supervisor, swarm, connections, deferred, reloader, ingress, permits)
-
-    @staticmethod
-    def _placement(relay: Relay, node: ClusterNode | None) -> Placement:
-        """Where instances run: here (one machine), or on the node that leases them."""
-        if node is None:
-            return LocalPlacement(relay.deliver_response)
-        from orchestrator.cluster.placement import ClusterPlacement  # imports nats-py
-
-        return ClusterPlacement(node)
-
-    def _ingress(
-        self,
-        relay: Relay,
-        journal: SqliteJournal | None,
-        node: ClusterNode | None,
-        supervisor: Supervisor,
-        mailboxes: Mailboxes,
-        book: RequestBook,
-    ) -> Ingress:
-        """Where events are accepted: the cluster's ingress stream, the embedded journal, or
-        (journal off) straight to the router."""
-        if node is not None:
-            return node.bind(relay, supervisor, mailboxes, book, self.opts.layout,
-                             self.endpoints[1])  # fmt: skip
-        if journal is not None:
-            return Acceptor(journal, relay.submit)
-        return DirectIngress(relay.submit)
-
-    def _permits(self, broker: Broker, journal: SqliteJournal | None) -> Permits:
-        """Budgets (today's tallies from disk, or the journal's copy) and the Models' shared
-        rate limits."""
-        swarm = self.opts.swarm.name
-        budgets = Budgets(self.opts.layout.usage_file(swarm), swarm, copy=journal)
-        budgets.load()
-        permits = Permits(broker, budgets, RateLimits())
-        permits.configure(self.opts.bundle, swarm)
-        return permits
-
     async def _backends(self) -> Backends | None:
         """The metrics endpoint, then the embedded journal or (cluster mode) the node's NATS
         connection; None (logged) when one cannot start."""
@@ -386,49 +239,6 @@ class Daemon:
                       suggestion=exc.suggestion)  # fmt: skip
             return None
 
-    def _known(self, table: ProcessTable) -> Callable[[Address], bool]:
-        """Whether an instance exists: a process in the table, or its state on disk."""
-        swarm, layout = self.opts.swarm.name, self.opts.layout
-
-        def known(target: Address) -> bool:
-            entry = table.get(target)
-            if entry is not None and entry.ever_started:
-                return True
-            return layout.instance_paths(swarm, target.instance_key, target.name).root.exists()
-
-        return known
-
-    def _agents_service(self, table: ProcessTable, supervisor: Supervisor) -> AgentsService:
-        swarm, layout = self.opts.swarm, self.opts.layout
-        return AgentsService(
-            table=table,
-            swarm=supervisor.swarm,
-            instance_root=lambda t: layout.instance_paths(swarm.name, t.instance_key, t.name).root,
-            ensure=supervisor.ensure,
-            allowed_roots=self.settings.spawn_roots,
-        )
-
-    def _reloader(
-        self,
-        supervisor: Supervisor,
-        swarm: CurrentSwarm,
-        start_connectors: Callable[[], None],
-        permits: Permits,
-    ) -> Reloader:
-        """SIGHUP, the Reload request, --watch and self-restart: re-read the bundle, swap the
-        swarm view, restart what changed, then start the connectors of new Connections."""
-        opts, server = self.opts, self.server
-        source = BundleSource(opts.bundle.path, opts.env_files, opts.layout.root, opts.swarm.name)
-
-        def on_swap() -> None:
-            permits.configure(reloader.current.bundle, opts.swarm.name)  # budgets, rate limits
-            if server is not None:  # the fork server holds the new bundle for new children
-                forkserver.call_hook(server, ENTRY, "refresh")
-
-        reloader = Reloader(source, opts.bundle, supervisor, swarm, notifier=self.notifier,
-                            on_swap=on_swap, after_restart=start_connectors)  # fmt: skip
-        return reloader
-
     async def main(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -443,7 +253,10 @@ class Daemon:
         # adopt
         orphans.become_subreaper()
         zctx = zmq.asyncio.Context()
-        parts = self._build(zctx, spawner, journal, metrics, node)
+        launch = launch_settings(self.opts, self.settings, self.endpoints[0], self.cgroup)
+        wiring = Wiring(self.opts, self.settings, self.endpoints, launch, self.server,
+                        self.notifier)  # fmt: skip
+        parts = wiring.build(zctx, spawner, journal, metrics, node)
         router, supervisor = parts.router, parts.supervisor
         parts.connections.start_all()  # connectors are always up (ARCHITECTURE.md §5)
         parts.deferred.resume_answered()  # answered calls an earlier daemon died before resuming
@@ -600,45 +413,3 @@ class Daemon:
         log.info("drained", seconds=round(time.monotonic() - started, 3), drained=report.drained,
                  killed=report.killed, kept=report.kept, dropped=report.dropped)  # fmt: skip
         return report
-
-
-def _call_handlers(
-    broker: Broker,
-    agents: AgentsService,
-    deferred: DeferredIndex,
-    permits: Permits,
-    *,
-    sends: SendCalls,
-    restart: SelfRestart,
-) -> dict[CallOp, CallHandler]:
-    """Who answers each `call` op of a child (ARCHITECTURE.md §4)."""
-
-    def agents_call(entry: ProcessEntry, payload: CallPayload) -> None:
-        broker.reply(entry, agents.answer(entry.address, payload))
-
-    handlers: dict[CallOp, CallHandler] = dict.fromkeys(AGENT_OPS, agents_call)
-    handlers |= dict.fromkeys(DEFERRED_OPS, deferred.on_call)
-    handlers |= dict.fromkeys(PERMIT_OPS, permits.on_call)
-    handlers[CallOp.SEND] = sends.on_call
-    handlers[CallOp.RESTART] = restart.on_call
-    return handlers
-
-
-def _quiet(entry: ProcessEntry, tools: list[str]) -> None:
-    """No metrics endpoint: the tools a process declares are not counted."""
-
-
-def _uncounted(entry: ProcessEntry, report: TurnMetrics) -> None:
-    """No metrics endpoint: a turn's counter deltas are not counted."""
-
-
-def _both(*listeners: TransitionListener) -> TransitionListener:
-    def each(entry: ProcessEntry, source: ProcessStatus, target: ProcessStatus) -> None:
-        for listener in listeners:
-            listener(entry, source, target)
-
-    return each
-
-
-def _log_transition(entry: ProcessEntry, source: ProcessStatus, target: ProcessStatus) -> None:
-    log.info("transition", process=str(entry.process_id), source=str(source), target=str(target))
