@@ -15,11 +15,20 @@ from orchestrator.routing.relay import Relay, RelayNotConnected
 from orchestrator.supervision.mailboxes import OpenRequest
 from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
-from protocol.codec import encode
+from protocol.codec import decode_message, encode
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event, response_to
 from protocol.ids import ORCHESTRATOR, agent_address
-from protocol.messages import History, HistoryPayload, ShutdownAck, ShutdownAckPayload
+from protocol.messages import (
+    Call,
+    CallOp,
+    CallPayload,
+    CallResult,
+    History,
+    HistoryPayload,
+    ShutdownAck,
+    ShutdownAckPayload,
+)
 from tests.unit.orchestrator.conftest import Routed
 from tests.unit.orchestrator.fakes import FakeLifecycle, build_router
 
@@ -210,3 +219,44 @@ async def test_events_for_a_process_whose_socket_closed_wait_for_the_next_one(
     assert [e.id for e in box.queue] == events
     assert not any(w.done() for w in waiters)
     assert not [line for line in logs if line["event"] in ("event_retried", "event_dropped")]
+
+
+async def test_a_call_goes_to_the_handler_of_its_op_and_one_without_is_answered(
+    tmp_path: Path,
+) -> None:
+    """The router's call handlers are one mapping of ops: each op reaches its handler; an op
+    nobody handles (a newer child's) is answered E_NOT_IMPLEMENTED at once, never silence."""
+    table = ProcessTable()
+    entry = table.entry(agent_address("a", "k"))
+    entry.generation, entry.status = 1, ProcessStatus.IDLE
+    ctx = zmq.asyncio.Context()
+    handled: asyncio.Queue[CallPayload] = asyncio.Queue()
+
+    def list_call(caller: ProcessEntry, payload: CallPayload) -> None:
+        handled.put_nowait(payload)
+
+    endpoint = f"ipc://{tmp_path}/agents.sock"
+    router = build_router(ctx, endpoint, table, FakeLifecycle(), calls={CallOp.LIST: list_call})
+    task = asyncio.ensure_future(router.run())
+    peer = ctx.socket(zmq.DEALER)
+    try:
+        peer.setsockopt(zmq.IDENTITY, entry.routing_id)
+        peer.setsockopt(zmq.LINGER, 0)
+        peer.connect(endpoint)
+        for call_id, op in (("1", CallOp.LIST), ("2", CallOp.CATALOG)):
+            payload = CallPayload(call_id=call_id, op=op)
+            await peer.send(encode(Call(from_=entry.id_text, to=ORCHESTRATOR, payload=payload)))
+        async with asyncio.timeout(5):
+            assert (await handled.get()).call_id == "1"
+            answer = decode_message(await peer.recv())
+        assert isinstance(answer, CallResult)
+        assert answer.payload.call_id == "2" and not answer.payload.ok
+        assert answer.payload.error is not None
+        assert answer.payload.error.code == ErrorCode.E_NOT_IMPLEMENTED
+        assert handled.empty()
+    finally:
+        peer.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        router.close()
+        ctx.destroy(linger=0)
