@@ -73,6 +73,10 @@ PYTEST_COV ?= $(COV_PACKAGES) $(COV_CHECK)
 # The suite waits on daemons, sockets and child processes far more than it computes, so it runs
 # in one more pytest-xdist worker than there are cores (TEST_WORKERS=0: in this process only).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+# Work stealing: a worker that runs out of tests takes half the queue of the busiest one. xdist's
+# default hands each worker a chunk up front, so the tests queued behind the 20,000-instance drive
+# (collected first, tests/conftest.py FIRST) waited minutes for it while the other workers idled.
+TEST_DIST := $(if $(filter 0,$(TEST_WORKERS)),,--dist worksteal)
 COMPILE_TESTS = $(BIN)/python -m compileall -q -j 0 protocol bundles orchestrator agent_process tests
 
 # The long drives (tests/conftest.py DRIVES: 20,000 instances, chaos, cluster, browser, fork-server
@@ -87,15 +91,15 @@ STAGE_COV = $(if $(filter measure,$(COV_STAGE)),$(COV_PACKAGES) --cov-report=,$(
 
 test: ## run every test (unit, integration, fuzz, the long drives; real processes, real sockets) with the coverage floor
 	@$(COMPILE_TESTS)
-	$(BIN)/python -m pytest -q -m "not quarantine" -n $(TEST_WORKERS) $(PYTEST_COV) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not quarantine" -n $(TEST_WORKERS) $(TEST_DIST) $(PYTEST_COV) $(PYTEST_ARGS)
 
 test-fast: ## the developer loop: every test but the long drives (-m "not drive"), no coverage
 	@$(COMPILE_TESTS)
-	$(BIN)/python -m pytest -q -m "not drive and not quarantine" -n $(TEST_WORKERS) $(STAGE_COV) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not drive and not quarantine" -n $(TEST_WORKERS) $(TEST_DIST) $(STAGE_COV) $(PYTEST_ARGS)
 
 test-drives: ## only the long drives: 20,000 instances, chaos, cluster, Studio's browser, fork-server memory
 	@$(COMPILE_TESTS)
-	$(BIN)/python -m pytest -q -m "drive and not quarantine" -n $(TEST_WORKERS) $(STAGE_COV) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "drive and not quarantine" -n $(TEST_WORKERS) $(TEST_DIST) $(STAGE_COV) $(PYTEST_ARGS)
 
 # The committed baseline of where the suite's minutes go, to compare a slow run against: .ci/run's
 # two test stages run here, each one's wall time, outcome and slowest tests (--durations). A
