@@ -58,7 +58,9 @@ class DirectIngress:
         return 0, 0
 
     async def compact_forever(self) -> None:
-        return None  # nothing stored
+        # nothing stored, but a core task of the daemon: one that ended would tell its
+        # watchdog the daemon is stuck (orchestrator/daemon.py `_notify_systemd`)
+        await asyncio.Event().wait()
 
     async def close(self) -> None:
         return None

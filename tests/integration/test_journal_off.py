@@ -15,6 +15,7 @@ from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import SWARM
+from tests.integration.test_systemd_notify import NotifySocket
 
 SWARM_NAME = "probe"
 
@@ -58,3 +59,25 @@ async def test_without_a_journal_sends_are_answered_and_nothing_is_kept(
         assert await daemon.wait() == 0
         drained = daemon.find("drained")
         assert [(line["kept"], line["dropped"]) for line in drained] == [(0, 1)]
+
+
+async def test_without_a_journal_the_watchdog_is_fed(
+    start_daemon: StartDaemon, tmp_path: Path
+) -> None:
+    """No journal is no core task ending: under systemd's watchdog the daemon keeps pinging
+    (it did not: the journal's compaction task returned at once, the watchdog took the daemon
+    for stuck and withheld every WATCHDOG=1, so systemd would kill it after WatchdogSec)."""
+    notify = NotifySocket(tmp_path / "notify")
+    env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "200000"}
+    try:
+        async with asyncio.timeout(30):
+            daemon = await start_daemon(_journal_off(tmp_path), env=env)
+            await notify.until("READY")
+        async with asyncio.timeout(5):  # a ping every 0.1 s when fed
+            assert (await notify.until("WATCHDOG"))["WATCHDOG"] == "1"
+            await notify.until("WATCHDOG")
+        async with asyncio.timeout(30):
+            daemon.signal(signal.SIGTERM)
+            assert await daemon.wait() == 0
+    finally:
+        notify.close()
