@@ -1,9 +1,12 @@
 """One cluster node: the daemon's parts that make it part of a swarm spread over machines.
 
-The daemon (`orchestrator/daemon.py`) builds its router and supervisor as on one machine and
-asks this module for the rest: the acceptor (accepting = publishing to the ingress stream),
-the consumers of the partitions this node leases, and the hooks the router and supervisor
-call in cluster mode (`Hooks`). Only a daemon started with `--cluster` imports it.
+The daemon (`orchestrator/wiring.py`) builds its router and supervisor as on one machine, with
+the cluster's ports: the `Ingress` this node's `bind` returns (`accept.ClusterAcceptor`:
+accepting = publishing to the ingress stream) and the `Placement` made of it
+(`placement.ClusterPlacement`: leased partitions, the history stream). `bind` is the cluster's
+one late step: the leases decide where instances run (the supervisor's placement) and a lost
+lease stops processes (the supervisor), so the node is opened before the supervisor and handed
+it after. Only a daemon started with `--cluster` imports this module.
 """
 
 from __future__ import annotations
