@@ -201,22 +201,27 @@ class Router:
         except ProtocolError as exc:
             self._malformed(ident, exc.message)
             return
-        if not entry.live:  # its exit was seen first: keep what it hands back and wrote
-            if isinstance(msg, ShutdownAck):
-                self._late_ack(entry, msg.payload)
-            elif isinstance(msg, History) and self.placement.history(entry, msg.payload.line):
-                # the last conversation lines of its last turn, already in the files on this
-                # node: dropped, the history stream would lack them while the cache looked
-                # current (a later owner, rebuilding from the stream, would lose that turn)
-                pass
-            else:
-                self._stale(pid)
+        if not entry.live:
+            self._after_exit(entry, pid, msg)
             return
         entry.last_seen = time.monotonic()
         try:
             self._dispatch(entry, msg)
         except Exception:  # a bug in one handler must not take the broker down
             log.exception("frame_handler_failed", sender=str(pid), type=type(msg).__name__)
+
+    def _after_exit(self, entry: ProcessEntry, pid: ProcessId, msg: Message) -> None:
+        """A frame of a process whose exit was seen first: keep what it hands back and wrote."""
+        if isinstance(msg, ShutdownAck):
+            self._late_ack(entry, msg.payload)
+        elif isinstance(msg, History):
+            # the last conversation lines of its last turn, already in the files on this
+            # node: dropped, the history stream would lack them while the cache looked
+            # current (a later owner, rebuilding from the stream, would lose that turn)
+            if not self.placement.history(entry, msg.payload.line):
+                self._stale(pid)
+        else:
+            self._stale(pid)
 
     def _stale(self, pid: ProcessId) -> None:
         self.stats.stale += 1
@@ -254,9 +259,10 @@ class Router:
                 self.services.calls.get(payload.op, self._unhandled)(entry, payload)
             case Heartbeat(payload=beat):
                 liveness.on_beat(self.table, entry, beat, self.send)
-            case History(payload=payload) if self.placement.history(entry, payload.line):
-                pass  # kept by the cluster's placement (ARCHITECTURE.md §15)
-            case CallResult() | Shutdown() | History():
+            case History(payload=payload):  # cluster mode's history stream (§15)
+                if not self.placement.history(entry, payload.line):
+                    log.warning("frame_unexpected", sender=entry.id_text, type="History")
+            case CallResult() | Shutdown():
                 log.warning("frame_unexpected", sender=entry.id_text, type=type(msg).__name__)
             case _:
                 assert_never(msg)
