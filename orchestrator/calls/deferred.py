@@ -125,7 +125,7 @@ class DeferredIndex:
         swarm: str,
         clock: Callable[[], float] = time.time,
         *,
-        view: CurrentSwarm | None = None,
+        view: CurrentSwarm,
         mirror: CallMirror = NO_MIRROR,
     ) -> None:
         self.broker = broker
@@ -143,7 +143,7 @@ class DeferredIndex:
         self.mirror = mirror
         """Where calls are kept beyond this node (cluster mode), or nowhere (one machine)."""
         self.view = view
-        """The swarm's Connections (their `approvers`); None in tests that need none."""
+        """The swarm's Connections (their `approvers`), swapped by a reload."""
 
     # -- the index --------------------------------------------------------------------
 
@@ -294,7 +294,7 @@ class DeferredIndex:
         event's own `source`."""
         if event.reply_to is not None:
             self.broker.open_request(OpenRequest.of(event, event.reply_to, None))
-        connection = self.view.view.connections.get(entry.address) if self.view else None
+        connection = self.view.view.connections.get(entry.address)
         approvers = connection.approvers if connection is not None else frozenset()
         who = call_auth.from_connector(entry.address, event, to, approvers)
         task = asyncio.ensure_future(self._answer_for(event, who))

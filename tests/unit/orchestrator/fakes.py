@@ -20,6 +20,7 @@ from orchestrator.routing.wire import RouterSocket
 from orchestrator.supervision.mailboxes import Mailboxes, OpenRequest, RequestBook
 from orchestrator.supervision.ports import Placement
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
+from orchestrator.swarm import CurrentSwarm, SwarmView
 from protocol.errors import ErrorInfo
 from protocol.events import AgentEvent
 from protocol.ids import Address
@@ -184,3 +185,8 @@ def build_router(
     )
     wire = RouterSocket(ctx, endpoint)
     return Router(wire, table, mailboxes or Mailboxes(), RequestBook(), relay, collaborators)
+
+
+def swarm_of(agent: str = "a", name: str = "s") -> CurrentSwarm:
+    """A swarm of one agent and no Connections."""
+    return CurrentSwarm(SwarmView(name, agent, name, (agent,)))

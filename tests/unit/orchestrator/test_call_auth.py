@@ -20,7 +20,7 @@ from protocol.events import ReplyTo, Source, SourceKind, new_event
 from protocol.ids import Address, agent_address, parse_address
 from protocol.jsonrpc import ANSWERED_BY, APPROVE_METHOD, JsonRpcResponse, PendingCall
 from protocol.messages import Call
-from tests.unit.orchestrator.fakes import FakeBroker, FakeTargets
+from tests.unit.orchestrator.fakes import FakeBroker, FakeTargets, swarm_of
 
 NOW = 1000.0
 HOOK = parse_address("connector:hook:webhook")
@@ -93,7 +93,7 @@ def test_os_user() -> None:
 async def test_the_record_names_goondans_who_not_the_answers(tmp_path: Path) -> None:
     broker = FakeBroker(ready_entries={A: ProcessEntry(address=A, status=S.IDLE, generation=1)})
     layout = StateLayout.from_env(tmp_path / "state")
-    idx = DeferredIndex(broker, FakeTargets(), layout, "s", clock=lambda: NOW)
+    idx = DeferredIndex(broker, FakeTargets(), layout, "s", clock=lambda: NOW, view=swarm_of())
     pending = call(APPROVE_METHOD)
     directory = layout.instance_paths("s", "k", "a").pending_calls_dir
     directory.mkdir(parents=True)
@@ -118,7 +118,9 @@ def test_a_pending_file_naming_another_instance_is_not_its_call(tmp_path: Path) 
     """An agent writes its own `pending-calls/`: a file there naming another instance must
     not put a request of that instance in front of the operator."""
     layout = StateLayout.from_env(tmp_path / "state")
-    idx = DeferredIndex(FakeBroker(), FakeTargets(), layout, "s", clock=lambda: NOW)
+    idx = DeferredIndex(
+        FakeBroker(), FakeTargets(), layout, "s", clock=lambda: NOW, view=swarm_of()
+    )
     mine = layout.instance_paths("s", "mine", "a").pending_calls_dir
     mine.mkdir(parents=True)
     (mine / "c1.json").write_bytes(msgspec.json.encode(call()))  # says a@k, lies in a@mine

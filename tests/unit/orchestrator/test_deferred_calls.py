@@ -29,7 +29,13 @@ from protocol.jsonrpc import (
     PendingCall,
 )
 from protocol.messages import Call, CallOp, CallPayload, Event
-from tests.unit.orchestrator.fakes import FakeBroker, FakeLifecycle, FakeTargets, build_router
+from tests.unit.orchestrator.fakes import (
+    FakeBroker,
+    FakeLifecycle,
+    FakeTargets,
+    build_router,
+    swarm_of,
+)
 
 NOW = 1000.0
 SWARM = "s"
@@ -73,7 +79,9 @@ def write(layout: StateLayout, call: PendingCall) -> Path:
 
 def index(router: Router, tmp_path: Path, targets: FakeTargets | None = None) -> DeferredIndex:
     layout = StateLayout.from_env(tmp_path / "state")
-    return DeferredIndex(router, targets or FakeTargets(), layout, SWARM, clock=lambda: NOW)
+    return DeferredIndex(
+        router, targets or FakeTargets(), layout, SWARM, clock=lambda: NOW, view=swarm_of()
+    )
 
 
 async def test_list_shows_pending_calls_only(router: Router, tmp_path: Path) -> None:
@@ -176,7 +184,9 @@ def from_connector(correlation_id: str = "corr") -> AgentEvent:
 
 def faked(tmp_path: Path, broker: FakeBroker, targets: FakeTargets | None = None) -> DeferredIndex:
     layout = StateLayout.from_env(tmp_path / "state")
-    return DeferredIndex(broker, targets or FakeTargets(), layout, SWARM, clock=lambda: NOW)
+    return DeferredIndex(
+        broker, targets or FakeTargets(), layout, SWARM, clock=lambda: NOW, view=swarm_of()
+    )
 
 
 def pokes(broker: FakeBroker) -> list[str]:

@@ -28,7 +28,7 @@ from protocol.endpoints import StateLayout
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import agent_address
 from protocol.jsonrpc import ANSWER_SUFFIX, JsonRpcResponse, PendingCall
-from tests.unit.orchestrator.fakes import FakeLifecycle, build_router
+from tests.unit.orchestrator.fakes import FakeLifecycle, build_router, swarm_of
 
 NOW = 1000.0
 SWARM = "s"
@@ -40,7 +40,7 @@ def router(tmp_path: Path) -> Iterator[Router]:
     ctx = zmq.asyncio.Context()
     relay, lifecycle = Relay(), FakeLifecycle()
     index = DeferredIndex(relay, lifecycle, StateLayout.from_env(tmp_path / "state"), SWARM,
-                          clock=lambda: NOW)  # fmt: skip
+                          clock=lambda: NOW, view=swarm_of())  # fmt: skip
     r = build_router(ctx, f"ipc://{tmp_path}/a.sock", ProcessTable(), lifecycle, relay=relay,
                      suspended=index)  # fmt: skip
     yield r
