@@ -10,8 +10,8 @@ import asyncio
 import msgspec
 
 from orchestrator.control import localstate
-from orchestrator.supervision.trees import remove_tree
 from orchestrator.supervision.supervisor import Supervisor
+from orchestrator.supervision.trees import remove_tree
 from protocol.endpoints import StateLayout
 from protocol.ids import ProcessKind
 from protocol.messages import ShutdownReason
