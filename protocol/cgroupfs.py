@@ -1,8 +1,8 @@
 """Where this process sits in cgroup v2, and whether that cgroup was delegated to it: read by
 the daemon (agents' cgroups, `orchestrator/supervision/cgroups.py`) and by the bash tool (a
-cgroup per call, `bundles/base/tools/_contain.py`). Reads only; nothing here writes a cgroup. In protocol
-because both sides read delegation the same way and a file loaded by path may import only
-bundles.sdk and protocol of ours (stdlib only, like the rest of protocol)."""
+cgroup per call, `bundles/base/tools/_contain.py`). Reads only; nothing here writes a cgroup.
+In protocol because both sides read delegation the same way and a file loaded by path may
+import only bundles.sdk and protocol of ours (stdlib only, like the rest of protocol)."""
 
 from __future__ import annotations
 
