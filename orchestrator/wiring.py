@@ -53,7 +53,7 @@ from orchestrator.supervision.spawner import Spawner
 from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.supervisor import Supervisor
 from orchestrator.supervision.table import ProcessEntry, ProcessTable, TransitionListener
-from orchestrator.swarm import CurrentSwarm, SwarmView
+from orchestrator.swarm.view import CurrentSwarm, SwarmView
 from protocol.endpoints import StateLayout
 from protocol.ids import Address
 from protocol.launch import LaunchSettings

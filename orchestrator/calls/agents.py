@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 
 from orchestrator.supervision.table import ProcessTable
-from orchestrator.swarm import CurrentSwarm
+from orchestrator.swarm.view import CurrentSwarm
 from protocol.codec import to_builtins
 from protocol.durable import write_atomic
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError

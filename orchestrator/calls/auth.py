@@ -75,12 +75,6 @@ def from_connector(connector: Address, event: AgentEvent, to: str,
     )
 
 
-def names(raw: object) -> frozenset[str]:
-    """`config.approvers` as written: a comma-separated string or a list of strings (names are
-    not secrets: a value read from elsewhere names no one)."""
-    items = raw if isinstance(raw, list) else raw.split(",") if isinstance(raw, str) else []
-    return frozenset(str(item).strip() for item in items if isinstance(item, str) and item.strip())
-
 
 def refusal(call: PendingCall, who: Answerer) -> str | None:
     """Why `who` may not answer `call` (None: it may)."""

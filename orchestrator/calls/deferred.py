@@ -48,7 +48,7 @@ from orchestrator.calls.deferred_remote import NO_MIRROR, CallMirror, Forward
 from orchestrator.routing.broker import RequestBroker, Targets
 from orchestrator.supervision.mailboxes import OpenRequest
 from orchestrator.supervision.table import ProcessEntry
-from orchestrator.swarm import CurrentSwarm
+from orchestrator.swarm.view import CurrentSwarm
 from protocol.endpoints import StateLayout, path_segment
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.events import AgentEvent, Source, SourceKind, response_to

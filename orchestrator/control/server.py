@@ -37,7 +37,7 @@ from orchestrator.routing.peers import PeerWatch, peer_pid, peer_uid
 from orchestrator.routing.router import Router
 from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.supervisor import Supervisor
-from orchestrator.swarm import CurrentSwarm
+from orchestrator.swarm.view import CurrentSwarm
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
     DEACTIVATED,

@@ -2,7 +2,7 @@
 
 One connector process per Connection of the swarm, address
 `connector:<Connection name>:<Connector name>`. A connector's `event` frame goes through the
-Connection's ingress rules (orchestrator.ingress.rules) to an agent instance, spawned on demand:
+Connection's ingress rules (orchestrator.swarm.rules) to an agent instance, spawned on demand:
 
 - a rule with `reply` (the default): the event keeps the connector's `replyTo`; the agent's
   answer is routed back by correlation id and completes the connector's `emit()`;
@@ -21,12 +21,12 @@ from collections.abc import Callable
 import msgspec
 import structlog
 
-from orchestrator.ingress import rules as ingress
 from orchestrator.ingress.journal import Appended, JournalError
 from orchestrator.ingress.port import Ingress
 from orchestrator.routing.broker import Broker
 from orchestrator.supervision.table import ProcessEntry
-from orchestrator.swarm import Connection, CurrentSwarm
+from orchestrator.swarm import rules as ingress
+from orchestrator.swarm.view import Connection, CurrentSwarm
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.events import AgentEvent, Source, SourceKind, response_to
 from protocol.ids import (

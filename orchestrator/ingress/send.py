@@ -23,7 +23,7 @@ from orchestrator.ingress.port import Ingress
 from orchestrator.ingress.streams import ClientStream
 from orchestrator.routing.router import Router
 from orchestrator.supervision.states import ProcessStatus
-from orchestrator.swarm import CurrentSwarm
+from orchestrator.swarm.view import CurrentSwarm
 from protocol.control import Attach, SendText
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event

@@ -36,7 +36,7 @@ from orchestrator.reload.changes import ChangePlan, Snapshot, describe, plan_cha
 from orchestrator.reload.watch import watch_files
 from orchestrator.supervision.supervisor import Supervisor
 from orchestrator.supervision.table import ProcessEntry
-from orchestrator.swarm import CurrentSwarm, SwarmView
+from orchestrator.swarm.view import CurrentSwarm, SwarmView
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.ids import ProcessKind
 from protocol.jsontypes import JsonObject

@@ -37,7 +37,7 @@ from orchestrator.supervision.spawner import ChildHandle, ChildSpec, ExitStatus,
 from orchestrator.supervision.states import DOWN, ProcessStatus
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
 from orchestrator.supervision.trees import remove_tree
-from orchestrator.swarm import CurrentSwarm
+from orchestrator.swarm.view import CurrentSwarm
 from protocol.control import StopReport
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo

@@ -97,7 +97,7 @@ class Harness:
         from orchestrator.supervision.states import ProcessStatus
         from orchestrator.supervision.supervisor import Supervisor
         from orchestrator.supervision.table import ProcessTable
-        from orchestrator.swarm import CurrentSwarm, SwarmView
+        from orchestrator.swarm.view import CurrentSwarm, SwarmView
         from tests.unit.orchestrator.fakes import build_router
 
         self.waiters: dict[Any, asyncio.Future[float]] = {}

@@ -75,6 +75,7 @@ def test_contracts_hold_on_the_tree() -> None:
         ("orchestrator/observe/_violation.py", "from orchestrator import daemon\n"),
         ("orchestrator/reload/_violation.py", "from orchestrator.routing import router\n"),
         ("orchestrator/exitcodes.py", "from orchestrator.supervision import table\n"),
+        ("orchestrator/swarm/_violation.py", "from orchestrator.calls import auth\n"),
     ],
 )
 def test_a_deliberate_violation_fails(tmp_path: Path, module: str, bad_import: str) -> None:

@@ -20,7 +20,7 @@ from orchestrator.routing.wire import RouterSocket
 from orchestrator.supervision.mailboxes import Mailboxes, OpenRequest, RequestBook
 from orchestrator.supervision.ports import Placement
 from orchestrator.supervision.table import ProcessEntry, ProcessTable
-from orchestrator.swarm import CurrentSwarm, SwarmView
+from orchestrator.swarm.view import CurrentSwarm, SwarmView
 from protocol.errors import ErrorInfo
 from protocol.events import AgentEvent
 from protocol.ids import Address

@@ -8,7 +8,7 @@ from pathlib import Path
 from orchestrator.calls.agents import AgentsService
 from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.table import ProcessTable
-from orchestrator.swarm import CurrentSwarm, SwarmView
+from orchestrator.swarm.view import CurrentSwarm, SwarmView
 from protocol.errors import ErrorCode
 from protocol.events import ReplyTo, Source, SourceKind, new_event
 from protocol.ids import Address, agent_address

@@ -14,6 +14,7 @@ from orchestrator.calls.auth import Answerer
 from orchestrator.calls.deferred import DeferredCallError, DeferredIndex
 from orchestrator.supervision.states import ProcessStatus as S
 from orchestrator.supervision.table import ProcessEntry
+from orchestrator.swarm.view import approver_names
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from protocol.events import ReplyTo, Source, SourceKind, new_event
@@ -69,10 +70,10 @@ def test_who_may_answer(pending: PendingCall, who: Answerer, allowed: bool) -> N
 
 
 def test_approvers_as_written() -> None:
-    assert call_auth.names("7, ann ,") == frozenset({"7", "ann"})
-    assert call_auth.names(["U1", " ", 3]) == frozenset({"U1"})
-    assert call_auth.names(None) == frozenset()
-    assert call_auth.names(object()) == frozenset()  # a ValueSource names no one
+    assert approver_names("7, ann ,") == frozenset({"7", "ann"})
+    assert approver_names(["U1", " ", 3]) == frozenset({"U1"})
+    assert approver_names(None) == frozenset()
+    assert approver_names(object()) == frozenset()  # a ValueSource names no one
 
 
 def test_a_connectors_answer_is_its_connection_and_principal_not_its_payload() -> None:

@@ -12,13 +12,13 @@ import pytest
 from bundles.loader import load_bundle
 from orchestrator.ingress.connections import Connections
 from orchestrator.ingress.direct import DirectIngress
-from orchestrator.ingress.rules import CompiledRule, Ingress, route
 from orchestrator.supervision.liveness import KillWedged
 from orchestrator.supervision.reconciler import Start, plan
 from orchestrator.supervision.settings import Settings
 from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.table import ProcessEntry
-from orchestrator.swarm import Connection, CurrentSwarm, SwarmView, swarm_connections
+from orchestrator.swarm.rules import CompiledRule, Ingress, route
+from orchestrator.swarm.view import Connection, CurrentSwarm, SwarmView, swarm_connections
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent, ReplyTo, Source, SourceKind, new_event
 from protocol.ids import Address, ProcessKind, agent_address

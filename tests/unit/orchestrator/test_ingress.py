@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.ingress.rules import (
+from orchestrator.swarm.rules import (
     CompiledRule,
     Ingress,
     Route,
@@ -77,7 +77,7 @@ def test_a_connection_of_a_real_bundle_compiles_to_agent_names_and_the_swarm_key
     from pathlib import Path
 
     from bundles.loader import load_bundle
-    from orchestrator.ingress.rules import compile_connection
+    from orchestrator.swarm.rules import compile_connection
 
     root = Path(__file__).resolve().parents[2] / "fixtures" / "integration" / "ingress"
     bundle = load_bundle(root)

@@ -10,7 +10,7 @@ from orchestrator.supervision.settings import Settings
 from orchestrator.supervision.spawner import ColdSpawner
 from orchestrator.supervision.states import ProcessStatus
 from orchestrator.supervision.supervisor import Supervisor
-from orchestrator.swarm import CurrentSwarm, SwarmView
+from orchestrator.swarm.view import CurrentSwarm, SwarmView
 from orchestrator.systemd import RestartNotices
 from protocol.endpoints import StateLayout
 from protocol.launch import LaunchSettings

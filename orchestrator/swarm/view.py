@@ -16,8 +16,7 @@ from types import MappingProxyType
 from bundles.kinds import Kind, SwarmSpec
 from bundles.model import Bundle, Resource
 from bundles.refs import connection_connector, connection_swarm, entry_agent, swarm_agents
-from orchestrator.calls import auth as call_auth
-from orchestrator.ingress import rules as ingress
+from orchestrator.swarm import rules as ingress
 from protocol.ids import Address, ProcessKind
 
 
@@ -32,6 +31,13 @@ class Connection:
     id or name, an API token's name; orchestrator/calls/auth.py)."""
 
 
+def approver_names(raw: object) -> frozenset[str]:
+    """`config.approvers` as written: a comma-separated string or a list of strings (names are
+    not secrets: a value read from elsewhere names no one)."""
+    items = raw if isinstance(raw, list) else raw.split(",") if isinstance(raw, str) else []
+    return frozenset(str(item).strip() for item in items if isinstance(item, str) and item.strip())
+
+
 def swarm_connections(bundle: Bundle, swarm: Resource[SwarmSpec]) -> list[Connection]:
     """Every Connection of the bundle whose swarm is `swarm` (refs were checked at load)."""
     found = []
@@ -42,7 +48,7 @@ def swarm_connections(bundle: Bundle, swarm: Resource[SwarmSpec]) -> list[Connec
         connector = connector_res.name
         address = Address(kind=ProcessKind.CONNECTOR, name=res.name, instance_key=connector)
         defaults = connector_res.spec.config.get("approvers")
-        approvers = call_auth.names(res.spec.config.get("approvers", defaults))
+        approvers = approver_names(res.spec.config.get("approvers", defaults))
         compiled = ingress.compile_connection(bundle, res)
         found.append(Connection(res.name, connector, address, compiled, approvers))
     return found
