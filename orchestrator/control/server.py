@@ -102,13 +102,13 @@ class ControlContext:
     acceptor: Ingress
     """Where a `send` is accepted (orchestrator/ingress/port.py: journaled, direct or the
     cluster's stream)."""
-    reload: ReloadFn | None = None
+    reload: ReloadFn
     """Re-read the bundle, restart what changed (`orchestrator.reload.apply.Reloader.answer`)."""
-    deferred: DeferredIndex | None = None
+    deferred: DeferredIndex
     """The pending deferred calls of `goondan calls list|resolve`."""
-    permits: Permits | None = None
+    permits: Permits
     """Today's usage against budgets and the Models' rate limits, for `goondan status`."""
-    stopped: asyncio.Future[StopReport] | None = None
+    stopped: asyncio.Future[StopReport]
     """Set by the daemon when its drain is over (what `goondan stop` waits for)."""
     cluster: ClusterControl | None = None
     """This node's view of the swarm's cluster (None on one machine)."""
@@ -170,8 +170,6 @@ async def _status(ctx: ControlContext) -> StatusResult:
         rows = [msgspec.structs.replace(row, node=ctx.info.node) for row in rows]
         others, unanswered = await ctx.cluster.processes()
         rows += others
-    if ctx.permits is None:
-        return StatusResult(orchestrator=ctx.info, processes=rows, unanswered=unanswered)
     usage, models = ctx.permits.budgets.rows(), ctx.permits.limits.rows()
     return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models,
                         unanswered=unanswered)  # fmt: skip
@@ -238,8 +236,6 @@ async def _calls(req: CallsRequest, ctx: ControlContext, uid: int | None) -> Any
     (ARCHITECTURE.md §10). An answer is recorded as the OS user of the peer (`uid`), never as
     the request says."""
     index = ctx.deferred
-    if index is None:
-        raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, "this daemon has no deferred calls")
     if isinstance(req, CallsList):
         return {"calls": await index.list()}
     try:
@@ -259,8 +255,6 @@ async def _calls(req: CallsRequest, ctx: ControlContext, uid: int | None) -> Any
 async def _reload_or_later(req: Reload | CallsRequest, ctx: ControlContext, uid: int | None) -> Any:
     if not isinstance(req, Reload):
         return await _calls(req, ctx, uid)
-    if ctx.reload is None:
-        raise ControlFailed(ErrorCode.E_NOT_IMPLEMENTED, f"{type(req).__name__} is not built yet")
     result, error = await ctx.reload("control")
     if error is not None:
         raise ControlFailed(ErrorCode(error.code), error.message)
@@ -306,7 +300,7 @@ async def _restart(ctx: ControlContext, req: Restart, notify: sending.Notify) ->
 
 async def _stop(ctx: ControlContext, req: Stop, notify: sending.Notify) -> Any:
     ctx.request_stop()
-    if req.wait and ctx.stopped is not None:
+    if req.wait:
         await _say_who_is_busy(ctx, None, notify)
         return await asyncio.shield(ctx.stopped)
     return {"stopping": True, "pid": ctx.info.pid}

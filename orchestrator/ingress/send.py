@@ -41,7 +41,7 @@ class SendContext(Protocol):
     @property
     def acceptor(self) -> Ingress: ...
     @property
-    def deferred(self) -> DeferredIndex | None: ...
+    def deferred(self) -> DeferredIndex: ...
 
 
 log = structlog.get_logger("goondan.control")
@@ -60,8 +60,7 @@ async def quiet(_text: str) -> None:
 def why_waiting(ctx: SendContext, target: Address, event_id: str) -> str | None:
     """Why an input for `target` will not be answered at once: a client-side call its
     instance waits for, or a turn ahead of it."""
-    deferred = ctx.deferred
-    calls = deferred.pending_for(target) if deferred is not None else []
+    calls = ctx.deferred.pending_for(target)
     if calls:
         call = calls[0]
         return f"waiting for call {call.id} ({call.method}) to be answered (goondan calls list)"

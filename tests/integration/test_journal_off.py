@@ -27,7 +27,10 @@ def _journal_off(tmp_path: Path) -> Path:
     path = bundle / "goondan.yaml"
     text = path.read_text()
     assert text.count("  policy:\n") == 1
-    path.write_text(text.replace("  policy:\n", "  policy:\n    ingress: {journal: off}\n"))
+    text = text.replace("  policy:\n", "  policy:\n    ingress: {journal: off}\n")
+    # a running turn finishes within the grace, however loaded the machine (not killed)
+    assert text.count("gracePeriodSeconds: 1\n") == 1
+    path.write_text(text.replace("gracePeriodSeconds: 1\n", "gracePeriodSeconds: 10\n"))
     return path
 
 
@@ -45,8 +48,14 @@ async def test_without_a_journal_sends_are_answered_and_nothing_is_kept(
         assert not attached.ok and attached.error is not None
         assert attached.error.code == ErrorCode.E_EVENT_NOT_FOUND
         assert not StateLayout.from_env().journal_file(SWARM_NAME).exists()
+        # both turns so far are over (the log is read behind the replies, so count its lines):
+        # the turn seen processing below is the next one
+        ended = 0
+        for _ in range(2):
+            line = await daemon.wait_for("transition", ended, source="processing", target="idle")
+            ended = daemon.lines.index(line) + 1
         # a turn runs; a second send waits behind it, not started, when the stop comes
-        mark = daemon.mark()
+        mark = ended
         running = asyncio.ensure_future(daemon.send("sleep 0.5", "alpha"))
         await daemon.wait_for("transition", since=mark, target="processing")
         queued = asyncio.ensure_future(daemon.send("sleep 0.1", "alpha"))
@@ -57,8 +66,11 @@ async def test_without_a_journal_sends_are_answered_and_nothing_is_kept(
         assert not dropped.ok and dropped.error is not None
         assert dropped.error.code == ErrorCode.E_AGENT_SHUTTING_DOWN
         assert await daemon.wait() == 0
+        # nothing is kept without a journal; the queued event is dropped by the daemon's drain,
+        # or, when the router had already handed it to the busy child, answered by the child's
         drained = daemon.find("drained")
-        assert [(line["kept"], line["dropped"]) for line in drained] == [(0, 1)]
+        assert [line["kept"] for line in drained] == [0]
+        assert drained[0]["dropped"] in (0, 1)
 
 
 async def test_without_a_journal_the_watchdog_is_fed(
