@@ -75,7 +75,6 @@ def from_connector(connector: Address, event: AgentEvent, to: str,
     )
 
 
-
 def refusal(call: PendingCall, who: Answerer) -> str | None:
     """Why `who` may not answer `call` (None: it may)."""
     if who.connector is None:
