@@ -20,7 +20,7 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 
-.PHONY: help install system-deps lock lock-check test test-fast test-drives durations test-latest lint typecheck imports bench bench-instances run-example clean fuzz chaos soak cluster-chaos
+.PHONY: help install system-deps lock lock-check test test-fast test-drives durations test-latest lint docs typecheck imports bench bench-instances run-example clean fuzz chaos soak cluster-chaos
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -130,6 +130,11 @@ lint: ## ruff, mypy --strict and the import contracts of ARCHITECTURE.md §2
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/layering
+
+# The docs site (mkdocs.yml): strict, so a broken link or anchor fails the build. Nothing is
+# fetched (no web fonts); NO_MKDOCS_2_WARNING silences mkdocs-material's banner about MkDocs 2.
+docs: ## build the docs site into site/ (mkdocs build --strict: a broken link or anchor fails)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 typecheck: ## mypy --strict only
 	$(BIN)/mypy
