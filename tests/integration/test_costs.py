@@ -51,6 +51,17 @@ def usage_of(status: StatusResult, name: str) -> Any:
     return next(u for u in status.usage if u.name == name)
 
 
+async def usage_reported(daemon: Daemon, agent: str) -> Any:
+    """`agent`'s usage row once its last model call is counted. The agent reports a turn's last
+    call right after the reply (so the reply does not wait behind it) and the daemon says
+    nothing when it counts it: poll."""
+    while True:
+        usage = usage_of(await daemon.status(), agent)
+        if usage.input_tokens or usage.output_tokens:
+            return usage
+        await asyncio.sleep(0.05)
+
+
 async def test_turns_budget_answers_without_calling_the_model_across_restarts(
     start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
@@ -64,7 +75,7 @@ async def test_turns_budget_answers_without_calling_the_model_across_restarts(
         assert refused.error.code == "E_AGENT_BUDGET_EXCEEDED"
         assert "turnsPerDay" in refused.error.message
         assert len(server.requests) == 1  # the model was not called for the refused event
-        usage = usage_of(await daemon.status(), "capped")
+        usage = await usage_reported(daemon, "capped")
         assert (usage.turns, usage.turns_per_day, usage.exceeded) == (1, 1, "turnsPerDay")
         assert (usage.input_tokens, usage.output_tokens) == (11, 7)
         assert usage.cost_usd == round((11 * 2 + 7 * 10) / 1e6, 6)
