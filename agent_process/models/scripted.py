@@ -93,7 +93,8 @@ class ScriptedModel:
             raise ModelError(
                 ErrorCode.E_MODEL_SCRIPT,
                 f"model {name!r}: invalid scripted options: {exc}",
-                suggestion="see ScriptRule in the README: match, afterTool, reply, toolCalls",
+                suggestion="see the scripted model in docs/guides/tools-and-models.md: match, "
+                "afterTool, reply, toolCalls",
             ) from exc
         return cls(name, parsed)
 

@@ -77,7 +77,7 @@ class ClusterNode:
         if not opts.has_credentials:  # only with --insecure-nats (options.py refuses it else)
             log.warning(
                 "nats_insecure", node=opts.node, servers=opts.redacted(),
-                fix="give the node a NATS user (README: Running on several machines)",
+                fix="give the node a NATS user (docs/cluster.md)",
             )  # fmt: skip
         nats_ = await open_swarm(opts, swarm, f"goondan:{swarm}:{opts.node}")
         journal = NatsJournal(nats_, opts.node, opts.policy.partitions)

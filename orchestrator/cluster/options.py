@@ -6,7 +6,7 @@ replaced by `***@` in everything `redacted()` returns, and a creds file is passe
 
 A node needs credentials (a user or token in the URLs, or a creds file): a NATS server without
 authorization lets any client read every conversation, answer calls and register as a node
-(README: Running on several machines). `--insecure-nats` is the explicit way to run without,
+(docs/cluster.md). `--insecure-nats` is the explicit way to run without,
 and the node says so in its log at every start.
 """
 
@@ -148,7 +148,7 @@ def options(
             "conversation, answer calls and pose as a node",
             f"give this node's NATS user: --nats-user USER with {PASSWORD_ENV}, "
             "nats://USER:PASSWORD@HOST:PORT or --nats-creds FILE; --insecure-nats runs without "
-            "(README: Running on several machines)",
+            "(docs/cluster.md)",
             ErrorCode.E_CLUSTER_INSECURE,
         )
     return opts

@@ -1,8 +1,8 @@
-"""`goondan cluster status [--json]` and `goondan cluster drain NODE` (README: Running on several
-machines). Asked of the node running on this machine (its control socket, like `status`); it
-answers for the whole swarm from NATS. `goondan cluster nats-config NODE... [--admin USER]
-[--env-dir DIR]` prints the NATS server's authorization for those nodes
-(`cluster/permissions.py`) and hands out their passwords; no daemon.
+"""`goondan cluster status [--json]` and `goondan cluster drain NODE` (docs/cluster.md).
+Asked of the node running on this machine (its control socket, like `status`); it answers for
+the whole swarm from NATS. `goondan cluster nats-config NODE... [--admin USER] [--env-dir DIR]`
+prints the NATS server's authorization for those nodes (`cluster/permissions.py`) and hands out
+their passwords; no daemon.
 
 `status --json` prints `{"swarm", "partitions", "unowned": [p...], "answeredBy", "nodes":
 [{"name", "host", "pid", "control", "lastHeartbeat", "heartbeatAgeSeconds", "startedAt",
@@ -112,7 +112,7 @@ class _Cluster:
         config = sub.add_parser(
             "nats-config",
             help="print a nats-server authorization block: a user per node, each allowed only "
-            "its own subjects (README: Running on several machines)",
+            "its own subjects (docs/cluster.md)",
         )
         config.add_argument("nodes", nargs="+", metavar="NODE", help="the nodes' --node names")
         config.add_argument("--admin", metavar="USER",

@@ -150,7 +150,7 @@ class _Run:
             "--watch", action="store_true",
             help="reload the bundle when its files change; restart only the affected processes",
         )  # fmt: skip
-        cluster = parser.add_argument_group("cluster mode (README: Running on several machines)")
+        cluster = parser.add_argument_group("cluster mode (docs/cluster.md)")
         cluster.add_argument(
             "--cluster", metavar="URLS",
             help="run as one node of the swarm's cluster: NATS servers nats://HOST:PORT[,...] "
