@@ -7,7 +7,6 @@ several run); a pid that no longer exists means no daemon, whatever the files sa
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
@@ -32,6 +31,7 @@ from protocol.control import (
 )
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.pids import pid_alive
 from protocol.stream import StreamDelta
 
 ACK_EVERY = STREAM_WINDOW // 2
@@ -42,16 +42,6 @@ class ClientError(Exception):
     def __init__(self, code: ErrorCode, message: str, suggestion: str | None = None) -> None:
         super().__init__(message)
         self.error = ErrorInfo(code=code, message=message, suggestion=suggestion)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def layout_of(args: argparse.Namespace) -> StateLayout:

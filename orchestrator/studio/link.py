@@ -10,7 +10,7 @@ import pwd
 
 import msgspec
 
-from orchestrator.control.client import ClientError, call, new_request_id, pid_alive
+from orchestrator.control.client import ClientError, call, new_request_id
 from orchestrator.control.rundir import read_active
 from protocol.control import (
     CallsDecide,
@@ -26,6 +26,7 @@ from protocol.control import (
 )
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
+from protocol.pids import pid_alive
 
 
 class DaemonLink:

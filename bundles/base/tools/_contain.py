@@ -34,6 +34,7 @@ from typing import Protocol
 
 from bundles.sdk import ToolFailed
 from protocol.cgroupfs import marked_delegated, own_cgroup
+from protocol.pids import pid_alive
 
 REAPER = Path(__file__).with_name("_reaper.py")
 REAPER_MARGIN_S = 5.0  # beyond the grace period: the reaper's own sweep and exit
@@ -152,21 +153,11 @@ def _remove_stale(parent: Path) -> None:
     concurrent call may have made one an instant ago and not moved into it yet."""
     for stale in parent.glob(f"{_PREFIX}*-*"):
         owner = stale.name.removeprefix(_PREFIX).split("-", 1)[0]
-        if not owner.isdigit() or int(owner) == os.getpid() or _alive(int(owner)):
+        if not owner.isdigit() or int(owner) == os.getpid() or pid_alive(int(owner)):
             continue
         with contextlib.suppress(OSError):
             (stale / "cgroup.kill").write_text("1")
             stale.rmdir()  # EBUSY until the kernel is done with them: the next call retries
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def _exited(pid: int) -> None:
