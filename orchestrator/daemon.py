@@ -274,7 +274,7 @@ class Daemon:
             acceptor=parts.ingress,
             permits=parts.permits,
             stopped=loop.create_future(),
-            cluster=node.control if node is not None else None,
+            scope=parts.scope,
         )
         control = ControlServer(zctx, self.endpoints[1], control_ctx,
                                 rundir.write_token(self.paths),

@@ -31,6 +31,7 @@ from orchestrator.calls.ratelimits import RateLimits
 from orchestrator.calls.self_restart import SelfRestart
 from orchestrator.cluster.options import ClusterOptions
 from orchestrator.control import rundir
+from orchestrator.control.scope import SwarmScope, ThisMachine
 from orchestrator.control.server import ControlContext
 from orchestrator.ingress.accept import Acceptor
 from orchestrator.ingress.connections import Connections
@@ -94,6 +95,7 @@ class Parts:
     reloader: Reloader
     ingress: Ingress
     permits: Permits
+    scope: SwarmScope
 
 
 class Wiring:
@@ -166,7 +168,16 @@ class Wiring:
         )  # fmt: skip
         router = Router(wire, table, mailboxes, book, relay, collaborators)
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
-        return Parts(router, supervisor, swarm, connections, deferred, reloader, ingress, permits)
+        scope = self._scope(supervisor, node)
+        return Parts(router, supervisor, swarm, connections, deferred, reloader, ingress, permits,
+                     scope)  # fmt: skip
+
+    def _scope(self, supervisor: Supervisor, node: ClusterNode | None) -> SwarmScope:
+        """How far control requests see: this machine, or every node of the cluster."""
+        if node is None:
+            return ThisMachine(supervisor, self.opts.layout, self.opts.swarm.name)
+        assert node.control is not None  # node.bind made it
+        return node.control
 
     @staticmethod
     def _placement(relay: Relay, node: ClusterNode | None) -> Placement:

@@ -19,7 +19,7 @@ from orchestrator.cluster.names import untoken
 from orchestrator.cluster.node_logs import NodeLogs
 from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.cluster.swarm_delete import SwarmDelete
-from orchestrator.control.server import ControlFailed
+from orchestrator.control.scope import ControlFailed
 from orchestrator.observe.loglines import LogsAsk, decode_page
 from orchestrator.supervision.supervisor import Supervisor
 from protocol.control import DEACTIVATED, InstanceHistory, LogsQuery, ProcessInfo
@@ -74,12 +74,16 @@ class SwarmControl:
         except admin.UnknownNode as exc:
             raise ControlFailed(ErrorCode.E_CLUSTER_NODE_UNKNOWN, str(exc)) from None
 
-    async def processes(self) -> tuple[list[ProcessInfo], list[str]]:
-        """`goondan status` on this node: the other live nodes' process rows (asked at once,
-        each given STATUS_WAIT), and the nodes whose rows did not come."""
+    async def processes(self, own: list[ProcessInfo]) -> tuple[list[ProcessInfo], list[str]]:
+        """`goondan status` on this node: its own rows, then the other live nodes' (asked at
+        once, each given STATUS_WAIT), each with its node; and the nodes whose rows did not
+        come."""
+        others, unanswered = await self._others()
+        return [msgspec.structs.replace(row, node=self.node) for row in own] + others, unanswered
+
+    async def _others(self) -> tuple[list[ProcessInfo], list[str]]:
         tables, unanswered = await self.requests.ask_others(STATUS, b"", STATUS_WAIT, _decode_rows)
-        rows = [row for table in tables.values() for row in table]
-        return rows, unanswered
+        return [row for table in tables.values() for row in table], unanswered
 
     async def conversation(self, req: InstanceHistory) -> JsonObject:
         """`goondan instance show` on this node: from the swarm's history stream."""
@@ -123,7 +127,7 @@ class SwarmControl:
             raise ControlFailed(ErrorCode.E_CLUSTER_UNAVAILABLE, unreadable) from None
         now = self.supervisor.clock()
         own = [msgspec.structs.replace(e.info(now), node=self.node) for e in self.supervisor.table]
-        others, _ = await self.processes()
+        others, _ = await self._others()
         running = {(p.name, p.instance_key): p for p in own + others
                    if p.kind == ProcessKind.AGENT and p.pid is not None}  # fmt: skip
         rows: list[JsonObject] = []

@@ -21,7 +21,7 @@ from orchestrator.cluster.link import API_TIMEOUT, Nats
 from orchestrator.cluster.names import token
 from orchestrator.cluster.node_requests import NodeRequests
 from orchestrator.control.instance_delete import DeletedHere, delete_here
-from orchestrator.control.server import ControlFailed
+from orchestrator.control.scope import ControlFailed
 from orchestrator.supervision.supervisor import Supervisor
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode

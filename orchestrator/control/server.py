@@ -16,10 +16,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any, Protocol, assert_never
+from typing import Any, assert_never
 
-import msgspec
 import structlog
 import zmq
 import zmq.asyncio
@@ -27,9 +25,8 @@ import zmq.asyncio
 from orchestrator.calls import auth as call_auth
 from orchestrator.calls.deferred import DeferredCallError, DeferredIndex, answer_of
 from orchestrator.calls.permits import Permits
-from orchestrator.control import localstate
 from orchestrator.control.fence import Fence
-from orchestrator.control.instance_delete import delete_here
+from orchestrator.control.scope import ControlFailed, SwarmScope
 from orchestrator.ingress import send as sending
 from orchestrator.ingress.port import Ingress
 from orchestrator.ingress.streams import ClientStream
@@ -40,7 +37,6 @@ from orchestrator.supervision.supervisor import Supervisor
 from orchestrator.swarm.view import CurrentSwarm
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
-    DEACTIVATED,
     Attach,
     CallsDecide,
     CallsList,
@@ -55,7 +51,6 @@ from protocol.control import (
     LogsQuery,
     OrchestratorInfo,
     Ping,
-    ProcessInfo,
     ProcessStop,
     Reload,
     Restart,
@@ -84,12 +79,6 @@ ReloadFn = Callable[[str], Awaitable[tuple[JsonObject, ErrorInfo | None]]]
 """trigger -> (result, error when the new bundle was rejected)."""
 
 
-class ControlFailed(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error = ErrorInfo(code=code, message=message)
-
-
 @dataclass(slots=True)
 class ControlContext:
     router: Router
@@ -110,111 +99,38 @@ class ControlContext:
     """Today's usage against budgets and the Models' rate limits, for `goondan status`."""
     stopped: asyncio.Future[StopReport]
     """Set by the daemon when its drain is over (what `goondan stop` waits for)."""
-    cluster: ClusterControl | None = None
-    """This node's view of the swarm's cluster (None on one machine)."""
-
-
-class ClusterControl(Protocol):
-    """What `goondan cluster status|drain` asks a node (orchestrator/cluster/node.py)."""
-
-    async def status(self) -> JsonObject: ...
-
-    async def drain(self, node: str) -> JsonObject: ...
-
-    async def processes(self) -> tuple[list[ProcessInfo], list[str]]:
-        """The other live nodes' process rows, and the nodes whose rows did not come."""
-        ...
-
-    async def conversation(self, req: InstanceHistory) -> JsonObject:
-        """An instance's conversation events from the swarm's history stream."""
-        ...
-
-    async def logs(self, req: LogsQuery) -> JsonObject:
-        """Every live node's matching log lines, merged by time."""
-        ...
-
-    async def instances(self) -> list[JsonObject]:
-        """Every instance of the swarm, with the status and node of its process."""
-        ...
-
-    async def delete_instance(self, key: str, agent: str | None) -> JsonObject:
-        """Delete the instance on every node and from the swarm's streams."""
-        ...
+    scope: SwarmScope
+    """How far `status`, `instance`, `logs` and `cluster` requests see: this machine, or every
+    node of the swarm's cluster (orchestrator/control/scope.py)."""
 
 
 async def _cluster(
     ctx: ControlContext, req: ClusterStatusQuery | ClusterDrain | InstanceHistory | LogsQuery
 ) -> JsonObject:
-    if ctx.cluster is None:
-        raise ControlFailed(
-            ErrorCode.E_CLUSTER_CONFIG,
-            "this daemon runs on one machine: "
-            "start it with --cluster URLS --node NAME to join a cluster",
-        )
     if isinstance(req, ClusterDrain):
-        return await ctx.cluster.drain(req.node)
+        return await ctx.scope.drain(req.node)
     if isinstance(req, InstanceHistory):
-        return await ctx.cluster.conversation(req)
+        return await ctx.scope.conversation(req)
     if isinstance(req, LogsQuery):
-        return await ctx.cluster.logs(req)
-    return await ctx.cluster.status()
+        return await ctx.scope.logs(req)
+    return await ctx.scope.status()
 
 
 async def _status(ctx: ControlContext) -> StatusResult:
     pending: Counter[str] = Counter()
     pending.update(await ctx.acceptor.pending_targets())
     now = ctx.supervisor.clock()
-    rows = [e.info(now, pending[str(e.address)]) for e in ctx.supervisor.table]
-    unanswered: list[str] = []
-    if ctx.cluster is not None:  # every node's processes, this one's first
-        rows = [msgspec.structs.replace(row, node=ctx.info.node) for row in rows]
-        others, unanswered = await ctx.cluster.processes()
-        rows += others
+    own = [e.info(now, pending[str(e.address)]) for e in ctx.supervisor.table]
+    rows, unanswered = await ctx.scope.processes(own)
     usage, models = ctx.permits.budgets.rows(), ctx.permits.limits.rows()
     return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models,
                         unanswered=unanswered)  # fmt: skip
 
 
-async def _instances(ctx: ControlContext) -> list[JsonObject]:
-    """The instance directories (orchestrator/control/localstate.py) with their processes' status;
-    one
-    the daemon holds no process for is `deactivated` (its next event starts it)."""
-    # a worker thread walks the directories: with a million hibernated instances the walk
-    # takes seconds, and the loop must keep routing (and answering heartbeats) meanwhile
-    rows = await asyncio.to_thread(localstate.instances, ctx.layout, ctx.info.swarm)
-    known = {
-        ctx.layout.instance_paths(ctx.info.swarm, e.address.instance_key, e.address.name).root: e
-        for e in ctx.supervisor.table
-    }
-    for row in rows:
-        entry = known.get(Path(str(row["path"])))
-        if entry is None:
-            row["status"] = DEACTIVATED
-            continue
-        row.update(instanceKey=entry.address.instance_key, agent=entry.address.name,
-                   status=entry.info().status)  # fmt: skip
-    return rows
-
-
 async def _instance_request(ctx: ControlContext, req: InstanceList | InstanceDelete) -> Any:
     if isinstance(req, InstanceDelete):
-        return await _delete_instance(ctx, req)
-    if ctx.cluster is not None:  # the swarm's, from its history stream
-        return {"instances": await ctx.cluster.instances()}
-    return {"instances": await _instances(ctx)}
-
-
-async def _delete_instance(ctx: ControlContext, req: InstanceDelete) -> JsonObject:
-    """Stop the instance's processes and remove its state, workspace included; a coded error
-    when it has neither. A cluster node does it on every node and in the swarm's streams."""
-    if ctx.cluster is not None:
-        return await ctx.cluster.delete_instance(req.instance_key, req.agent)
-    done = await delete_here(ctx.supervisor, ctx.layout, ctx.info.swarm, req.instance_key,
-                             req.agent)  # fmt: skip
-    if done is None:
-        missing = f"swarm {ctx.info.swarm!r} has no instance {req.instance_key!r}"
-        raise ControlFailed(ErrorCode.E_INSTANCE_NOT_FOUND, missing)
-    return {"stopped": done.stopped, "deleted": done.deleted}
+        return await ctx.scope.delete_instance(req.instance_key, req.agent)
+    return {"instances": await ctx.scope.instances()}
 
 
 async def _stop_process(ctx: ControlContext, req: ProcessStop) -> JsonObject:
