@@ -52,12 +52,13 @@ from protocol.launch import LaunchSettings
 
 if TYPE_CHECKING:  # cluster mode's modules import nats-py: only a --cluster run loads them
     from orchestrator.cluster.node import ClusterNode
+    from orchestrator.cluster.nodelink import NodeLink
 
 CHILD_MODULE = "agent_process"
 JOURNAL_CLOSE_LIMIT = 10.0
 """How long a stop waits for the journal to write what is queued and close."""
 log = structlog.get_logger("goondan.daemon")
-Backends = tuple["Metrics | None", "SqliteJournal | None", "ClusterNode | None"]
+Backends = tuple["Metrics | None", "SqliteJournal | None", "NodeLink | None"]
 """What the daemon stores and exports through: its metrics endpoint, the embedded journal or
 (cluster mode) the node's NATS connection."""
 
@@ -191,13 +192,13 @@ class Daemon:
             return None
         if self.opts.cluster is None:
             return metrics, await self._journal(), None
-        node: ClusterNode | None = None
+        link: NodeLink | None = None
         try:
-            node = await self._join(self.opts.cluster)
+            link = await self._join(self.opts.cluster)
         finally:
-            if node is None and metrics is not None:
+            if link is None and metrics is not None:
                 metrics.close()  # refused, or the start was stopped meanwhile
-        return (metrics, None, node) if node is not None else None
+        return (metrics, None, link) if link is not None else None
 
     async def _unless_stopped(
         self, opening: Coroutine[Any, Any, Backends | None]
@@ -223,17 +224,17 @@ class Daemon:
             return None
         return await SqliteJournal.open(self.opts.layout.journal_file(self.opts.swarm.name))
 
-    async def _join(self, cluster: ClusterOptions) -> ClusterNode | None:
+    async def _join(self, cluster: ClusterOptions) -> NodeLink | None:
         """Connect to NATS as a node of this swarm (the only import of nats-py)."""
         try:
             from orchestrator.cluster.link import ClusterUnavailable
-            from orchestrator.cluster.node import ClusterNode
+            from orchestrator.cluster.nodelink import NodeLink
         except ImportError as exc:
             log.error("cluster_unavailable", code="E_CLUSTER_CONFIG", reason=str(exc),
                       suggestion="pip install 'goondan[cluster]'")  # fmt: skip
             return None
         try:
-            return await ClusterNode.open(cluster, self.opts.swarm.name)
+            return await NodeLink.open(cluster, self.opts.swarm.name)
         except ClusterUnavailable as exc:
             log.error("cluster_unavailable", code=exc.code, reason=exc.message,
                       suggestion=exc.suggestion)  # fmt: skip
@@ -246,7 +247,7 @@ class Daemon:
         opened = await self._unless_stopped(self._backends())
         if opened is None:
             return 1
-        metrics, journal, node = opened
+        metrics, journal, link = opened
         spawner = self._spawner()
         # an orphan of an agent (its tool killed its parent) stays under us, and the control
         # socket sees it as ours (orchestrator/supervision/orphans.py); the sweep reaps what we
@@ -256,7 +257,8 @@ class Daemon:
         launch = launch_settings(self.opts, self.settings, self.endpoints[0], self.cgroup)
         wiring = Wiring(self.opts, self.settings, self.endpoints, launch, self.server,
                         self.notifier)  # fmt: skip
-        parts = wiring.build(zctx, spawner, journal, metrics, node)
+        parts = wiring.build(zctx, spawner, journal, metrics, link)
+        node = parts.cluster
         router, supervisor = parts.router, parts.supervisor
         parts.connections.start_all()  # connectors are always up (ARCHITECTURE.md §5)
         parts.deferred.resume_answered()  # answered calls an earlier daemon died before resuming

@@ -62,6 +62,8 @@ from protocol.messages import CallOp, CallPayload, TurnMetrics
 
 if TYPE_CHECKING:  # cluster mode's modules import nats-py: only a --cluster run loads them
     from orchestrator.cluster.node import ClusterNode
+    from orchestrator.cluster.nodelink import NodeLink
+    from orchestrator.cluster.placement import ClusterPlacement
 
 log = structlog.get_logger("goondan.daemon")
 OnStarted = Callable[[ControlContext], Awaitable[int]]
@@ -96,6 +98,8 @@ class Parts:
     ingress: Ingress
     permits: Permits
     scope: SwarmScope
+    cluster: ClusterNode | None
+    """This daemon as a node of the swarm's cluster (`run --cluster`), else None."""
 
 
 class Wiring:
@@ -124,7 +128,7 @@ class Wiring:
         spawner: Spawner,
         journal: SqliteJournal | None,
         metrics: Metrics | None = None,
-        node: ClusterNode | None = None,
+        link: NodeLink | None = None,
     ) -> Parts:
         """The object graph in one pass: the shared mailboxes and request book first, then the
         supervisor, the ingress and the call handlers (which reach the router through the
@@ -139,22 +143,26 @@ class Wiring:
         wire = RouterSocket(zctx, self.endpoints[0], self.settings.max_frame_bytes)
         rundir.secure_socket(self.agents_sock)
         # the ports, chosen once: one machine or a cluster node; the journal or none
-        placement = self._placement(relay, node)
+        seat = self._seat(link, table)
+        placement: Placement = seat if seat is not None else LocalPlacement(relay.deliver_response)
         # the tools an agent declares are its only tool label values
         on_ready = metrics.registry.on_ready if metrics is not None else _quiet
         supervisor = Supervisor(table=table, mailboxes=mailboxes, deliveries=relay,
                                 placement=placement, spawner=spawner, settings=self.settings,
                                 launch=self.launch, layout=opts.layout, swarm=swarm,
                                 ready_listener=on_ready)  # fmt: skip
-        ingress = self._ingress(relay, journal, node, supervisor, mailboxes, book)
+        node = self._node(seat, supervisor, relay, mailboxes, book)
+        ingress = self._ingress(relay, journal, node)
         connections = Connections(relay, swarm, supervisor.ensure, ingress,
                                   known=self._known(table))  # fmt: skip
-        mirror = NO_MIRROR
-        if node is not None:
-            assert node.call_mirror is not None  # node.bind made it
-            mirror = node.call_mirror
-        deferred = DeferredIndex(relay, supervisor, opts.layout, opts.swarm.name, view=swarm,
-                                 mirror=mirror)  # fmt: skip
+        deferred = DeferredIndex(
+            relay,
+            supervisor,
+            opts.layout,
+            opts.swarm.name,
+            view=swarm,
+            mirror=seat.call_mirror if seat is not None else NO_MIRROR,
+        )
         permits = self._permits(relay, journal)
         reloader = self._reloader(supervisor, swarm, connections.start_all, permits)
         agents = self._agents_service(table, supervisor)
@@ -170,38 +178,46 @@ class Wiring:
         deferred.scan()  # pending calls of an earlier daemon (ARCHITECTURE.md §10)
         scope = self._scope(supervisor, node)
         return Parts(router, supervisor, swarm, connections, deferred, reloader, ingress, permits,
-                     scope)  # fmt: skip
+                     scope, node)  # fmt: skip
 
     def _scope(self, supervisor: Supervisor, node: ClusterNode | None) -> SwarmScope:
         """How far control requests see: this machine, or every node of the cluster."""
         if node is None:
             return ThisMachine(supervisor, self.opts.layout, self.opts.swarm.name)
-        assert node.control is not None  # node.bind made it
         return node.control
 
-    @staticmethod
-    def _placement(relay: Relay, node: ClusterNode | None) -> Placement:
-        """Where instances run: here (one machine), or on the node that leases them."""
-        if node is None:
-            return LocalPlacement(relay.deliver_response)
+    def _seat(self, link: NodeLink | None, table: ProcessTable) -> ClusterPlacement | None:
+        """A cluster node's placement (instances run on the node that leases them); None on
+        one machine, where every instance runs here."""
+        if link is None:
+            return None
         from orchestrator.cluster.placement import ClusterPlacement  # imports nats-py
 
-        return ClusterPlacement(node)
+        return ClusterPlacement(link, table, self.opts.layout)
 
-    def _ingress(
+    def _node(
         self,
-        relay: Relay,
-        journal: SqliteJournal | None,
-        node: ClusterNode | None,
+        seat: ClusterPlacement | None,
         supervisor: Supervisor,
+        relay: Relay,
         mailboxes: Mailboxes,
         book: RequestBook,
-    ) -> Ingress:
+    ) -> ClusterNode | None:
+        """The cluster node on its placement, once the supervisor it stops processes with
+        exists."""
+        if seat is None:
+            return None
+        from orchestrator.cluster.node import ClusterNode  # imports nats-py
+
+        return ClusterNode(seat, supervisor, relay, mailboxes, book, self.opts.layout,
+                           self.endpoints[1])  # fmt: skip
+
+    @staticmethod
+    def _ingress(relay: Relay, journal: SqliteJournal | None, node: ClusterNode | None) -> Ingress:
         """Where events are accepted: the cluster's ingress stream, the embedded journal, or
         (journal off) straight to the router."""
         if node is not None:
-            return node.bind(relay, supervisor, mailboxes, book, self.opts.layout,
-                             self.endpoints[1])  # fmt: skip
+            return node.acceptor
         if journal is not None:
             return Acceptor(journal, relay.submit)
         return DirectIngress(relay.submit)

@@ -75,6 +75,32 @@ class Lease:
     """Monotonic time the renewal (or creation) that gave `revision` was sent."""
 
 
+def valid(lease: Lease | None, ttl: float, now: float) -> bool:
+    """Whether a lease renewed at `lease.sent` still lets this node act for its partition: its
+    TTL less a margin (a sixth) for the renewal's transit."""
+    return lease is not None and now < lease.sent + ttl - ttl / 6
+
+
+@dataclass(slots=True)
+class Tenancy:
+    """What this node holds, read by its placement (where an instance may run, whether its
+    history may be appended) and written by its `LeaseKeeper`: the leases it renewed, and the
+    partitions it is giving away. Built first: the placement exists before the supervisor, the
+    keeper after it."""
+
+    ttl: float
+    clock: Callable[[], float] = time.monotonic
+    held: dict[int, Lease] = field(default_factory=dict)
+    leaving: set[int] = field(default_factory=set)
+
+    def holds(self, partition: int) -> bool:
+        return valid(self.held.get(partition), self.ttl, self.clock())
+
+    def admits(self, partition: int) -> bool:
+        """Whether a new activation may start here: held, and not being given away."""
+        return self.holds(partition) and partition not in self.leaving
+
+
 @dataclass(slots=True)
 class LeaseKeeper:
     nats: Nats
@@ -110,8 +136,7 @@ class LeaseKeeper:
 
     def holds(self, partition: int) -> bool:
         """Whether this node may act for `partition` now (its lease is valid locally)."""
-        lease = self.held.get(partition)
-        return lease is not None and self.clock() < lease.sent + self.ttl - self.margin
+        return valid(self.held.get(partition), self.ttl, self.clock())
 
     def drain(self) -> None:
         """Give every partition away (`goondan cluster drain`): the others stop counting us."""
