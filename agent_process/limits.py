@@ -1,5 +1,5 @@
 """`Agent.spec.limits` applied to the agent process, and inherited by every process its tools
-start (README "Limits").
+start (docs/guides/running.md, "Resource limits").
 
 The child applies them as soon as it has its bundle, before its tools load (`apply`). Soft and
 hard limits are both lowered, so a tool cannot raise them back:

@@ -1,4 +1,5 @@
-"""Credentials leave the agent's reach once loaded (README "Secrets").
+"""Credentials leave the agent's reach once loaded (docs/operations.md, "Secrets are
+redacted" and after).
 
 A Tool's credentials are read once, when the agent loads it (`tool_config`): a value written
 as a ValueSource becomes its value and `tokenEnv: NAME` gives the tool `token` (the rule is

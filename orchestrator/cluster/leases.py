@@ -339,7 +339,7 @@ async def nodes_of(nats_: Nats) -> list[NodeRecord]:
 
 async def owners_of(nats_: Nats, partitions: int) -> dict[int, str]:
     """Partition -> the node whose lease holds it now. Keys other than `p.<partition>` are left
-    out: a node may write any key of the bucket's shapes (README: Running on several machines),
+    out: a node may write any key of the bucket's shapes (docs/cluster.md),
     and one it should not have written must not break every node's `cluster status`."""
     owners = {}
     for key, value in (await nats_.entries("leases")).items():

@@ -127,7 +127,7 @@ class SwarmNames:
         deferred call it runs), `status` (its process table), `logs` (its log lines), `delete`
         (an instance). The sender is the last token: NATS does not tell a subscriber who
         published, and a per-node user may publish only subjects ending in its own name
-        (README: Running on several machines), so the server vouches for it."""
+        (docs/cluster.md), so the server vouches for it."""
         return f"{self.prefix}.node.{token(node)}.{what}.{token(sender)}"
 
     def node_requests(self, node: str, what: str) -> str:

@@ -1,5 +1,5 @@
-"""The NATS server authorization a swarm's nodes need, one user per node (README: Running on
-several machines); pure, printed by `goondan cluster nats-config` and used by the cluster tests.
+"""The NATS server authorization a swarm's nodes need, one user per node
+(docs/cluster.md); pure, printed by `goondan cluster nats-config` and used by the cluster tests.
 
 A node publishes the subjects every node shares (ingress, history, replies, the bucket keys of
 leases, replies, calls and the swarm's state, the JetStream API calls it makes) and, of what

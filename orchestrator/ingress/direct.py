@@ -1,5 +1,6 @@
 """The `Ingress` without a journal (`Swarm.spec.policy.ingress.journal: off`): an event is
-submitted the moment it is accepted, and nothing survives the daemon (README "Reliability")."""
+submitted the moment it is accepted, and nothing survives the daemon
+(docs/guides/reliability.md)."""
 
 from __future__ import annotations
 

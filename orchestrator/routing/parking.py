@@ -1,7 +1,7 @@
 """What a stop does with the events still queued, and the report `goondan stop` prints.
 
 A graceful stop lets every running turn finish; events queued behind them have not started.
-A journaled one (durable ingress, README "Reliability") is not answered: it stays open in the
+A journaled one (durable ingress, docs/guides/reliability.md) is not answered: it stays open in the
 journal and runs after the next start, so its waiting client hears that it was kept. Without a
 journal it is dropped, and a waiting sender gets the coded error.
 """
