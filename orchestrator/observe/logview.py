@@ -209,6 +209,10 @@ def _time_of(data: JsonObject, fallback: float) -> float:
     return fallback
 
 
+HEAD_BYTES = 64
+"""How much of a file's start identifies it beside its inode (a log line starts with its time)."""
+
+
 @dataclass(slots=True)
 class Reader:
     """Reads one log from where it left off: whole lines only (a partly written line waits).
@@ -225,6 +229,10 @@ class Reader:
     seq: int = 0
     inode: int | None = None
     """The file `offset` is in."""
+    head: bytes = b""
+    """Its first bytes (up to HEAD_BYTES): with the inode, what tells it from a later file.
+    A deleted file's inode is reused by the next file created (a rotated-out file's by the
+    new log), so the inode alone would take a new file for the one read last."""
     _partial: bytes = field(default=b"", repr=False)
 
     def read_new(self) -> list[Record]:
@@ -233,10 +241,10 @@ class Reader:
         except OSError:
             fh = None
         try:
-            ino = os.fstat(fh.fileno()).st_ino if fh is not None else None
-            records = [] if ino == self.inode else self._rotated_since()
+            ino, same = self._identity(fh) if fh is not None else (None, False)
+            records = [] if same else self._rotated_since()
             if fh is not None and ino is not None:
-                if ino != self.inode:
+                if not same:
                     records += self._switch(ino)
                 records += self._read(fh)
             return records
@@ -256,9 +264,9 @@ class Reader:
             except OSError:
                 continue
             with fh:
-                ino = os.fstat(fh.fileno()).st_ino
+                ino, same = self._identity(fh)
                 if not found:
-                    found = ino == self.inode
+                    found = same
                     if not found:
                         continue  # older than the file read last
                 else:
@@ -266,10 +274,17 @@ class Reader:
                 records += self._read(fh)
         return records
 
+    def _identity(self, fh: BinaryIO) -> tuple[int, bool]:
+        """The file's inode, and whether it is the file read last: the same inode and the same
+        first bytes (a new file under a reused inode starts otherwise)."""
+        ino = os.fstat(fh.fileno()).st_ino
+        same = ino == self.inode and os.pread(fh.fileno(), len(self.head), 0) == self.head
+        return ino, same
+
     def _switch(self, ino: int) -> list[Record]:
         """Go on in another file: a line left unended in the last one is a line."""
         rest, self._partial = self._partial, b""
-        self.inode, self.offset = ino, 0
+        self.inode, self.offset, self.head = ino, 0, b""
         return self._records([rest]) if rest else []
 
     def _read(self, fh: BinaryIO) -> list[Record]:
@@ -278,6 +293,8 @@ class Reader:
             self.offset, self._partial = 0, b""
         fh.seek(self.offset)
         chunk = fh.read()
+        if len(self.head) < HEAD_BYTES:
+            self.head = os.pread(fh.fileno(), HEAD_BYTES, 0)
         self.offset += len(chunk)
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
