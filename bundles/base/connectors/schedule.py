@@ -61,11 +61,13 @@ class RealClock:
 
 
 class FastClock:
-    """Starts at `start` and runs `rate` times faster than the real monotonic clock."""
+    """Starts at `start` when first read and runs `rate` times faster than the real monotonic
+    clock. First read, not made: at x60 a second between the connector's start and its
+    serving (its `ready` handshake, slow on a loaded machine) would be a minute of schedule."""
 
     __slots__ = ("origin", "rate", "start")
 
-    def __init__(self, start: datetime, rate: float, origin: float) -> None:
+    def __init__(self, start: datetime, rate: float, origin: float | None = None) -> None:
         self.start, self.rate, self.origin = start, rate, origin
 
     @classmethod
@@ -74,9 +76,11 @@ class FastClock:
         start = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
         if start.tzinfo is None:
             start = start.replace(tzinfo=UTC)
-        return cls(start, float(rate or 1), time.monotonic())
+        return cls(start, float(rate or 1))
 
     def now(self) -> datetime:
+        if self.origin is None:
+            self.origin = time.monotonic()
         return self.start + timedelta(seconds=(time.monotonic() - self.origin) * self.rate)
 
     async def sleep_until(self, when: datetime) -> None:
