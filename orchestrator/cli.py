@@ -47,6 +47,7 @@ COMMANDS = (
     CommandInfo("validate", "check a bundle and print every error (exit 0 valid, 2 invalid)"),
     CommandInfo("run", "start the orchestrator in the foreground"),
     CommandInfo("send", "send text to an agent of the running daemon and print the reply"),
+    CommandInfo("eval", "run an eval file's cases against the bundle; report, exit 1 on a failure"),
     CommandInfo("status", "show the orchestrator and its process table"),
     CommandInfo("instance", "list, show (the conversation) or delete agent instances"),
     CommandInfo("restart", "gracefully restart agent processes, keeping history"),

@@ -41,6 +41,11 @@ class ErrorCode(StrEnum):
     """An installed package cannot be used: its entry point names no package directory, it
     has no goondan.yaml, its Package document has another name, two distributions claim it."""
 
+    # evals: `goondan eval FILE` (orchestrator/evals/)
+    E_EVAL_INVALID = "E_EVAL_INVALID"
+    """An eval file is not valid: bad YAML, an unknown field or evaluator, a wrong type; each
+    error names its line."""
+
     # tools (agent_process/)
     E_TOOL = "E_TOOL"
     E_TOOL_NOT_IN_CATALOG = "E_TOOL_NOT_IN_CATALOG"

@@ -76,6 +76,7 @@ def test_contracts_hold_on_the_tree() -> None:
         ("orchestrator/reload/_violation.py", "from orchestrator.routing import router\n"),
         ("orchestrator/exitcodes.py", "from orchestrator.supervision import table\n"),
         ("orchestrator/swarm/_violation.py", "from orchestrator.calls import auth\n"),
+        ("orchestrator/evals/_violation.py", "from orchestrator.commands import run\n"),
     ],
 )
 def test_a_deliberate_violation_fails(tmp_path: Path, module: str, bad_import: str) -> None:

@@ -1,0 +1,135 @@
+"""`goondan eval FILE [--bundle B] [--concurrency N] [--repeat K] [--junit F] [--json F]
+[--compare PREV.json]`: a swarm's regression suite (docs/guides/evals.md).
+
+The bundle is loaded as `run` loads it and a daemon is started for the run under a temporary
+state root (nothing of the user's state is read or written); each case (x `--repeat`) is a fresh
+instance fed through `send`'s ingress, N at a time. Exit 0 every case passes, 1 any fails, 2 a
+bad eval file or bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bundles.diagnostics import BundleError
+from bundles.loader import inspect_bundle
+from orchestrator import daemon
+from orchestrator.control.server import ControlContext
+from orchestrator.evals import report
+from orchestrator.evals.runner import Result, run_all
+from orchestrator.evals.spec import EvalFile, EvalFileError, load
+from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from protocol.endpoints import StateLayout
+
+RUN_TIMEOUT_S = 3600.0
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\rgoondan eval: {done}/{total} cases")
+        sys.stderr.write("\n" if done == total else "")
+        sys.stderr.flush()
+
+
+def _runner(spec: EvalFile, args: argparse.Namespace, out: list[Result]) -> daemon.OnStarted:
+    async def go(ctx: ControlContext) -> int:
+        async with asyncio.timeout(RUN_TIMEOUT_S):
+            out.extend(await run_all(ctx, spec, args.concurrency, args.repeat, _progress))
+        return EXIT_OK
+
+    return go
+
+
+def _previous(path: str | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+class _Eval:
+    name = "eval"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("file", metavar="FILE", help="the eval file (YAML: agent, cases)")
+        parser.add_argument(
+            "--bundle", default="goondan.yaml", metavar="B",
+            help="goondan.yaml or its directory (default: ./goondan.yaml)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--concurrency", type=int, default=4, metavar="N",
+            help="cases run at once, each in its own instance (default 4)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--repeat", type=int, default=1, metavar="K",
+            help="run each case K times and report its pass rate",
+        )  # fmt: skip
+        parser.add_argument("--junit", metavar="F", help="write a JUnit XML report to F")
+        parser.add_argument("--json", metavar="F", help="write a JSON report to F")
+        parser.add_argument(
+            "--compare", metavar="PREV",
+            help="list regressed/improved cases against an earlier --json report",
+        )  # fmt: skip
+
+    def run(self, args: argparse.Namespace) -> int:
+        if args.concurrency < 1 or args.repeat < 1:
+            print("goondan eval: --concurrency and --repeat must be >= 1", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            spec = load(Path(args.file))
+            previous = _previous(args.compare)
+        except EvalFileError as exc:
+            for error in exc.errors:
+                print(f"{exc.path}:{error}", file=sys.stderr)
+            print(f"{len(exc.errors)} error(s); no case was run", file=sys.stderr)
+            return EXIT_USAGE
+        except (OSError, ValueError) as exc:
+            print(f"goondan eval: cannot read --compare: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        with tempfile.TemporaryDirectory(prefix="goondan-eval-") as root:
+            code, results = self._run_daemon(args, spec, Path(root))
+        if code != EXIT_OK:
+            return code
+        return self._report(args, results, previous)
+
+    def _run_daemon(
+        self, args: argparse.Namespace, spec: EvalFile, root: Path
+    ) -> tuple[int, list[Result]]:
+        layout = StateLayout.from_env(root)
+        loaded = inspect_bundle(args.bundle, state_root=layout.root)
+        if loaded.bundle is None:
+            for diag in loaded.errors:
+                print(str(diag), file=sys.stderr)
+            return EXIT_USAGE, []
+        try:
+            swarm = loaded.bundle.swarm(getattr(args, "swarm", None))
+        except (KeyError, BundleError) as exc:
+            print(f"goondan eval: {exc}", file=sys.stderr)
+            return EXIT_USAGE, []
+        results: list[Result] = []
+        opts = daemon.DaemonOptions(bundle=loaded.bundle, swarm=swarm, layout=layout, quiet=True,
+                                    on_started=_runner(spec, args, results))  # fmt: skip
+        code = daemon.run(opts)
+        return code, results
+
+    def _report(
+        self, args: argparse.Namespace, results: list[Result], previous: dict[str, Any] | None
+    ) -> int:
+        print(report.table(results, args.repeat))
+        if previous is not None:
+            print("\n".join(report.compare(previous, results)) or "no change against --compare")
+        name = Path(args.file).stem
+        if args.junit:
+            report.write_junit(Path(args.junit), results, name)
+        if args.json:
+            report.write_json(Path(args.json), results)
+        return EXIT_OK if all(r.passed for r in results) else EXIT_RUNTIME
+
+
+COMMAND = _Eval()

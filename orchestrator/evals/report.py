@@ -1,0 +1,78 @@
+"""The eval report: the table on stdout, JUnit XML for CI, JSON for tools, a compare."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from orchestrator.evals.runner import Result, as_row
+
+
+def pass_rates(results: list[Result]) -> dict[str, float]:
+    runs: dict[str, list[bool]] = defaultdict(list)
+    for r in results:
+        runs[r.case].append(r.passed)
+    return {case: sum(p) / len(p) for case, p in runs.items()}
+
+
+def table(results: list[Result], repeat: int) -> str:
+    head = f"{'CASE':<30} {'RESULT':<8} {'TOKENS':>7} {'MS':>7}  {'TRACE':<32}  WHY"
+    lines = [head]
+    for r in results:
+        tokens = "-" if r.tokens is None else str(r.tokens)
+        why = f"{r.evaluator}: {r.why}" if not r.passed else ""
+        name = r.case if repeat == 1 else f"{r.case} #{r.repeat + 1}"
+        verdict = "pass" if r.passed else "FAIL"
+        lines.append(f"{name[:30]:<30} {verdict:<8} {tokens:>7} {r.latency_ms:>7.0f}  "
+                     f"{r.trace_id or '-':<32}  {why}")  # fmt: skip
+    if repeat > 1:
+        lines.append("")
+        lines.extend(f"{case}: pass rate {rate:.0%}" for case, rate in pass_rates(results).items())
+    failed = sum(not r.passed for r in results)
+    lines.append(f"{len(results) - failed} passed, {failed} failed")
+    return "\n".join(lines)
+
+
+def write_junit(path: Path, results: list[Result], name: str) -> None:
+    failed = sum(not r.passed for r in results)
+    seconds = sum(r.latency_ms for r in results) / 1000
+    suite = ET.Element("testsuite", name=name, tests=str(len(results)), failures=str(failed),
+                       errors="0", skipped="0", time=f"{seconds:.3f}")  # fmt: skip
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname=name,
+                             name=r.case if r.repeat == 0 else f"{r.case} #{r.repeat + 1}",
+                             time=f"{r.latency_ms / 1000:.3f}")  # fmt: skip
+        if not r.passed:
+            failure = ET.SubElement(case, "failure", message=f"{r.evaluator}: {r.why}",
+                                    type=r.evaluator or "")  # fmt: skip
+            failure.text = f"instance {r.instance_key} trace {r.trace_id}"
+    root = ET.Element("testsuites", tests=str(len(results)), failures=str(failed))
+    root.append(suite)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def as_json(results: list[Result]) -> dict[str, Any]:
+    return {"results": [as_row(r) for r in results], "passRates": pass_rates(results)}
+
+
+def compare(previous: dict[str, Any], results: list[Result]) -> list[str]:
+    """What regressed and what improved against an earlier `--json` report."""
+    before = previous.get("passRates")
+    if not isinstance(before, dict):
+        return ["--compare: the file has no passRates (not a goondan eval --json report)"]
+    now = pass_rates(results)
+    lines = []
+    for case, rate in now.items():
+        old = before.get(case)
+        if isinstance(old, int | float) and rate < old:
+            lines.append(f"regressed: {case} ({old:.0%} -> {rate:.0%})")
+        elif isinstance(old, int | float) and rate > old:
+            lines.append(f"improved: {case} ({old:.0%} -> {rate:.0%})")
+    return lines
+
+
+def write_json(path: Path, results: list[Result]) -> None:
+    path.write_text(json.dumps(as_json(results), indent=2, ensure_ascii=False), encoding="utf-8")

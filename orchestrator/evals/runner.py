@@ -1,0 +1,135 @@
+"""Run every case (x repeat) as its own fresh instance, N at a time, through `send`'s ingress
+in the daemon started for the run (docs/guides/evals.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from orchestrator.calls.auth import Answerer
+from orchestrator.control.server import ControlContext
+from orchestrator.evals.evaluators import Outcome, evaluate
+from orchestrator.evals.spec import Case, EvalFile
+from orchestrator.ingress.send import SendFailed, follow, pending_call, send_and_wait
+from protocol.control import SendText
+from protocol.events import AgentEvent
+from protocol.jsonrpc import JsonRpcResponse
+from protocol.jsontypes import JsonObject
+
+CALL_WAIT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    case: str
+    repeat: int
+    instance_key: str
+    passed: bool
+    evaluator: str | None
+    why: str | None
+    tokens: int | None
+    latency_ms: float
+    trace_id: str | None
+
+
+def _tokens(reply: AgentEvent) -> int | None:
+    usage = reply.metadata.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    for key in ("totalTokens", "total_tokens"):
+        if isinstance(usage.get(key), int):
+            return int(usage[key])
+    counted = [v for k, v in usage.items() if isinstance(v, int) and "token" in k.lower()]
+    return sum(counted) if counted else None
+
+
+async def _answered(ctx: ControlContext, reply: AgentEvent, case: Case) -> AgentEvent:
+    """Answer the client-side calls the case's `answers` name, until the turn ends."""
+    while (call := pending_call(reply)) is not None:
+        method, call_id = call.get("method"), call.get("id")
+        if (
+            not isinstance(method, str)
+            or method not in case.answers
+            or not isinstance(call_id, str)
+        ):
+            raise CaseFailed(f"client-side call {method} has no answer in the case's `answers`")
+        who = Answerer(via="cli", by=getpass.getuser())
+        answer = JsonRpcResponse(id=call_id, result=case.answers[method])
+        await ctx.deferred.resolve(call_id, answer, CALL_WAIT_S, who=who)
+        reply = await follow(ctx, reply, CALL_WAIT_S)
+    return reply
+
+
+class CaseFailed(Exception):
+    """A case that cannot go on (its turn failed, a call without an answer)."""
+
+    pass
+
+
+async def run_case(ctx: ControlContext, spec: EvalFile, case: Case, repeat: int) -> Result:
+    key = f"eval-{uuid.uuid4().hex[:12]}"
+    timeout_ms = ctx.supervisor.settings.request_timeout_ms
+    start = time.monotonic()
+    tokens: int | None = None
+    reply: AgentEvent | None = None
+    error: str | None = None
+    try:
+        for n, text in enumerate(case.inputs):
+            req = SendText(request_id=f"{key}-{n}", text=text, agent=case.agent or spec.agent,
+                           instance_key=key, timeout_ms=timeout_ms)  # fmt: skip
+            answer = await send_and_wait(ctx, req)
+            if not isinstance(answer, AgentEvent):
+                raise CaseFailed("the turn gave no reply")
+            reply = await _answered(ctx, answer, case)
+            if reply.error is not None:
+                raise CaseFailed(f"{reply.error.code}: {reply.error.message}")
+            used = _tokens(reply)
+            tokens = used if tokens is None else tokens + (used or 0)
+    except SendFailed as exc:
+        error = f"{exc.code}: {exc.message}"
+    except CaseFailed as exc:
+        error = str(exc)
+    latency = (time.monotonic() - start) * 1000
+    out = Outcome(
+        reply=reply.input if reply else "", tokens=tokens, latency_ms=latency, error=error
+    )
+    failed = evaluate(case.expect, out)
+    return Result(case=case.name, repeat=repeat, instance_key=key, passed=failed is None,
+                  evaluator=failed[0] if failed else None, why=failed[1] if failed else None,
+                  tokens=tokens, latency_ms=latency,
+                  trace_id=reply.trace.trace_id if reply else None)  # fmt: skip
+
+
+async def run_all(
+    ctx: ControlContext,
+    spec: EvalFile,
+    concurrency: int,
+    repeat: int,
+    progress: Callable[[int, int], None],
+) -> list[Result]:
+    gate = asyncio.Semaphore(concurrency)
+    total, done = len(spec.cases) * repeat, 0
+
+    async def one(case: Case, k: int) -> Result:
+        nonlocal done
+        async with gate:
+            result = await run_case(ctx, spec, case, k)
+        done += 1
+        progress(done, total)
+        return result
+
+    jobs = [one(case, k) for case in spec.cases for k in range(repeat)]
+    return list(await asyncio.gather(*jobs))
+
+
+def as_row(result: Result) -> JsonObject:
+    return {
+        "case": result.case, "repeat": result.repeat, "instanceKey": result.instance_key,
+        "passed": result.passed, "evaluator": result.evaluator, "why": result.why,
+        "tokens": result.tokens, "latencyMs": round(result.latency_ms, 1),
+        "traceId": result.trace_id,
+    }  # fmt: skip
