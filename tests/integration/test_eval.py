@@ -1,0 +1,135 @@
+"""`goondan eval` through the real CLI: a real daemon started for the run, real agent
+processes, the scripted model (docs/guides/evals.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from tests.integration.harness import run_cli
+
+BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: scripted}
+spec:
+  provider: scripted
+  model: eval-script
+  options:
+    script:
+      - {match: "(?i)json", reply: '{"ticket": 12, "status": "open"}'}
+      - {match: "(?i)^bye", reply: "Goodbye!"}
+      - reply: "Hello! You said: {input}"
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: greeter}
+spec:
+  modelConfig: {modelRef: Model/scripted}
+  prompt: {system: "Greet."}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: evalswarm}
+spec:
+  entryAgent: Agent/greeter
+  agents: [{ref: Agent/greeter}]
+"""
+
+CASES = """\
+cases:
+  - {name: equals pass, input: "bye", expect: {equals: "Goodbye!"}}
+  - {name: equals fail, input: "bye", expect: {equals: "Goodbye"}}
+  - {name: contains pass, input: "hi", expect: {contains: "You said: hi"}}
+  - {name: contains fail, input: "hi", expect: {contains: "Goodbye"}}
+  - {name: regex pass, input: "ticket 42", expect: {regex: "said: ticket [0-9]+$"}}
+  - {name: regex fail, input: "ticket x", expect: {regex: "ticket [0-9]+"}}
+  - {name: jsonSchema pass, input: "json", expect: {jsonSchema: {type: object, required: [ticket]}}}
+  - name: jsonSchema fail
+    input: "json"
+    expect: {jsonSchema: {type: object, properties: {ticket: {type: string}}}}
+  - {name: maxTokens pass, input: "hi", expect: {maxTokens: 100000}}
+  - {name: maxTokens fail, input: "hi", expect: {maxTokens: 1}}
+  - {name: maxLatencyMs pass, input: "hi", expect: {maxLatencyMs: 30000}}
+  - {name: maxLatencyMs fail, input: "hi", expect: {maxLatencyMs: 1}}
+  - {name: multi-turn, inputs: ["hi", "json", "bye"], expect: {equals: "Goodbye!"}}
+"""
+
+
+def _files(tmp_path: Path, cases: str) -> tuple[Path, Path]:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "goondan.yaml").write_text(BUNDLE)
+    evals = tmp_path / "evals.yaml"
+    evals.write_text(cases)
+    return bundle, evals
+
+
+async def test_each_evaluator_passes_and_fails_through_the_cli(tmp_path: Path) -> None:
+    bundle, evals = _files(tmp_path, CASES)
+    junit, report = tmp_path / "junit.xml", tmp_path / "report.json"
+    async with asyncio.timeout(60):
+        code, out, err = await run_cli(
+            "eval", str(evals), "--bundle", str(bundle), "--concurrency", "8",
+            "--junit", str(junit), "--json", str(report),
+            "--state-root", str(tmp_path / "state"),
+        )  # fmt: skip
+    assert code == 1, err
+    rows = {r["case"]: r for r in json.loads(report.read_text())["results"]}
+    assert len(rows) == 13
+    for name, row in rows.items():
+        assert row["passed"] is name.endswith(("pass", "multi-turn")), row
+        if not row["passed"]:
+            assert row["evaluator"] == name.removesuffix(" fail"), row
+        assert row["traceId"]
+    assert rows["multi-turn"]["tokens"] > rows["contains pass"]["tokens"] > 0
+    assert len({r["instanceKey"] for r in rows.values()}) == 13  # a fresh instance per case
+    assert "7 passed, 6 failed" in out
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures")) == ("13", "6")
+    failures = [c for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert sorted(c.get("name") for c in failures) == sorted(n for n in rows if n.endswith("fail"))
+    assert not (tmp_path / "state").exists()  # the run's daemon had its own state root
+
+
+async def test_repeat_reports_the_pass_rate_and_compare_the_change(tmp_path: Path) -> None:
+    bundle, evals = _files(
+        tmp_path, "cases:\n  - {name: hi, input: hi, expect: {contains: Hello}}\n"
+    )
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps({"passRates": {"hi": 0.5}}))
+    report = tmp_path / "report.json"
+    async with asyncio.timeout(60):
+        code, out, err = await run_cli(
+            "eval", str(evals), "--bundle", str(bundle), "--repeat", "3",
+            "--json", str(report), "--compare", str(before),
+        )  # fmt: skip
+    assert code == 0, err
+    data = json.loads(report.read_text())
+    assert data["passRates"] == {"hi": 1.0}
+    assert sorted(r["repeat"] for r in data["results"]) == [0, 1, 2]
+    assert "hi: pass rate 100%" in out
+    assert "improved: hi" in out
+
+
+async def test_a_bad_eval_file_exits_2_with_every_error_and_its_line(tmp_path: Path) -> None:
+    bundle, evals = _files(
+        tmp_path,
+        """\
+cases:
+  - name: a
+    input: hi
+    expect: {contans: Hello}
+  - name: b
+    expect: {equals: x}
+""",
+    )
+    async with asyncio.timeout(30):
+        code, out, err = await run_cli("eval", str(evals), "--bundle", str(bundle))
+    assert code == 2
+    assert f"{evals}:line 4: E_EVAL_INVALID" in err
+    assert f"{evals}:line 5: E_EVAL_INVALID" in err
+    assert out == ""
