@@ -91,7 +91,9 @@ async def test_each_evaluator_passes_and_fails_through_the_cli(tmp_path: Path) -
     assert suite is not None
     assert (suite.get("tests"), suite.get("failures")) == ("13", "6")
     failures = [c for c in suite.iter("testcase") if c.find("failure") is not None]
-    assert sorted(c.get("name") for c in failures) == sorted(n for n in rows if n.endswith("fail"))
+    assert sorted(c.get("name", "") for c in failures) == sorted(
+        n for n in rows if n.endswith("fail")
+    )
     assert not (tmp_path / "state").exists()  # the run's daemon had its own state root
 
 
