@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.calls.auth import Answerer
+from orchestrator.calls.deferred import DeferredCallError
 from orchestrator.control.server import ControlContext
 from orchestrator.evals.evaluators import Outcome, evaluate
 from orchestrator.evals.spec import Case, EvalFile
-from orchestrator.ingress.send import SendFailed, follow, pending_call, send_and_wait
+from orchestrator.ingress.send import SendFailed, pending_call, send_and_wait
 from protocol.control import SendText
 from protocol.events import AgentEvent
 from protocol.jsonrpc import JsonRpcResponse
@@ -59,8 +60,14 @@ async def _answered(ctx: ControlContext, reply: AgentEvent, case: Case) -> Agent
             raise CaseFailed(f"client-side call {method} has no answer in the case's `answers`")
         who = Answerer(via="cli", by=getpass.getuser())
         answer = JsonRpcResponse(id=call_id, result=case.answers[method])
-        await ctx.deferred.resolve(call_id, answer, CALL_WAIT_S, who=who)
-        reply = await follow(ctx, reply, CALL_WAIT_S)
+        try:
+            # wait=True: the resumed turn's reply (or its next call) comes back here
+            resumed = await ctx.deferred.resolve(call_id, answer, CALL_WAIT_S, who=who, wait=True)
+        except DeferredCallError as exc:
+            raise CaseFailed(f"{exc.code}: answering {method}: {exc.message}") from exc
+        if not isinstance(resumed, AgentEvent):
+            raise CaseFailed(f"the turn resumed after {method} gave no reply")
+        reply = resumed
     return reply
 
 

@@ -135,3 +135,54 @@ cases:
     assert f"{evals}:line 4: E_EVAL_INVALID" in err
     assert f"{evals}:line 5: E_EVAL_INVALID" in err
     assert out == ""
+
+
+CLIENT_TOOL = """\
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: client}
+spec:
+  exports:
+    - name: confirm
+      parameters: {type: object, properties: {question: {type: string}}}
+      deferred: {method: ui.confirm}
+"""
+
+
+async def test_client_side_calls_are_answered_from_the_case(tmp_path: Path) -> None:
+    bundle, evals = _files(
+        tmp_path,
+        """\
+cases:
+  - name: answered
+    input: "confirm delete"
+    expect: {regex: 'confirmed: .*"confirmed": ?false'}
+    answers: {"ui.confirm": {"confirmed": false}}
+  - name: no answer
+    input: "confirm delete"
+    expect: {contains: confirmed}
+""",
+    )
+    text = (bundle / "goondan.yaml").read_text()
+    text = text.replace(
+        '      - {match: "(?i)json"',
+        "      - {afterTool: client__confirm, reply: 'confirmed: {last_tool_result}'}\n"
+        '      - {match: "^confirm",\n'
+        '         toolCalls: [{name: client__confirm, args: {question: "{input}"}}]}\n'
+        '      - {match: "(?i)json"',
+    ).replace(
+        "modelConfig: {modelRef: Model/scripted}",
+        "modelConfig: {modelRef: Model/scripted}\n  tools: [Tool/client]",
+    )
+    (bundle / "goondan.yaml").write_text(text + CLIENT_TOOL)
+    report = tmp_path / "report.json"
+    async with asyncio.timeout(60):
+        code, _, err = await run_cli(
+            "eval", str(evals), "--bundle", str(bundle), "--json", str(report)
+        )
+    assert code == 1, err
+    rows = {r["case"]: r for r in json.loads(report.read_text())["results"]}
+    assert rows["answered"]["passed"] is True, rows["answered"]["why"]
+    assert rows["no answer"]["evaluator"] == "turn"
+    assert "ui.confirm" in rows["no answer"]["why"]
