@@ -19,6 +19,10 @@ class Outcome:
     tokens: int | None
     latency_ms: float
     error: str | None = None
+    tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """Every tool call of the case's turns: (name, args)."""
+    steps: int = 0
+    """The most model steps one input of the case took."""
 
 
 Check = Callable[[Any, Outcome], str | None]
@@ -61,6 +65,30 @@ def _max_latency(limit: int, out: Outcome) -> str | None:
     return None if out.latency_ms <= limit else f"{out.latency_ms:.0f} ms > {limit} ms"
 
 
+def _called(want: dict[str, Any], out: Outcome) -> bool:
+    """A call of that name whose args include every key of `want["args"]` with its value."""
+    args = want.get("args") or {}
+    return any(
+        name == want["name"] and all(k in got and got[k] == v for k, v in args.items())
+        for name, got in out.tool_calls
+    )
+
+
+def _tool_called(want: dict[str, Any], out: Outcome) -> str | None:
+    if _called(want, out):
+        return None
+    seen = ", ".join(sorted({name for name, _ in out.tool_calls})) or "none"
+    return f"{want['name']} was not called with args {want.get('args') or {}} (called: {seen})"
+
+
+def _tool_not_called(want: dict[str, Any], out: Outcome) -> str | None:
+    return f"{want['name']} was called" if _called(want, out) else None
+
+
+def _max_steps(limit: int, out: Outcome) -> str | None:
+    return None if out.steps <= limit else f"{out.steps} steps in one turn > {limit}"
+
+
 CHECKS: dict[str, Check] = {
     "equals": _equals,
     "contains": _contains,
@@ -68,6 +96,9 @@ CHECKS: dict[str, Check] = {
     "jsonSchema": _json_schema,
     "maxTokens": _max_tokens,
     "maxLatencyMs": _max_latency,
+    "toolCalled": _tool_called,
+    "toolNotCalled": _tool_not_called,
+    "maxSteps": _max_steps,
 }
 
 

@@ -15,6 +15,7 @@ from orchestrator.calls.deferred import DeferredCallError
 from orchestrator.control.server import ControlContext
 from orchestrator.evals.evaluators import Outcome, evaluate
 from orchestrator.evals.spec import Case, EvalFile
+from orchestrator.evals.trail import read_trail
 from orchestrator.ingress.send import SendFailed, pending_call, send_and_wait
 from protocol.control import SendText
 from protocol.events import AgentEvent
@@ -101,9 +102,9 @@ async def run_case(ctx: ControlContext, spec: EvalFile, case: Case, repeat: int)
     except CaseFailed as exc:
         error = str(exc)
     latency = (time.monotonic() - start) * 1000
-    out = Outcome(
-        reply=reply.input if reply else "", tokens=tokens, latency_ms=latency, error=error
-    )
+    trail = read_trail(ctx.layout, ctx.info.swarm, key)
+    out = Outcome(reply=reply.input if reply else "", tokens=tokens, latency_ms=latency,
+                  error=error, tool_calls=trail.tool_calls, steps=trail.max_steps)  # fmt: skip
     failed = evaluate(case.expect, out)
     return Result(case=case.name, repeat=repeat, instance_key=key, passed=failed is None,
                   evaluator=failed[0] if failed else None, why=failed[1] if failed else None,

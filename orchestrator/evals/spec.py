@@ -11,7 +11,10 @@ import yaml
 
 from protocol.errors import ErrorCode
 
-EVALUATORS = frozenset({"equals", "contains", "regex", "jsonSchema", "maxTokens", "maxLatencyMs"})
+EVALUATORS = frozenset(
+    {"equals", "contains", "regex", "jsonSchema", "maxTokens", "maxLatencyMs", "maxSteps",
+     "toolCalled", "toolNotCalled"}
+)  # fmt: skip
 CASE_FIELDS = frozenset({"name", "input", "inputs", "expect", "agent", "answers"})
 TOP_FIELDS = frozenset({"agent", "cases"})
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -184,8 +187,20 @@ def _check(kind: str, value: Any) -> str | None:
             return f"`regex` does not compile: {exc.msg}"
     if kind == "jsonSchema" and not isinstance(value, dict):
         return "`jsonSchema` takes a JSON Schema object"
+    if kind in ("toolCalled", "toolNotCalled"):
+        return _check_tool(kind, value)
     if kind.startswith("max") and (
         not isinstance(value, int) or isinstance(value, bool) or value <= 0
     ):
         return f"`{kind}` takes a positive integer"
+    return None
+
+
+def _check_tool(kind: str, value: Any) -> str | None:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return f"`{kind}` takes {{name: TOOL, args: {{...}}}} (args optional, a subset match)"
+    if value.keys() - {"name", "args"}:
+        return f"`{kind}` knows only `name` and `args`"
+    if "args" in value and not isinstance(value["args"], dict):
+        return f"`{kind}.args` must be a mapping"
     return None

@@ -150,7 +150,7 @@ spec:
 """
 
 
-async def test_client_side_calls_are_answered_from_the_case(tmp_path: Path) -> None:
+async def test_client_side_answers_tool_calls_and_steps(tmp_path: Path) -> None:
     bundle, evals = _files(
         tmp_path,
         """\
@@ -162,6 +162,25 @@ cases:
   - name: no answer
     input: "confirm delete"
     expect: {contains: confirmed}
+  - name: toolCalled pass
+    input: "confirm it"
+    expect: {toolCalled: {name: client__confirm, args: {question: "confirm it"}}, maxSteps: 2}
+    answers: {"ui.confirm": {"confirmed": true}}
+  - name: toolCalled fail
+    input: "confirm it"
+    expect: {toolCalled: {name: client__confirm, args: {question: "other"}}}
+    answers: {"ui.confirm": {"confirmed": true}}
+  - name: toolNotCalled pass
+    input: "hi"
+    expect: {toolNotCalled: {name: client__confirm}}
+  - name: toolNotCalled fail
+    input: "confirm it"
+    expect: {toolNotCalled: {name: client__confirm}}
+    answers: {"ui.confirm": {"confirmed": true}}
+  - name: maxSteps fail
+    input: "confirm it"
+    expect: {maxSteps: 1}
+    answers: {"ui.confirm": {"confirmed": true}}
 """,
     )
     text = (bundle / "goondan.yaml").read_text()
@@ -186,3 +205,7 @@ cases:
     assert rows["answered"]["passed"] is True, rows["answered"]["why"]
     assert rows["no answer"]["evaluator"] == "turn"
     assert "ui.confirm" in rows["no answer"]["why"]
+    for name in ("toolCalled", "toolNotCalled"):
+        assert rows[f"{name} pass"]["passed"] is True, rows[f"{name} pass"]["why"]
+        assert rows[f"{name} fail"]["evaluator"] == name
+    assert rows["maxSteps fail"]["evaluator"] == "maxSteps"

@@ -46,3 +46,30 @@ def test_no_usage_fails_max_tokens() -> None:
 def test_a_failed_turn_fails_before_any_evaluator() -> None:
     out = Outcome(reply="", tokens=None, latency_ms=1.0, error="E_MODEL: down")
     assert evaluate({"contains": ""}, out) == ("turn", "E_MODEL: down")
+
+
+CALLED = Outcome(
+    reply="ok",
+    tokens=1,
+    latency_ms=1.0,
+    tool_calls=(("tickets__create", {"priority": "high", "title": "printer"}),),
+    steps=3,
+)
+
+
+@pytest.mark.parametrize(
+    ("kind", "passing", "failing"),
+    [
+        ("toolCalled", {"name": "tickets__create", "args": {"priority": "high"}},
+         {"name": "tickets__create", "args": {"priority": "low"}}),
+        ("toolCalled", {"name": "tickets__create"}, {"name": "tickets__close"}),
+        ("toolNotCalled", {"name": "tickets__close"}, {"name": "tickets__create"}),
+        ("toolNotCalled", {"name": "tickets__create", "args": {"priority": "low"}},
+         {"name": "tickets__create", "args": {"title": "printer"}}),
+        ("maxSteps", 3, 2),
+    ],
+)  # fmt: skip
+def test_tool_and_step_evaluators_pass_and_fail(kind: str, passing: Any, failing: Any) -> None:
+    assert evaluate({kind: passing}, CALLED) is None
+    failed = evaluate({kind: failing}, CALLED)
+    assert failed is not None and failed[0] == kind and failed[1]

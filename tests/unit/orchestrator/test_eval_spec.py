@@ -92,3 +92,19 @@ def test_a_missing_file_is_a_coded_error(tmp_path: Path) -> None:
     with pytest.raises(EvalFileError) as caught:
         load(tmp_path / "none.yaml")
     assert caught.value.errors[0].code is ErrorCode.E_EVAL_INVALID
+
+
+def test_a_tool_evaluator_needs_a_name_and_mapping_args(tmp_path: Path) -> None:
+    errors = _errors(
+        tmp_path,
+        """\
+cases:
+  - name: a
+    input: hi
+    expect:
+      toolCalled: {args: {x: 1}}
+      toolNotCalled: {name: t, args: [1]}
+      maxSteps: 0
+""",
+    )
+    assert sorted(line for line, _ in errors) == [5, 6, 7]
