@@ -36,6 +36,8 @@ class Result:
     tokens: int | None
     latency_ms: float
     trace_id: str | None
+    pids: tuple[int, ...] = ()
+    """The agent processes that ran the case's instance (one per agent it reached)."""
 
 
 def _tokens(reply: AgentEvent) -> int | None:
@@ -102,6 +104,8 @@ async def run_case(ctx: ControlContext, spec: EvalFile, case: Case, repeat: int)
     except CaseFailed as exc:
         error = str(exc)
     latency = (time.monotonic() - start) * 1000
+    pids = tuple(sorted(e.pid for e in ctx.supervisor.table
+                        if e.address.instance_key == key and e.pid is not None))  # fmt: skip
     trail = read_trail(ctx.layout, ctx.info.swarm, key)
     out = Outcome(reply=reply.input if reply else "", tokens=tokens, latency_ms=latency,
                   error=error, tool_calls=trail.tool_calls, steps=trail.max_steps)  # fmt: skip
@@ -109,7 +113,7 @@ async def run_case(ctx: ControlContext, spec: EvalFile, case: Case, repeat: int)
     return Result(case=case.name, repeat=repeat, instance_key=key, passed=failed is None,
                   evaluator=failed[0] if failed else None, why=failed[1] if failed else None,
                   tokens=tokens, latency_ms=latency,
-                  trace_id=reply.trace.trace_id if reply else None)  # fmt: skip
+                  trace_id=reply.trace.trace_id if reply else None, pids=pids)  # fmt: skip
 
 
 async def run_all(
@@ -139,5 +143,5 @@ def as_row(result: Result) -> JsonObject:
         "case": result.case, "repeat": result.repeat, "instanceKey": result.instance_key,
         "passed": result.passed, "evaluator": result.evaluator, "why": result.why,
         "tokens": result.tokens, "latencyMs": round(result.latency_ms, 1),
-        "traceId": result.trace_id,
+        "traceId": result.trace_id, "pids": list(result.pids),
     }  # fmt: skip

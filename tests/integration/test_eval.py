@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -21,6 +22,7 @@ spec:
     script:
       - {match: "(?i)json", reply: '{"ticket": 12, "status": "open"}'}
       - {match: "(?i)^bye", reply: "Goodbye!"}
+      - {match: "^slow", reply: "slow reply", delayMs: 600}
       - reply: "Hello! You said: {input}"
 ---
 apiVersion: goondan.ai/v1
@@ -209,3 +211,26 @@ cases:
         assert rows[f"{name} pass"]["passed"] is True, rows[f"{name} pass"]["why"]
         assert rows[f"{name} fail"]["evaluator"] == name
     assert rows["maxSteps fail"]["evaluator"] == "maxSteps"
+
+
+async def test_concurrency_8_runs_8_cases_in_separate_agent_processes_at_once(
+    tmp_path: Path,
+) -> None:
+    cases = "".join(
+        f"  - {{name: c{n}, input: slow {n}, expect: {{equals: slow reply}}}}\n" for n in range(8)
+    )
+    bundle, evals = _files(tmp_path, "cases:\n" + cases)
+    report = tmp_path / "report.json"
+    started = time.monotonic()
+    async with asyncio.timeout(60):
+        code, _, err = await run_cli(
+            "eval", str(evals), "--bundle", str(bundle), "--concurrency", "8",
+            "--json", str(report),
+        )  # fmt: skip
+    wall_ms = (time.monotonic() - started) * 1000
+    assert code == 0, err
+    rows = json.loads(report.read_text())["results"]
+    pids = [pid for row in rows for pid in row["pids"]]
+    assert len(pids) == 8 and len(set(pids)) == 8, rows
+    # one after another, the 8 model delays alone would take 4.8 s (plus the CLI's start)
+    assert sum(row["latencyMs"] for row in rows) > wall_ms, (wall_ms, rows)
