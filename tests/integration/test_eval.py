@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tests.integration.harness import run_cli
+from tests.unit.agent_process.fake_llm import FakeLLMServer, chat_completion
 
 BUNDLE = """\
 apiVersion: goondan.ai/v1
@@ -234,3 +235,55 @@ async def test_concurrency_8_runs_8_cases_in_separate_agent_processes_at_once(
     assert len(pids) == 8 and len(set(pids)) == 8, rows
     # one after another, the 8 model delays alone would take 4.8 s (plus the CLI's start)
     assert sum(row["latencyMs"] for row in rows) > wall_ms, (wall_ms, rows)
+
+
+OPENAI_BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: gpt}
+spec:
+  provider: openai
+  model: gpt-test
+  endpoint: __LLM__/v1
+  apiKey: {value: sk-test}
+  options: {maxRetries: 0, timeoutSeconds: 5}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: greeter}
+spec:
+  modelConfig: {modelRef: Model/gpt}
+  prompt: {system: "Say yes."}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: evalswarm}
+spec:
+  entryAgent: Agent/greeter
+  agents: [{ref: Agent/greeter}]
+"""
+
+
+async def test_repeat_shows_a_flaky_case_pass_rate(tmp_path: Path) -> None:
+    bundle, evals = _files(
+        tmp_path, "cases:\n  - {name: says yes, input: hi, expect: {contains: 'yes'}}\n"
+    )
+    report = tmp_path / "report.json"
+    async with FakeLLMServer() as server:
+        # a model that answers differently to the same input: 3 of 5 runs pass
+        server.replies = [
+            (200, chat_completion(text)) for text in ("yes", "no", "yes", "no", "yes")
+        ]
+        url = f"http://127.0.0.1:{server.port}"
+        (bundle / "goondan.yaml").write_text(OPENAI_BUNDLE.replace("__LLM__", url))
+        async with asyncio.timeout(60):
+            code, out, err = await run_cli(
+                "eval", str(evals), "--bundle", str(bundle), "--repeat", "5",
+                "--concurrency", "2", "--json", str(report),
+            )  # fmt: skip
+        assert len(server.requests) == 5, (out, err)
+    assert code == 1, err
+    data = json.loads(report.read_text())
+    assert data["passRates"] == {"says yes": 0.6}
+    assert "says yes: pass rate 60%" in out
+    assert {r["tokens"] for r in data["results"]} == {18}
