@@ -39,11 +39,16 @@ async def test_process_table_follows_a_send_and_restart_bumps_the_generation(
             await beta.wait_for()
             assert await beta.locator(".gen").inner_text() == "1"
             await beta.locator("button.restart").click()
+            # The new generation shows `spawning` until its process reports ready; the page
+            # must then follow it to `idle` on its own.
             await page.wait_for_function(
                 """() => document.querySelector('tr[data-id="agent:beta:probe"] .gen')
                          ?.textContent === '2'"""
             )
-            assert "idle" in await beta.locator(".status").inner_text()
+            await page.wait_for_function(
+                """() => document.querySelector('tr[data-id="agent:beta:probe"] .status')
+                         ?.textContent.includes('idle')"""
+            )
             await screenshot(page, "processes")
 
 
