@@ -45,6 +45,9 @@ class ErrorCode(StrEnum):
     E_EVAL_INVALID = "E_EVAL_INVALID"
     """An eval file is not valid: bad YAML, an unknown field or evaluator, a wrong type; each
     error names its line."""
+    E_EVAL_JUDGE = "E_EVAL_JUDGE"
+    """A case's `judge` could not score the reply: an unknown Model, a model error, an answer
+    that is not `{"pass": bool, "reason": str}`. The case fails; it is never a pass."""
 
     # tools (agent_process/)
     E_TOOL = "E_TOOL"
@@ -132,6 +135,13 @@ class ErrorCode(StrEnum):
     E_MODEL_BAD_REQUEST = "E_MODEL_BAD_REQUEST"
     E_MODEL_ERROR = "E_MODEL_ERROR"
     E_MODEL_SCRIPT = "E_MODEL_SCRIPT"
+    E_REPLAY_MISSING = "E_REPLAY_MISSING"
+    """A replayed Model got a request with no recording (a changed prompt, input or tool):
+    never sent to the provider."""
+    E_REPLAY_INVALID = "E_REPLAY_INVALID"
+    """A recording file that is not one (garbage, too big, wrong types, a symlink)."""
+    E_RECORD_FAILED = "E_RECORD_FAILED"
+    """A recorded Model's response could not be written to its directory."""
 
     # wire, control plane and daemon
     E_PROTOCOL_DECODE = "E_PROTOCOL_DECODE"

@@ -22,6 +22,7 @@ from bundles.loader import inspect_bundle
 from orchestrator import daemon
 from orchestrator.control.server import ControlContext
 from orchestrator.evals import report
+from orchestrator.evals.judge import JudgeClient
 from orchestrator.evals.runner import Result, run_all
 from orchestrator.evals.spec import EvalFile, EvalFileError, load
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
@@ -37,10 +38,24 @@ def _progress(done: int, total: int) -> None:
         sys.stderr.flush()
 
 
-def _runner(spec: EvalFile, args: argparse.Namespace, out: list[Result]) -> daemon.OnStarted:
+def _judge(spec: EvalFile, bundle: Path, state_root: Path) -> JudgeClient | None:
+    """The judge worker's client when a case has a `judge` (it starts at the first verdict)."""
+    if not any("judge" in case.expect for case in spec.cases):
+        return None
+    return JudgeClient(bundle, state_root)
+
+
+def _runner(
+    spec: EvalFile, args: argparse.Namespace, out: list[Result], judge: JudgeClient | None
+) -> daemon.OnStarted:
     async def go(ctx: ControlContext) -> int:
-        async with asyncio.timeout(RUN_TIMEOUT_S):
-            out.extend(await run_all(ctx, spec, args.concurrency, args.repeat, _progress))
+        try:
+            async with asyncio.timeout(RUN_TIMEOUT_S):
+                out.extend(await run_all(ctx, spec, args.concurrency, args.repeat, _progress,
+                                         judge))  # fmt: skip
+        finally:
+            if judge is not None:
+                await judge.aclose()
         return EXIT_OK
 
     return go
@@ -113,8 +128,9 @@ class _Eval:
             print(f"goondan eval: {exc}", file=sys.stderr)
             return EXIT_USAGE, []
         results: list[Result] = []
+        judge = _judge(spec, loaded.bundle.path, layout.root)
         opts = daemon.DaemonOptions(bundle=loaded.bundle, swarm=swarm, layout=layout, quiet=True,
-                                    on_started=_runner(spec, args, results))  # fmt: skip
+                                    on_started=_runner(spec, args, results, judge))  # fmt: skip
         code = daemon.run(opts)
         return code, results
 

@@ -108,7 +108,8 @@ def evaluate(expect: dict[str, Any], out: Outcome) -> tuple[str, str] | None:
     if out.error is not None:
         return "turn", out.error
     for kind, want in expect.items():
-        why = CHECKS[kind](want, out)
+        check = CHECKS.get(kind)  # `judge` is not one: it asks a model (evals/judge.py)
+        why = check(want, out) if check is not None else None
         if why is not None:
             return kind, why
     return None

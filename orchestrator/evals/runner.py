@@ -14,6 +14,7 @@ from orchestrator.calls.auth import Answerer
 from orchestrator.calls.deferred import DeferredCallError
 from orchestrator.control.server import ControlContext
 from orchestrator.evals.evaluators import Outcome, evaluate
+from orchestrator.evals.judge import JudgeClient, JudgeFailed
 from orchestrator.evals.spec import Case, EvalFile
 from orchestrator.evals.trail import read_trail
 from orchestrator.ingress.send import SendFailed, pending_call, send_and_wait
@@ -38,6 +39,8 @@ class Result:
     trace_id: str | None
     pids: tuple[int, ...] = ()
     """The agent processes that ran the case's instance (one per agent it reached)."""
+    judge_reason: str | None = None
+    """The `judge` evaluator's reason, when it gave a verdict (pass or fail)."""
 
 
 def _tokens(reply: AgentEvent) -> int | None:
@@ -80,7 +83,24 @@ class CaseFailed(Exception):
     pass
 
 
-async def run_case(ctx: ControlContext, spec: EvalFile, case: Case, repeat: int) -> Result:
+async def _judged(
+    judge: JudgeClient | None, case: Case, out: Outcome
+) -> tuple[tuple[str, str] | None, str | None]:
+    """The judge's failure (if it failed or could not judge) and its reason."""
+    want = case.expect.get("judge")
+    if want is None or judge is None:
+        return None, None
+    try:
+        verdict = await judge.judge(want["model"], want["rubric"], "\n\n".join(case.inputs),
+                                    out.reply)  # fmt: skip
+    except JudgeFailed as exc:
+        return ("judge", str(exc)), None
+    return (None if verdict.passed else ("judge", verdict.reason)), verdict.reason
+
+
+async def run_case(
+    ctx: ControlContext, spec: EvalFile, case: Case, repeat: int, judge: JudgeClient | None = None
+) -> Result:
     key = f"eval-{uuid.uuid4().hex[:12]}"
     timeout_ms = ctx.supervisor.settings.request_timeout_ms
     start = time.monotonic()
@@ -110,10 +130,14 @@ async def run_case(ctx: ControlContext, spec: EvalFile, case: Case, repeat: int)
     out = Outcome(reply=reply.input if reply else "", tokens=tokens, latency_ms=latency,
                   error=error, tool_calls=trail.tool_calls, steps=trail.max_steps)  # fmt: skip
     failed = evaluate(case.expect, out)
+    reason = None
+    if failed is None:  # the model's verdict last: no tokens spent on a case already failed
+        failed, reason = await _judged(judge, case, out)
     return Result(case=case.name, repeat=repeat, instance_key=key, passed=failed is None,
                   evaluator=failed[0] if failed else None, why=failed[1] if failed else None,
                   tokens=tokens, latency_ms=latency,
-                  trace_id=reply.trace.trace_id if reply else None, pids=pids)  # fmt: skip
+                  trace_id=reply.trace.trace_id if reply else None, pids=pids,
+                  judge_reason=reason)  # fmt: skip
 
 
 async def run_all(
@@ -122,6 +146,7 @@ async def run_all(
     concurrency: int,
     repeat: int,
     progress: Callable[[int, int], None],
+    judge: JudgeClient | None = None,
 ) -> list[Result]:
     gate = asyncio.Semaphore(concurrency)
     total, done = len(spec.cases) * repeat, 0
@@ -129,7 +154,7 @@ async def run_all(
     async def one(case: Case, k: int) -> Result:
         nonlocal done
         async with gate:
-            result = await run_case(ctx, spec, case, k)
+            result = await run_case(ctx, spec, case, k, judge)
         done += 1
         progress(done, total)
         return result
@@ -144,4 +169,5 @@ def as_row(result: Result) -> JsonObject:
         "passed": result.passed, "evaluator": result.evaluator, "why": result.why,
         "tokens": result.tokens, "latencyMs": round(result.latency_ms, 1),
         "traceId": result.trace_id, "pids": list(result.pids),
+        "judgeReason": result.judge_reason,
     }  # fmt: skip

@@ -13,7 +13,7 @@ from protocol.errors import ErrorCode
 
 EVALUATORS = frozenset(
     {"equals", "contains", "regex", "jsonSchema", "maxTokens", "maxLatencyMs", "maxSteps",
-     "toolCalled", "toolNotCalled"}
+     "toolCalled", "toolNotCalled", "judge"}
 )  # fmt: skip
 CASE_FIELDS = frozenset({"name", "input", "inputs", "expect", "agent", "answers"})
 TOP_FIELDS = frozenset({"agent", "cases"})
@@ -189,6 +189,8 @@ def _check(kind: str, value: Any) -> str | None:
         return "`jsonSchema` takes a JSON Schema object"
     if kind in ("toolCalled", "toolNotCalled"):
         return _check_tool(kind, value)
+    if kind == "judge":
+        return _check_judge(value)
     if kind.startswith("max") and (
         not isinstance(value, int) or isinstance(value, bool) or value <= 0
     ):
@@ -203,4 +205,18 @@ def _check_tool(kind: str, value: Any) -> str | None:
         return f"`{kind}` knows only `name` and `args`"
     if "args" in value and not isinstance(value["args"], dict):
         return f"`{kind}.args` must be a mapping"
+    return None
+
+
+MODEL_REF = re.compile(r"^(Model/)?[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def _check_judge(value: Any) -> str | None:
+    shape = "`judge` takes {rubric: TEXT, model: Model/NAME}"
+    if not isinstance(value, dict) or value.keys() != {"rubric", "model"}:
+        return shape
+    if not isinstance(value["rubric"], str) or not value["rubric"].strip():
+        return f"{shape}: the rubric must be a non-empty string"
+    if not isinstance(value["model"], str) or not MODEL_REF.match(value["model"]):
+        return f"{shape}: `model` must name a Model of the bundle (Model/NAME)"
     return None

@@ -287,3 +287,74 @@ async def test_repeat_shows_a_flaky_case_pass_rate(tmp_path: Path) -> None:
     assert data["passRates"] == {"says yes": 0.6}
     assert "says yes: pass rate 60%" in out
     assert {r["tokens"] for r in data["results"]} == {18}
+
+
+JUDGE_MODEL = """\
+---
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: judge}
+spec:
+  provider: openai
+  model: gpt-judge
+  endpoint: __LLM__/v1
+  apiKey: {value: sk-test}
+  options: {maxRetries: 0, timeoutSeconds: 5}
+"""
+
+JUDGED = """\
+cases:
+  - name: judged pass
+    input: hi
+    expect: {judge: {rubric: "Greets the user", model: Model/judge}}
+  - name: judged fail
+    input: hi
+    expect: {judge: {rubric: "Refuses", model: Model/judge}}
+  - name: judge garbage
+    input: hi
+    expect: {judge: {rubric: "Greets", model: Model/judge}}
+  - name: judge unknown model
+    input: hi
+    expect: {judge: {rubric: "Greets", model: Model/nosuch}}
+  - name: judge not asked
+    input: hi
+    expect: {contains: Goodbye, judge: {rubric: "Greets", model: Model/judge}}
+"""
+
+
+async def test_judge_scores_through_a_model_of_the_bundle(tmp_path: Path) -> None:
+    bundle, evals = _files(tmp_path, JUDGED)
+    report = tmp_path / "report.json"
+    async with FakeLLMServer() as server:
+        server.replies = [
+            (200, chat_completion('{"pass": true, "reason": "it greets"}')),
+            (200, chat_completion('{"pass": false, "reason": "it does not refuse"}')),
+            (200, chat_completion("Sure! It passes.")),
+        ]
+        url = f"http://127.0.0.1:{server.port}"
+        with (bundle / "goondan.yaml").open("a") as f:
+            f.write(JUDGE_MODEL.replace("__LLM__", url))
+        async with asyncio.timeout(60):
+            code, out, err = await run_cli(
+                "eval", str(evals), "--bundle", str(bundle), "--concurrency", "1",
+                "--json", str(report),
+            )  # fmt: skip
+        asked = [r.body for r in server.requests]
+    assert code == 1, err
+    rows = {r["case"]: r for r in json.loads(report.read_text())["results"]}
+    assert rows["judged pass"]["passed"] is True, rows["judged pass"]
+    assert rows["judged pass"]["judgeReason"] == "it greets"
+    assert (rows["judged fail"]["evaluator"], rows["judged fail"]["why"]) == (
+        "judge", "it does not refuse",
+    )  # fmt: skip
+    for name in ("judge garbage", "judge unknown model"):
+        assert rows[name]["passed"] is False
+        assert rows[name]["evaluator"] == "judge"
+        assert rows[name]["why"].startswith("E_EVAL_JUDGE"), rows[name]
+    assert "Model/nosuch" in rows["judge unknown model"]["why"]
+    assert rows["judge not asked"]["evaluator"] == "contains"  # no tokens spent on it
+    assert len(asked) == 3, (out, err)
+    assert all(body["response_format"] == {"type": "json_object"} for body in asked)
+    assert all(body["model"] == "gpt-judge" for body in asked)
+    assert "Hello! You said: hi" in asked[0]["messages"][-1]["content"]
+    assert "Greets the user" in asked[0]["messages"][-1]["content"]

@@ -108,3 +108,24 @@ cases:
 """,
     )
     assert sorted(line for line, _ in errors) == [5, 6, 7]
+
+
+def test_a_judge_needs_a_rubric_and_a_model_ref(tmp_path: Path) -> None:
+    ok = _write(
+        tmp_path,
+        "cases:\n  - {name: a, input: x, expect: {judge: {rubric: polite, model: Model/j}}}\n",
+    )
+    assert load(ok).cases[0].expect["judge"] == {"rubric": "polite", "model": "Model/j"}
+    bad = _write(
+        tmp_path,
+        """\
+cases:
+  - {name: a, input: x, expect: {judge: {rubric: polite}}}
+  - {name: b, input: x, expect: {judge: {rubric: "", model: Model/j}}}
+  - {name: c, input: x, expect: {judge: {rubric: r, model: "../../etc"}}}
+""",
+    )
+    with pytest.raises(EvalFileError) as info:
+        load(bad)
+    assert [e.line for e in info.value.errors] == [2, 3, 4]
+    assert {e.code for e in info.value.errors} == {ErrorCode.E_EVAL_INVALID}
