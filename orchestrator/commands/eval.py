@@ -14,17 +14,20 @@ import asyncio
 import json
 import sys
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from bundles.diagnostics import BundleError
 from bundles.loader import inspect_bundle
 from orchestrator import daemon
+from orchestrator.control import client
 from orchestrator.control.server import ControlContext
 from orchestrator.evals import report
 from orchestrator.evals.judge import JudgeClient
 from orchestrator.evals.runner import Result, run_all
 from orchestrator.evals.spec import EvalFile, EvalFileError, load
+from orchestrator.evals.target import LocalTarget, RemoteTarget, Target
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.endpoints import StateLayout
 
@@ -47,11 +50,12 @@ def _judge(spec: EvalFile, bundle: Path, state_root: Path) -> JudgeClient | None
 
 def _runner(
     spec: EvalFile, args: argparse.Namespace, out: list[Result], judge: JudgeClient | None
-) -> daemon.OnStarted:
-    async def go(ctx: ControlContext) -> int:
+) -> Callable[[ControlContext | Target], Coroutine[Any, Any, int]]:
+    async def go(ctx: ControlContext | Target) -> int:
+        target = LocalTarget(ctx) if isinstance(ctx, ControlContext) else ctx
         try:
             async with asyncio.timeout(RUN_TIMEOUT_S):
-                out.extend(await run_all(ctx, spec, args.concurrency, args.repeat, _progress,
+                out.extend(await run_all(target, spec, args.concurrency, args.repeat, _progress,
                                          judge))  # fmt: skip
         finally:
             if judge is not None:
@@ -91,6 +95,10 @@ class _Eval:
             "--compare", metavar="PREV",
             help="list regressed/improved cases against an earlier --json report",
         )  # fmt: skip
+        parser.add_argument(
+            "--attach", action="store_true",
+            help="run the cases in the daemon already running the bundle's swarm (--state-root)",
+        )  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> int:
         if args.concurrency < 1 or args.repeat < 1:
@@ -107,8 +115,11 @@ class _Eval:
         except (OSError, ValueError) as exc:
             print(f"goondan eval: cannot read --compare: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        with tempfile.TemporaryDirectory(prefix="goondan-eval-") as root:
-            code, results = self._run_daemon(args, spec, Path(root))
+        if args.attach:
+            code, results = self._run_attached(args, spec)
+        else:
+            with tempfile.TemporaryDirectory(prefix="goondan-eval-") as root:
+                code, results = self._run_daemon(args, spec, Path(root))
         if code != EXIT_OK:
             return code
         return self._report(args, results, previous)
@@ -132,6 +143,33 @@ class _Eval:
         opts = daemon.DaemonOptions(bundle=loaded.bundle, swarm=swarm, layout=layout, quiet=True,
                                     on_started=_runner(spec, args, results, judge))  # fmt: skip
         code = daemon.run(opts)
+        return code, results
+
+    def _run_attached(self, args: argparse.Namespace, spec: EvalFile) -> tuple[int, list[Result]]:
+        """`--attach`: the cases go to the daemon already running the bundle's swarm (under
+        --state-root), over its control socket; their instances stay there for `instance show`."""
+        if getattr(args, "record", None) or getattr(args, "replay", None):
+            print("goondan eval: --attach uses the daemon's own Models: no --record/--replay",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE, []
+        layout = client.layout_of(args)
+        loaded = inspect_bundle(args.bundle, state_root=layout.root)
+        if loaded.bundle is None:
+            for diag in loaded.errors:
+                print(str(diag), file=sys.stderr)
+            return EXIT_USAGE, []
+        try:
+            swarm = loaded.bundle.swarm(getattr(args, "swarm", None))
+            info = client.find_daemons(argparse.Namespace(**{**vars(args), "swarm": swarm.name}))[0]
+        except (KeyError, BundleError) as exc:
+            print(f"goondan eval: {exc}", file=sys.stderr)
+            return EXIT_USAGE, []
+        except client.ClientError as exc:
+            client.Printer("eval").error(exc.error)
+            return EXIT_RUNTIME, []
+        judge = _judge(spec, loaded.bundle.path, layout.root)
+        results: list[Result] = []
+        code = asyncio.run(_runner(spec, args, results, judge)(RemoteTarget(info)))
         return code, results
 
     def _report(

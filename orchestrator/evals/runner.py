@@ -1,26 +1,23 @@
 """Run every case (x repeat) as its own fresh instance, N at a time, through `send`'s ingress
-in the daemon started for the run (docs/guides/evals.md)."""
+in the daemon started for the run, or a running one with `--attach` (evals/target.py;
+docs/guides/evals.md)."""
 
 from __future__ import annotations
 
 import asyncio
-import getpass
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.calls.auth import Answerer
-from orchestrator.calls.deferred import DeferredCallError
-from orchestrator.control.server import ControlContext
 from orchestrator.evals.evaluators import Outcome, evaluate
 from orchestrator.evals.judge import JudgeClient, JudgeFailed
 from orchestrator.evals.spec import Case, EvalFile
+from orchestrator.evals.target import Target, TargetFailed
 from orchestrator.evals.trail import read_trail
-from orchestrator.ingress.send import SendFailed, pending_call, send_and_wait
+from orchestrator.ingress.send import pending_call
 from protocol.control import SendText
 from protocol.events import AgentEvent
-from protocol.jsonrpc import JsonRpcResponse
 from protocol.jsontypes import JsonObject
 
 CALL_WAIT_S = 60.0
@@ -54,7 +51,7 @@ def _tokens(reply: AgentEvent) -> int | None:
     return sum(counted) if counted else None
 
 
-async def _answered(ctx: ControlContext, reply: AgentEvent, case: Case) -> AgentEvent:
+async def _answered(target: Target, reply: AgentEvent, case: Case) -> AgentEvent:
     """Answer the client-side calls the case's `answers` name, until the turn ends."""
     while (call := pending_call(reply)) is not None:
         method, call_id = call.get("method"), call.get("id")
@@ -64,16 +61,10 @@ async def _answered(ctx: ControlContext, reply: AgentEvent, case: Case) -> Agent
             or not isinstance(call_id, str)
         ):
             raise CaseFailed(f"client-side call {method} has no answer in the case's `answers`")
-        who = Answerer(via="cli", by=getpass.getuser())
-        answer = JsonRpcResponse(id=call_id, result=case.answers[method])
         try:
-            # wait=True: the resumed turn's reply (or its next call) comes back here
-            resumed = await ctx.deferred.resolve(call_id, answer, CALL_WAIT_S, who=who, wait=True)
-        except DeferredCallError as exc:
-            raise CaseFailed(f"{exc.code}: answering {method}: {exc.message}") from exc
-        if not isinstance(resumed, AgentEvent):
-            raise CaseFailed(f"the turn resumed after {method} gave no reply")
-        reply = resumed
+            reply = await target.answer(call_id, case.answers[method], CALL_WAIT_S)
+        except TargetFailed as exc:
+            raise CaseFailed(f"answering {method}: {exc}") from exc
     return reply
 
 
@@ -99,10 +90,10 @@ async def _judged(
 
 
 async def run_case(
-    ctx: ControlContext, spec: EvalFile, case: Case, repeat: int, judge: JudgeClient | None = None
+    target: Target, spec: EvalFile, case: Case, repeat: int, judge: JudgeClient | None = None
 ) -> Result:
     key = f"eval-{uuid.uuid4().hex[:12]}"
-    timeout_ms = ctx.supervisor.settings.request_timeout_ms
+    timeout_ms = target.timeout_ms
     start = time.monotonic()
     tokens: int | None = None
     reply: AgentEvent | None = None
@@ -111,22 +102,16 @@ async def run_case(
         for n, text in enumerate(case.inputs):
             req = SendText(request_id=f"{key}-{n}", text=text, agent=case.agent or spec.agent,
                            instance_key=key, timeout_ms=timeout_ms)  # fmt: skip
-            answer = await send_and_wait(ctx, req)
-            if not isinstance(answer, AgentEvent):
-                raise CaseFailed("the turn gave no reply")
-            reply = await _answered(ctx, answer, case)
+            reply = await _answered(target, await target.send(req), case)
             if reply.error is not None:
                 raise CaseFailed(f"{reply.error.code}: {reply.error.message}")
             used = _tokens(reply)
             tokens = used if tokens is None else tokens + (used or 0)
-    except SendFailed as exc:
-        error = f"{exc.code}: {exc.message}"
-    except CaseFailed as exc:
+    except (TargetFailed, CaseFailed) as exc:
         error = str(exc)
     latency = (time.monotonic() - start) * 1000
-    pids = tuple(sorted(e.pid for e in ctx.supervisor.table
-                        if e.address.instance_key == key and e.pid is not None))  # fmt: skip
-    trail = read_trail(ctx.layout, ctx.info.swarm, key)
+    pids = await target.pids(key)
+    trail = read_trail(target.layout, target.swarm, key)
     out = Outcome(reply=reply.input if reply else "", tokens=tokens, latency_ms=latency,
                   error=error, tool_calls=trail.tool_calls, steps=trail.max_steps)  # fmt: skip
     failed = evaluate(case.expect, out)
@@ -141,7 +126,7 @@ async def run_case(
 
 
 async def run_all(
-    ctx: ControlContext,
+    target: Target,
     spec: EvalFile,
     concurrency: int,
     repeat: int,
@@ -154,7 +139,7 @@ async def run_all(
     async def one(case: Case, k: int) -> Result:
         nonlocal done
         async with gate:
-            result = await run_case(ctx, spec, case, k, judge)
+            result = await run_case(target, spec, case, k, judge)
         done += 1
         progress(done, total)
         return result

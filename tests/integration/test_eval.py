@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tests.integration.conftest import StartDaemon
 from tests.integration.harness import run_cli
 from tests.unit.agent_process.fake_llm import FakeLLMServer, chat_completion
 
@@ -153,6 +155,22 @@ spec:
 """
 
 
+def _with_client_tool(bundle: Path) -> None:
+    """The greeter gets a client-side tool (ui.confirm) the script calls on "confirm ..."."""
+    text = (bundle / "goondan.yaml").read_text()
+    text = text.replace(
+        '      - {match: "(?i)json"',
+        "      - {afterTool: client__confirm, reply: 'confirmed: {last_tool_result}'}\n"
+        '      - {match: "^confirm",\n'
+        '         toolCalls: [{name: client__confirm, args: {question: "{input}"}}]}\n'
+        '      - {match: "(?i)json"',
+    ).replace(
+        "modelConfig: {modelRef: Model/scripted}",
+        "modelConfig: {modelRef: Model/scripted}\n  tools: [Tool/client]",
+    )
+    (bundle / "goondan.yaml").write_text(text + CLIENT_TOOL)
+
+
 async def test_client_side_answers_tool_calls_and_steps(tmp_path: Path) -> None:
     bundle, evals = _files(
         tmp_path,
@@ -186,18 +204,7 @@ cases:
     answers: {"ui.confirm": {"confirmed": true}}
 """,
     )
-    text = (bundle / "goondan.yaml").read_text()
-    text = text.replace(
-        '      - {match: "(?i)json"',
-        "      - {afterTool: client__confirm, reply: 'confirmed: {last_tool_result}'}\n"
-        '      - {match: "^confirm",\n'
-        '         toolCalls: [{name: client__confirm, args: {question: "{input}"}}]}\n'
-        '      - {match: "(?i)json"',
-    ).replace(
-        "modelConfig: {modelRef: Model/scripted}",
-        "modelConfig: {modelRef: Model/scripted}\n  tools: [Tool/client]",
-    )
-    (bundle / "goondan.yaml").write_text(text + CLIENT_TOOL)
+    _with_client_tool(bundle)
     report = tmp_path / "report.json"
     async with asyncio.timeout(60):
         code, _, err = await run_cli(
@@ -358,3 +365,39 @@ async def test_judge_scores_through_a_model_of_the_bundle(tmp_path: Path) -> Non
     assert all(body["model"] == "gpt-judge" for body in asked)
     assert "Hello! You said: hi" in asked[0]["messages"][-1]["content"]
     assert "Greets the user" in asked[0]["messages"][-1]["content"]
+
+
+async def test_attach_runs_the_cases_in_the_running_daemon(
+    tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    bundle, evals = _files(
+        tmp_path,
+        """\
+cases:
+  - {name: greets, input: hi, expect: {contains: "You said: hi"}}
+  - {name: fails, input: bye, expect: {equals: nope}}
+  - name: answered
+    input: "confirm delete"
+    expect: {regex: 'confirmed: .*"confirmed": ?false'}
+    answers: {"ui.confirm": {"confirmed": false}}
+""",
+    )
+    _with_client_tool(bundle)
+    report = tmp_path / "report.json"
+    async with asyncio.timeout(60):
+        code, _, err = await run_cli("eval", str(evals), "--bundle", str(bundle), "--attach")
+        assert code == 1
+        assert "E_DAEMON_NOT_RUNNING" in err
+        daemon = await start_daemon(bundle, swarm="evalswarm")
+        code, _, err = await run_cli(
+            "eval", str(evals), "--bundle", str(bundle), "--attach", "--json", str(report)
+        )
+    assert code == 1, err
+    rows = {r["case"]: r for r in json.loads(report.read_text())["results"]}
+    assert rows["greets"]["passed"] is True, rows["greets"]
+    assert rows["fails"]["evaluator"] == "equals"
+    assert rows["answered"]["passed"] is True, rows["answered"]  # answered over the socket
+    for row in rows.values():  # run by the daemon that was already there, kept in its state
+        key = row["instanceKey"]
+        assert row["pids"] and daemon.pid not in row["pids"], row
+        assert (Path(os.environ["GOONDAN_STATE_ROOT"]) / "instances" / "evalswarm" / key).is_dir()
