@@ -24,6 +24,7 @@ from orchestrator import daemon
 from orchestrator.control import client
 from orchestrator.control.server import ControlContext
 from orchestrator.evals import report
+from orchestrator.evals.cost import Prices, prices_of
 from orchestrator.evals.judge import JudgeClient
 from orchestrator.evals.runner import Result, run_all
 from orchestrator.evals.spec import EvalFile, EvalFileError, load
@@ -49,14 +50,18 @@ def _judge(spec: EvalFile, bundle: Path, state_root: Path) -> JudgeClient | None
 
 
 def _runner(
-    spec: EvalFile, args: argparse.Namespace, out: list[Result], judge: JudgeClient | None
+    spec: EvalFile,
+    args: argparse.Namespace,
+    out: list[Result],
+    judge: JudgeClient | None,
+    prices: Prices,
 ) -> Callable[[ControlContext | Target], Coroutine[Any, Any, int]]:
     async def go(ctx: ControlContext | Target) -> int:
         target = LocalTarget(ctx) if isinstance(ctx, ControlContext) else ctx
         try:
             async with asyncio.timeout(RUN_TIMEOUT_S):
                 out.extend(await run_all(target, spec, args.concurrency, args.repeat, _progress,
-                                         judge))  # fmt: skip
+                                         judge, prices))  # fmt: skip
         finally:
             if judge is not None:
                 await judge.aclose()
@@ -141,7 +146,8 @@ class _Eval:
         results: list[Result] = []
         judge = _judge(spec, loaded.bundle.path, layout.root)
         opts = daemon.DaemonOptions(bundle=loaded.bundle, swarm=swarm, layout=layout, quiet=True,
-                                    on_started=_runner(spec, args, results, judge))  # fmt: skip
+                                    on_started=_runner(spec, args, results, judge,
+                                                       prices_of(loaded.bundle)))  # fmt: skip
         code = daemon.run(opts)
         return code, results
 
@@ -169,7 +175,8 @@ class _Eval:
             return EXIT_RUNTIME, []
         judge = _judge(spec, loaded.bundle.path, layout.root)
         results: list[Result] = []
-        code = asyncio.run(_runner(spec, args, results, judge)(RemoteTarget(info)))
+        go = _runner(spec, args, results, judge, prices_of(loaded.bundle))
+        code = asyncio.run(go(RemoteTarget(info)))
         return code, results
 
     def _report(

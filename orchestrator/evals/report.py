@@ -18,21 +18,51 @@ def pass_rates(results: list[Result]) -> dict[str, float]:
     return {case: sum(p) / len(p) for case, p in runs.items()}
 
 
+def _cost(usd: float | None) -> str:
+    """Blank when unknown (a Model without pricing): 0 would claim the case was free."""
+    return "" if usd is None else f"{usd:.6f}"
+
+
+def _total_cost(results: list[Result]) -> float | None:
+    costs = [r.cost_usd for r in results]
+    return None if not costs or None in costs else sum(c for c in costs if c is not None)
+
+
+def _properties(suite: ET.Element, results: list[Result]) -> None:
+    """Costs as the suite's properties: the common JUnit schema allows `properties` on a
+    testsuite, not on a testcase (consumers that validate would refuse it there)."""
+    props = ET.SubElement(suite, "properties")
+    total = _total_cost(results)
+    if total is not None:
+        ET.SubElement(props, "property", name="costUsd", value=f"{total:.8f}")
+    for r in results:
+        if r.cost_usd is not None:
+            ET.SubElement(props, "property", name=f"costUsd:{_case_name(r)}",
+                          value=f"{r.cost_usd:.8f}")  # fmt: skip
+
+
+def _case_name(r: Result) -> str:
+    return r.case if r.repeat == 0 else f"{r.case} #{r.repeat + 1}"
+
+
 def table(results: list[Result], repeat: int) -> str:
-    head = f"{'CASE':<30} {'RESULT':<8} {'TOKENS':>7} {'MS':>7}  {'TRACE':<32}  WHY"
+    head = f"{'CASE':<30} {'RESULT':<8} {'TOKENS':>7} {'COST $':>10} {'MS':>7}  {'TRACE':<32}  WHY"
     lines = [head]
     for r in results:
         tokens = "-" if r.tokens is None else str(r.tokens)
         why = f"{r.evaluator}: {r.why}" if not r.passed else ""
         name = r.case if repeat == 1 else f"{r.case} #{r.repeat + 1}"
         verdict = "pass" if r.passed else "FAIL"
-        lines.append(f"{name[:30]:<30} {verdict:<8} {tokens:>7} {r.latency_ms:>7.0f}  "
+        lines.append(f"{name[:30]:<30} {verdict:<8} {tokens:>7} {_cost(r.cost_usd):>10} "
+                     f"{r.latency_ms:>7.0f}  "
                      f"{r.trace_id or '-':<32}  {why}")  # fmt: skip
     if repeat > 1:
         lines.append("")
         lines.extend(f"{case}: pass rate {rate:.0%}" for case, rate in pass_rates(results).items())
     failed = sum(not r.passed for r in results)
-    lines.append(f"{len(results) - failed} passed, {failed} failed")
+    total = _total_cost(results)
+    spent = f", ${total:.6f}" if total is not None else ""
+    lines.append(f"{len(results) - failed} passed, {failed} failed{spent}")
     return "\n".join(lines)
 
 
@@ -41,6 +71,7 @@ def write_junit(path: Path, results: list[Result], name: str) -> None:
     seconds = sum(r.latency_ms for r in results) / 1000
     suite = ET.Element("testsuite", name=name, tests=str(len(results)), failures=str(failed),
                        errors="0", skipped="0", time=f"{seconds:.3f}")  # fmt: skip
+    _properties(suite, results)
     for r in results:
         case = ET.SubElement(suite, "testcase", classname=name,
                              name=r.case if r.repeat == 0 else f"{r.case} #{r.repeat + 1}",

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from orchestrator.evals.cost import Prices, case_cost
 from orchestrator.evals.evaluators import Outcome, evaluate
 from orchestrator.evals.judge import JudgeClient, JudgeFailed
 from orchestrator.evals.spec import Case, EvalFile
@@ -38,6 +39,8 @@ class Result:
     """The agent processes that ran the case's instance (one per agent it reached)."""
     judge_reason: str | None = None
     """The `judge` evaluator's reason, when it gave a verdict (pass or fail)."""
+    cost_usd: float | None = None
+    """What the case's model calls cost (evals/cost.py); None: a Model without pricing."""
 
 
 def _tokens(reply: AgentEvent) -> int | None:
@@ -90,7 +93,12 @@ async def _judged(
 
 
 async def run_case(
-    target: Target, spec: EvalFile, case: Case, repeat: int, judge: JudgeClient | None = None
+    target: Target,
+    spec: EvalFile,
+    case: Case,
+    repeat: int,
+    judge: JudgeClient | None = None,
+    prices: Prices | None = None,
 ) -> Result:
     key = f"eval-{uuid.uuid4().hex[:12]}"
     timeout_ms = target.timeout_ms
@@ -112,6 +120,7 @@ async def run_case(
     latency = (time.monotonic() - start) * 1000
     pids = await target.pids(key)
     trail = read_trail(target.layout, target.swarm, key)
+    cost = case_cost(target.layout, target.swarm, key, prices or {})
     out = Outcome(reply=reply.input if reply else "", tokens=tokens, latency_ms=latency,
                   error=error, tool_calls=trail.tool_calls, steps=trail.max_steps)  # fmt: skip
     failed = evaluate(case.expect, out)
@@ -122,7 +131,7 @@ async def run_case(
                   evaluator=failed[0] if failed else None, why=failed[1] if failed else None,
                   tokens=tokens, latency_ms=latency,
                   trace_id=reply.trace.trace_id if reply else None, pids=pids,
-                  judge_reason=reason)  # fmt: skip
+                  judge_reason=reason, cost_usd=cost)  # fmt: skip
 
 
 async def run_all(
@@ -132,6 +141,7 @@ async def run_all(
     repeat: int,
     progress: Callable[[int, int], None],
     judge: JudgeClient | None = None,
+    prices: Prices | None = None,
 ) -> list[Result]:
     gate = asyncio.Semaphore(concurrency)
     total, done = len(spec.cases) * repeat, 0
@@ -139,7 +149,7 @@ async def run_all(
     async def one(case: Case, k: int) -> Result:
         nonlocal done
         async with gate:
-            result = await run_case(target, spec, case, k, judge)
+            result = await run_case(target, spec, case, k, judge, prices)
         done += 1
         progress(done, total)
         return result
@@ -155,4 +165,5 @@ def as_row(result: Result) -> JsonObject:
         "tokens": result.tokens, "latencyMs": round(result.latency_ms, 1),
         "traceId": result.trace_id, "pids": list(result.pids),
         "judgeReason": result.judge_reason,
+        "costUsd": None if result.cost_usd is None else round(result.cost_usd, 8),
     }  # fmt: skip

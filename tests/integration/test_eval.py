@@ -401,3 +401,53 @@ cases:
         key = row["instanceKey"]
         assert row["pids"] and daemon.pid not in row["pids"], row
         assert (Path(os.environ["GOONDAN_STATE_ROOT"]) / "instances" / "evalswarm" / key).is_dir()
+
+
+PRICED = """\
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: scripted}
+spec:
+  modelConfig: {modelRef: Model/scripted}
+  prompt: {system: "Greet."}
+"""
+
+
+async def test_cost_per_case_from_the_models_pricing(tmp_path: Path) -> None:
+    bundle, evals = _files(
+        tmp_path,
+        """\
+cases:
+  - {name: priced, input: hi, expect: {contains: "yes"}}
+  - {name: unpriced, agent: scripted, input: hi, expect: {contains: "Hello"}}
+""",
+    )
+    report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+    async with FakeLLMServer() as server:
+        server.replies = [(200, chat_completion("yes"))]  # 11 tokens in, 7 out
+        url = f"http://127.0.0.1:{server.port}"
+        text = OPENAI_BUNDLE.replace("__LLM__", url).replace(
+            "options: {maxRetries: 0, timeoutSeconds: 5}",
+            "options: {maxRetries: 0, timeoutSeconds: 5}\n"
+            "  pricing: {inputPerMTok: 1000, outputPerMTok: 2000}",
+        )
+        both = "agents: [{ref: Agent/greeter}, {ref: Agent/scripted}]"
+        text = text.replace("agents: [{ref: Agent/greeter}]", both)
+        scripted_model = "---\n" + BUNDLE.split("---")[0]
+        (bundle / "goondan.yaml").write_text(text + PRICED + scripted_model)
+        async with asyncio.timeout(60):
+            code, out, err = await run_cli(
+                "eval", str(evals), "--bundle", str(bundle), "--json", str(report),
+                "--junit", str(junit),
+            )  # fmt: skip
+    assert code == 0, (out, err)
+    rows = {r["case"]: r for r in json.loads(report.read_text())["results"]}
+    # 11 x $1000/M + 7 x $2000/M
+    assert rows["priced"]["costUsd"] == 0.025, rows["priced"]
+    assert rows["unpriced"]["costUsd"] is None  # no pricing: unknown, not free
+    assert "0.025000" in out
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props == {"costUsd:priced": "0.02500000"}  # no total: one case has no price
