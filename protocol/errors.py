@@ -87,6 +87,10 @@ class ErrorCode(StrEnum):
     # agents and the orchestrator
     E_EVENT_NOT_FOUND = "E_EVENT_NOT_FOUND"
     E_INSTANCE_NOT_FOUND = "E_INSTANCE_NOT_FOUND"
+    E_INSTANCE_EXISTS = "E_INSTANCE_EXISTS"
+    """`goondan instance fork|replay --as KEY`: that instance has state or a live process."""
+    E_TURN_NOT_FOUND = "E_TURN_NOT_FOUND"
+    """`goondan instance fork --at TURN`: the instance has no such turn (1..N or a turn id)."""
     E_JOURNAL_CORRUPT = "E_JOURNAL_CORRUPT"
     E_JOURNAL_VERSION = "E_JOURNAL_VERSION"
     E_JOURNAL_WRITE = "E_JOURNAL_WRITE"

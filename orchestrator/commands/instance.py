@@ -1,7 +1,9 @@
 """`goondan instance list [--json]`, `goondan instance show KEY [--agent A] [--json]
-[--follow]` and `goondan instance delete KEY [--agent A] [--yes]`.
+[--follow]`, `goondan instance delete KEY [--agent A] [--yes]` and `goondan instance fork KEY
+--at TURN --as NEWKEY [--agent A]`.
 
-`show` prints the conversation from the files (orchestrator/commands/instance_show.py).
+`show` prints the conversation from the files (orchestrator/commands/instance_show.py); `fork`
+copies it up to a turn into a new instance (orchestrator/commands/instance_fork.py).
 
 `list` shows every instance directory of the swarm with the live status of its process;
 `delete` stops that instance's processes and removes its whole state: conversation, extension
@@ -53,7 +55,20 @@ class _Instance:
         show.add_argument("--agent", metavar="A", help="only this agent of the instance")
         show.add_argument("--json", action="store_true", help="one JSON object per message")
         show.add_argument("--follow", "-f", action="store_true", help="keep printing new messages")
-        for action in (listing, delete, show):  # the common options after the action too;
+        fork = sub.add_parser(
+            "fork", help="a new instance with KEY's conversation up to a turn (time travel)"
+        )
+        fork.add_argument("instance_key", metavar="KEY")
+        fork.add_argument(
+            "--at", required=True, metavar="TURN",
+            help="the last turn kept: N (1-based, in `show`'s order) or its id",
+        )  # fmt: skip
+        fork.add_argument(
+            "--as", dest="new_key", required=True, metavar="NEWKEY",
+            help="the new instance's key (must not exist)",
+        )  # fmt: skip
+        fork.add_argument("--agent", metavar="A", help="only this agent of the instance")
+        for action in (listing, delete, show, fork):  # the common options after the action too;
             # SUPPRESS keeps a value given before it (`goondan instance --swarm S list`)
             action.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS)
             action.add_argument("--swarm", metavar="S", default=argparse.SUPPRESS)
@@ -64,6 +79,10 @@ class _Instance:
             from orchestrator.commands.instance_show import show
 
             return show(args, printer)
+        if args.action == "fork":
+            from orchestrator.commands.instance_fork import run_fork
+
+            return run_fork(args, printer)
         if args.action == "delete" and not args.yes and not _confirmed(args):
             return EXIT_USAGE
         try:
