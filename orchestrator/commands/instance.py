@@ -1,9 +1,10 @@
 """`goondan instance list [--json]`, `goondan instance show KEY [--agent A] [--json]
 [--follow]`, `goondan instance delete KEY [--agent A] [--yes]` and `goondan instance fork KEY
---at TURN --as NEWKEY [--agent A]`.
+--at TURN --as NEWKEY [--agent A]` and `goondan instance replay KEY --bundle B2 [--as NEWKEY]`.
 
 `show` prints the conversation from the files (orchestrator/commands/instance_show.py); `fork`
-copies it up to a turn into a new instance (orchestrator/commands/instance_fork.py).
+copies it up to a turn into a new instance (orchestrator/commands/instance_fork.py); `replay`
+sends its inputs to another bundle (orchestrator/commands/instance_replay.py).
 
 `list` shows every instance directory of the swarm with the live status of its process;
 `delete` stops that instance's processes and removes its whole state: conversation, extension
@@ -68,7 +69,21 @@ class _Instance:
             help="the new instance's key (must not exist)",
         )  # fmt: skip
         fork.add_argument("--agent", metavar="A", help="only this agent of the instance")
-        for action in (listing, delete, show, fork):  # the common options after the action too;
+        replay = sub.add_parser(
+            "replay", help="send KEY's inputs to another bundle and diff the replies"
+        )
+        replay.add_argument("instance_key", metavar="KEY")
+        replay.add_argument(
+            "--bundle", required=True, metavar="B2",
+            help="the bundle to replay against (goondan.yaml or its directory)",
+        )  # fmt: skip
+        replay.add_argument(
+            "--as", dest="new_key", metavar="NEWKEY",
+            help="the replay's instance key (default KEY-replay-…)",
+        )  # fmt: skip
+        replay.add_argument("--agent", metavar="A", help="the agent whose inputs are replayed")
+        # the common options after the action too;
+        for action in (listing, delete, show, fork, replay):
             # SUPPRESS keeps a value given before it (`goondan instance --swarm S list`)
             action.add_argument("--state-root", metavar="DIR", default=argparse.SUPPRESS)
             action.add_argument("--swarm", metavar="S", default=argparse.SUPPRESS)
@@ -83,6 +98,10 @@ class _Instance:
             from orchestrator.commands.instance_fork import run_fork
 
             return run_fork(args, printer)
+        if args.action == "replay":
+            from orchestrator.commands.instance_replay import run_replay
+
+            return run_replay(args, printer)
         if args.action == "delete" and not args.yes and not _confirmed(args):
             return EXIT_USAGE
         try:

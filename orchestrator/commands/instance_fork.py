@@ -152,7 +152,8 @@ def fork(args: argparse.Namespace, swarm: str) -> tuple[Fork, Path]:
     return planned, write(layout, swarm, new_key, planned)
 
 
-def _swarm(args: argparse.Namespace) -> str | None:
+def swarm_of(args: argparse.Namespace) -> str | None:
+    """--swarm, else the running daemon's, else the one the files and the directory name."""
     if getattr(args, "swarm", None):
         return str(args.swarm)
     try:
@@ -162,7 +163,7 @@ def _swarm(args: argparse.Namespace) -> str | None:
 
 
 def run_fork(args: argparse.Namespace, printer: Printer) -> int:
-    swarm = _swarm(args)
+    swarm = swarm_of(args)
     if swarm is None:
         printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST,
                                 message="several swarms or none have state",

@@ -110,3 +110,39 @@ async def test_fork_at_turn_2_of_4_with_and_without_a_daemon(
     assert sorted(p.name for p in (state / "instances" / "travel").iterdir()) == sorted(
         ["orig", "forked", "..%2F..%2Fescaped"]
     )
+
+
+async def test_replay_against_a_changed_bundle_shows_the_differing_replies(
+    tmp_path: Path, start_daemon: StartDaemon
+) -> None:
+    changed = BUNDLE.replace(
+        '      - reply: "Hello! You said: {input}"',
+        '      - {match: "^two$", reply: "Changed: two"}\n'
+        '      - reply: "Hello! You said: {input}"',
+    ).replace('prompt: {system: "Greet."}', 'prompt: {system: "Greet differently."}')
+    b2 = _bundle(tmp_path, changed, "b2")
+    async with asyncio.timeout(90):
+        daemon = await start_daemon(_bundle(tmp_path), swarm="travel")
+        for text in INPUTS:
+            assert (await daemon.send(text, key="orig")).ok
+        await daemon.close()
+        code, out, err = await run_cli(
+            "instance", "replay", "orig", "--bundle", str(b2), "--as", "again", "--swarm", "travel"
+        )
+        assert code == 0, err
+        assert "4 turn(s), 1 differ" in out, out
+        assert "turn 2 (differs)" in out and "turn 1 (differs)" not in out
+        assert "-Hello! You said: two" in out and "+Changed: two" in out
+        replayed = await _show("again")  # kept in the state root under B2's swarm
+        assert [m["content"] for m in replayed if m["role"] == "assistant"] == [
+            "Hello! You said: one", "Changed: two",
+            "Hello! You said: three", "Hello! You said: four",
+        ]  # fmt: skip
+        code, _, err = await run_cli(
+            "instance", "replay", "orig", "--bundle", str(b2), "--as", "again", "--swarm", "travel"
+        )
+        assert code == 2 and "E_INSTANCE_EXISTS" in err, err
+        code, _, err = await run_cli(
+            "instance", "replay", "nosuch", "--bundle", str(b2), "--swarm", "travel"
+        )
+        assert code == 1 and "E_INSTANCE_NOT_FOUND" in err, err
