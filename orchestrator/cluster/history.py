@@ -35,7 +35,7 @@ import nats.js.errors
 import structlog
 
 from orchestrator.cluster.history_view import read_subject
-from orchestrator.cluster.link import Nats
+from orchestrator.cluster.link import WRONG_LAST, Nats
 from orchestrator.supervision.spawner import SpawnError
 from orchestrator.supervision.table import ProcessEntry
 from protocol.conversation import Message, apply_event
@@ -49,7 +49,6 @@ SEQ_FILE = ".history-seq"
 EXPECTED = "Nats-Expected-Last-Subject-Sequence"
 MSG_ID = "Nats-Msg-Id"
 PUBLISH_DEADLINE = 30.0
-WRONG_LAST_SEQUENCE = 10071
 _encode = msgspec.json.Encoder().encode
 
 Step = Callable[[], Awaitable[None] | None]
@@ -208,7 +207,7 @@ class HistoryWriter:
                                        headers=dict(headers), timeout=2.0)  # fmt: skip
                 break
             except nats.js.errors.APIError as exc:
-                if exc.err_code == WRONG_LAST_SEQUENCE:
+                if exc.err_code in WRONG_LAST:
                     log.warning("history_fenced", instance=str(address), expected=entry.last_seq)
                     return False
                 problem = f"{exc.err_code} {exc.description}"

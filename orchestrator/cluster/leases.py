@@ -32,7 +32,7 @@ import nats.errors
 import nats.js.errors
 import structlog
 
-from orchestrator.cluster.link import Nats
+from orchestrator.cluster.link import WRONG_LAST, Nats
 from orchestrator.cluster.names import plan, token
 from protocol.errors import ErrorCode
 
@@ -40,8 +40,6 @@ log = structlog.get_logger("goondan.cluster.leases")
 TAKES_PER_TICK = 16
 """Partitions taken in one tick: each starts a consumer (a Raft operation in JetStream), and a
 tick that takes all 64 of a fresh swarm at once outlived the TTL on a busy machine."""
-CONFIRM_WAIT = 0.1
-"""Seconds a new lease waits before its read-back (see `LeaseKeeper._confirmed`)."""
 
 
 class PartitionHandler(Protocol):
@@ -250,11 +248,8 @@ class LeaseKeeper:
             revision = await self.nats.leases.create(key, self.node.encode())
         except nats.js.errors.KeyWrongLastSequenceError:
             return  # another node's lease still lives: it expires or is released
-        if not await self._confirmed(key, revision):
-            log.warning("lease_race_lost", partition=p, revision=revision)
-            return
         if self.clock() >= sent + self.ttl - self.margin:
-            return  # the confirmation took too long to trust the lease: the next tick renews
+            return  # the create took too long to trust the lease: the next tick renews
         self.held[p] = Lease(revision, sent)
         log.info("partition_gained", partition=p)
         self._gaining[p] = asyncio.ensure_future(self._gain(p))
@@ -276,20 +271,6 @@ class LeaseKeeper:
             starting.cancel()
         self.handler.lost(p)
 
-    async def _confirmed(self, key: str, revision: int) -> bool:
-        """Whether our `create` is still the key's last write once concurrent writes are in.
-
-        nats-server before 2.9.21 checks the expected last sequence before the Raft proposal,
-        not in it (nats-io/nats-server#4320): two nodes racing for a released partition can
-        both be told they created it. The later write is the one the bucket keeps, so after
-        the proposals in flight have been applied (CONFIRM_WAIT, far above a commit on a LAN)
-        the stream leader's last message for the key names the one owner; the other yields.
-        """
-        await asyncio.sleep(CONFIRM_WAIT)
-        bucket = self.nats.names.bucket("leases")  # a KV bucket is stream KV_<b>, $KV.<b>.<k>
-        last = await self.nats.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{key}")
-        return last.seq == revision
-
     async def _release(self, p: int) -> None:
         try:
             starting = self._gaining.get(p)
@@ -299,14 +280,26 @@ class LeaseKeeper:
             await self.handler.release(p)
             lease = self.held.pop(p, None)
             if lease is not None:
-                key = self.nats.names.lease_key(p)
-                # it may have lapsed and been taken meanwhile: then nothing of ours is left
-                with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
-                    await self.nats.leases.delete(key, last=lease.revision)
-                log.info("partition_released", partition=p)
+                await self._give_up(p, lease)
+        except (nats.errors.Error, TimeoutError, OSError) as exc:
+            # the lease lapses after its TTL and another node takes the partition then
+            log.warning("lease_not_released", partition=p, error=type(exc).__name__)
         finally:
             self.releasing.discard(p)
             self._wake.set()
+
+    async def _give_up(self, p: int, lease: Lease) -> None:
+        key = self.nats.names.lease_key(p)
+        try:
+            await self.nats.leases.delete(key, last=lease.revision)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code not in WRONG_LAST:
+                raise
+            # it lapsed and was taken (or renewed by a retried write) meanwhile: what the key
+            # holds is not ours to delete
+            log.info("partition_released", partition=p, lease="moved")
+            return
+        log.info("partition_released", partition=p)
 
     async def release_all(self) -> None:
         """At a graceful stop: hand every partition over now instead of after the TTL."""

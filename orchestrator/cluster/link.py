@@ -34,6 +34,7 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
+from orchestrator.cluster import serverversion
 from orchestrator.cluster.kvkeys import bucket_keys
 from orchestrator.cluster.names import SwarmNames, token
 from orchestrator.cluster.options import ClusterOptions
@@ -50,6 +51,11 @@ PREPARE_PATIENCE = 20.0
 """How long a starting node waits for JetStream to place the swarm's streams: a NATS cluster that
 was just (re)started answers before its meta group knows every peer, and refuses a replicated
 stream meanwhile. A node that gives up exits with the coded error (systemd restarts it)."""
+
+WRONG_LAST = frozenset({10071, 10164})
+"""JetStream's error codes for a conditional write whose expected sequence moved: 10071 names
+the sequence, 10164 (newer servers, per-subject checks) does not. nats-py maps them to
+KeyWrongLastSequenceError on a KV create/update only: a KV delete raises BadRequestError."""
 
 log = structlog.get_logger("goondan.cluster.link")
 
@@ -161,6 +167,16 @@ async def connect_client(opts: ClusterOptions, name: str) -> Client:
             f"cannot connect to NATS at {', '.join(opts.redacted())} ({type(why).__name__})",
             _connect_fix(why),
         ) from None
+    verdict = serverversion.judge(serverversion.release(nc.connected_server_version))
+    if verdict.refused is not None:
+        await _close_quietly(nc)
+        raise ClusterUnavailable(
+            verdict.refused,
+            f"run nats-server {serverversion.TESTED} (the release goondan is tested on)",
+            code=ErrorCode.E_CLUSTER_SERVER_VERSION,
+        )
+    if verdict.warning is not None:
+        log.warning("nats_server_version", problem=verdict.warning)
     return nc
 
 

@@ -13,8 +13,10 @@ imports this module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
+import nats.errors
 import structlog
 
 from orchestrator.cluster import admin
@@ -34,6 +36,11 @@ from orchestrator.supervision.table import ProcessEntry
 from protocol.endpoints import StateLayout
 from protocol.ids import Address, ProcessKind
 from protocol.messages import ShutdownReason
+
+LEAVE_LIMIT = 5.0
+"""How long a stopping node hands its partitions over; what is left lapses after the lease TTL
+(the others take it then), so a NATS that does not answer never holds a stop past its grace."""
+CLOSE_LIMIT = 5.0
 
 log = structlog.get_logger("goondan.cluster")
 
@@ -168,11 +175,23 @@ class ClusterNode:
     async def leave(self) -> None:
         """A graceful stop: give every partition away (the others take them at once)."""
         started = time.monotonic()
-        await self.leases.release_all()
+        try:
+            async with asyncio.timeout(LEAVE_LIMIT):
+                await self.leases.release_all()
+        except TimeoutError:
+            log.warning("cluster_leave_slow", node=self.node, seconds=LEAVE_LIMIT,
+                        left=sorted(self.leases.held))  # fmt: skip
         log.info("cluster_left", node=self.node, seconds=round(time.monotonic() - started, 3))
 
     async def close(self) -> None:
-        await self.placement.finish()
-        await self.consumers.close()
-        await self.placement.close()
-        await self.link.nats.close()
+        try:
+            async with asyncio.timeout(CLOSE_LIMIT):
+                await self.placement.finish()
+                await self.consumers.close()
+                await self.placement.close()
+                await self.link.nats.close()
+        except TimeoutError:
+            log.warning("cluster_close_slow", node=self.node, seconds=CLOSE_LIMIT)
+        finally:
+            with contextlib.suppress(nats.errors.Error, OSError):
+                await self.link.nats.nc.close()

