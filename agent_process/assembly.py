@@ -20,7 +20,7 @@ from agent_process.extensions import ExtensionHandle, load_extension
 from agent_process.inbox import Inbox
 from agent_process.mcp import McpBridge
 from agent_process.meter import Meter
-from agent_process.models import Model, create_model
+from agent_process.models import Model, create_model, recording
 from agent_process.models.fallback import FallbackChain
 from agent_process.models.governed import Governed, PermitDesk
 from agent_process.pipeline import Pipelines
@@ -174,7 +174,10 @@ def _model(req: StartRequest, agent: Resource[AgentSpec], bus: EventBus) -> Mode
     budgeted = budgeted or resolve.swarm_policy(req.bundle, req.swarm).budget is not None
     links = []
     for res in resolve.model_chain(req.bundle, agent):
-        inner = create_model(res, api_key=resolve.api_key(req.bundle, res, req.layout.root))
+        # a replayed Model never calls its provider: CI replays without the provider's key
+        replays = (setting := recording.setting_of(res)) is not None and setting.mode == "replay"
+        key = None if replays else resolve.api_key(req.bundle, res, req.layout.root)
+        inner = create_model(res, api_key=key, agent=agent.name, recorded=req.sink is None)
         asks = budgeted or res.spec.rate_limit is not None
         links.append(Governed(inner, resource=res.name, pricing=res.spec.pricing, desk=desk,
                               asks=asks, record=bus.record))  # fmt: skip

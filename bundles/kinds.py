@@ -140,6 +140,14 @@ class RateLimit(_Spec):
     tokens_per_minute: float | None = None
 
 
+class Recording(_Spec):
+    """`Model.spec.recording`: one mode at a time, so record-and-replay is not expressible."""
+
+    mode: Literal["record", "replay"]
+    dir: str
+    """Relative to the bundle's directory."""
+
+
 class ModelSpec(_Spec):
     provider: str
     """`openai`, `anthropic` or `scripted`."""
@@ -153,6 +161,9 @@ class ModelSpec(_Spec):
     fallback: list[str | ObjectRef] = msgspec.field(default_factory=list)
     """Models a step is retried on, in order, when this one is rate limited, overloaded,
     fails with a 5xx or times out."""
+    recording: Recording | None = None
+    """Record this Model's responses to a directory, or replay them from it instead of calling
+    the provider (docs/guides/evals.md)."""
 
 
 class ScriptToolCall(_Spec):

@@ -76,3 +76,9 @@ def decode_launch(text: str) -> ChildLaunch:
         raise ProtocolError(f"malformed launch: {exc}") from None
     parse_process_id(str(launch.process))  # names and instance key as on the wire
     return launch
+
+
+MODEL_RECORDING_ENV = "GOONDAN_MODEL_RECORDING"
+"""`record:DIR` or `replay:DIR`: every Model of the agents (and judges) started under it records
+its responses to DIR or replays them from it (agent_process/models/recording.py); `goondan eval
+--record/--replay` sets it for the daemon it starts."""

@@ -24,8 +24,24 @@ __all__ = [
 PROVIDERS = ("scripted", "openai", "anthropic")
 
 
-def create_model(resource: Resource[ModelSpec], *, api_key: str | None) -> Model:
-    """Build the provider client; raises ModelError (E_MODEL_*) for a bad configuration."""
+def create_model(
+    resource: Resource[ModelSpec],
+    *,
+    api_key: str | None,
+    agent: str | None = None,
+    recorded: bool = True,
+) -> Model:
+    """Build the provider client, recording or replaying when the Model's `recording` (or the
+    environment, models/recording.py) says so and `recorded` (False: the fork server's
+    rehearsal, which writes nothing to disk); `agent` names the caller in a replay's errors.
+    Raises ModelError (E_MODEL_*) for a bad configuration."""
+    from agent_process.models.recording import wrap
+
+    inner = _provider(resource, api_key=api_key)
+    return wrap(inner, resource, agent=agent) if recorded else inner
+
+
+def _provider(resource: Resource[ModelSpec], *, api_key: str | None) -> Model:
     spec = resource.spec
     root = resource.root if isinstance(resource.root, Path) else Path(resource.root)
     # SDKs are imported lazily: each is a large import at start-up and a process uses one.

@@ -1,5 +1,6 @@
 """`goondan eval FILE [--bundle B] [--concurrency N] [--repeat K] [--junit F] [--json F]
-[--compare PREV.json]`: a swarm's regression suite (docs/guides/evals.md).
+[--compare PREV.json] [--record DIR | --replay DIR]`: a swarm's regression suite
+(docs/guides/evals.md).
 
 The bundle is loaded as `run` loads it and a daemon is started for the run under a temporary
 state root (nothing of the user's state is read or written); each case (x `--repeat`) is a fresh
@@ -11,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from orchestrator.evals.spec import EvalFile, EvalFileError, load
 from orchestrator.evals.target import LocalTarget, RemoteTarget, Target
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.endpoints import StateLayout
+from protocol.launch import MODEL_RECORDING_ENV
 
 RUN_TIMEOUT_S = 3600.0
 
@@ -70,6 +74,34 @@ def _runner(
     return go
 
 
+@contextlib.contextmanager
+def _recording(args: argparse.Namespace) -> Iterator[None]:
+    """`--record/--replay DIR` for every Model of the run: the environment the daemon's agent
+    processes and the judge worker inherit (agent_process/models/recording.py)."""
+    mode, where = ("record", args.record) if args.record is not None else ("replay", args.replay)
+    if where is None:
+        yield
+        return
+    before = os.environ.get(MODEL_RECORDING_ENV)
+    os.environ[MODEL_RECORDING_ENV] = f"{mode}:{Path(where).absolute()}"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MODEL_RECORDING_ENV, None)
+        else:
+            os.environ[MODEL_RECORDING_ENV] = before
+
+
+def _taping_problem(args: argparse.Namespace) -> str | None:
+    if (args.record or args.replay) and args.attach:
+        # the running daemon's agents were started without the setting
+        return "--record/--replay need the daemon eval starts; not with --attach"
+    if args.replay is not None and not Path(args.replay).is_dir():
+        return f"--replay {args.replay}: not a directory"
+    return None
+
+
 def _previous(path: str | None) -> dict[str, Any] | None:
     if path is None:
         return None
@@ -104,6 +136,15 @@ class _Eval:
             "--attach", action="store_true",
             help="run the cases in the daemon already running the bundle's swarm (--state-root)",
         )  # fmt: skip
+        taping = parser.add_mutually_exclusive_group()
+        taping.add_argument(
+            "--record", metavar="DIR",
+            help="store every model response in DIR (keyed by its request) for --replay",
+        )  # fmt: skip
+        taping.add_argument(
+            "--replay", metavar="DIR",
+            help="serve model responses from DIR instead of the providers (offline, no tokens)",
+        )  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> int:
         if args.concurrency < 1 or args.repeat < 1:
@@ -120,10 +161,13 @@ class _Eval:
         except (OSError, ValueError) as exc:
             print(f"goondan eval: cannot read --compare: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        if (problem := _taping_problem(args)) is not None:
+            print(f"goondan eval: {problem}", file=sys.stderr)
+            return EXIT_USAGE
         if args.attach:
             code, results = self._run_attached(args, spec)
         else:
-            with tempfile.TemporaryDirectory(prefix="goondan-eval-") as root:
+            with _recording(args), tempfile.TemporaryDirectory(prefix="goondan-eval-") as root:
                 code, results = self._run_daemon(args, spec, Path(root))
         if code != EXIT_OK:
             return code
