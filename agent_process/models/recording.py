@@ -14,6 +14,7 @@ reported and priced like a live one, so an eval's report is the same under repla
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ class RecordingModel:
         shape = replay_key.normalized(self._provider, self._model, request)
         key = replay_key.request_hash(shape)
         if self.setting.mode == "replay":
-            return self._replay(request, key)
+            return await self._replay(request, key)
         chunks: list[str] | None = None
         if request.on_text is not None:
             chunks = []
@@ -100,7 +101,7 @@ class RecordingModel:
         _log.debug("model.recorded", who=self._who, key=key, path=str(path))
         return response
 
-    def _replay(self, request: ModelRequest, key: str) -> ModelResponse:
+    async def _replay(self, request: ModelRequest, key: str) -> ModelResponse:
         try:
             stored = replay_store.read(self.setting.dir, key)
         except replay_store.Missing:
@@ -115,6 +116,9 @@ class RecordingModel:
             text = stored.response.text
             for piece in stored.chunks if stored.chunks is not None else [text] if text else []:
                 request.on_text(piece)
+                # one loop turn per piece, as a provider's socket reads: each goes out as its
+                # own delta instead of one burst that leaves the rest to the reply
+                await asyncio.sleep(0)
         _log.debug("model.replayed", who=self._who, key=key)
         return stored.response
 

@@ -13,7 +13,7 @@ from typing import Any
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import run_cli
 from tests.integration.test_eval import OPENAI_BUNDLE
-from tests.unit.agent_process.fake_llm import FakeLLMServer, chat_completion
+from tests.unit.agent_process.fake_llm import FakeLLMServer, chat_completion, openai_stream
 
 CASES = """\
 agent: greeter
@@ -92,24 +92,37 @@ async def _stop(daemon: Any) -> None:
     assert await daemon.wait() == 0
 
 
-async def test_goondan_run_replays_a_recorded_turn(
+async def _streamed(instance: str) -> list[str]:
+    """`goondan send --json hello` to a new instance: the texts of its deltas, which make the
+    reply."""
+    code, out, err = await run_cli("send", "--json", "--instance", instance, "hello")
+    assert code == 0, err
+    *deltas, final = [json.loads(line) for line in out.splitlines()]
+    assert {d["type"] for d in deltas} == {"text.delta"}
+    texts = [str(d["text"]) for d in deltas]
+    assert "".join(texts) == final["input"]
+    return texts
+
+
+async def test_goondan_run_records_and_replays_a_streamed_turn(
     start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
     bundle = tmp_path / "goondan.yaml"
     async with asyncio.timeout(90):
         async with FakeLLMServer() as server:
-            server.replies = [(200, chat_completion("recorded yes"))]
+            # a gap: each piece is read, and sent as a delta, on its own
+            server.replies = [(200, openai_stream(["rec", "orded ", "yes"], gap=0.05))]
             url = f"http://127.0.0.1:{server.port}"
             bundle.write_text(RUN_BUNDLE.replace("__LLM__", url).replace("__MODE__", "record"))
             daemon = await start_daemon(bundle, swarm="evalswarm")
-            reply = await daemon.send("hello", "greeter", key="first")
-            assert reply.ok and reply.result["input"] == "recorded yes", reply.error
+            assert await _streamed("first") == ["rec", "orded ", "yes"]
             await _stop(daemon)
-        assert len(list((tmp_path / "tapes").glob("*.json"))) == 1
+        [tape] = (tmp_path / "tapes").glob("*.json")
+        assert json.loads(tape.read_text())["chunks"] == ["rec", "orded ", "yes"]
         bundle.write_text(bundle.read_text().replace("mode: record", "mode: replay"))
         daemon = await start_daemon(bundle, swarm="evalswarm")
-        reply = await daemon.send("hello", "greeter", key="second")  # a fresh conversation
-        assert reply.ok and reply.result["input"] == "recorded yes", reply.error
+        # a fresh conversation, streamed again: the recorded pieces come back as deltas
+        assert await _streamed("second") == ["rec", "orded ", "yes"]
         reply = await daemon.send("something else", "greeter", key="third")
         assert reply.error is not None and reply.error.code == "E_REPLAY_MISSING"
         assert "agent greeter, step 1" in reply.error.message
