@@ -52,7 +52,12 @@ async def test_record_then_replay_offline_and_a_changed_prompt_fails(tmp_path: P
         assert len(server.requests) == 4, (out, err)
     assert code == 1, err  # `says no` fails on purpose: a failure is replayed too
     assert len(list(tapes.glob("*.json"))) == 4
-    # the server is stopped: any request would fail its case with E_MODEL_CONNECTION
+    # the server is stopped: any request would fail its case with E_MODEL_CONNECTION; and CI
+    # has no key: a replayed Model never reads it
+    yaml = (bundle / "goondan.yaml").read_text()
+    no_key = "apiKey: {valueFrom: {env: GOONDAN_TEST_UNSET_KEY}}"
+    (bundle / "goondan.yaml").write_text(yaml.replace("apiKey: {value: sk-test}", no_key))
+    assert no_key in (bundle / "goondan.yaml").read_text()
     code, out, err = await _eval(str(evals), "--bundle", str(bundle), "--replay", str(tapes),
                                  "--json", str(replayed))  # fmt: skip
     assert code == 1, err
