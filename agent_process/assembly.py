@@ -174,9 +174,7 @@ def _model(req: StartRequest, agent: Resource[AgentSpec], bus: EventBus) -> Mode
     budgeted = budgeted or resolve.swarm_policy(req.bundle, req.swarm).budget is not None
     links = []
     for res in resolve.model_chain(req.bundle, agent):
-        # a replayed Model never calls its provider: CI replays without the provider's key
-        replays = (setting := recording.setting_of(res)) is not None and setting.mode == "replay"
-        key = None if replays else resolve.api_key(req.bundle, res, req.layout.root)
+        key = None if recording.replays(res) else resolve.api_key(req.bundle, res, req.layout.root)
         inner = create_model(res, api_key=key, agent=agent.name, recorded=req.sink is None)
         asks = budgeted or res.spec.rate_limit is not None
         links.append(Governed(inner, resource=res.name, pricing=res.spec.pricing, desk=desk,

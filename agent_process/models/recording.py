@@ -65,6 +65,13 @@ def setting_of(
     return Setting(spec.mode, (root / spec.dir).absolute())
 
 
+def replays(resource: Resource[ModelSpec]) -> bool:
+    """Whether this Model serves recordings: its provider is never called, its key never read
+    (CI replays without the provider's key)."""
+    setting = setting_of(resource)
+    return setting is not None and setting.mode == "replay"
+
+
 def wrap(inner: Model, resource: Resource[ModelSpec], *, agent: str | None) -> Model:
     setting = setting_of(resource)
     if setting is None:

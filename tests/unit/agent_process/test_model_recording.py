@@ -212,3 +212,12 @@ async def test_create_model_replays_a_scripted_model_without_running_it(tmp_path
         assert (await rehearsal.complete(request)).text == "live hi"
         replayed = await create_model(_resource(tmp_path, "replay"), api_key=None).complete(request)
     assert recorded.text == replayed.text == "live hi"
+
+
+def test_only_a_replayed_model_goes_without_its_key(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delenv(recording.ENV, raising=False)
+    assert recording.replays(_resource(tmp_path, "replay"))
+    assert not recording.replays(_resource(tmp_path, "record"))
+    assert not recording.replays(_resource(tmp_path))
+    monkeypatch.setenv(recording.ENV, f"replay:{tmp_path}")
+    assert recording.replays(_resource(tmp_path))
