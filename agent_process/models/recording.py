@@ -101,12 +101,20 @@ class RecordingModel:
         if request.on_text is not None:
             chunks = []
             request = msgspec.structs.replace(request, on_text=_tee(request.on_text, chunks))
-        response = await self.inner.complete(request)
-        stored = replay_store.Stored(format=replay_store.FORMAT, key=key, response=response,
-                                     chunks=chunks, agent=self._who, request=shape)  # fmt: skip
-        path = replay_store.write(self.setting.dir, stored)
-        _log.debug("model.recorded", who=self._who, key=key, path=str(path))
-        return response
+        stored = replay_store.Stored(format=replay_store.FORMAT, key=key, chunks=chunks,
+                                     agent=self._who, request=shape)  # fmt: skip
+        try:
+            stored.response = await self.inner.complete(request)
+        except ModelError as exc:  # recorded too: a replay fails (or falls back) the same way
+            stored.error = replay_store.StoredError(
+                code=exc.info.code, message=exc.info.message, status=exc.status
+            )
+            raise
+        finally:
+            if stored.response is not None or stored.error is not None:
+                path = replay_store.write(self.setting.dir, stored)
+                _log.debug("model.recorded", who=self._who, key=key, path=str(path))
+        return stored.response
 
     async def _replay(self, request: ModelRequest, key: str) -> ModelResponse:
         try:
@@ -119,18 +127,29 @@ class RecordingModel:
                 f"{self.setting.dir} (the prompt, an input, a tool or a param changed)",
                 suggestion="record it again against the real model (goondan eval --record DIR)",
             ) from None
-        if request.on_text is not None:
-            text = stored.response.text
-            for piece in stored.chunks if stored.chunks is not None else [text] if text else []:
-                request.on_text(piece)
-                # one loop turn per piece, as a provider's socket reads: each goes out as its
-                # own delta instead of one burst that leaves the rest to the reply
-                await asyncio.sleep(0)
         _log.debug("model.replayed", who=self._who, key=key)
-        return stored.response
+        return await _serve(stored, request)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+async def _serve(stored: replay_store.Stored, request: ModelRequest) -> ModelResponse:
+    """The recorded pieces to `on_text`, then the recorded response or failure."""
+    text = stored.response.text if stored.response is not None else ""
+    if request.on_text is not None:
+        for piece in stored.chunks if stored.chunks is not None else [text] if text else []:
+            request.on_text(piece)
+            # one loop turn per piece, as a provider's socket reads: each goes out as its
+            # own delta instead of one burst that leaves the rest to the reply
+            await asyncio.sleep(0)
+    if stored.error is not None:
+        error = stored.error
+        code = ErrorCode(error.code) if error.code in ErrorCode.__members__ else None
+        raise ModelError(code or ErrorCode.E_MODEL_ERROR, f"{error.message} (replayed)",
+                         status=error.status)  # fmt: skip
+    assert stored.response is not None, "replay_store.read checked: one of the two"
+    return stored.response
 
 
 def _tee(on_text: Callable[[str], None], chunks: list[str]) -> Callable[[str], None]:

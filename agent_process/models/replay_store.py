@@ -28,10 +28,22 @@ MAX_BYTES = 8 << 20
 FORMAT = 1
 
 
+class StoredError(msgspec.Struct, kw_only=True):
+    """The provider's failure, replayed as the same ModelError: a fallback chain falls back
+    under replay as it did when recorded (models/fallback.py)."""
+
+    code: str
+    message: str
+    status: int | None = None
+
+
 class Stored(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
+    """Exactly one of `response` and `error`."""
+
     format: int
     key: str
-    response: ModelResponse
+    response: ModelResponse | None = None
+    error: StoredError | None = None
     chunks: list[str] | None = None
     """The streamed pieces of the text as the provider sent them (None: not streamed)."""
     agent: str = ""
@@ -79,8 +91,13 @@ def _check(path: Path, key: str, stored: Stored) -> None:
         raise invalid(path, f"format {stored.format}, this goondan reads format {FORMAT}")
     if stored.key != key:
         raise invalid(path, f"it records request {stored.key[:64]!r}, not {key}")
-    usage = stored.response.usage
-    if min(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens) < 0:
+    if (stored.response is None) == (stored.error is None):
+        raise invalid(path, "it needs exactly one of `response` and `error`")
+    if stored.error is not None and not stored.error.code.startswith("E_MODEL_"):
+        # a recorded failure is a provider's: nothing else is replayed as one
+        raise invalid(path, f"error code {stored.error.code[:64]!r} is not an E_MODEL_* code")
+    usage = stored.response.usage if stored.response is not None else None
+    if usage and min(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens) < 0:
         raise invalid(path, "negative token counts")
 
 

@@ -23,9 +23,11 @@ from agent_process.models import (
     replay_key,
     replay_store,
 )
+from agent_process.models.fallback import falls_back
 from bundles.kinds import Kind, Metadata, ModelSpec, Recording
 from bundles.model import Resource, SourceLocation
 from protocol.conversation import Role, ToolCall, new_message
+from protocol.errors import ErrorCode
 
 TIMEOUT = 10
 
@@ -130,25 +132,34 @@ async def test_a_request_without_recording_is_e_replay_missing(tmp_path: Path) -
     assert inner.calls == 0
 
 
+def _bad_json(kind: str, key: str) -> bytes:
+    """A recording file's content that is JSON but not a valid recording of `key`."""
+    good = replay_store.Stored(format=1, key=key, response=ModelResponse(text="x"))
+    negative = ModelResponse(text="x", usage=Usage(input_tokens=-500))
+    foreign = replay_store.StoredError(code="E_AGENT_BUDGET_EXCEEDED", message="x")
+    bad = {
+        "wrong types": {"format": 1, "key": key, "response": {"text": 5}},
+        "other key": msgspec.structs.replace(good, key="0" * 64),
+        "negative tokens": msgspec.structs.replace(good, response=negative),
+        "neither": msgspec.structs.replace(good, response=None),
+        "foreign error": msgspec.structs.replace(good, response=None, error=foreign),
+        "old format": msgspec.structs.replace(good, format=0),
+    }
+    return msgspec.json.encode(bad[kind])
+
+
 def _hostile(tmp_path: Path, kind: str, key: str) -> None:
     tapes = tmp_path / "tapes"
     tapes.mkdir()
     path = tapes / f"{key}.json"
-    good = replay_store.Stored(format=1, key=key, response=ModelResponse(text="x"))
     match kind:
         case "garbage":
             path.write_bytes(b"\x00\xffnot json{")
         case "huge":
             with path.open("wb") as f:
                 f.truncate(replay_store.MAX_BYTES + 10)
-        case "wrong types":
-            path.write_text(f'{{"format": 1, "key": "{key}", "response": {{"text": 5}}}}')
-        case "other key":
-            path.write_bytes(msgspec.json.encode(msgspec.structs.replace(good, key="0" * 64)))
-        case "negative tokens":
-            bad = ModelResponse(text="x", usage=Usage(input_tokens=-500))
-            path.write_bytes(msgspec.json.encode(msgspec.structs.replace(good, response=bad)))
         case "symlink out":
+            good = replay_store.Stored(format=1, key=key, response=ModelResponse(text="x"))
             outside = tmp_path / "outside.json"
             outside.write_bytes(msgspec.json.encode(good))
             path.symlink_to(outside)
@@ -156,10 +167,12 @@ def _hostile(tmp_path: Path, kind: str, key: str) -> None:
             os.mkfifo(path)
         case "directory":
             path.mkdir()
+        case _:
+            path.write_bytes(_bad_json(kind, key))
 
 
 HOSTILE = ("garbage", "huge", "wrong types", "other key", "negative tokens", "symlink out",
-           "fifo", "directory")  # fmt: skip
+           "neither", "foreign error", "old format", "fifo", "directory")  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", HOSTILE)
@@ -221,3 +234,24 @@ def test_only_a_replayed_model_goes_without_its_key(tmp_path: Path, monkeypatch:
     assert not recording.replays(_resource(tmp_path))
     monkeypatch.setenv(recording.ENV, f"replay:{tmp_path}")
     assert recording.replays(_resource(tmp_path))
+
+
+class Limited(Inner):
+    """A provider that answers 429."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        raise ModelError(ErrorCode.E_MODEL_RATE_LIMIT, "slow down", status=429)
+
+
+async def test_a_recorded_failure_is_replayed_and_still_falls_back(tmp_path: Path) -> None:
+    inner = Limited()
+    failed: list[ModelError] = []
+    async with asyncio.timeout(TIMEOUT):
+        for mode in ("record", "replay"):
+            with pytest.raises(ModelError) as caught:
+                await _taped(tmp_path, mode, inner).complete(_conversation())
+            failed.append(caught.value)
+    assert inner.calls == 1
+    assert [(e.info.code, e.status) for e in failed] == [("E_MODEL_RATE_LIMIT", 429)] * 2
+    assert falls_back(failed[1])  # a fallback chain moves on under replay as it did live
