@@ -26,6 +26,7 @@ import structlog
 
 from agent_process.models import replay_key, replay_store
 from agent_process.models.base import Model, ModelError, ModelRequest, ModelResponse
+from bundles import redact
 from bundles.kinds import ModelSpec
 from bundles.model import Resource
 from protocol.errors import ErrorCode
@@ -101,13 +102,16 @@ class RecordingModel:
         if request.on_text is not None:
             chunks = []
             request = msgspec.structs.replace(request, on_text=_tee(request.on_text, chunks))
+        # the request copy is only read by people (and committed): the bundle's secrets are
+        # masked in it; the key was taken from the request as sent
+        masked = redact.current().value(shape)
         stored = replay_store.Stored(format=replay_store.FORMAT, key=key, chunks=chunks,
-                                     agent=self._who, request=shape)  # fmt: skip
+                                     agent=self._who, request=masked)  # fmt: skip
         try:
             stored.response = await self.inner.complete(request)
         except ModelError as exc:  # recorded too: a replay fails (or falls back) the same way
             stored.error = replay_store.StoredError(
-                code=exc.info.code, message=exc.info.message, status=exc.status
+                code=exc.info.code, message=redact.redact_text(exc.info.message), status=exc.status
             )
             raise
         finally:

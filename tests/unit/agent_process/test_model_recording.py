@@ -24,6 +24,7 @@ from agent_process.models import (
     replay_store,
 )
 from agent_process.models.fallback import falls_back
+from bundles import redact
 from bundles.kinds import Kind, Metadata, ModelSpec, Recording
 from bundles.model import Resource, SourceLocation
 from protocol.conversation import Role, ToolCall, new_message
@@ -255,3 +256,16 @@ async def test_a_recorded_failure_is_replayed_and_still_falls_back(tmp_path: Pat
     assert inner.calls == 1
     assert [(e.info.code, e.status) for e in failed] == [("E_MODEL_RATE_LIMIT", 429)] * 2
     assert falls_back(failed[1])  # a fallback chain moves on under replay as it did live
+
+
+async def test_the_bundles_secrets_are_masked_in_the_request_copy(tmp_path: Path) -> None:
+    request = msgspec.structs.replace(_conversation(), system="key: sk-live-SECRET")
+    redact.install(["sk-live-SECRET"])
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            await _taped(tmp_path, "record", Inner()).complete(request)
+    finally:
+        redact.install([])
+    [tape] = (tmp_path / "tapes").iterdir()
+    assert b"SECRET" not in tape.read_bytes()
+    assert tape.name == f"{_key_of(request)}.json"  # keyed by the request as sent
