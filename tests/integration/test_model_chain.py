@@ -81,7 +81,12 @@ async def test_anthropic_requests_carry_cache_breakpoints_and_cached_tokens_are_
         daemon = await start(start_daemon, tmp_path, server)
         reply = await daemon.send("note x", "cached")
         assert reply.ok and reply.result["input"] == "noted"
-        status = await daemon.status()
+        # the agent reports a turn's last model call right after its reply: poll for it
+        while True:
+            usage = usage_of(await daemon.status(), "cached")
+            if usage.input_tokens >= 226:
+                break
+            await asyncio.sleep(0.05)
     for request in server.requests:
         body = request.body
         assert body["system"] == [
@@ -101,5 +106,4 @@ async def test_anthropic_requests_carry_cache_breakpoints_and_cached_tokens_are_
     assert read["costUsd"] == round((13 * 3 + 100 * 0.3 + 5 * 15) / 1e6, 8)
     steps = [e["usage"] for e in events if e["type"] == "step.completed"]
     assert steps[1]["cachedInputTokens"] == 100
-    usage = usage_of(status, "cached")
     assert (usage.input_tokens, usage.cached_input_tokens) == (113 + 113, 100)
