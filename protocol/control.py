@@ -46,6 +46,9 @@ class SendText(_Request, frozen=True, tag="send"):
     stream: bool = False
     """Interim replies carry the turn's deltas (`ControlReply.delta`) before the final one;
     the client acknowledges them with `StreamAck`. Needs `wait`."""
+    announce: bool = False
+    """With `wait`: an interim reply carries the event id (`ControlReply.accepted`) as soon as
+    the input is journaled, so a client that gives up waiting can name it (`send --attach`)."""
 
 
 class Attach(_Request, frozen=True, tag="attach"):
@@ -214,11 +217,13 @@ class ControlReply(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     why a `send` waits). The final reply for the same `request_id` follows."""
     delta: StreamDelta | None = None
     """An interim reply of a streaming `send`: a piece of the turn in progress."""
+    accepted: str | None = None
+    """An interim reply of a `send` that asked to `announce`: the event id of its input."""
 
     @property
     def interim(self) -> bool:
-        """A notice or a delta: the final reply for the same `request_id` is still to come."""
-        return self.notice is not None or self.delta is not None
+        """A notice, a delta or an announced event id: the final reply is still to come."""
+        return self.notice is not None or self.delta is not None or self.accepted is not None
 
 
 # -- typed results (what `status --json` prints) -----------------------------------------

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from typing import Any, TextIO
 
 from orchestrator.control.client import ClientError, Printer, call, find_daemon, new_request_id
-from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from orchestrator.exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import Attach, ControlReply, SendText
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.stream import DeltaKind, GapWatch, StreamDelta
@@ -131,17 +132,40 @@ class _Send:
             timeout_ms=int(args.timeout * 1000),
             idempotency_key=args.idempotency_key,
             stream=output is not None,
+            announce=not args.no_wait,
         )
         if args.attach:
             req = Attach(request_id=new_request_id(), event_id=args.attach,
                          timeout_ms=int(args.timeout * 1000))  # fmt: skip
+        accepted: list[str] = [args.attach] if args.attach else []
         try:
             reply = call(find_daemon(args), req, timeout=args.timeout + 5,
-                         on_delta=output.delta if output is not None else None)  # fmt: skip
+                         on_delta=output.delta if output is not None else None,
+                         on_accepted=accepted.append)  # fmt: skip
         except ClientError as exc:
             printer.error(exc.error)
             return EXIT_RUNTIME
+        except KeyboardInterrupt:
+            if isinstance(output, Terminal):
+                output.end_line()
+            sys.stderr.write(_interrupted(args, accepted[0] if accepted else None) + "\n")
+            return EXIT_INTERRUPTED
         return _print(args, reply, output, printer)
+
+
+def _interrupted(args: argparse.Namespace, event_id: str | None) -> str:
+    """Ctrl-C on a waiting send: only this client stops waiting (the input is journaled and
+    its turn runs on), so the one line says how to get the reply later."""
+    if event_id is None:
+        return ("goondan send: interrupted before the daemon confirmed the input; if it took "
+                "it, its turn goes on (goondan status, goondan instance show)")  # fmt: skip
+    where = "".join(f" --{flag.replace('_', '-')} {shlex.quote(value)}"
+                    for flag in ("state_root", "swarm")
+                    if (value := getattr(args, flag, None)))  # fmt: skip
+    return (
+        f"goondan send: interrupted; the turn goes on: goondan send --attach {event_id}"
+        f"{where} prints its reply"
+    )
 
 
 def _output(args: argparse.Namespace) -> JsonLines | Terminal | None:

@@ -153,10 +153,11 @@ def call(
     req: ControlRequest,
     timeout: float = 10.0,
     on_delta: Callable[[StreamDelta], None] | None = None,
+    on_accepted: Callable[[str], None] | None = None,
 ) -> ControlReply:
     """One request, one final reply (blocking pyzmq: the CLI has no event loop). Interim
     notices (why a send waits) go to stderr at once; the deltas of a streaming send go to
-    `on_delta` as they arrive, and are acknowledged."""
+    `on_delta` as they arrive, and are acknowledged; an announced event id to `on_accepted`."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -185,6 +186,9 @@ def call(
             elif reply.notice is not None:
                 sys.stderr.write(f"goondan: {reply.notice}\n")
                 sys.stderr.flush()
+            elif reply.accepted is not None:
+                if on_accepted is not None:
+                    on_accepted(reply.accepted)
             else:
                 return reply
     except ProtocolError as exc:

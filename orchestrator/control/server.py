@@ -182,11 +182,12 @@ async def _send(
     req: SendText | Attach | StreamAck,
     notify: sending.Notify,
     stream: ClientStream | None,
+    accepted: sending.Notify = sending.quiet,
 ) -> sending.Answer:
     if isinstance(req, StreamAck):  # the server takes these itself: one here is misplaced
         raise ControlFailed(ErrorCode.E_CONTROL_BAD_REQUEST, "stream_ack is never answered")
     try:
-        return await sending.answer(ctx, req, notify, stream)
+        return await sending.answer(ctx, req, notify, stream, accepted)
     except sending.SendFailed as exc:
         raise ControlFailed(exc.code, exc.message) from None
 
@@ -228,13 +229,15 @@ async def handle(
     notify: sending.Notify = sending.quiet,
     stream: ClientStream | None = None,
     uid: int | None = None,
+    accepted: sending.Notify = sending.quiet,
 ) -> Any:
-    """The result of one request (raise ControlFailed for a coded error); `uid`: the peer's."""
+    """The result of one request (raise ControlFailed for a coded error); `uid`: the peer's;
+    `accepted` hears the event id of a send that asked to `announce` it."""
     match req:
         case Ping():
             return ctx.info
         case SendText() | Attach() | StreamAck():
-            return await _send(ctx, req, notify, stream)
+            return await _send(ctx, req, notify, stream, accepted)
         case StatusQuery():
             return await _status(ctx)
         case Restart():
@@ -353,7 +356,8 @@ class ControlServer:
         """The final reply to `req`: its result, or its error as data."""
         try:
             notify = partial(self._notice, envelope, req)
-            result = await handle(req, self.control, notify, stream, uid)
+            accepted = partial(self._accepted, envelope, req)
+            result = await handle(req, self.control, notify, stream, uid, accepted)
         except ControlFailed as exc:
             return ControlReply(request_id=req.request_id, ok=False, error=exc.error)
         except Exception as exc:  # a bug in a handler: the client still gets a coded reply
@@ -394,6 +398,10 @@ class ControlServer:
 
     async def _notice(self, envelope: list[bytes], req: ControlRequest, text: str) -> None:
         interim = ControlReply(request_id=req.request_id, ok=True, notice=text)
+        await self._reply(envelope, interim)
+
+    async def _accepted(self, envelope: list[bytes], req: ControlRequest, event_id: str) -> None:
+        interim = ControlReply(request_id=req.request_id, ok=True, accepted=event_id)
         await self._reply(envelope, interim)
 
     def _send_now(self, envelope: list[bytes], reply: ControlReply) -> None:

@@ -86,11 +86,13 @@ async def answer(
     req: SendText | Attach,
     notify: Notify = quiet,
     stream: ClientStream | None = None,
+    accepted: Notify = quiet,
 ) -> Answer:
+    """`accepted` hears the event id of a waiting send that asked to `announce` it."""
     if isinstance(req, Attach):
         return await attach(ctx, req)
     if stream is None:
-        return await send_and_wait(ctx, req, notify)
+        return await send_and_wait(ctx, req, notify, accepted=accepted)
     if not req.wait:
         raise SendFailed(
             ErrorCode.E_CONTROL_BAD_REQUEST,
@@ -101,13 +103,17 @@ async def answer(
     deltas = ctx.router.deltas
     deltas.watch(event.reply_to.correlation_id, stream.push)
     try:
-        return await send_and_wait(ctx, req, notify, event)
+        return await send_and_wait(ctx, req, notify, event, accepted)
     finally:
         deltas.unwatch(event.reply_to.correlation_id)
 
 
 async def send_and_wait(
-    ctx: SendContext, req: SendText, notify: Notify = quiet, made: AgentEvent | None = None
+    ctx: SendContext,
+    req: SendText,
+    notify: Notify = quiet,
+    made: AgentEvent | None = None,
+    accepted: Notify = quiet,
 ) -> Answer:
     """Accept one input (journaled before anything is said); with `wait`, return the response
     event, else the event id. A repeated `idempotency_key` is the first send. `made` is the
@@ -123,10 +129,14 @@ async def send_and_wait(
         log.info("send_duplicate", event_id=first, idempotency_key=req.idempotency_key)
         if not req.wait:
             return first
+        if req.announce:
+            await accepted(first)
         return await attach(ctx, Attach(request_id=req.request_id, event_id=first,
                                         timeout_ms=req.timeout_ms))  # fmt: skip
     if waiter is None:
         return event.id
+    if req.announce:  # a client that stops waiting can still name the input it sent
+        await accepted(event.id)
     why = why_waiting(ctx, target, event.id)
     if why is not None:  # the client hears now why its reply is not there in a second
         await notify(why)
