@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_process import resolve
-from agent_process.models import Model, ModelError, ModelRequest, create_model
+from agent_process.models import Model, ModelError, ModelRequest, create_model, recording
 from bundles.diagnostics import BundleError
 from bundles.kinds import Kind
 from bundles.loader import load_bundle
@@ -41,6 +41,10 @@ SYSTEM = (
 )
 MAX_TEXT = 200_000
 """Characters of the input and of the reply given to the judge (a runaway reply is cut)."""
+MAX_REASON = 2000
+"""Characters of the judge's reason kept (it lands in a report's table and files)."""
+LINE_LIMIT = 16 * 1024 * 1024
+"""Bytes of one request line (two texts of MAX_TEXT, JSON-escaped)."""
 
 
 class Judged(Exception):
@@ -59,7 +63,7 @@ def parse_verdict(text: str) -> tuple[bool, str]:
         or not isinstance(value.get("reason"), str)
     ):
         raise Judged(f'the judge\'s answer is not {{"pass": bool, "reason": str}}: {text[:200]!r}')
-    return bool(value["pass"]), str(value["reason"])
+    return bool(value["pass"]), str(value["reason"])[:MAX_REASON]
 
 
 def _prompt(rubric: str, said: str, reply: str) -> str:
@@ -83,8 +87,9 @@ class Judge:
             res = self.bundle.find(Kind.MODEL, name)
             if res is None:
                 raise Judged(f"Model/{name} is not in the bundle; name one of its Models")
-            try:
-                key = resolve.api_key(self.bundle, res, self.state_root)
+            try:  # a replayed judge never calls its provider: CI replays without the key
+                replayed = recording.replays(res)
+                key = None if replayed else resolve.api_key(self.bundle, res, self.state_root)
             except resolve.ConfigProblem as exc:
                 raise Judged(f"Model/{name}: {exc.info.code}: {exc.info.message}") from None
             # JSON mode where the provider has one (openai); the others are held to the prompt
@@ -121,7 +126,7 @@ def _error(message: str) -> dict[str, Any]:
 async def serve(judge: Judge) -> None:
     """Answer each line as its judgment ends (several run at once); stops at EOF on stdin."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=2 * MAX_TEXT + 65536)
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     tasks: set[asyncio.Task[None]] = set()
 

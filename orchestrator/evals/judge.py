@@ -27,6 +27,9 @@ log = structlog.get_logger("goondan.evals.judge")
 
 JUDGE_TIMEOUT_S = 120.0
 LINE_LIMIT = 1 << 20
+"""Bytes of one answer line (the worker cuts a reason to 2000 characters)."""
+MAX_TEXT = 200_000
+"""Characters of the input and of the reply sent to the judge (the worker's own cut)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +67,15 @@ class JudgeClient:
 
     async def _read(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        while line := await proc.stdout.readline():
-            with contextlib.suppress(ValueError):
-                answer = json.loads(line)
-                future = self.waiting.pop(int(answer.get("id", -1)), None)
-                if future is not None and not future.done():
-                    future.set_result(answer)
+        try:
+            while line := await proc.stdout.readline():
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    answer = json.loads(line)
+                    future = self.waiting.pop(int(answer.get("id", -1)), None)
+                    if future is not None and not future.done():
+                        future.set_result(answer)
+        except ValueError:  # a line over the limit: the worker is not speaking the protocol
+            proc.kill()
         why = await self._stderr(proc)
         for future in self.waiting.values():  # the worker is gone: nothing more will answer
             if not future.done():
@@ -88,7 +94,8 @@ class JudgeClient:
         ask_id = next(self.ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.waiting[ask_id] = future
-        ask = {"id": ask_id, "model": model, "rubric": rubric, "input": said, "reply": reply}
+        ask = {"id": ask_id, "model": model, "rubric": rubric, "input": said[:MAX_TEXT],
+               "reply": reply[:MAX_TEXT]}  # fmt: skip
         try:
             proc.stdin.write(json.dumps(ask).encode() + b"\n")
             await proc.stdin.drain()
