@@ -253,6 +253,12 @@ class Budgets:
             "starts today at zero), and start it again",
         )
 
+    def count(self, agent: str, event_id: str) -> None:
+        """A model call of `event_id`'s turn was made: the turn counts, once. An agent without
+        a budget or rate limit asks no permit, so `refusal` never sees its turns."""
+        if event_id not in self._recent:
+            self._count_turn(agent, event_id)
+
     def _count_turn(self, agent: str, event_id: str) -> None:
         self._recent[event_id] = None
         while len(self._recent) > RECENT_TURNS:

@@ -119,6 +119,9 @@ class Permits:
             cached_input_tokens=int(_number(args, "cachedInputTokens")),
             cost_usd=_number(args, "costUsd"),
         )
+        event_id = args.get("eventId")
+        if isinstance(event_id, str) and event_id:
+            self.budgets.count(entry.address.name, event_id)
         self.budgets.add(entry.address.name, call)
         used = call.input_tokens + call.output_tokens
         self.limits.settle(model, _number(args, "estimatedTokens"), used)

@@ -242,3 +242,25 @@ async def test_deleting_the_usage_file_and_sigkilling_does_not_reset_a_budget(
         assert "turnsPerDay" in refused.error.message
         assert len(server.requests) == 1  # the model was not called again
         assert usage_of(await again.status(), "capped").turns == 1
+
+
+async def test_turns_are_counted_for_an_agent_without_a_budget(start_daemon: StartDaemon) -> None:
+    """`goondan status` counts every turn, not only those of agents with a budget or a rate
+    limit (their model calls ask for permits; the others' only report usage)."""
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()  # the probe swarm: scripted models, no budget anywhere
+        for text in ("one", "two", "three"):
+            assert (await daemon.send(text, "alpha")).ok
+        while True:  # the last call's usage comes right after the reply: poll
+            rows = {u.name: u for u in (await daemon.status()).usage if u.scope == "agent"}
+            if "alpha" in rows and rows["alpha"].turns >= 3:
+                break
+            await asyncio.sleep(0.05)
+        code, out, err = await run_cli("status", "--swarm", daemon.swarm)
+    assert rows["alpha"].turns == 3
+    assert code == 0, err
+    lines = out.splitlines()
+    usage = lines[next(i for i, row in enumerate(lines) if row.startswith("SCOPE")) :]
+    header = usage[0].split()
+    alpha = next(row.split() for row in usage if row.split()[:2] == ["agent", "alpha"])
+    assert alpha[header.index("TURNS")] == "3", out
