@@ -264,6 +264,8 @@ class ProcessInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Accepted events the journal holds for this instance (not yet finished)."""
     node: str | None = None
     """Cluster mode: the node that runs it."""
+    calls: list[str] = msgspec.field(default_factory=list)
+    """`waiting`: the ids of the client-side calls (approvals among them) its turn waits for."""
 
 
 FAILING = frozenset({"crashed", "crashLoopBackOff", "startFailed"})
@@ -271,6 +273,9 @@ FAILING = frozenset({"crashed", "crashLoopBackOff", "startFailed"})
 DEACTIVATED = "deactivated"
 """The status of an instance that was deactivated (idle, or room made at the live bound): no
 process, its state on disk, started again by its next event. Not a failure."""
+WAITING = "waiting"
+"""The status of an instance whose turn waits for a client-side call (an approval): `calls`
+names them. Not a failure, and idle for the live bound and the idle timeout."""
 
 
 class UsageInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

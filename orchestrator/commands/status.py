@@ -1,7 +1,8 @@
 """`goondan status [--json]`: the orchestrator and its process table (ARCHITECTURE.md §9).
 
 `--json` prints `{"orchestrator": {...}, "processes": [{"id", "kind", "name", "instanceKey",
-"pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending", "node"},
+"pid", "status", "restarts", "generation", "lastExit", "retryInSeconds", "pending", "node",
+"calls"},
 ...], "unanswered": [node, ...],
 "usage": [{"scope", "name", "day", "turns", "inputTokens", "outputTokens", "cachedInputTokens",
 "costUsd", "turnsPerDay", "tokensPerDay", "costUsdPerDay", "exceeded"}, ...], "models":
@@ -12,7 +13,9 @@ one, and `--json` prints `{"swarms": [<one status each>]}`. Exit 0 when every pr
 1 when one is crashed, in crashLoopBackOff or startFailed
 (so a health check can run it), or when no daemon answers. A `deactivated` instance (idle
 timeout, or room made at the live bound) is well: its next event starts it again; the daemon
-lists only the most recent ones (orchestrator/supervision/hibernation.py).
+lists only the most recent ones (orchestrator/supervision/hibernation.py). An instance whose
+turn waits for a client-side call (an approval) is `waiting (call ID)`: `goondan calls`
+answers it.
 
 On a cluster node the table lists every live node's processes (a NODE column, `node` in the
 JSON); a node that does not answer within 2 s is named in `unanswered` and makes it exit 1.
@@ -41,7 +44,13 @@ def _exit_text(last: JsonObject | None) -> str:
 
 def _status_text(p: JsonObject) -> str:
     retry = p.get("retryInSeconds")
-    return p["status"] if retry is None else f"{p['status']} (retry in {retry:g}s)"
+    if retry is not None:
+        return f"{p['status']} (retry in {retry:g}s)"
+    calls = p.get("calls") or []
+    if calls:  # `goondan calls approve|deny|resolve ID` answers it
+        more = f" +{len(calls) - 1}" if len(calls) > 1 else ""
+        return f"{p['status']} (call {calls[0]}{more})"
+    return str(p["status"])
 
 
 def render(result: JsonObject) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, assert_never
 
+import msgspec
 import structlog
 import zmq
 import zmq.asyncio
@@ -37,6 +38,7 @@ from orchestrator.supervision.supervisor import Supervisor
 from orchestrator.swarm.view import CurrentSwarm
 from protocol.codec import decode_control_request, encode, to_builtins
 from protocol.control import (
+    WAITING,
     Attach,
     CallsDecide,
     CallsList,
@@ -51,6 +53,7 @@ from protocol.control import (
     LogsQuery,
     OrchestratorInfo,
     Ping,
+    ProcessInfo,
     ProcessStop,
     Reload,
     Restart,
@@ -120,11 +123,30 @@ async def _status(ctx: ControlContext) -> StatusResult:
     pending: Counter[str] = Counter()
     pending.update(await ctx.acceptor.pending_targets())
     now = ctx.supervisor.clock()
-    own = [e.info(now, pending[str(e.address)]) for e in ctx.supervisor.table]
+    waiting = _waiting_calls(ctx.deferred)
+    own = [_waiting(e.info(now, pending[str(e.address)]), waiting) for e in ctx.supervisor.table]
     rows, unanswered = await ctx.scope.processes(own)
     usage, models = ctx.permits.budgets.rows(), ctx.permits.limits.rows()
     return StatusResult(orchestrator=ctx.info, processes=rows, usage=usage, models=models,
                         unanswered=unanswered)  # fmt: skip
+
+
+def _waiting_calls(deferred: DeferredIndex) -> dict[tuple[str, str], list[str]]:
+    """(agent, instance key) -> the ids of its pending client-side calls, oldest first."""
+    calls: dict[tuple[str, str], list[str]] = {}
+    for found in deferred.calls.values():
+        call = found.call
+        calls.setdefault((call.agent, call.instance_key), []).append(call.id)
+    return calls
+
+
+def _waiting(row: ProcessInfo, calls: dict[tuple[str, str], list[str]]) -> ProcessInfo:
+    """A turn suspended on a client-side call (an approval) is `waiting`, not `processing`:
+    its process does nothing until the answer (and counts as idle, ARCHITECTURE.md §10)."""
+    ids = calls.get((row.name, row.instance_key))
+    if not ids or row.status != str(ProcessStatus.PROCESSING):
+        return row
+    return msgspec.structs.replace(row, status=WAITING, calls=ids)
 
 
 async def _instance_request(ctx: ControlContext, req: InstanceList | InstanceDelete) -> Any:

@@ -170,3 +170,22 @@ async def test_a_webhook_client_cannot_approve_on_post_rpc(start_daemon: StartDa
         assert ran("ann") == ["transfer 500 bob"]
         [event] = approval_events("ann")
         assert (event["data"]["by"], event["data"]["via"]) == (getpass.getuser(), "cli")
+
+
+async def test_a_turn_waiting_for_its_approval_shows_waiting_with_the_call(
+    start_daemon: StartDaemon,
+) -> None:
+    """Not `processing` for as long as nobody decides: `waiting (call ID)`, and idle again
+    once the turn resumed and ended."""
+    async with asyncio.timeout(60):
+        daemon = await start(start_daemon)
+        request = await ask(daemon, "pay big")
+        teller = await daemon.process("teller")
+        assert (teller.status, teller.calls) == ("waiting", [request["id"]])
+        code, out, err = await run_cli("status", "--swarm", SWARM)
+        assert code == 0, err  # waiting is not a failure
+        assert f"waiting (call {request['id']})" in out
+        code, _, err = await run_cli("calls", "approve", request["id"])
+        assert code == 0, err
+        teller = await daemon.process("teller")
+        assert teller.status in ("idle", "processing") and teller.calls == []
