@@ -94,7 +94,11 @@ class _Send:
     name = "send"
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("text", nargs="*", metavar="TEXT")
+        parser.add_argument(
+            "text", nargs="*", metavar="TEXT",
+            help="what to send; `-` (or nothing, when stdin is not a terminal) reads it from "
+            "stdin, up to 1 MiB",
+        )  # fmt: skip
         parser.add_argument("--agent", metavar="A", help="target agent (default: entry agent)")
         parser.add_argument("--instance", metavar="K", help="instanceKey (default: the swarm's)")
         parser.add_argument(
@@ -118,14 +122,15 @@ class _Send:
 
     def run(self, args: argparse.Namespace) -> int:
         printer = Printer(self.name)
-        if bool(args.text) == bool(args.attach):
-            printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST,
-                                    message="give TEXT to send, or --attach ID"))  # fmt: skip
+        text = "" if args.attach else _text(args.text, sys.stdin)
+        problem = _problem(args, text)
+        if problem is not None:
+            printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=problem))
             return EXIT_USAGE
         output = _output(args)
         req: SendText | Attach = SendText(
             request_id=new_request_id(),
-            text=" ".join(args.text),
+            text=text,
             agent=args.agent,
             instance_key=args.instance,
             wait=not args.no_wait,
@@ -151,6 +156,27 @@ class _Send:
             sys.stderr.write(_interrupted(args, accepted[0] if accepted else None) + "\n")
             return EXIT_INTERRUPTED
         return _print(args, reply, output, printer)
+
+
+MAX_STDIN = 1 << 20
+"""Bytes of an input read from stdin (a control frame holds 4 MiB)."""
+
+
+def _text(words: list[str], stdin: TextIO) -> str:
+    """TEXT, or stdin for `-` or no TEXT with stdin not a terminal (`echo hi | goondan send`)."""
+    if words == ["-"] or (not words and not stdin.isatty()):
+        return stdin.buffer.read(MAX_STDIN + 1).decode(errors="replace")
+    return " ".join(words)
+
+
+def _problem(args: argparse.Namespace, text: str) -> str | None:
+    if args.attach:
+        return "give TEXT to send, or --attach ID, not both" if args.text else None
+    if len(text.encode()) > MAX_STDIN:
+        return f"the input is over {MAX_STDIN // 1024} KiB; send a shorter text"
+    if not text.strip():
+        return "nothing to send: give TEXT (or pipe it in) that is not empty, or --attach ID"
+    return None
 
 
 def _interrupted(args: argparse.Namespace, event_id: str | None) -> str:

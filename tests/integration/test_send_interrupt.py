@@ -1,6 +1,7 @@
-"""Ctrl-C on a `goondan send` that waits for its reply: the client stops waiting with one line
-(no traceback) that names the `send --attach` command for the journaled input, exits 130, and
-the turn goes on: that command prints its reply."""
+"""`goondan send` at its edges: Ctrl-C while it waits for its reply stops the client with one
+line (no traceback) naming the `send --attach` command for the journaled input, exit 130, and
+the turn goes on (that command prints its reply); the input read from stdin (`-`, or a pipe),
+an empty or oversized one refused before anything is sent."""
 
 from __future__ import annotations
 
@@ -40,3 +41,34 @@ async def test_ctrl_c_on_a_waiting_send_names_the_attach_command(
         code, reply, err2 = await run_cli("send", "--attach", found.group(1), "--swarm", "agents")
         assert code == 0, err2
         assert reply.strip() == "slow reply"
+
+
+async def _send(*args: str, stdin: bytes) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON, "-m", "orchestrator", "send", *args, env=child_env(),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate(stdin)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_send_reads_stdin_and_refuses_an_empty_input(start_daemon: StartDaemon) -> None:
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        code, out, err = await _send("--agent", "alpha", stdin=b"piped in\n")
+        assert code == 0, err
+        assert "piped in" in out
+        code, out, err = await _send("--agent", "alpha", "-", stdin=b"dash\n")
+        assert code == 0, err
+        assert "dash" in out
+        for args, given in ((("",), b""), ((), b""), ((), b" \n\t"), (("-",), b"")):
+            code, out, err = await _send("--agent", "alpha", *args, stdin=given)
+            assert code == 2, (args, given, out)
+            assert "E_CONTROL_BAD_REQUEST" in err and "nothing to send" in err
+        code, _, err = await _send("--agent", "alpha", stdin=b"x" * ((1 << 20) + 1))
+        assert code == 2 and "E_CONTROL_BAD_REQUEST" in err
+        code, _, err = await _send("--attach", "ev1", "text", stdin=b"")
+        assert code == 2 and "not both" in err
+        assert (await daemon.send("still serving", "alpha")).ok
