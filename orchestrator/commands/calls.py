@@ -155,6 +155,8 @@ def _printable(reply: ControlReply, action: str) -> Any:
 
 def _print_text(result: Any, action: str) -> None:
     if action == "list":
+        if not result["calls"]:
+            print("no pending calls")
         for c in result["calls"]:
             params = json.dumps(c["params"], ensure_ascii=False)
             age, left = c["ageSeconds"], c["expiresInSeconds"]

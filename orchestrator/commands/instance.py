@@ -179,6 +179,8 @@ def _print_list(rows: list[JsonObject], as_json: bool) -> None:
     if as_json:
         print(json.dumps(rows, indent=2))
         return
+    if not rows:
+        print("no instances")
     for inst in rows:
         print(f"{inst['instanceKey']}\t{inst['agent']}\t{inst['status']}")
 

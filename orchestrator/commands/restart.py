@@ -13,6 +13,9 @@ from orchestrator.control.client import Printer, ask, new_request_id
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME
 from protocol.control import Reload, Restart
 
+FRESH = ("their history was cleared (conversation, extension state, pending calls); "
+         "workspaces stay (goondan instance delete removes them)")  # fmt: skip
+
 
 class _Restart:
     name = "restart"
@@ -37,12 +40,16 @@ class _Restart:
         if answered is None:
             return EXIT_RUNTIME
         _, reply = answered
-        restarted = reply.result.get("restarted", [])
+        result = reply.result
+        grace = float(result.get("graceSeconds", 0))
         if args.reload:
-            lines = [f"restarted {len(restarted)} process(es)"] + [f"  {p}" for p in restarted]
-            print("\n".join(lines))
+            lines = describe(result.get("replaced", []), grace)
+            lines += [f"stopped {p} (no longer in the bundle)" for p in result.get("stopped", [])]
         else:
-            print("\n".join(describe(restarted, float(reply.result.get("graceSeconds", 0)))))
+            lines = describe(result.get("restarted", []), grace)
+            if args.fresh:
+                lines.append(FRESH)
+        print("\n".join(lines))
         return EXIT_OK
 
 

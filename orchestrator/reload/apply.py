@@ -87,12 +87,15 @@ class ReloadOutcome:
     plan: ChangePlan | None = None
     restarted: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    replaced: list[JsonObject] = field(default_factory=list)
+    """One row per restarted process (`process` old, `started` new, `killed`), as `restart`."""
 
     def result(self) -> JsonObject:
         """The `Reload` control reply's result."""
         summary: JsonObject = describe(self.plan) if self.plan is not None else {}
         return {"ok": self.ok, "trigger": self.trigger, "diagnostics": self.diagnostics,
-                "restarted": self.restarted, "stopped": self.stopped, **summary}  # fmt: skip
+                "restarted": self.restarted, "stopped": self.stopped,
+                "replaced": self.replaced, **summary}  # fmt: skip
 
     def error(self) -> ErrorInfo | None:
         if self.ok:
@@ -213,12 +216,13 @@ class Reloader:
             if entry.address.kind is ProcessKind.CONNECTOR and not entry.live:
                 # connectors are always up: out of the table, or the reconciler restarts it
                 self.supervisor.table.remove(entry.address)
-        restarted = [str(row["started"]) for row in await restarting]
+        replaced = await restarting
+        restarted = [str(row["started"]) for row in replaced]
         if self.after_restart is not None:
             self.after_restart()
         stopped = [str(e.process_id) for e in gone if e.ever_started]
         return ReloadOutcome(trigger=trigger, ok=True, plan=plan, restarted=restarted,
-                             stopped=stopped)  # fmt: skip
+                             stopped=stopped, replaced=replaced)  # fmt: skip
 
     def _notify(self, what: str) -> None:
         if self.notifier is None:

@@ -141,8 +141,9 @@ async def test_send_status_restart_and_stop_through_the_cli(start_daemon: StartD
         assert alpha.generation == 3, alpha  # only beta was restarted (alpha ran crash twice)
         paths.workdir.mkdir()  # made at an instance's first tool call; beta calls none
         (paths.workdir / "notes.txt").write_text("keep me")
-        code, _, _ = await run_cli("restart", "--agent", "beta", "--fresh")
+        code, out, _ = await run_cli("restart", "--agent", "beta", "--fresh")
         assert code == 0 and not paths.base_jsonl.exists()
+        assert "history was cleared" in out
         # --fresh clears history and extension state, never the workspace
         assert (paths.workdir / "notes.txt").read_text() == "keep me"
 
@@ -173,10 +174,12 @@ async def test_instances_are_listed_and_deleted_from_the_files_without_a_daemon(
         assert code == 0, err
         assert "probe\talpha\tstopped" in out
         code, out, _ = await run_cli("calls", "list", "--swarm", "probe")
-        assert code == 0
+        assert code == 0 and out.strip() == "no pending calls"
         code, out, _ = await run_cli("instance", "delete", "probe", "--yes", "--swarm", "probe")
         assert code == 0 and "deleted " in out
         assert not StateLayout.from_env().instance_paths("probe", "probe", "alpha").root.exists()
+        code, out, _ = await run_cli("instance", "list", "--swarm", "probe")
+        assert code == 0 and out.strip() == "no instances"
         code, _, err = await run_cli("instance", "delete", "probe", "--yes", "--swarm", "probe")
         assert code == 1 and "E_INSTANCE_NOT_FOUND" in err
 

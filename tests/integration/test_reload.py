@@ -4,6 +4,7 @@ only the processes an edit affects, keep their history, and an invalid edit touc
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import signal
 import socket
@@ -162,6 +163,11 @@ async def test_the_reload_request_answers_what_it_restarted(
         assert after["alpha"] == before["alpha"]
         code, out, err = await run_cli("restart", "--reload")
         assert code == 0 and out.startswith("restarted 0 process(es)"), (out, err)
+        append(root / "prompts" / "beta.md", "Be brief.\n")
+        code, out, err = await run_cli("restart", "--reload")
+        assert code == 0 and out.startswith("restarted 1 process(es)"), (out, err)
+        # old -> new, as `goondan restart` says it
+        assert re.search(r"agent:beta:\S+ -> agent:beta:\S+ \(drained\)", out), out
 
 
 @pytest.mark.parametrize("env", MODES)
