@@ -44,21 +44,36 @@ def park_queued(
     if box is None:
         return 0, 0
     kept = dropped = 0
-    stopping = ErrorInfo(code=ErrorCode.E_AGENT_SHUTTING_DOWN, message="the daemon is stopping")
     for event in box.drain_queue():
-        reply = response_to(event, source=ORCHESTRATOR_SOURCE, text="", error=_kept_error(event))
-        if not ingress.keep(event.id, reply):
+        if park(book, ingress, respond, event):
+            kept += 1
+        else:
             dropped += 1
-            if event.reply_to is None:
-                log.warning("event_dropped", event_id=event.id, reason="the daemon is stopping")
-            else:
-                respond(response_to(event, source=ORCHESTRATOR_SOURCE, text="", error=stopping))
-            continue
-        kept += 1
-        # a waiting client hears it now, and the event stays open in the journal: an agent
-        # that asked gets the real reply after the next start
-        request = book.get(event.reply_to.correlation_id) if event.reply_to else None
-        if request is not None and request.waiter is not None and not request.waiter.done():
-            book.close(request.correlation_id)
-            request.waiter.set_result(reply)
     return kept, dropped
+
+
+def park(
+    book: RequestBook,
+    ingress: Intake,
+    respond: Callable[[AgentEvent], None],
+    event: AgentEvent,
+) -> bool:
+    """One event the stop leaves unfinished (queued, or the turn a forced stop killed): kept
+    for the next start when the ingress keeps it (True), answered `E_AGENT_SHUTTING_DOWN`
+    either way."""
+    reply = response_to(event, source=ORCHESTRATOR_SOURCE, text="", error=_kept_error(event))
+    if not ingress.keep(event.id, reply):
+        if event.reply_to is None:
+            log.warning("event_dropped", event_id=event.id, reason="the daemon is stopping")
+        else:
+            stopping = ErrorInfo(code=ErrorCode.E_AGENT_SHUTTING_DOWN,
+                                 message="the daemon is stopping")  # fmt: skip
+            respond(response_to(event, source=ORCHESTRATOR_SOURCE, text="", error=stopping))
+        return False
+    # a waiting client hears it now, and the event stays open in the journal: an agent
+    # that asked gets the real reply after the next start
+    request = book.get(event.reply_to.correlation_id) if event.reply_to else None
+    if request is not None and request.waiter is not None and not request.waiter.done():
+        book.close(request.correlation_id)
+        request.waiter.set_result(reply)
+    return True

@@ -83,8 +83,8 @@ class Relay:
     ) -> int:
         return self._hub.fail_queued(address, error, requests_only=requests_only)
 
-    def on_process_dead(self, entry: ProcessEntry, how: str) -> None:
-        self._hub.on_process_dead(entry, how)
+    def on_process_dead(self, entry: ProcessEntry, how: str, *, stopping: bool = False) -> None:
+        self._hub.on_process_dead(entry, how, stopping=stopping)
 
     def park_queued(self, address: Address) -> tuple[int, int]:
         return self._hub.park_queued(address)

@@ -518,9 +518,10 @@ class Router:
 
     # -- lifecycle hooks the supervisor calls ------------------------------------------
 
-    def on_process_dead(self, entry: ProcessEntry, how: str) -> None:
+    def on_process_dead(self, entry: ProcessEntry, how: str, *, stopping: bool = False) -> None:
         """The process of `entry` is gone: its running turn goes again to the replacement
-        (once), the rest is kept in order."""
+        (once), the rest is kept in order; when the daemon is `stopping`, the turn is kept for
+        the next start (or answered E_AGENT_SHUTTING_DOWN), never reported as a crash."""
         box = self.mailboxes.get(entry.address)
         if box is None:
             return
@@ -530,6 +531,9 @@ class Router:
             return
         if self.services.suspended.on_death(entry.address, crashed):
             return  # its turn waits for a client on disk: the next process resumes it
+        if stopping:  # a forced stop (or a grace run out) ended the turn, not a crash
+            parking.park(self.book, self.ingress, self.respond, crashed)
+            return
         # Not when the daemon ended it (a stop, a wedge): the next process would do the same.
         if not stopped and not entry.killed and box.retry(crashed):
             log.warning("event_retried", event_id=crashed.id, process=entry.id_text, how=how)

@@ -38,9 +38,10 @@ class Deliveries(Protocol):
         those someone waits for); how many were answered."""
         ...
 
-    def on_process_dead(self, entry: ProcessEntry, how: str) -> None:
+    def on_process_dead(self, entry: ProcessEntry, how: str, *, stopping: bool = False) -> None:
         """The process of `entry` is gone: its running turn goes again to the replacement
-        (once) or is answered, the rest stays queued in order."""
+        (once) or is answered, the rest stays queued in order. `stopping`: the daemon is
+        stopping (the turn is kept for the next start, or answered E_AGENT_SHUTTING_DOWN)."""
         ...
 
     def park_queued(self, address: Address) -> tuple[int, int]:

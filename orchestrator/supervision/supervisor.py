@@ -242,7 +242,7 @@ class Supervisor:
         record_exit(entry, handle, known)
         key = entry.address.instance_key
         drop_empty_log(self.layout.process_log(self.launch.swarm, entry.address.name, key))
-        self.deliveries.on_process_dead(entry, how)
+        self.deliveries.on_process_dead(entry, how, stopping=self.closing)
         exited = self._exited.pop(entry.address, None)  # whoever waits holds it already
         if exited is not None:
             exited.set()

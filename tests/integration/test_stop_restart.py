@@ -118,3 +118,23 @@ async def test_first_ctrl_c_on_a_terminal_says_it_drains_and_how_to_force() -> N
             proc.kill()
             await proc.wait()
         os.close(master)
+
+
+async def test_a_turn_a_forced_stop_kills_is_kept_and_answered_shutting_down(
+    start_daemon: StartDaemon,
+) -> None:
+    """Ctrl-C twice: the killed turn is not a crash (no `E_AGENT_CRASHED ... send the request
+    again`): its waiting sender hears E_AGENT_SHUTTING_DOWN, and the journal keeps the input
+    for the next start."""
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        hang = asyncio.ensure_future(daemon.send("hang", "alpha"))
+        await daemon.wait_for("transition", process="agent:alpha:probe:1", target="processing")
+        daemon.signal(signal.SIGINT)
+        await daemon.wait_for("stopping")
+        daemon.signal(signal.SIGINT)
+        reply = await hang
+        assert reply.error is not None, reply
+        assert reply.error.code == ErrorCode.E_AGENT_SHUTTING_DOWN, reply.error
+        assert "kept in the journal" in reply.error.message
+        await daemon.wait()
