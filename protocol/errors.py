@@ -168,6 +168,10 @@ class ErrorCode(StrEnum):
     E_METRICS_UNAVAILABLE = "E_METRICS_UNAVAILABLE"
     """The metrics endpoint cannot start (its port is taken, prometheus_client is missing)."""
 
+    E_SERVICE_RUN_AS = "E_SERVICE_RUN_AS"
+    """`goondan service print-unit` run as root without `--run-as`: its unit would run every
+    agent (and every tool) as root."""
+
     # cluster mode (orchestrator/cluster/)
     E_CLUSTER_CONFIG = "E_CLUSTER_CONFIG"
     """A bad --cluster URL, node name or credentials file, or nats-py is not installed."""

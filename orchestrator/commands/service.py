@@ -4,7 +4,9 @@ Prints a systemd unit that runs the bundle's swarm as a `Type=notify` service, w
 paths (this interpreter's `goondan`, the bundle, env files), the watchdog, a stop timeout longer
 than the swarm's grace period, and sandboxing that leaves the daemon working. Nothing is
 installed: redirect the output into /etc/systemd/system (or ~/.config/systemd/user with
-`--user`). Exit 0 printed, 2 invalid bundle or bad name.
+`--user`). As root it needs `--run-as USER` (E_SERVICE_RUN_AS otherwise: the unit would run
+every agent as root); it warns when what the unit needs is under /tmp (PrivateTmp=yes hides
+it). Exit 0 printed, 2 invalid bundle, bad name or no `--run-as` as root.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from bundles.diagnostics import BundleError
 from bundles.loader import load_bundle
 from orchestrator.exitcodes import EXIT_OK, EXIT_USAGE
 from orchestrator.templates.unit import UnitSpec, render_unit
+from protocol.errors import ErrorCode
 
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]{1,200}$")
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9:_.\-]")
@@ -38,15 +41,43 @@ def default_unit_name(swarm: str) -> str:
     return "goondan-" + _NOT_IN_NAME.sub("-", swarm)
 
 
-def _operator() -> str | None:
-    """The user a system unit runs as: whoever generates it, unless that is root."""
+class RunAsRoot(Exception):
+    """A system unit generated as root without `--run-as` (E_SERVICE_RUN_AS)."""
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+"""The operations page of a checkout; an installed wheel has no docs/ and the unit names none."""
+HIDDEN_BY_PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))
+
+
+def _run_as(args: argparse.Namespace) -> str | None:
+    """`User=` of a system unit: `--run-as`, else whoever generates it. Root must say so: a
+    unit without `User=` runs every agent and tool as root."""
+    if args.user:
+        return None
+    if args.run_as:
+        return str(args.run_as)
     uid = os.geteuid()
     if uid == 0:
-        return None
+        raise RunAsRoot(
+            f"{ErrorCode.E_SERVICE_RUN_AS}: as root, name the user the unit runs as: "
+            "--run-as USER (a dedicated one: useradd --system goondan), or --run-as root to "
+            "run every agent and tool as root"
+        )
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def _hidden_paths(spec: UnitSpec) -> list[Path]:
+    """What a system unit needs from /tmp, which its PrivateTmp=yes replaces with an empty one."""
+    if spec.user_unit:
+        return []
+    needed = [spec.bundle, Path(spec.exec_argv[0]), *spec.env_files]
+    if spec.state_root is not None:
+        needed.append(spec.state_root)
+    return [p for p in needed if any(p.is_relative_to(tmp) for tmp in HIDDEN_BY_PRIVATE_TMP)]
 
 
 def unit_spec(args: argparse.Namespace) -> UnitSpec:
@@ -69,8 +100,9 @@ def unit_spec(args: argparse.Namespace) -> UnitSpec:
         user_unit=args.user,
         state_root=state_root,
         env_files=env_files,
-        run_as=None if args.user else (args.run_as or _operator()),
+        run_as=_run_as(args),
         writable=tuple(Path(d).expanduser().absolute() for d in args.writable),
+        docs=DOCS if DOCS.is_file() else None,
     )
 
 
@@ -82,9 +114,13 @@ def _print_unit(args: argparse.Namespace) -> int:
             print(str(diag), file=sys.stderr)
         print(f"{len(exc.diagnostics)} error(s); no unit printed", file=sys.stderr)
         return EXIT_USAGE
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, RunAsRoot) as exc:
         print(f"goondan service print-unit: {exc.args[0]}", file=sys.stderr)
         return EXIT_USAGE
+    for path in _hidden_paths(spec):
+        print(f"goondan service print-unit: warning: {path} is under /tmp, which the unit's "
+              "PrivateTmp=yes hides from the service: move it (e.g. under /srv or /opt)",
+              file=sys.stderr)  # fmt: skip
     sys.stdout.write(render_unit(spec))
     return EXIT_OK
 
@@ -108,8 +144,9 @@ class _Service:
         unit.add_argument("--user", action="store_true", help="a unit for `systemctl --user`")
         unit.add_argument(
             "--run-as", metavar="USER",
-            help="User= of a system unit (default: you, or root when root generates it); a "
-            "dedicated user (useradd --system goondan) keeps agents away from your files",
+            help="User= of a system unit (default: you; as root it must be given, `--run-as "
+            "root` included); a dedicated user (useradd --system goondan) keeps agents away "
+            "from your files",
         )  # fmt: skip
         unit.add_argument("--name", metavar="N", help="unit name (default goondan-<swarm>)")
         unit.add_argument("--env-file", action="append", default=[], metavar="F")

@@ -44,6 +44,8 @@ class UnitSpec:
     """`User=` of a system unit (the operator who generated it); None runs as root."""
     writable: Sequence[Path] = field(default_factory=tuple)
     """More directories the agents may write to (absolute tool roots)."""
+    docs: Path | None = None
+    """goondan's operations page on this machine (a checkout's docs/), for `Documentation=`."""
 
 
 def escape_value(text: str) -> str:
@@ -75,6 +77,8 @@ def _unit_section(spec: UnitSpec) -> list[str]:
         f"Description=goondan swarm {spec.swarm} ({escape_value(str(spec.bundle))})",
         "Documentation=man:systemd.service(5)",
     ]
+    if spec.docs is not None:
+        lines.append(f"Documentation={escape_value(spec.docs.as_uri())}")
     if not spec.user_unit:
         lines += ["Wants=network-online.target", "After=network-online.target"]
     lines += ["StartLimitIntervalSec=300", "StartLimitBurst=5", ""]

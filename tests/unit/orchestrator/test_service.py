@@ -65,6 +65,9 @@ def _bundle(directory: Path) -> Path:
 
 
 def _print_unit(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The unit printed; a system unit names its user (the tests run as root or not)."""
+    if "--user" not in argv and "--run-as" not in argv:
+        argv = (*argv, "--run-as", "goondan")
     assert main(["service", "print-unit", *argv]) == EXIT_OK
     return capsys.readouterr().out
 
@@ -217,3 +220,40 @@ def test_shipped_unit_structure() -> None:
     assert int(svc["TimeoutStopSec"][0]) > 30
     assert svc["WatchdogSec"] == ["30"]
     assert svc["Restart"] == ["on-failure"]
+
+
+def test_as_root_a_system_unit_must_name_its_user(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without `--run-as`, root's unit would run every agent and tool as root."""
+    bundle = _bundle(tmp_path / "b")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert main(["service", "print-unit", str(bundle)]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == "" and "E_SERVICE_RUN_AS" in captured.err
+    assert "--run-as USER" in captured.err
+    unit = parse_unit(_print_unit(capsys, str(bundle), "--run-as", "root"))
+    assert unit["Service"]["User"] == ["root"]  # said out loud, then written down
+    unit = parse_unit(_print_unit(capsys, str(bundle), "--user"))
+    assert "User" not in unit["Service"]
+
+
+def test_what_the_unit_needs_under_tmp_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PrivateTmp=yes gives the service an empty /tmp: a bundle there is not found."""
+    assert tmp_path.is_relative_to("/tmp") or tmp_path.is_relative_to("/var/tmp")
+    bundle = _bundle(tmp_path / "b")
+    assert main(["service", "print-unit", str(bundle), "--run-as", "goondan"]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert f"warning: {bundle.absolute()} is under /tmp" in err
+    assert main(["service", "print-unit", str(bundle), "--user"]) == EXIT_OK
+    assert "warning" not in capsys.readouterr().err  # a user unit has its own /tmp
+
+
+def test_documentation_names_goondan_s_operations_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unit = parse_unit(_print_unit(capsys, str(_bundle(tmp_path / "b"))))
+    docs = REPO / "docs" / "operations.md"
+    assert unit["Unit"]["Documentation"] == ["man:systemd.service(5)", docs.as_uri()]
