@@ -228,7 +228,8 @@ class Daemon:
             request_id=os.urandom(4).hex(), text=text, agent=agent, instance_key=key, wait=wait,
             timeout_ms=60_000,
         )  # fmt: skip
-        return await self.request(req)
+        # the daemon answers by the send's own timeout; each test bounds its whole run
+        return await self.request(req, limit=65.0)
 
     async def send_in_order(self, texts: list[str], agent: str) -> list[ControlReply]:
         """Several sends over one control connection: they reach the daemon in this order."""
