@@ -203,6 +203,15 @@ def _output(args: argparse.Namespace) -> JsonLines | Terminal | None:
     return Terminal(sys.stdout, sys.stderr) if sys.stdout.isatty() else None
 
 
+def _shown(result: Any) -> Any:
+    """The response event as `--json` prints it: its text under `reply` first (on the wire an
+    event's text is its `input`, whichever way it goes; `input` stays for scripts that read
+    it)."""
+    if isinstance(result, dict) and result.get("type") == "agent.response":
+        return {"reply": result.get("input", ""), **result}
+    return result
+
+
 def _print(
     args: argparse.Namespace,
     reply: ControlReply,
@@ -210,7 +219,7 @@ def _print(
     printer: Printer,
 ) -> int:
     if args.json and reply.result is not None:
-        print(json.dumps(reply.result, ensure_ascii=False))
+        print(json.dumps(_shown(reply.result), ensure_ascii=False))
     if not reply.ok:
         if isinstance(output, Terminal):
             output.end_line()

@@ -119,7 +119,9 @@ async def test_send_status_restart_and_stop_through_the_cli(start_daemon: StartD
         assert code == 0 and final["metadata"]["inReplyTo"]
         assert [d["text"] for d in deltas] == ["hello"]
         code, out, _ = await run_cli("send", "--json", "--no-stream", "hello")
-        assert code == 0 and json.loads(out)["input"] == "hello"
+        shown = json.loads(out)
+        assert code == 0 and shown["reply"] == shown["input"] == "hello"
+        assert next(iter(shown)) == "reply" and shown["type"] == "agent.response"
 
         code, out, _ = await run_cli("status", "--json")
         status = json.loads(out)
