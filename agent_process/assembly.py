@@ -172,11 +172,14 @@ def _model(req: StartRequest, agent: Resource[AgentSpec], bus: EventBus) -> Mode
     desk = req.agents if isinstance(req.agents, PermitDesk) else None
     budgeted = agent.spec.policy.budget is not None
     budgeted = budgeted or resolve.swarm_policy(req.bundle, req.swarm).budget is not None
+    # the fork server's rehearsal has no daemon to grant permits (nor an event loop to wait
+    # for one): its turns ask none, whatever the bundle limits
+    governed = req.sink is None
     links = []
     for res in resolve.model_chain(req.bundle, agent):
         key = None if recording.replays(res) else resolve.api_key(req.bundle, res, req.layout.root)
         inner = create_model(res, api_key=key, agent=agent.name, recorded=req.sink is None)
-        asks = budgeted or res.spec.rate_limit is not None
+        asks = governed and (budgeted or res.spec.rate_limit is not None)
         links.append(Governed(inner, resource=res.name, pricing=res.spec.pricing, desk=desk,
                               asks=asks, record=bus.record))  # fmt: skip
     return links[0] if len(links) == 1 else FallbackChain(links, bus.record)

@@ -80,7 +80,7 @@ async def test_turns_budget_answers_without_calling_the_model_across_restarts(
         assert (usage.input_tokens, usage.output_tokens) == (11, 7)
         assert usage.cost_usd == round((11 * 2 + 7 * 10) / 1e6, 6)
 
-        code, _, err = await run_cli("stop")
+        code, out, err = await run_cli("stop")
         assert code == 0, err
         assert await daemon.wait() == 0
         again = await start(start_daemon, tmp_path, server)  # the tallies are on disk
@@ -264,3 +264,19 @@ async def test_turns_are_counted_for_an_agent_without_a_budget(start_daemon: Sta
     header = usage[0].split()
     alpha = next(row.split() for row in usage if row.split()[:2] == ["agent", "alpha"])
     assert alpha[header.index("TURNS")] == "3", out
+
+
+async def test_a_start_with_budgets_and_rate_limits_logs_no_error(tmp_path: Path) -> None:
+    """The fork server rehearses turns of the bundle's agents before the first child: with a
+    budget or a rate limit they asked for permits it cannot get (a turn_crashed line and its
+    traceback each, at every start)."""
+    async with asyncio.timeout(60), FakeLLMServer() as server:
+        server.replies = [(200, chat_completion("hello"))] * 4
+        code, out, err = await run_cli(
+            "run", str(bundle(tmp_path, server)), "--input", "hi", "--no-entry-check",
+            "--log-format", "json",
+        )  # fmt: skip
+    assert code == 0, err
+    logged = out + err  # `run --input` logs where the daemon would, the reply on stdout
+    assert "turn_crashed" not in logged
+    assert [line for line in logged.splitlines() if '"level": "error"' in line] == []
