@@ -312,7 +312,33 @@ def _yaml_error(exc: yaml.YAMLError, text: str, display: str) -> Diagnostic:
     mark = getattr(exc, "problem_mark", None)
     if mark is not None and _flow_nesting_exceeds_limit(text, int(mark.line)):
         return _stop_diagnostic(_too_deep(int(mark.line) + 1), display)
+    colon = _missing_colon(exc, text)
+    if colon is not None:
+        line, key = colon
+        return Diagnostic(
+            ErrorCode.E_CONFIG_PARSE_ERROR,
+            f"invalid YAML: `{key}` has no ':' after it, so the next line's key does not fit",
+            format_location(display, line),
+            f"write `{key.split()[0]}: ...` (a ':' and a space after the key)",
+        )
     return _yaml_diagnostic(exc, display)
+
+
+def _missing_colon(exc: yaml.YAMLError, text: str) -> tuple[int, str] | None:
+    """(1-based line, its text) of the line a "mapping values are not allowed" error really
+    means: the scanner stops on the key after a plain `key value` line that lacks its ':'."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None or "mapping values are not allowed" not in str(getattr(exc, "problem", "")):
+        return None
+    lines = text.splitlines()
+    for index in range(min(int(mark.line), len(lines)) - 1, -1, -1):
+        before = lines[index].strip()
+        if not before or before.startswith("#"):
+            continue
+        if ":" in before or len(before.split()) < 2 or before.startswith(("-", "[", "{")):
+            return None
+        return index + 1, before[:80]
+    return None
 
 
 def _reader_diagnostic(exc: ReaderError, text: str, display: str) -> Diagnostic:

@@ -162,3 +162,41 @@ def test_broken_target_is_not_reported_twice(tmp_path: Path) -> None:
     report = inspect_bundle(tmp_path, packages=[])
     assert [d.code for d in report.errors] == [E.E_CONFIG_SCHEMA_INVALID]
     assert report.errors[0].path == "goondan.yaml:15 spec.modelConfig.modelRef"
+
+
+def test_every_schema_error_of_a_document_at_once_with_what_was_meant(tmp_path: Path) -> None:
+    """msgspec stops at a document's first bad field: a typo must not hide the next error."""
+    agent = (
+        "---\napiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {name: second}\nspec:\n"
+        "  modelConfig: {modelRef: Model/fake}\n"
+        "  promt: {system: hi}\n"  # line 30
+        "  policy: {budget: {turnsPerDay: many}}\n"  # line 31: a wrong type under the typo
+        "  toolz: []\n"  # line 32
+    )
+    write_bundle(tmp_path, VALID_TAIL + agent)
+    report = inspect_bundle(tmp_path, packages=[])
+    found = [(d.code, d.path, d.suggestion) for d in report.errors]
+    assert found == [
+        (E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:30 spec.promt", "did you mean `prompt`?"),
+        (E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:31 spec.policy.budget.turnsPerDay",
+         "change the value to the expected type"),
+        (E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:32 spec.toolz", "did you mean `tools`?"),
+    ]  # fmt: skip
+
+
+def test_a_wrong_required_field_is_reported_once(tmp_path: Path) -> None:
+    """Left out to find the next error, it is not reported again as missing."""
+    write_bundle(tmp_path, VALID_TAIL.replace("  provider: scripted\n", "  provider: [x]\n"))
+    report = inspect_bundle(tmp_path, packages=[])
+    assert [(d.code, d.path) for d in report.errors] == [
+        (E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:6 spec.provider")
+    ]
+
+
+def test_a_key_without_its_colon_is_named_on_its_own_line(tmp_path: Path) -> None:
+    write_bundle(tmp_path, VALID_TAIL.replace("  provider: scripted\n", "  provider scripted\n"))
+    report = inspect_bundle(tmp_path, packages=[])
+    [error] = report.errors
+    assert (error.code, error.path) == (E.E_CONFIG_PARSE_ERROR, "goondan.yaml:6")
+    assert "`provider scripted` has no ':'" in error.message
+    assert error.suggestion == "write `provider: ...` (a ':' and a space after the key)"
