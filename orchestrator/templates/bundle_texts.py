@@ -110,8 +110,9 @@ spec:
 
 MULTI_AGENT = """\
 # __NAME__: a goondan bundle (template: multi-agent). The coordinator hands every task to
-# the worker through its `delegate` tool (tools/delegate.py); each agent is its own process.
-# It runs offline: both Models are scripts (see the end of this file for a real LLM).
+# the worker with the built-in `agents` tool (agents__request, through the orchestrator);
+# each agent is its own process. It runs offline: both Models are scripts. For a real LLM,
+# replace both (coordinator-model and worker-model) as the end of this file shows.
 #   goondan validate
 #   goondan run --input "summarise the plan"
 #   goondan run                           # as a daemon; then `goondan status` shows both
@@ -132,11 +133,13 @@ spec:
   model: offline-coordinator
   options:
     script:
-      - afterTool: delegate__ask
+      # after the worker answered: report it (the tool result, as JSON)
+      - afterTool: agents__request
         reply: "The worker answered: {last_tool_result}"
+      # any new task: hand it to the worker and wait for its answer
       - toolCalls:
-          - name: delegate__ask
-            args: {agent: worker, task: "{input}"}
+          - name: agents__request
+            args: {target: worker, input: "{input}"}
 ---
 apiVersion: goondan.ai/v1
 kind: Model
@@ -150,24 +153,6 @@ spec:
       - reply: "done: {input}"
 ---
 apiVersion: goondan.ai/v1
-kind: Tool
-metadata:
-  name: delegate
-spec:
-  entry: ./tools/delegate.py
-  exports:
-    - name: ask
-      description: Give a task to another agent of this swarm and wait for its answer.
-      timeoutMs: 120000
-      parameters:
-        type: object
-        additionalProperties: false
-        required: [agent, task]
-        properties:
-          agent: {type: string, enum: [worker], description: The agent that does the task.}
-          task: {type: string, minLength: 1, description: What to do, in plain words.}
----
-apiVersion: goondan.ai/v1
 kind: Agent
 metadata:
   name: coordinator
@@ -179,9 +164,9 @@ spec:
   prompt:
     system: |
       You coordinate. Split the user's request into tasks, give each to the worker with
-      delegate__ask, then answer the user from the worker's results.
+      agents__request (target: worker), then answer the user from the worker's results.
   tools:
-    - ref: Tool/delegate
+    - ref: {kind: Tool, name: agents, package: "@goondan/base"}
 ---
 apiVersion: goondan.ai/v1
 kind: Agent
@@ -208,28 +193,6 @@ spec:
   policy:
     maxStepsPerTurn: 8
 """
-
-DELEGATE_TOOL = '''\
-"""The coordinator's `delegate` tool: give a task to another agent of the swarm and wait.
-
-The request travels coordinator -> orchestrator -> worker and back; if the worker crashes
-the orchestrator answers at once with an E_AGENT_CRASHED error, which the model sees.
-"""
-
-from __future__ import annotations
-
-from typing import Any
-
-from bundles.sdk import ToolContext
-
-
-async def ask(ctx: ToolContext, input: dict[str, Any]) -> Any:
-    answer = await ctx.runtime.request(str(input["agent"]), str(input["task"]))
-    return answer["response"]
-
-
-handlers = {"ask": ask}
-'''
 
 MINIMAL = """\
 # __NAME__: the smallest goondan bundle (template: minimal): one agent, no tools. It runs

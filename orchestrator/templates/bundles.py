@@ -50,8 +50,8 @@ TEMPLATES: dict[str, BundleTemplate] = {
         ),
         BundleTemplate(
             "multi-agent",
-            "a coordinator that delegates to a worker through a small local tool",
-            _with_common(texts.MULTI_AGENT, **{"tools/delegate.py": texts.DELEGATE_TOOL}),
+            "a coordinator that delegates to a worker with the built-in agents tool",
+            _with_common(texts.MULTI_AGENT),
             model="coordinator-model",
         ),
         BundleTemplate(

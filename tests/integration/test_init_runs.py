@@ -5,6 +5,7 @@ and exits 0 after a graceful shutdown."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -75,4 +76,12 @@ async def test_multi_agent_template_delegates_to_the_worker(tmp_path: Path) -> N
         )
         code, out, err = await _goondan("run", str(bundle), "--input", "count to 3")
     assert code == 0, err
-    assert out.strip() == 'The worker answered: {"status":"ok","output":"done: count to 3"}'
+    prefix = "The worker answered: "
+    assert out.startswith(prefix), out
+    result = json.loads(out.strip().removeprefix(prefix))
+    assert result["status"] == "ok", result
+    assert (result["output"]["target"], result["output"]["response"]) == (
+        "worker",
+        "done: count to 3",
+    )
+    assert not (bundle / "tools").exists()  # the built-in agents tool: no code of its own
