@@ -25,6 +25,7 @@ import sys
 from orchestrator.control import localstate
 from orchestrator.control.client import ClientError, find_daemon, layout_of, pick_swarm
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
+from protocol.errors import ErrorCode
 
 DEFAULT_LISTEN = "127.0.0.1:8791"
 READABLE_BY_OTHERS = 0o044
@@ -76,7 +77,11 @@ class _Studio:
             _say(f"--listen {args.listen!r} is not HOST:PORT (e.g. {DEFAULT_LISTEN})")
             return EXIT_USAGE
         host, port = parsed
-        swarm = _swarm(args)
+        try:
+            swarm = _swarm(args)
+        except ClientError as exc:
+            _say(f"{exc.error.code} {exc.error.message}: {exc.error.suggestion}")
+            return EXIT_USAGE
         if swarm is None:
             known = ", ".join(localstate.swarms(layout_of(args))) or "none"
             _say(
@@ -205,11 +210,15 @@ def _warn_no_token(args: argparse.Namespace, url: str) -> None:
 
 
 def _swarm(args: argparse.Namespace) -> str | None:
+    """The swarm to show: --swarm, the one running daemon's, else (no daemon) the one the
+    files name; ClientError when several daemons run."""
     if args.swarm:
         return str(args.swarm)
     try:
         return find_daemon(args).swarm
-    except ClientError:
+    except ClientError as exc:
+        if exc.error.code != ErrorCode.E_DAEMON_NOT_RUNNING:
+            raise  # several run: which one is the user's to say
         return pick_swarm(args, localstate.swarms(layout_of(args)))
 
 

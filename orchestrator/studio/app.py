@@ -27,7 +27,7 @@ from orchestrator.studio.cluster import ClusterUnavailable, ClusterViews
 from orchestrator.studio.hub import ProcessHub, sse, sse_loop
 from orchestrator.studio.link import DaemonLink
 from orchestrator.studio.runtime import RuntimeIndex
-from protocol.control import CallsResolve, ControlReply, OrchestratorInfo
+from protocol.control import CallsResolve, ControlReply, InstanceList, OrchestratorInfo
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo
 
@@ -69,8 +69,14 @@ class Studio:
         return self.index
 
     async def instances(self) -> list[dict[str, Any]]:
+        """Every instance with its process's status: the daemon's answer while one runs (the
+        files alone say `stopped` of a live one), the files when none does."""
         if self.node() is not None:
             return await self.cluster.instances()
+        if self.link.info() is not None:
+            reply = await self.link.ask(InstanceList(request_id=new_request_id()))
+            if reply.ok and isinstance(reply.result, dict):
+                return list(reply.result["instances"])
         return localstate.instances(self.layout, self.swarm)
 
 

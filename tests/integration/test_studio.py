@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import run_cli
+from tests.integration.harness import REPO, run_cli
 from tests.integration.studio_harness import first_event, studio
 from tests.integration.test_approvals import approval_events, ask, ran
 from tests.integration.test_approvals import start as start_approvals
@@ -205,3 +205,21 @@ async def test_no_token_serves_anyone_on_this_machine_and_says_so_loudly() -> No
                         ("--no-token", "--token-file", "/dev/null")):  # fmt: skip
             code, _, err = await run_cli("studio", "--swarm", "x", *refused)
             assert code == 2 and "--no-token" in err, err
+
+
+async def test_with_two_daemons_studio_asks_which_and_shows_live_instances(
+    start_daemon: StartDaemon,
+) -> None:
+    """Not "no daemon runs": it names both and asks for --swarm; the chosen swarm's instances
+    carry their processes' status from the daemon, not `stopped` from the files."""
+    async with asyncio.timeout(60):
+        daemon = await start_daemon()
+        await start_daemon(REPO / "tests" / "fixtures" / "agents", swarm="agents")
+        assert (await daemon.send("hi", "alpha")).ok
+        code, _, err = await run_cli("studio", "--listen", "127.0.0.1:0")
+        assert code == 2, err
+        assert "E_CONTROL_BAD_REQUEST" in err and "agents, probe" in err and "--swarm" in err
+        async with studio("--swarm", "probe") as s, s.client() as http:
+            rows = (await http.get("/api/instances")).json()["instances"]
+    alpha = next(r for r in rows if r["agent"] == "alpha")
+    assert alpha["status"] == "idle", rows
