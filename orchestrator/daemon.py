@@ -45,7 +45,7 @@ from orchestrator.supervision.spawner import ColdSpawner, ForkServerSpawner, Spa
 from orchestrator.supervision.supervisor import Supervisor
 from orchestrator.wiring import DaemonOptions as DaemonOptions  # what `goondan run` builds
 from orchestrator.wiring import OnStarted as OnStarted
-from orchestrator.wiring import Wiring
+from orchestrator.wiring import Parts, Wiring
 from protocol.control import OrchestratorInfo, StopReport
 from protocol.errors import ErrorCode
 from protocol.launch import LaunchSettings
@@ -260,7 +260,7 @@ class Daemon:
         parts = wiring.build(zctx, spawner, journal, metrics, link)
         node = parts.cluster
         router, supervisor = parts.router, parts.supervisor
-        parts.connections.start_all()  # connectors are always up (ARCHITECTURE.md §5)
+        self._start_connectors(parts)
         parts.deferred.resume_answered()  # answered calls an earlier daemon died before resuming
         swarm = self.opts.swarm
         info = self._info()
@@ -337,6 +337,12 @@ class Daemon:
             await node.close()
         log.info("stopped", exit_code=self.exit_code)
         return self.exit_code
+
+    def _start_connectors(self, parts: Parts) -> None:
+        """Connectors are always up (ARCHITECTURE.md §5), but for a daemon started for one
+        purpose (`run --input`, `eval`): its inputs come through the control context."""
+        if self.opts.on_started is None:
+            parts.connections.start_all()
 
     async def _close_journal(self, ingress: Ingress) -> None:
         """Bounded: a wedged journal thread must not keep the daemon from exiting (exit 1)."""

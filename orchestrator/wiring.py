@@ -67,7 +67,9 @@ if TYPE_CHECKING:  # cluster mode's modules import nats-py: only a --cluster run
 
 log = structlog.get_logger("goondan.daemon")
 OnStarted = Callable[[ControlContext], Awaitable[int]]
-"""Run once everything is up (e.g. `run --input`); its return value is the exit code."""
+"""Run once everything is up (`run --input`, `eval`, `instance replay`); its return value is
+the exit code. Such a daemon starts no connector: its inputs come through the control context,
+and a Connection it does not need would only add start errors and processes."""
 
 
 @dataclass(frozen=True, slots=True)

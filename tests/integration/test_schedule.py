@@ -115,3 +115,19 @@ async def test_a_bad_cron_expression_fails_the_start(
         line = await daemon.wait_for("start_error", code="E_CONNECTOR_START_FAILED")
     assert line["process"].startswith("connector:every-minute:schedule:")
     assert "cron" in line["message"]
+
+
+async def test_run_input_starts_no_connector(tmp_path: Path) -> None:
+    """`run --input` answers one input through the control socket: a Connection it does not
+    need (here one whose config is broken) is not started, so it logs no start errors."""
+    bundle = tmp_path / "bad"
+    bundle.mkdir()
+    text = (BUNDLE / "goondan.yaml").read_text().replace('cron: "* * * * *"', 'cron: "every day"')
+    (bundle / "goondan.yaml").write_text(text)
+    async with asyncio.timeout(60):
+        code, out, err = await run_cli(
+            "run", str(bundle), "--input", "hi", "--log-format", "json",
+            env={"MISSED_RUNS": "skip"},
+        )  # fmt: skip
+    assert code == 0, err
+    assert "start_error" not in out + err and "E_CONNECTOR_START_FAILED" not in out + err
