@@ -38,9 +38,17 @@ def instances(layout: StateLayout, swarm: str) -> list[JsonObject]:
                 continue
             found.append({
                 "instanceKey": unquote(key_dir.name), "agent": unquote(agent_dir.name),
-                "status": "stopped", "path": str(agent_dir),
+                "status": "stopped", "path": str(agent_dir), "updatedAt": _spoke(agent_dir),
             })  # fmt: skip
     return found
+
+
+def _spoke(agent_dir: Path) -> float | None:
+    """When its conversation last changed (Studio opens the most recent one)."""
+    try:
+        return (agent_dir / "messages" / "base.jsonl").stat().st_mtime
+    except OSError:
+        return None
 
 
 def instance_dir(layout: StateLayout, swarm: str, key: str, agent: str | None) -> Path:

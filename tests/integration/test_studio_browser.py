@@ -49,6 +49,9 @@ async def test_process_table_follows_a_send_and_restart_bumps_the_generation(
                 """() => document.querySelector('tr[data-id="agent:beta:probe"] .status')
                          ?.textContent.includes('idle')"""
             )
+            # what the action did, in words (not the control reply's JSON)
+            said = await page.locator("#action-result").inner_text()
+            assert said == "restarted agent:beta:probe:1 → agent:beta:probe:2", said
             await screenshot(page, "processes")
 
 
@@ -58,7 +61,12 @@ async def test_conversation_view_follows_a_new_message(start_daemon: StartDaemon
         daemon = await start_daemon()
         assert (await daemon.send("pid", "alpha", key="k1")).ok
         async with studio() as s, browser_page() as page:
-            await page.goto(s.url + "#/conversation?key=k1&agent=alpha")
+            await page.goto(s.url + "#/conversation")  # opens the instance that spoke last
+            await page.wait_for_function("location.hash.includes('key=k1')")
+            assert await page.locator("#conv-key").input_value() == "k1\u0000alpha"
+            icon = await page.locator('link[rel="icon"]').get_attribute("href")
+            served = await page.request.get(s.base + str(icon))
+            assert served.ok and served.headers["content-type"].startswith("image/svg+xml")
             messages = page.locator("#conversation .msg")
             await page.wait_for_function("document.querySelectorAll('#conversation .msg')"
                                          ".length === 4")  # fmt: skip

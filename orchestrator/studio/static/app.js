@@ -47,6 +47,18 @@ function every(seconds, fn) {
   live.push({ close: () => clearInterval(id) });
 }
 function flash(where, error) { where.replaceChildren(el("span", { class: "error" }, String(error.message || error))); }
+// What an action did, as a sentence (the CLI's words), not the control reply's JSON.
+function sentence(result) {
+  if (result && Array.isArray(result.restarted)) {
+    if (!result.restarted.length) return "nothing was running to restart";
+    return "restarted " + result.restarted.map((r) => `${r.process} → ${r.started}` +
+      (r.killed ? " (killed: its turn did not end in the grace period)" : "")).join(", ");
+  }
+  if (result && Array.isArray(result.stopped)) return result.stopped.length ? "stopped " + result.stopped.join(", ") : "nothing was running";
+  if (result && typeof result.input === "string") return "answered; the turn resumed and replied: " + result.input;
+  if (result && result.resolved) return `answered call ${result.resolved}`;
+  return "done";
+}
 
 // -- Processes ----------------------------------------------------------------------------
 
@@ -83,7 +95,7 @@ function processes() {
   };
   async function act(path, body) {
     message.textContent = "…";
-    try { const r = await api(path, body); message.textContent = JSON.stringify(r.result); }
+    try { const r = await api(path, body); message.textContent = sentence(r.result); }
     catch (e) { flash(message, e); }
   }
   stream("/api/stream/processes", { processes: render });
@@ -152,7 +164,11 @@ async function conversation(params) {
     const [key, agent] = keyInput.value.split("\u0000");
     location.hash = `#/conversation?key=${encodeURIComponent(key)}&agent=${encodeURIComponent(agent)}`;
   });
-  if (params.get("key") === null) return;
+  if (params.get("key") === null) {  // open the instance that spoke last
+    const recent = rows.filter((r) => r.updatedAt).sort((a, b) => b.updatedAt - a.updatedAt)[0];
+    if (recent) location.replace(`#/conversation?key=${encodeURIComponent(recent.instanceKey)}&agent=${encodeURIComponent(recent.agent)}`);
+    return;
+  }
   let turn = null;
   const q = `key=${encodeURIComponent(params.get("key"))}&agent=${encodeURIComponent(params.get("agent") || "")}`;
   stream(`/api/stream/conversation?${q}`, {
@@ -219,7 +235,7 @@ function calls() {
   const answer = async (id, body, decision) => {
     message.textContent = "…";
     const path = `/api/calls/${encodeURIComponent(id)}` + (decision ? `/${decision}` : "");
-    try { const r = await api(path, body); message.textContent = "answered: " + JSON.stringify(r.result); refresh(); }
+    try { const r = await api(path, body); message.textContent = sentence(r.result); refresh(); }
     catch (e) { flash(message, e); }
   };
   // a row is built once per call and kept across refreshes: what a person types into its
