@@ -95,12 +95,23 @@ async def test_trace_view_shows_both_agents_of_a_request(start_daemon: StartDaem
             assert await page.locator(".span.model").count() >= 3
             await screenshot(page, "trace")
             await page.goto(s.url + "#/graph")
-            await page.locator('g.edge[data-source="agent:caller"]'
-                               '[data-target="agent:worker"]').wait_for()  # fmt: skip
+            edge = page.locator('g.edge[data-source="agent:caller"][data-target="agent:worker"]')
+            await edge.wait_for()
+            # its label sits beside its line, on a halo: not drawn over it
+            assert await edge.locator("text.edge-label").get_attribute("paint-order") == "stroke"
             await screenshot(page, "graph")
             await page.goto(s.url + "#/charts")
             await page.locator("#errors").wait_for()
             assert await page.locator(".chart rect").count() >= 1
+            inside = await page.evaluate(
+                """() => [...document.querySelectorAll('.chart-svg')].every((svg) => {
+                     const box = svg.getBoundingClientRect();
+                     return [...svg.querySelectorAll('text.axis')].every((t) => {
+                       const r = t.getBoundingClientRect();
+                       return r.left >= box.left - 0.5 && r.right <= box.right + 0.5; });
+                   })"""
+            )
+            assert inside  # "now" and "-60m" fully inside their chart
             await screenshot(page, "charts")
             await page.goto(f"{s.url}#/logs?trace={trace_id[:8]}")
             await page.wait_for_function("document.querySelectorAll('#logs .line').length > 3")

@@ -132,7 +132,16 @@ function drawGraph(holder, g) {
     const [x1, y1] = pos[e.source] || [0, 0], [x2, y2] = pos[e.target] || [0, 0];
     const group = svgEl("g", { class: "edge", "data-source": e.source, "data-target": e.target });
     group.append(svgEl("line", { x1, y1, x2, y2, stroke: "#94a3b8", "stroke-width": 1 + Math.log2(1 + e.count), "marker-end": "url(#arrow)" }));
-    const label = svgEl("text", { x: (x1 + x2) / 2, y: (y1 + y2) / 2 - 6, "text-anchor": "middle", fill: "#334155" });
+    // along the line and beside it, not across it: turned to its angle (kept upright), moved
+    // off its middle along the normal (an edge back the other way lands on the other side),
+    // over a white halo where another line passes
+    const len = Math.hypot(x2 - x1, y2 - y1) || 1, nx = (y1 - y2) / len, ny = (x2 - x1) / len;
+    let angle = Math.atan2(y2 - y1, x2 - x1) * 180 / Math.PI;
+    if (angle > 90) angle -= 180; else if (angle < -90) angle += 180;
+    const lx = (x1 + x2) / 2 + nx * 14, ly = (y1 + y2) / 2 + ny * 14;
+    const label = svgEl("text", { x: lx, y: ly, "text-anchor": "middle", "dominant-baseline": "middle",
+      transform: `rotate(${angle.toFixed(1)} ${lx} ${ly})`, fill: "#334155", stroke: "#ffffff",
+      "stroke-width": 4, "paint-order": "stroke", class: "edge-label" });
     label.textContent = `${e.count}× p50 ${ms(e.p50Ms)} p99 ${ms(e.p99Ms)}`;
     group.append(label); svg.append(group);
   }
@@ -323,8 +332,9 @@ function chart(title, minutes, series, kind) {
   const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", class: "chart-svg" });
   svg.append(svgEl("line", { x1: P, y1: H - 18, x2: W - 6, y2: H - 18, stroke: "#cbd5e1" }));
   const top = svgEl("text", { x: 2, y: 14, fill: "#64748b" }); top.textContent = String(Math.round(max)); svg.append(top);
-  for (const [i, label] of [[0, "-60m"], [minutes.length - 1, "now"]]) {
-    const t = svgEl("text", { x: x(i), y: H - 4, "text-anchor": "middle", fill: "#64748b" }); t.textContent = label; svg.append(t);
+  // the ends' labels anchored inward: "now" centred on the last minute was cut off the right
+  for (const [i, label, anchor] of [[0, "-60m", "start"], [minutes.length - 1, "now", "end"]]) {
+    const t = svgEl("text", { x: x(i), y: H - 4, "text-anchor": anchor, fill: "#64748b", class: "axis" }); t.textContent = label; svg.append(t);
   }
   for (const s of series) {
     if (kind === "bars") {
