@@ -1,6 +1,7 @@
-"""`goondan package new` through the real CLI: the package it writes serves its Tool to a turn
-in a real agent process, its own test passes as written, and bad names or a non-empty DIR are
-refused.
+"""`goondan package new` and `package check` through the real CLI: the package `new` writes
+passes `check`, serves its Tool to a turn in a real agent process, and its own test passes as
+written; bad names or a non-empty DIR are refused; `check` names every problem of a broken
+package with its code and file:line.
 
 The written distribution is "installed" by writing the *.dist-info an installer would write
 beside its module (tests/distributions.py) and putting its directory on PYTHONPATH: no pip, no
@@ -10,6 +11,7 @@ network.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -67,6 +69,10 @@ async def test_new_package_serves_its_tool_and_passes_its_test(tmp_path: Path) -
     pyproject = (project / "pyproject.toml").read_text()
     assert '"@acme/triage" = "acme_triage"' in pyproject
     assert '"acme_triage" = ["goondan.yaml"]' in pyproject
+    async with asyncio.timeout(60):
+        code, out, err = await run_cli("package", "check", str(project))
+    assert code == 0, err
+    assert "Tool/triage, Connector/triage-ticker" in out
     add_distribution(project, "acme-triage", "0.1.0", {"@acme/triage": "acme_triage"})
     env = {"PYTHONPATH": f"{project}:{REPO}"}
     bundle = tmp_path / "b" / "goondan.yaml"
@@ -102,3 +108,53 @@ async def test_new_refuses_a_bad_name_and_a_non_empty_dir(tmp_path: Path) -> Non
         code, _, err = await run_cli("package", "new", "@acme/x", str(taken))
     assert code == 2
     assert sorted(p.name for p in taken.iterdir()) == ["keep.txt"]
+
+
+def _break(project: Path) -> None:
+    """Three problems at once: the versions differ, a tool without handler, a connector without
+    run()."""
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('version = "0.1.0"', 'version = "0.2.0"'))
+    module = project / "acme_triage"
+    tool = module / "tools" / "greet.py"
+    tool.write_text(tool.read_text().replace('handlers = {"greet": greet}', "handlers = {}"))
+    connector = module / "connectors" / "ticker.py"
+    connector.write_text(connector.read_text().replace("async def run(", "async def serve("))
+
+
+async def _check(project: Path) -> tuple[int, list[tuple[str, str]]]:
+    async with asyncio.timeout(60):
+        code, out, _ = await run_cli("package", "check", "--json", str(project))
+    return code, [(e["code"], e["path"]) for e in json.loads(out)["errors"]]
+
+
+async def test_check_names_each_problem_with_its_code(tmp_path: Path) -> None:
+    project = tmp_path / "triage"
+    async with asyncio.timeout(60):
+        code, _, err = await run_cli("package", "new", "@acme/triage", str(project))
+    assert code == 0, err
+    _break(project)
+    assert await _check(project) == (1, [
+        ("E_PACKAGE_INVALID", "acme_triage/goondan.yaml:9 spec.version"),
+        ("E_TOOL_LOAD", "acme_triage/goondan.yaml:12"),
+        ("E_CONNECTOR_START_FAILED", "acme_triage/goondan.yaml:28"),
+    ])  # fmt: skip
+    yaml = project / "acme_triage" / "goondan.yaml"
+    yaml.write_text(
+        yaml.read_text()
+        .replace('name: "@acme/triage"', 'name: "@acme/other"')
+        .replace("  entry: ./tools/greet.py", "  entry: ./tools/greet.py\n  bogus: 1")
+    )
+    assert await _check(project) == (1, [
+        ("E_PACKAGE_INVALID", "acme_triage/goondan.yaml:7 metadata.name"),
+        ("E_PACKAGE_INVALID", "acme_triage/goondan.yaml:9 spec.version"),
+        ("E_CONFIG_SCHEMA_INVALID", "acme_triage/goondan.yaml:18 spec.bogus"),
+    ])  # fmt: skip
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('"goondan.packages"', '"other"'))
+    assert await _check(project) == (1, [
+        ("E_PACKAGE_INVALID", f'{pyproject} [project.entry-points."goondan.packages"]'),
+    ])  # fmt: skip
+    assert await _check(tmp_path / "none") == (1, [
+        ("E_PACKAGE_INVALID", str(tmp_path / "none" / "pyproject.toml")),
+    ])  # fmt: skip
