@@ -40,6 +40,13 @@ class ErrorCode(StrEnum):
     E_PACKAGE_INVALID = "E_PACKAGE_INVALID"
     """An installed package cannot be used: its entry point names no package directory, it
     has no goondan.yaml, its Package document has another name, two distributions claim it."""
+    E_LOCK_MISSING = "E_LOCK_MISSING"
+    """`--frozen` with no goondan.lock beside the bundle (`goondan package lock` writes it)."""
+    E_LOCK_INVALID = "E_LOCK_INVALID"
+    """goondan.lock cannot be read: not TOML, a wrong type, too large."""
+    E_LOCK_STALE = "E_LOCK_STALE"
+    """`--frozen`: an installed package differs from goondan.lock (version, distribution, its
+    files' hash), or one is used that the lock does not name, or the reverse."""
 
     # evals: `goondan eval FILE` (orchestrator/evals/)
     E_EVAL_INVALID = "E_EVAL_INVALID"

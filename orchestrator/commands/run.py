@@ -20,6 +20,7 @@ from bundles.diagnostics import BundleError, Severity
 from bundles.kinds import ClusterPolicy, SwarmSpec
 from bundles.loader import inspect_bundle
 from bundles.model import Bundle, Resource
+from bundles.packages.lock import FROZEN_HELP, frozen
 from orchestrator import daemon
 from orchestrator.cluster.options import PASSWORD_ENV, ClusterConfigError, ClusterOptions
 from orchestrator.cluster.options import options as cluster_options
@@ -100,6 +101,8 @@ def _load(
     """The bundle and the swarm to run; raises BundleError (warnings are printed) or KeyError
     (no such swarm)."""
     report = inspect_bundle(args.bundle, env_files=env_files, state_root=root)
+    if args.frozen:
+        report = frozen(report)
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if report.bundle is None:
@@ -146,6 +149,7 @@ class _Run:
             help="skip importing every tool/extension/connector entry in a throwaway process "
             "before starting (about 0.3 s); a broken entry then shows as its agent's start error",
         )  # fmt: skip
+        parser.add_argument("--frozen", action="store_true", help=FROZEN_HELP)
         parser.add_argument(
             "--watch", action="store_true",
             help="reload the bundle when its files change; restart only the affected processes",

@@ -20,6 +20,7 @@ from bundles.diagnostics import BundleError
 from bundles.kinds import Kind
 from bundles.loader import BundleReport, inspect_bundle
 from bundles.model import Bundle, Resource
+from bundles.packages.lock import FROZEN_HELP, frozen
 from orchestrator.deepcheck import deep_check
 from orchestrator.exitcodes import EXIT_OK, EXIT_USAGE
 
@@ -112,6 +113,7 @@ class _Validate:
             metavar="F",
             help="read KEY=VALUE lines from F (repeatable; never overrides the environment)",
         )
+        parser.add_argument("--frozen", action="store_true", help=FROZEN_HELP)
 
     def run(self, args: argparse.Namespace) -> int:
         state_root = Path(args.state_root) if getattr(args, "state_root", None) else None
@@ -121,6 +123,8 @@ class _Validate:
             state_root=state_root,
             strict=args.strict,
         )
+        if args.frozen:
+            report = frozen(report)
         if args.deep and report.valid:
             swarm = getattr(args, "swarm", None)
             env_files = [Path(f) for f in args.env_file]
