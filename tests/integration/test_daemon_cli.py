@@ -186,6 +186,16 @@ async def test_instances_are_listed_and_deleted_from_the_files_without_a_daemon(
         assert code == 1 and "E_INSTANCE_NOT_FOUND" in err
 
 
+async def test_calls_list_with_several_swarms_and_no_daemon_says_no_daemon(tmp_path: Path) -> None:
+    """With no daemon at all, the missing daemon is the error, not which swarm to choose."""
+    for swarm in ("one", "two"):
+        (StateLayout(tmp_path).swarm_instances_dir(swarm)).mkdir(parents=True)
+    async with asyncio.timeout(30):
+        code, _, err = await run_cli("calls", "list", "--state-root", str(tmp_path))
+    assert code == 1 and "E_DAEMON_NOT_RUNNING" in err
+    assert "several daemons" not in err and "E_CONTROL_BAD_REQUEST" not in err
+
+
 async def test_run_dir_is_private_and_active_json_names_the_daemon(
     start_daemon: StartDaemon,
 ) -> None:
