@@ -30,6 +30,7 @@ from orchestrator.cluster.options import ClusterOptions
 from orchestrator.control import fence as control_fence
 from orchestrator.control import rundir, runpointer
 from orchestrator.control.server import ControlContext, ControlServer
+from orchestrator.exitcodes import EXIT_USAGE
 from orchestrator.ingress.journal.sqlite import SqliteJournal
 from orchestrator.ingress.port import Ingress
 from orchestrator.observe import daemonlog as logs
@@ -43,11 +44,12 @@ from orchestrator.supervision.reconciler import Reconciler
 from orchestrator.supervision.settings import Settings, SpawnMode
 from orchestrator.supervision.spawner import ColdSpawner, ForkServerSpawner, Spawner
 from orchestrator.supervision.supervisor import Supervisor
+from orchestrator.supervision.table import ProcessEntry
 from orchestrator.wiring import DaemonOptions as DaemonOptions  # what `goondan run` builds
 from orchestrator.wiring import OnStarted as OnStarted
 from orchestrator.wiring import Parts, Wiring
 from protocol.control import OrchestratorInfo, StopReport
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, ErrorInfo
 from protocol.launch import LaunchSettings
 
 if TYPE_CHECKING:  # cluster mode's modules import nats-py: only a --cluster run loads them
@@ -340,9 +342,25 @@ class Daemon:
 
     def _start_connectors(self, parts: Parts) -> None:
         """Connectors are always up (ARCHITECTURE.md §5), but for a daemon started for one
-        purpose (`run --input`, `eval`): its inputs come through the control context."""
-        if self.opts.on_started is None:
-            parts.connections.start_all()
+        purpose (`run --input`, `eval`): its inputs come through the control context. One that
+        cannot start at the daemon's start (its token unset, its port taken) stops the daemon
+        with exit 2: retrying every second would only hide a configuration error. Later
+        failures keep the crash policy's backoff."""
+        if self.opts.on_started is not None:
+            return
+        first = set(parts.swarm.view.connections)
+
+        def refused(entry: ProcessEntry, error: ErrorInfo) -> None:
+            if entry.address not in first or entry.generation != 1:
+                return
+            log.error("connection_cannot_start", connection=entry.address.name,
+                      code=error.code, reason=error.message, suggestion=error.suggestion or
+                      "fix the Connection's config, then run again")  # fmt: skip
+            self.exit_code = EXIT_USAGE
+            self.request_stop(f"Connection {entry.address.name} cannot start")
+
+        parts.supervisor.add_start_error_listener(refused)
+        parts.connections.start_all()
 
     async def _close_journal(self, ingress: Ingress) -> None:
         """Bounded: a wedged journal thread must not keep the daemon from exiting (exit 1)."""

@@ -114,6 +114,7 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._restart_listeners: list[RestartListener] = []
         self._deactivation_listeners: list[Callable[[Address], None]] = []
+        self._start_error_listeners: list[Callable[[ProcessEntry, ErrorInfo], None]] = []
         self.ready_listener = ready_listener
         self.capacity = capacity.Capacity(settings.max_live_instances, table, mailboxes.get)
 
@@ -359,6 +360,8 @@ class Supervisor:
         entry.start_error = payload.error
         log.error("start_error", process=str(entry.process_id), code=payload.error.code,
                   message=payload.error.message)  # fmt: skip
+        for listener in self._start_error_listeners:
+            listener(entry, payload.error)
 
     def on_status(self, entry: ProcessEntry, payload: StatusPayload) -> None:
         if payload.state is ChildState.PROCESSING and entry.status is S.IDLE:
@@ -427,6 +430,10 @@ class Supervisor:
             entry.deactivated = True
             self._begin_stop(entry, ShutdownReason.IDLE)
         return self._task(self.stop(entry, ShutdownReason.IDLE))
+
+    def add_start_error_listener(self, listener: Callable[[ProcessEntry, ErrorInfo], None]) -> None:
+        """Told when a child says why it cannot start (before the crash policy retries it)."""
+        self._start_error_listeners.append(listener)
 
     def add_deactivation_listener(self, listener: Callable[[Address], None]) -> None:
         """Told when a deactivated instance's process has exited (its files are final)."""

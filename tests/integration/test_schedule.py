@@ -82,7 +82,7 @@ async def test_missed_runs_after_downtime_catch_up_one_or_skip(
         last = datetime.fromisoformat(json.loads((state / "schedule.json").read_text())
                                       ["lastScheduledAt"])  # fmt: skip
         missed = int((datetime(2026, 1, 1, 3, tzinfo=UTC) - last).total_seconds()) // 60
-        assert missed in (178, 179)
+        assert 170 <= missed <= 179  # 00:02 .. 03:00, less what fired before the stop
         seen = len(inputs())
 
         # down for three hours; catchUpOne: one run at start for the latest missed time
@@ -113,8 +113,13 @@ async def test_a_bad_cron_expression_fails_the_start(
         daemon = await start_daemon(bundle, swarm=SWARM, env={"MISSED_RUNS": "skip"})
         # any generation: an exit seen before the first one's frame makes that frame stale
         line = await daemon.wait_for("start_error", code="E_CONNECTOR_START_FAILED")
+        # at the daemon's start a Connection that cannot start is a configuration error: the
+        # daemon stops with exit 2 instead of retrying it every second
+        assert await daemon.wait() == 2
     assert line["process"].startswith("connector:every-minute:schedule:")
     assert "cron" in line["message"]
+    [refused] = daemon.find("connection_cannot_start")
+    assert (refused["connection"], refused["code"]) == ("every-minute", "E_CONNECTOR_START_FAILED")
 
 
 async def test_run_input_starts_no_connector(tmp_path: Path) -> None:
