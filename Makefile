@@ -20,7 +20,7 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 
-.PHONY: help install system-deps lock lock-check test test-fast test-drives durations test-latest lint docs typecheck imports bench bench-instances run-example clean fuzz chaos soak cluster-chaos
+.PHONY: help install system-deps lock lock-check test test-fast test-drives durations test-latest lint docs typecheck imports bench bench-instances run-example clean fuzz chaos soak cluster-chaos cluster-faults
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -158,6 +158,10 @@ chaos: ## long chaos runs: SIGKILL of agents and of the orchestrator (CHAOS_SECO
 cluster-chaos: ## long cluster runs on 3 NATS servers + 3 nodes: load with cross-node requests, node SIGKILL, NATS leader kill, zombie, join (CLUSTER_LOAD_SECONDS, default 120)
 	CLUSTER_LOAD_SECONDS=$${CLUSTER_LOAD_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/cluster $(PYTEST_ARGS)
+
+cluster-faults: ## faults under load in network namespaces (root): node/NATS cuts, split, pauses, kills; every acknowledged send kept once, in order (FAULT_ROUNDS per kind, default 10; FAULT_SEED)
+	FAULT_ROUNDS=$${FAULT_ROUNDS:-10} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		--timeout=0 tests/faults $(PYTEST_ARGS)
 
 soak: ## steady traffic; fails on sustained RSS growth (SOAK_SECONDS, default 60)
 	SOAK_SECONDS=$${SOAK_SECONDS:-60} $(BIN)/python -m pytest -q -s -p no:cacheprovider \

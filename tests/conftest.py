@@ -14,6 +14,7 @@ DRIVES = (
     "tests/bench/test_instances.py",  # 20,000 instances through one daemon: ~3 min of both cores
     "tests/chaos",  # SIGKILLs and power cuts under load, restarts that replay the journal
     "tests/cluster",  # 3 NATS servers and 3 nodes per test
+    "tests/faults",  # 3 NATS servers + 3 nodes in network namespaces, every fault kind once
     "tests/integration/test_studio_browser.py",  # a headless Chromium per test
     "tests/integration/test_forkserver_memory.py",  # 20 reloads and idle agents, RSS measured
 )

@@ -1,0 +1,126 @@
+"""The fault kinds and a seeded schedule. Each fault is held longer than the bundle's lease TTL
+(tests/cluster/bundle: 2 s), so leases expire and move while it lasts; `heal` undoes it.
+Asymmetric loss and delay need the netem qdisc, which `netns.netem_available` detects; without
+it those kinds are left out with the reason (`skipped`)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.faults.cluster import NsNatsCluster, start_ns_node
+from tests.faults.netns import netem_available
+from tests.integration.harness import Daemon
+
+HOLD = 4.0
+"""Seconds a fault lasts: twice the test bundle's lease TTL."""
+
+
+@dataclass
+class World:
+    """What the nemesis acts on; `down` names the nodes the workload must route around (a
+    stopped or killed node's control socket answers nobody)."""
+
+    nats: NsNatsCluster
+    nodes: list[Daemon]
+    bundle: Path
+    root: Path
+    down: set[int] = field(default_factory=set)
+
+    async def restart_node(self, i: int) -> None:
+        node = self.nodes[i]
+        await node.close()
+        self.nodes[i] = await start_ns_node(
+            self.nats.net, self.nats, self.bundle, f"n{i + 1}", self.root
+        )
+
+
+Fault = Callable[[World, random.Random], Awaitable[str]]
+
+
+async def node_cut(world: World, rng: random.Random) -> str:
+    i = rng.randrange(len(world.nodes))
+    world.nats.net.cut(f"n{i + 1}")
+    await asyncio.sleep(HOLD)  # the fault's length is the point: nothing to await
+    world.nats.net.heal()
+    return f"n{i + 1} cut from NATS"
+
+
+async def nats_minority_cut(world: World, rng: random.Random) -> str:
+    server = rng.choice(world.nats.servers)
+    world.nats.net.cut(server.name)
+    await asyncio.sleep(HOLD)
+    world.nats.net.heal()
+    return f"{server.name} cut"
+
+
+async def split(world: World, rng: random.Random) -> str:
+    server, i = rng.choice(world.nats.servers), rng.randrange(len(world.nodes))
+    world.nats.net.cut(server.name, f"n{i + 1}")
+    await asyncio.sleep(HOLD)
+    world.nats.net.heal()
+    return f"minority {server.name}+n{i + 1} | majority the rest"
+
+
+async def node_pause(world: World, rng: random.Random) -> str:
+    i = rng.randrange(len(world.nodes))
+    world.down.add(i)
+    world.nodes[i].signal(signal.SIGSTOP)
+    await asyncio.sleep(HOLD)
+    world.nodes[i].signal(signal.SIGCONT)
+    world.down.discard(i)
+    return f"n{i + 1} paused"
+
+
+async def nats_pause(world: World, rng: random.Random) -> str:
+    server = rng.choice(world.nats.servers)
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGSTOP)
+    await asyncio.sleep(HOLD)
+    server.proc.send_signal(signal.SIGCONT)
+    return f"{server.name} paused"
+
+
+async def node_kill(world: World, rng: random.Random) -> str:
+    i = rng.randrange(len(world.nodes))
+    world.down.add(i)
+    world.nodes[i].signal(signal.SIGKILL)
+    await asyncio.sleep(HOLD)
+    await world.restart_node(i)
+    world.down.discard(i)
+    return f"n{i + 1} killed and restarted"
+
+
+async def nats_kill(world: World, rng: random.Random) -> str:
+    server = rng.choice(world.nats.servers)
+    world.nats.kill(server)
+    await asyncio.sleep(HOLD)
+    world.nats.start(server)
+    await world.nats.wait_listening()
+    return f"{server.name} killed and restarted"
+
+
+KINDS: dict[str, Fault] = {
+    "node_cut": node_cut, "nats_minority_cut": nats_minority_cut, "split": split,
+    "node_pause": node_pause, "nats_pause": nats_pause, "node_kill": node_kill,
+    "nats_kill": nats_kill,
+}  # fmt: skip
+
+
+def skipped() -> dict[str, str]:
+    """The kinds this machine cannot inject, with the reason."""
+    if netem_available():
+        return {}
+    reason = "no netem qdisc in this kernel (tc qdisc add ... netem failed)"
+    return {"asymmetric_loss": reason, "delay": reason}
+
+
+def schedule(seed: int, rounds: int) -> list[str]:
+    """Every kind `rounds` times, in an order the seed decides."""
+    kinds = [kind for kind in KINDS for _ in range(rounds)]
+    random.Random(seed).shuffle(kinds)
+    return kinds

@@ -1,0 +1,72 @@
+"""Faults under load (README: Running on several machines; docs/cluster.md "Faults"): 3 NATS
+servers and 3 nodes, each in a network namespace; while every instance key gets sends, the
+nemesis injects each fault kind FAULT_ROUNDS times (default 1; `make cluster-faults`: 10) in
+an order FAULT_SEED decides, heals it and waits for every key to answer again. Then every
+acknowledged send is in its instance's conversation once and in order."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+from tests.cluster.harness import read_history, unique_swarm_bundle, user_texts
+from tests.faults import nemesis
+from tests.faults.checker import check, unavailability
+from tests.faults.cluster import NsNatsCluster, start_ns_node
+from tests.faults.workload import Workload
+
+KEYS = [f"k{i}" for i in range(6)]
+RECOVERY = 45.0
+
+
+async def recovered(work: Workload, healed: float) -> float:
+    """Until every key answered a send finished after `healed` (polled: the answers land in a
+    list), bounded; the longest wait."""
+    deadline = time.monotonic() + RECOVERY
+    while unavailability(work.outcomes, healed, KEYS) == float("inf"):
+        assert time.monotonic() < deadline, f"a key did not answer {RECOVERY} s after the heal"
+        await asyncio.sleep(0.2)
+    return unavailability(work.outcomes, healed, KEYS)
+
+
+async def test_every_acknowledged_send_survives_the_faults(
+    ns_nats: NsNatsCluster, tmp_path: Path
+) -> None:
+    rounds = int(os.environ.get("FAULT_ROUNDS", "1"))
+    seed = int(os.environ.get("FAULT_SEED", str(random.randrange(1 << 31))))
+    print(f"\nFAULT_SEED={seed} FAULT_ROUNDS={rounds} not injected: {nemesis.skipped()}")
+    bundle = unique_swarm_bundle(tmp_path)
+    rng = random.Random(seed)
+    async with asyncio.timeout(60 + rounds * len(nemesis.KINDS) * (RECOVERY + 15)):
+        nodes = list(await asyncio.gather(*(
+            start_ns_node(ns_nats.net, ns_nats, bundle, f"n{i + 1}", tmp_path) for i in range(3)
+        )))  # fmt: skip
+        world = nemesis.World(ns_nats, nodes, bundle, tmp_path)
+        try:
+            for node in nodes:
+                await node.wait_for("cluster_settled", nodes=3)
+            work = Workload(world, KEYS)
+            running = asyncio.ensure_future(work.run())
+            waits: dict[str, list[float]] = {}
+            for kind in nemesis.schedule(seed, rounds):
+                what = await nemesis.KINDS[kind](world, rng)
+                wait = await recovered(work, time.monotonic())
+                waits.setdefault(kind, []).append(wait)
+                print(f"{kind:<18} {what:<40} answered again after {wait:5.1f} s")
+            work.stopping.set()
+            await running
+            histories = {k: user_texts(await read_history(ns_nats, world.nodes[0].swarm,
+                                                          "caller", k)) for k in KEYS}  # fmt: skip
+        finally:
+            for node in world.nodes:
+                node.signal(signal.SIGCONT)
+                await node.close()
+    report = check(work.outcomes, histories)
+    report.unavailable = {kind: max(w) for kind, w in waits.items()}
+    print(report.table())
+    assert report.ok, report.table()
+    assert report.acknowledged > 0, report.table()
