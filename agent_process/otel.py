@@ -47,7 +47,7 @@ MAX_OPEN_SPANS = 10_000
 by a drain never finishes in this process)."""
 DEFAULT_SERVICE_NAME = "goondan"
 INSTALL_HINT = (
-    "pip install 'goondan[otel]' (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)"
+    "pip install 'goondan-daemon[otel]' (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)"
 )
 
 _STARTS = frozenset({"turn.started", "step.started", "tool.called"})

@@ -25,6 +25,7 @@ import structlog
 import zmq
 import zmq.asyncio
 
+from bundles.packages.installed import GOONDAN_DISTRIBUTION
 from orchestrator import systemd
 from orchestrator.cluster.options import ClusterOptions
 from orchestrator.control import fence as control_fence
@@ -67,7 +68,7 @@ Backends = tuple["Metrics | None", "SqliteJournal | None", "NodeLink | None"]
 
 def _version() -> str:
     try:
-        return metadata.version("goondan")
+        return metadata.version(GOONDAN_DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return "0+unknown"
 
@@ -233,7 +234,7 @@ class Daemon:
             from orchestrator.cluster.nodelink import NodeLink
         except ImportError as exc:
             log.error("cluster_unavailable", code="E_CLUSTER_CONFIG", reason=str(exc),
-                      suggestion="pip install 'goondan[cluster]'")  # fmt: skip
+                      suggestion="pip install 'goondan-daemon[cluster]'")  # fmt: skip
             return None
         try:
             return await NodeLink.open(cluster, self.opts.swarm.name)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # importlib.metadata (email, zipfile, csv) loads only when a 
     from importlib.metadata import Distribution, EntryPoint
 
 ENTRY_POINT_GROUP = "goondan.packages"
-GOONDAN_DISTRIBUTION = "goondan"
+GOONDAN_DISTRIBUTION = "goondan-daemon"
 """goondan's own distribution, which provides `@goondan/base`."""
 
 

@@ -159,7 +159,7 @@ class _Run:
             "--cluster", metavar="URLS",
             help="run as one node of the swarm's cluster: NATS servers nats://HOST:PORT[,...] "
             "(tls://HOST:PORT for TLS; nats://USER:PASSWORD@HOST:PORT, or see --nats-user); "
-            "needs goondan[cluster]",
+            "needs goondan-daemon[cluster]",
         )  # fmt: skip
         cluster.add_argument("--node", metavar="NAME", help="this node's name in the cluster")
         cluster.add_argument(

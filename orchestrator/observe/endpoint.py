@@ -83,7 +83,7 @@ async def start_metrics(endpoint: MetricsEndpoint | None) -> Metrics | None:
     except ImportError as exc:
         raise MetricsUnavailable(
             f"Swarm.spec.observability.metrics is set but {exc.name} is not installed",
-            "pip install 'goondan[metrics]', or remove observability.metrics",
+            "pip install 'goondan-daemon[metrics]', or remove observability.metrics",
         ) from exc
     registry = metrics.DaemonMetrics()
     host, port = endpoint.host, endpoint.port

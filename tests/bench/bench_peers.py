@@ -22,7 +22,7 @@ Each row is a ratio to the bare SDK doing the same model calls in the same run; 
 framework adds is its median minus the baseline's. The baseline, like the peers, uses the SDK's
 typed `chat.completions.create`; goondan's `openai` adapter posts the same request and decodes
 the reply with msgspec instead (agent_process/models/openai_chat.py), part of what it saves.
-Needs the `bench` extra (`pip install 'goondan[bench]'`); without it the table says it
+Needs the `bench` extra (`pip install 'goondan-daemon[bench]'`); without it the table says it
 skipped. `BENCH_PEERS_TURNS` (default 300) makes a run shorter.
 
 Run: `python -m tests.bench bench_peers`.
@@ -302,7 +302,7 @@ def main() -> list[Row]:
     missing = [m for m in PEERS if importlib.util.find_spec(m) is None]
     if missing:
         print(f"bench_peers skipped: {', '.join(missing)} not installed "
-              "(pip install 'goondan[bench]')")  # fmt: skip
+              "(pip install 'goondan-daemon[bench]')")  # fmt: skip
         return []
     rows = run()
     print_rows(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
-INSTALL_HINT = "pip install 'goondan[plot]'  (or: pip install 'matplotlib>=3.8')"
+INSTALL_HINT = "pip install 'goondan-daemon[plot]'  (or: pip install 'matplotlib>=3.8')"
 
 SpawnPoint = tuple[int, float]
 """(agents already live when the spawn was asked for, spawn -> ready in ms)."""

@@ -79,7 +79,7 @@ async def test_package_list_shows_the_installed_package_and_its_use(tmp_path: Pa
     assert (github["declared"], github["wanted"], github["used"]) == (
         True, ">=1.2,<2", ["Tool/github"],
     )  # fmt: skip
-    assert by_name["@goondan/base"]["distribution"] == "goondan"
+    assert by_name["@goondan/base"]["distribution"] == "goondan-daemon"
     assert {"kind": "Tool", "name": "bash"} in by_name["@goondan/base"]["resources"]
     assert data["bundle"] == {"path": str(bundle), "valid": True, "errors": []}
     async with asyncio.timeout(60):

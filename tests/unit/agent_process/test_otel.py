@@ -85,7 +85,7 @@ def test_configured_without_the_packages_warns_once_and_exports_nothing(
     assert not bus.active  # nothing subscribed
     (warning,) = [e for e in logs if e["event"] == "otel_unavailable"]
     assert warning["log_level"] == "warning"
-    assert "goondan[otel]" in warning["hint"]
+    assert "goondan-daemon[otel]" in warning["hint"]
 
 
 NOT_CONFIGURED = """
