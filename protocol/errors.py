@@ -37,6 +37,12 @@ class ErrorCode(StrEnum):
     E_PACKAGE_NOT_DECLARED = "E_PACKAGE_NOT_DECLARED"
     """A reference names a package its bundle (or package) does not list in
     `spec.dependencies`."""
+    E_PACKAGE_EDIT = "E_PACKAGE_EDIT"
+    """`goondan package add` cannot edit the bundle's Package document safely (no Package
+    document, a flow `spec`, tabs, anchors): nothing was written; the message names the fix."""
+    E_PACKAGE_INSTALL = "E_PACKAGE_INSTALL"
+    """`goondan package add`: the installer (uv or pip) failed, or what it installed provides
+    no goondan package."""
     E_PACKAGE_INVALID = "E_PACKAGE_INVALID"
     """An installed package cannot be used: its entry point names no package directory, it
     has no goondan.yaml, its Package document has another name, two distributions claim it."""

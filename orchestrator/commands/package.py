@@ -21,7 +21,7 @@ from bundles.kinds import Kind, PackageRequirement
 from bundles.loader import MAIN_FILES, BundleReport, bundle_files, inspect_bundle
 from bundles.model import Bundle
 from bundles.packages.installed import InstalledPackage, installed
-from orchestrator.commands import package_check, package_lock, package_new
+from orchestrator.commands import package_add, package_check, package_lock, package_new
 from orchestrator.commands.validate import used_resources
 from orchestrator.exitcodes import EXIT_OK, EXIT_USAGE
 
@@ -167,6 +167,7 @@ class _Package:
         )
         package_new.configure(actions)
         package_check.configure(actions)
+        package_add.configure(actions)
         package_lock.configure(actions)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -174,6 +175,8 @@ class _Package:
             return package_new.run(args)
         if args.action == "check":
             return package_check.run(args)
+        if args.action == "add":
+            return package_add.run(args)
         if args.action == "lock":
             return package_lock.run(args)
         usage = None
