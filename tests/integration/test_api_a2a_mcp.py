@@ -69,6 +69,10 @@ async def test_an_a2a_client_sends_streams_and_answers_a_client_side_call(
             streamed, responses = await _task(streaming, _message("stream this"))
             waiting, _ = await _task(plain, _message("calendar today"))
             answered, _ = await _task(plain, _message(task=waiting, data={"result": {"n": 1}}))
+            # the resumed turn streams its reply too (docs/guides/api.md's example prints it)
+            later, _ = await _task(plain, _message("calendar later"))
+            answer = SendMessageRequest(message=_message(task=later, data={"result": {"n": 2}}))
+            resumed = [r async for r in streaming.send_message(answer)]  # no task: updates only
             second, _ = await _task(plain, _message("calendar tomorrow"))
             canceled = await plain.cancel_task(CancelTaskRequest(id=second.id))
             with pytest.raises(TaskNotCancelableError):  # it is completed
@@ -89,6 +93,9 @@ async def test_an_a2a_client_sends_streams_and_answers_a_client_side_call(
     assert answered.status.state == TaskState.TASK_STATE_COMPLETED
     reply = [p.text for a in answered.artifacts for p in a.parts]
     assert reply and reply[-1].startswith("calendar says")
+    chunks = [r.artifact_update for r in resumed if r.HasField("artifact_update")]
+    assert len(chunks) > 1 and chunks[-1].last_chunk and not chunks[0].last_chunk
+    assert chunks[-1].artifact.parts[0].text.startswith("calendar says")
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert stranger.status_code == 404
     assert refused.status_code == 401
