@@ -79,18 +79,15 @@ def _snapshot() -> dict[str, tuple[str, str]]:
 
 
 def _provided(spec: str, before: dict[str, tuple[str, str]]) -> list[InstalledPackage]:
-    """The goondan packages the install added or changed; when it changed nothing (already
-    installed), those of the distribution SPEC names."""
-    after = {n: p for n, p in installed().items() if p.problem is None}
-    changed = [p for n, p in after.items() if before.get(n) != (p.distribution, p.version)]
-    if changed:
-        return changed
+    """The goondan packages of the distribution SPEC names (not those of its dependencies);
+    when SPEC does not say (a URL, say), those the install added or changed."""
     from packaging.utils import canonicalize_name
 
+    after = {n: p for n, p in installed().items() if p.problem is None}
     wanted = _distribution_of(spec)
-    if wanted is None:
-        return []
-    return [p for p in after.values() if canonicalize_name(p.distribution) == wanted]
+    if wanted is not None:
+        return [p for p in after.values() if canonicalize_name(p.distribution) == wanted]
+    return [p for n, p in after.items() if before.get(n) != (p.distribution, p.version)]
 
 
 def _distribution_of(spec: str) -> str | None:
@@ -155,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
         main = find_main_file(Path(args.bundle))
     except BundleError:
         print(f"goondan package add: no bundle at {args.bundle}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.spec.startswith("-"):  # pip would read it as an option (--index-url, -r FILE)
+        print(f"goondan package add: SPEC {args.spec!r} must not start with '-'", file=sys.stderr)
         return EXIT_USAGE
     argv = installer(args.spec)
     before = _snapshot()

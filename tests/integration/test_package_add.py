@@ -128,3 +128,8 @@ async def test_add_installs_the_wheel_and_declares_it(tmp_path: Path) -> None:
                               "--bundle", str(bundle))  # fmt: skip
     assert (code, "E_PACKAGE_INSTALL" in err) == (1, True)
     assert bundle.read_text() == expected
+    # an option in SPEC's place is refused before any installer runs
+    code, _, _ = await _cli(python, "package", "add", "--bundle", str(bundle), "--",
+                            "--index-url=http://127.0.0.1:9/")  # fmt: skip
+    assert code == 2
+    assert bundle.read_text() == expected
