@@ -20,7 +20,7 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 UV_ENV := UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV)
 
-.PHONY: help install system-deps lock lock-check test test-fast test-drives durations test-latest lint docs typecheck imports bench bench-instances run-example clean fuzz chaos soak cluster-chaos cluster-faults
+.PHONY: help install system-deps lock lock-check test test-fast test-drives durations test-latest lint docs typecheck imports bench bench-instances run-example dist clean fuzz chaos soak cluster-chaos cluster-faults
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -136,6 +136,9 @@ lint: ## ruff, mypy --strict and the import contracts of ARCHITECTURE.md §2
 # fetched (no web fonts); NO_MKDOCS_2_WARNING silences mkdocs-material's banner about MkDocs 2.
 docs: ## build the docs site into site/ (mkdocs build --strict: a broken link or anchor fails)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+dist: $(UV) ## build the sdist and wheel into dist/, twine check them, install the wheel into a fresh venv outside the checkout and answer the hello example from it
+	.ci/dist $(VENV) $(UV)
 
 typecheck: ## mypy --strict only
 	$(BIN)/mypy
