@@ -150,7 +150,8 @@ def names(name: str) -> tuple[str, str, str]:
     """(distribution, module, short name) for a package name `@scope/name` or `name`."""
     plain = name.lstrip("@").replace("/", "-")
     module = re.sub(r"[^0-9a-zA-Z]+", "_", plain).strip("_").lower()
-    short = name.rsplit("/", 1)[-1]
+    # a resource name takes letters, digits, '-' and '_' only, never '__' (bundles.naming)
+    short = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_-]", "-", name.rsplit("/", 1)[-1]))
     return plain.lower(), module, short
 
 
