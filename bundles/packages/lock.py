@@ -70,7 +70,8 @@ def tree_hash(directory: Path) -> str:
             if path.is_symlink():
                 digest = hashlib.sha256(os.readlink(path).encode()).hexdigest()
             else:
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                with path.open("rb") as f:  # in chunks: a package may ship a large file
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()
             lines.append(f"{rel}\0{digest}\n")
             if len(lines) > MAX_FILES:
                 raise LockError(
