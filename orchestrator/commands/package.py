@@ -5,6 +5,9 @@ A goondan package is a Python distribution that declares a `goondan.packages` en
 installed from, its resources, and what the bundle (`--bundle`, default ./goondan.yaml when it
 exists) declares of it and uses. It reads files only: no daemon, no package code runs.
 Exit 0 listed, 2 when the `--bundle` named does not exist.
+
+The other actions live in their own modules, dispatched from here: `new` (package_new),
+`check` (package_check), `add` (package_add), `lock` (package_lock).
 """
 
 from __future__ import annotations
