@@ -124,14 +124,21 @@ def convert(
     """`msgspec.convert(data, type_)`; on failure an E_CONFIG_SCHEMA_INVALID naming each bad
     field (msgspec stops at the first: each is left out and the rest converted again)."""
     removed: set[FieldPath] = set()
+    unknown: dict[FieldPath, list[str]] = {}
+    """The unknown fields left out, by the mapping that held them."""
     for _ in range(MAX_ERRORS):
         try:
             converted = msgspec.convert(data, type_)
         except msgspec.ValidationError as exc:
             message, rel = error_location(str(exc))
             missing = _MISSING.match(message)
-            if missing and (*rel, missing["field"]) in removed:
-                return None  # the field left out for its own error: said already
+            if missing and (
+                (*rel, missing["field"]) in removed
+                or difflib.get_close_matches(missing["field"], unknown.get(rel, []), n=1)
+            ):
+                # the field left out for its own error, or misspelled as an unknown field of
+                # the same mapping (`provder`): said already, with its "did you mean"
+                return None
             path = (*base, *rel)
             field_text = ".".join(str(p) for p in path) if path else "document"
             collector.error(
@@ -144,6 +151,8 @@ def convert(
             if rest is None:
                 return None
             removed.add(rel)
+            if _UNKNOWN.match(message):
+                unknown.setdefault(rel[:-1], []).append(str(rel[-1]))
             data = rest
         else:  # what is left converts: the errors found are all (a partial result is none)
             return None if removed else converted

@@ -200,3 +200,21 @@ def test_a_key_without_its_colon_is_named_on_its_own_line(tmp_path: Path) -> Non
     assert (error.code, error.path) == (E.E_CONFIG_PARSE_ERROR, "goondan.yaml:6")
     assert "`provider scripted` has no ':'" in error.message
     assert error.suggestion == "write `provider: ...` (a ':' and a space after the key)"
+
+
+def test_a_misspelled_required_field_is_not_also_reported_missing(tmp_path: Path) -> None:
+    """`provder` is most likely `provider`: one error, not a second 'missing provider'."""
+    write_bundle(tmp_path, VALID_TAIL.replace("  provider: scripted\n", "  provder: scripted\n"))
+    report = inspect_bundle(tmp_path, packages=[])
+    assert [(d.code, d.path, d.suggestion) for d in report.errors] == [
+        (E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:6 spec.provder", "did you mean `provider`?")
+    ]
+
+
+def test_a_missing_field_unlike_the_unknown_one_is_still_reported(tmp_path: Path) -> None:
+    write_bundle(tmp_path, VALID_TAIL.replace("  provider: scripted\n", "  colour: blue\n"))
+    report = inspect_bundle(tmp_path, packages=[])
+    assert [(d.code, d.path) for d in report.errors] == [
+        (E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:5 spec"),
+        (E.E_CONFIG_SCHEMA_INVALID, "goondan.yaml:6 spec.colour"),
+    ]
