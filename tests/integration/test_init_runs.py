@@ -70,7 +70,7 @@ async def test_multi_agent_template_delegates_to_the_worker(tmp_path: Path) -> N
             main_file.read_text().replace(
                 "    maxStepsPerTurn: 8\n",
                 "    maxStepsPerTurn: 8\n"
-                "    lifecycle: {requestTimeoutMs: 5000}\n"
+                "    lifecycle: {requestTimeoutMs: 20000}\n"
                 "    shutdown: {gracePeriodSeconds: 1}\n",
             )
         )
