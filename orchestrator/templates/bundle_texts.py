@@ -9,8 +9,8 @@ from __future__ import annotations
 
 REAL_MODEL = """\
 # --- Using a real LLM ---------------------------------------------------------------------
-# Replace a scripted Model above with one of these, keeping its name (here __MODEL__); copy
-# .env.example to .env and fill in the key (or export it in your shell).
+# __REPLACE__
+# Copy .env.example to .env and fill in the key (or export it in your shell).
 #
 # >>> openai
 # apiVersion: goondan.ai/v1

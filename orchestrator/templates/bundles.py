@@ -22,12 +22,27 @@ class BundleTemplate:
     """Relative path -> text, with `__NAME__` (project) and `__MODEL__` placeholders."""
     model: str
     """The Model the commented real-LLM switch replaces."""
+    other_models: tuple[str, ...] = ()
+    """Further scripted Models a real LLM replaces too (the footer names them all)."""
 
     def render(self, project: str) -> dict[str, str]:
         return {
-            path: text.replace("__MODEL__", self.model).replace("__NAME__", project)
+            path: text.replace("__REPLACE__", self._replace_line())
+            .replace("__MODEL__", self.model)
+            .replace("__NAME__", project)
             for path, text in self.files.items()
         }
+
+    def _replace_line(self) -> str:
+        if not self.other_models:
+            return (
+                "Replace the scripted Model above with one of these, keeping its name (__MODEL__)."
+            )
+        names = " and ".join((self.model, *self.other_models))
+        return (
+            f"Replace each scripted Model above ({names}) with one of\n"
+            "# these: copy a block once per Model and set its `name` to that Model's."
+        )
 
 
 def _with_common(bundle: str, **extra: str) -> dict[str, str]:
@@ -53,6 +68,7 @@ TEMPLATES: dict[str, BundleTemplate] = {
             "a coordinator that delegates to a worker with the built-in agents tool",
             _with_common(texts.MULTI_AGENT),
             model="coordinator-model",
+            other_models=("worker-model",),
         ),
         BundleTemplate(
             "minimal",

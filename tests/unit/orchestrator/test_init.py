@@ -158,3 +158,9 @@ def test_a_name_whose_swarm_already_has_state_is_refused(
     err = capsys.readouterr().err
     assert "'taken' already has state" in err and not (tmp_path / "a").exists()
     assert main(["init", str(tmp_path / "a"), "--name", "taken", "--force"]) == 0
+
+
+def test_the_multi_agent_real_model_switch_names_both_models(tmp_path: Path) -> None:
+    assert _init(tmp_path, "--template", "multi-agent") == EXIT_OK
+    footer = (tmp_path / "goondan.yaml").read_text().split("Using a real LLM")[1]
+    assert "coordinator-model and worker-model" in footer
