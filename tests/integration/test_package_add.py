@@ -18,6 +18,8 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.integration.harness import run_cli
 
 BUNDLE = """\
@@ -133,3 +135,25 @@ async def test_add_installs_the_wheel_and_declares_it(tmp_path: Path) -> None:
                             "--index-url=http://127.0.0.1:9/")  # fmt: skip
     assert code == 2
     assert bundle.read_text() == expected
+
+
+async def test_add_a_source_directory_builds_installs_and_declares_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`goondan package add ./triage`: the installer builds the project `package new` wrote
+    (setuptools from the environment goondan runs in: no index, no build isolation)."""
+    project = tmp_path / "triage"
+    async with asyncio.timeout(60):
+        code, _, err = await run_cli("package", "new", "@acme/triage", str(project))
+    assert code == 0, err
+    python = await _venv(tmp_path / "venv")
+    bundle = tmp_path / "b" / "goondan.yaml"
+    bundle.parent.mkdir()
+    bundle.write_text(BUNDLE)
+    monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")  # pip reads "0" as: no isolation
+    code, out, err = await _cli(python, "package", "add", str(project), "--bundle", str(bundle))
+    assert code == 0, out + err
+    assert '    "@acme/triage": ">=0.1.0,<0.2"\n' in bundle.read_text()
+    assert bundle.read_text().startswith("# my bundle: this comment stays\n")
+    code, out, err = await _cli(python, "validate", str(bundle))
+    assert code == 0, out + err
