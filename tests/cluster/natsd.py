@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,24 +162,17 @@ class NatsCluster:
     async def wait_listening(self, limit: float = READY_WITHIN) -> None:
         """Until every live server takes clients (JetStream may still have no meta leader: a
         fresh cluster elects none before every configured server has joined once)."""
-        deadline = time.monotonic() + limit
-        for server in self.servers:
-            if server.proc is None:
-                continue
-            while True:
-                try:
-                    nc = await nats.connect(server.url, connect_timeout=1,
-                                            max_reconnect_attempts=0)  # fmt: skip
-                    await nc.close()
-                    break
-                except (nats.errors.Error, OSError, TimeoutError) as exc:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"NATS {server.name} not listening: {exc!r}") from None
-                    await asyncio.sleep(0.2)
+        await self._until(limit, "listening", None)
 
     async def wait_ready(self, limit: float = READY_WITHIN) -> None:
-        """Until JetStream answers through every live server (the meta leader is elected).
-        There is nothing to await in the server, so this asks again every 0.2 s, bounded."""
+        """Until JetStream answers through every live server (the meta leader is elected)."""
+        await self._until(limit, "ready", lambda nc: nc.jetstream(timeout=1).account_info())
+
+    async def _until(
+        self, limit: float, what: str, check: Callable[[nats.NATS], Awaitable[object]] | None
+    ) -> None:
+        """Until each live server takes a client (and `check` through it answers). There is
+        nothing to await in the server, so this asks again every 0.2 s, bounded."""
         deadline = time.monotonic() + limit
         for server in self.servers:
             if server.proc is None:
@@ -188,13 +182,14 @@ class NatsCluster:
                     nc = await nats.connect(server.url, connect_timeout=1,
                                             max_reconnect_attempts=0)  # fmt: skip
                     try:
-                        await nc.jetstream(timeout=1).account_info()
+                        if check is not None:
+                            await check(nc)
                         break
                     finally:
                         await nc.close()
                 except (nats.errors.Error, OSError, TimeoutError) as exc:
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"NATS {server.name} not ready: {exc!r}") from None
+                        raise RuntimeError(f"NATS {server.name} not {what}: {exc!r}") from None
                     await asyncio.sleep(0.2)
 
     async def stream_leader(self, stream: str) -> Server:
