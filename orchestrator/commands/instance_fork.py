@@ -162,12 +162,17 @@ def swarm_of(args: argparse.Namespace) -> str | None:
         return _pick_swarm(args, localstate.swarms(layout_of(args)))
 
 
+NO_SWARM = ErrorInfo(
+    code=ErrorCode.E_CONTROL_BAD_REQUEST,
+    message="several swarms or none have state",
+    suggestion="choose one with --swarm S",
+)
+
+
 def run_fork(args: argparse.Namespace, printer: Printer) -> int:
     swarm = swarm_of(args)
     if swarm is None:
-        printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST,
-                                message="several swarms or none have state",
-                                suggestion="choose one with --swarm S"))  # fmt: skip
+        printer.error(NO_SWARM)
         return EXIT_USAGE
     try:
         made, where = fork(args, swarm)

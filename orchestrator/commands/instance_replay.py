@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bundles.loader import inspect_bundle
 from orchestrator import daemon
-from orchestrator.commands.instance_fork import ForkFailed, swarm_of
+from orchestrator.commands.instance_fork import NO_SWARM, ForkFailed, swarm_of
 from orchestrator.control.client import Printer, layout_of
 from orchestrator.control.server import ControlContext
 from orchestrator.evals.target import LocalTarget, TargetFailed
@@ -34,7 +34,7 @@ from orchestrator.observe.conversations import InstanceConversation, NoSuchInsta
 from protocol.control import SendText
 from protocol.conversation import Role
 from protocol.endpoints import StateLayout, path_segment
-from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
+from protocol.errors import ErrorCode, ProtocolError
 from protocol.ids import check_instance_key
 
 RUN_TIMEOUT_S = 3600.0
@@ -163,9 +163,7 @@ def _run_replay(args: argparse.Namespace, turns: list[Turn]) -> int:
 def run_replay(args: argparse.Namespace, printer: Printer) -> int:
     swarm = swarm_of(args)
     if swarm is None:
-        printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST,
-                                message="several swarms or none have state",
-                                suggestion="choose one with --swarm S"))  # fmt: skip
+        printer.error(NO_SWARM)
         return EXIT_USAGE
     try:
         conversation = InstanceConversation(layout_of(args), swarm, args.instance_key, args.agent)
