@@ -70,7 +70,8 @@ class _Studio:
             import starlette  # noqa: F401
             import uvicorn  # noqa: F401
         except ImportError as exc:
-            _say(f"E_NOT_IMPLEMENTED {exc.name} is not installed: pip install 'goondan-daemon[studio]'")
+            install = "pip install 'goondan-daemon[studio]'"
+            _say(f"E_NOT_IMPLEMENTED {exc.name} is not installed: {install}")
             return EXIT_RUNTIME
         parsed = _listen(args.listen)
         if parsed is None:
