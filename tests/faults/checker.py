@@ -9,6 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import nats as natsio
+import nats.js.errors
+from nats.js.api import DeliverPolicy
+
+from orchestrator.cluster.names import SwarmNames
+from protocol.ids import agent_address
+from tests.cluster.natsd import NatsCluster
 from tests.faults.workload import Outcome
 
 
@@ -19,18 +26,20 @@ class Report:
     lost: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
     out_of_order: list[str] = field(default_factory=list)
+    double_writers: list[str] = field(default_factory=list)
     unavailable: dict[str, float] = field(default_factory=dict)
     """fault -> the longest wait, after it healed, for a key's next answer (s)."""
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.out_of_order)
+        return not (self.lost or self.duplicated or self.out_of_order or self.double_writers)
 
     def table(self) -> str:
         rows = [f"acknowledged {self.acknowledged}  failed/unanswered {self.failed}",
                 f"lost {len(self.lost)} {self.lost[:5]}",
                 f"duplicated {len(self.duplicated)} {self.duplicated[:5]}",
-                f"out of order {len(self.out_of_order)} {self.out_of_order[:5]}"]  # fmt: skip
+                f"out of order {len(self.out_of_order)} {self.out_of_order[:5]}",
+                f"double writers {len(self.double_writers)} {self.double_writers[:5]}"]  # fmt: skip
         rows += [
             f"  {fault:<40} unavailable max {s:5.1f} s" for fault, s in self.unavailable.items()
         ]
@@ -60,3 +69,36 @@ def unavailability(outcomes: list[Outcome], healed: float, keys: list[str]) -> f
         after = [o.done for o in outcomes if o.key == key and o.ok and o.done >= healed]
         waits.append((min(after) if after else float("inf")) - healed)
     return max(waits, default=0.0)
+
+
+async def broken_chains(cluster: NatsCluster, swarm: str, agent: str, key: str) -> list[str]:
+    """Double writers, from the history stream itself: each append carries
+    `Nats-Msg-Id: <writer epoch>:<the subject sequence it follows>` (orchestrator/cluster/
+    history.py). With one writer at a time every append follows the subject's previous
+    message; an append that follows an older one means two writers appended at once."""
+    names = SwarmNames(swarm)
+    subject = names.history_subject(agent_address(agent, key))
+    nc = await natsio.connect(cluster.urls.split(","))
+    broken: list[str] = []
+    try:
+        js = nc.jetstream()
+        try:
+            last = (await js.get_last_msg(names.history_stream, subject)).seq or 0
+        except nats.js.errors.NotFoundError:
+            return []
+        sub = await js.subscribe(subject, stream=names.history_stream, ordered_consumer=True,
+                                 deliver_policy=DeliverPolicy.ALL)  # fmt: skip
+        previous = 0
+        while True:
+            msg = await sub.next_msg(timeout=5)
+            seq = msg.metadata.sequence.stream
+            follows = int((msg.headers or {}).get("Nats-Msg-Id", "x:-1").rsplit(":", 1)[1])
+            if follows != previous:
+                broken.append(f"{key}@{seq} follows {follows}, not {previous}")
+            previous = seq
+            if seq >= last:
+                break
+        await sub.unsubscribe()
+    finally:
+        await nc.close()
+    return broken

@@ -30,10 +30,14 @@ class World:
     bundle: Path
     root: Path
     down: set[int] = field(default_factory=set)
+    retired: list[Daemon] = field(default_factory=list)
+    """Killed nodes, closed at the end: closing one while a workload send still waits on its
+    control socket blocks in the zmq context's term."""
 
     async def restart_node(self, i: int) -> None:
         node = self.nodes[i]
-        await node.close()
+        await node.proc.wait()  # not node.wait(): its agents may hold its stdout open a while
+        self.retired.append(node)
         self.nodes[i] = await start_ns_node(
             self.nats.net, self.nats, self.bundle, f"n{i + 1}", self.root
         )

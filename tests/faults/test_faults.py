@@ -7,15 +7,16 @@ acknowledged send is in its instance's conversation once and in order."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
 import time
 from pathlib import Path
 
-from tests.cluster.harness import read_history, unique_swarm_bundle, user_texts
+from tests.cluster.harness import read_history, swarm_of, unique_swarm_bundle, user_texts
 from tests.faults import nemesis
-from tests.faults.checker import check, unavailability
+from tests.faults.checker import broken_chains, check, unavailability
 from tests.faults.cluster import NsNatsCluster, start_ns_node
 from tests.faults.workload import Workload
 
@@ -40,16 +41,18 @@ async def test_every_acknowledged_send_survives_the_faults(
     seed = int(os.environ.get("FAULT_SEED", str(random.randrange(1 << 31))))
     print(f"\nFAULT_SEED={seed} FAULT_ROUNDS={rounds} not injected: {nemesis.skipped()}")
     bundle = unique_swarm_bundle(tmp_path)
+    bundle_swarm = swarm_of(bundle)
     rng = random.Random(seed)
     async with asyncio.timeout(60 + rounds * len(nemesis.KINDS) * (RECOVERY + 15)):
         nodes = list(await asyncio.gather(*(
             start_ns_node(ns_nats.net, ns_nats, bundle, f"n{i + 1}", tmp_path) for i in range(3)
         )))  # fmt: skip
         world = nemesis.World(ns_nats, nodes, bundle, tmp_path)
+        work = Workload(world, KEYS)
+        running: asyncio.Future[None] | None = None
         try:
             for node in nodes:
                 await node.wait_for("cluster_settled", nodes=3)
-            work = Workload(world, KEYS)
             running = asyncio.ensure_future(work.run())
             waits: dict[str, list[float]] = {}
             for kind in nemesis.schedule(seed, rounds):
@@ -62,10 +65,18 @@ async def test_every_acknowledged_send_survives_the_faults(
             histories = {k: user_texts(await read_history(ns_nats, world.nodes[0].swarm,
                                                           "caller", k)) for k in KEYS}  # fmt: skip
         finally:
-            for node in world.nodes:
-                node.signal(signal.SIGCONT)
+            if running is not None and not running.done():
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
+            for node in [*world.nodes, *world.retired]:
+                with contextlib.suppress(ProcessLookupError):  # a killed one is gone
+                    node.signal(signal.SIGCONT)
                 await node.close()
     report = check(work.outcomes, histories)
+    async with asyncio.timeout(30):
+        for key in KEYS:
+            report.double_writers += await broken_chains(ns_nats, bundle_swarm, "caller", key)
     report.unavailable = {kind: max(w) for kind, w in waits.items()}
     print(report.table())
     assert report.ok, report.table()
