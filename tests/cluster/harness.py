@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import nats as natsio
+import nats.aio.msg
 import nats.js.errors
 from nats.js.api import DeliverPolicy
 
@@ -87,11 +88,14 @@ class FreshSwarm:
     nodes: list[Daemon]
 
 
-async def read_history(cluster: NatsCluster, swarm: str, agent: str, key: str) -> list[Message]:
-    """An instance's conversation as the history stream has it (folded like the store)."""
+async def history_entries(
+    cluster: NatsCluster, swarm: str, agent: str, key: str
+) -> list[natsio.aio.msg.Msg]:
+    """Every message of an instance's subject of the history stream, in order, with headers."""
     names = SwarmNames(swarm)
     subject = names.history_subject(agent_address(agent, key))
     nc = await natsio.connect(cluster.urls.split(","))
+    entries = []
     try:
         js = nc.jetstream()
         try:
@@ -100,16 +104,21 @@ async def read_history(cluster: NatsCluster, swarm: str, agent: str, key: str) -
             return []
         sub = await js.subscribe(subject, stream=names.history_stream, ordered_consumer=True,
                                  deliver_policy=DeliverPolicy.ALL)  # fmt: skip
-        data = b""
         while True:
             msg = await sub.next_msg(timeout=5)
-            data += msg.data
+            entries.append(msg)
             if msg.metadata.sequence.stream >= last:
                 break
         await sub.unsubscribe()
     finally:
         await nc.close()
-    events, bad = decode_events(data)
+    return entries
+
+
+async def read_history(cluster: NatsCluster, swarm: str, agent: str, key: str) -> list[Message]:
+    """An instance's conversation as the history stream has it (folded like the store)."""
+    entries = await history_entries(cluster, swarm, agent, key)
+    events, bad = decode_events(b"".join(msg.data for msg in entries))
     assert not bad, bad
     messages: list[Message] = []
     for event in events:

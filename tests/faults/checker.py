@@ -9,12 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import nats as natsio
-import nats.js.errors
-from nats.js.api import DeliverPolicy
-
-from orchestrator.cluster.names import SwarmNames
-from protocol.ids import agent_address
+from tests.cluster.harness import history_entries
 from tests.cluster.natsd import NatsCluster
 from tests.faults.workload import Outcome
 
@@ -76,29 +71,12 @@ async def broken_chains(cluster: NatsCluster, swarm: str, agent: str, key: str) 
     `Nats-Msg-Id: <writer epoch>:<the subject sequence it follows>` (orchestrator/cluster/
     history.py). With one writer at a time every append follows the subject's previous
     message; an append that follows an older one means two writers appended at once."""
-    names = SwarmNames(swarm)
-    subject = names.history_subject(agent_address(agent, key))
-    nc = await natsio.connect(cluster.urls.split(","))
     broken: list[str] = []
-    try:
-        js = nc.jetstream()
-        try:
-            last = (await js.get_last_msg(names.history_stream, subject)).seq or 0
-        except nats.js.errors.NotFoundError:
-            return []
-        sub = await js.subscribe(subject, stream=names.history_stream, ordered_consumer=True,
-                                 deliver_policy=DeliverPolicy.ALL)  # fmt: skip
-        previous = 0
-        while True:
-            msg = await sub.next_msg(timeout=5)
-            seq = msg.metadata.sequence.stream
-            follows = int((msg.headers or {}).get("Nats-Msg-Id", "x:-1").rsplit(":", 1)[1])
-            if follows != previous:
-                broken.append(f"{key}@{seq} follows {follows}, not {previous}")
-            previous = seq
-            if seq >= last:
-                break
-        await sub.unsubscribe()
-    finally:
-        await nc.close()
+    previous = 0
+    for msg in await history_entries(cluster, swarm, agent, key):
+        seq = msg.metadata.sequence.stream
+        follows = int((msg.headers or {}).get("Nats-Msg-Id", "x:-1").rsplit(":", 1)[1])
+        if follows != previous:
+            broken.append(f"{key}@{seq} follows {follows}, not {previous}")
+        previous = seq
     return broken

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from protocol.pids import pid_alive
+
 PREFIX = "gf"
 NAME = re.compile(rf"^{PREFIX}(\d+)")
 
@@ -49,22 +51,12 @@ def netem_available() -> bool:
         ip("link", "del", a, check=False)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep() -> None:
     """Delete the namespaces and links of runs whose process is gone (a crashed run)."""
     for line in ip("netns", "list").stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
         found = NAME.match(name)
-        if found and not _alive(int(found.group(1))):
+        if found and not pid_alive(int(found.group(1))):
             ip("netns", "del", name, check=False)
     for line in ip("-o", "link", "show").stdout.splitlines():
         parts = line.split(":")
@@ -72,7 +64,7 @@ def sweep() -> None:
             continue
         name = parts[1].strip().split("@")[0]
         found = NAME.match(name)
-        if found and not _alive(int(found.group(1))):
+        if found and not pid_alive(int(found.group(1))):
             ip("link", "del", name, check=False)
 
 
