@@ -33,7 +33,7 @@ from protocol.jsonrpc import ANSWER_SUFFIX
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import REPO, run_cli
 from tests.integration.test_approvals import BUNDLE, SWARM, approval_events, ask, ran, start
-from tests.integration.test_deferred import calls_list, free_port
+from tests.integration.test_deferred import HOOK_SECRET, calls_list, free_port
 
 API_BUNDLE = REPO / "tests" / "fixtures" / "approvals_api"
 APPROVER, CLIENT = "approver-token", "client-token"
@@ -73,6 +73,12 @@ async def test_an_answer_file_in_the_agents_tree_approves_nothing(
         assert ran() == ["wipe"]
         [event] = approval_events()
         assert (event["data"]["by"], event["data"]["via"]) == (getpass.getuser(), "cli")
+
+
+def edge_env(port: int) -> dict[str, str]:
+    """The api Connection's port, and the bundle's webhook one (a Connection that cannot start
+    at the daemon's start stops it)."""
+    return {"API_PORT": str(port), "HOOK_PORT": str(free_port()), "HOOK_SECRET": HOOK_SECRET}
 
 
 def bundle_dir(tmp_path: Path) -> Path:
@@ -137,7 +143,7 @@ async def test_an_api_client_decides_an_approval_only_with_an_approver_token(
         client(port, APPROVER) as approver,
     ):
         daemon = await start_daemon(bundle_dir(tmp_path), swarm=SWARM,
-                                    env={"API_PORT": str(port)})  # fmt: skip
+                                    env=edge_env(port))  # fmt: skip
         await daemon.wait_for("transition", process="connector:edge:api:1", target="idle")
         own = await pending_call(plain, "wipe", "mine")
         with pytest.raises(openai.PermissionDeniedError) as refused:  # its own instance's call
@@ -173,7 +179,7 @@ async def test_an_api_client_answers_only_its_own_instances_client_side_call(
     port = free_port()
     async with asyncio.timeout(90), client(port, CLIENT) as plain:
         daemon = await start_daemon(bundle_dir(tmp_path), swarm=SWARM,
-                                    env={"API_PORT": str(port)})  # fmt: skip
+                                    env=edge_env(port))  # fmt: skip
         await daemon.wait_for("transition", process="connector:edge:api:1", target="idle")
         first = await plain.chat.completions.create(
             model="teller", user="mine", messages=[{"role": "user", "content": "ask"}]

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import hashlib
 import os
+import shutil
 import sys
 import sysconfig
 import zipfile
@@ -81,6 +82,14 @@ async def _venv(where: Path) -> Path:
         assert await proc.wait() == 0
     python = where / "bin" / "python"
     site = next((where / "lib").glob("python*/site-packages"))
+    # 3.11's ensurepip puts setuptools 65 in every new venv, ahead of the environment's (too
+    # old to build a wheel without the `wheel` package): the build takes the environment's
+    names = ("setuptools*", "pkg_resources", "_distutils_hack", "distutils-precedence.pth")
+    for bundled in [path for name in names for path in site.glob(name)]:
+        if bundled.is_dir():
+            shutil.rmtree(bundled)
+        else:
+            bundled.unlink()
     # .venv's site-packages as a site dir: its own .pth files (goondan's editable install) apply
     dev = sysconfig.get_paths()["purelib"]
     (site / "goondan-dev.pth").write_text(f"import site; site.addsitedir({dev!r})\n")
