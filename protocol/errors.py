@@ -61,6 +61,10 @@ class ErrorCode(StrEnum):
     E_EVAL_JUDGE = "E_EVAL_JUDGE"
     """A case's `judge` could not score the reply: an unknown Model, a model error, an answer
     that is not `{"pass": bool, "reason": str}`. The case fails; it is never a pass."""
+    E_EVAL_RUN_NOT_FOUND = "E_EVAL_RUN_NOT_FOUND"
+    """Studio was asked for an eval run that is not kept under the state root's `evals/` (an
+    id of another shape, a run pruned by `--keep-runs`, or one whose cases ran in another
+    daemon)."""
 
     # tools (agent_process/)
     E_TOOL = "E_TOOL"

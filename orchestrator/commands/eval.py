@@ -3,9 +3,11 @@
 (docs/guides/evals.md).
 
 The bundle is loaded as `run` loads it and a daemon is started for the run under a temporary
-state root (nothing of the user's state is read or written); each case (x `--repeat`) is a fresh
-instance fed through `send`'s ingress, N at a time. Exit 0 every case passes, 1 any fails, 2 a
-bad eval file or bundle.
+state root (nothing of the user's state is read); each case (x `--repeat`) is a fresh instance
+fed through `send`'s ingress, N at a time. The run is kept under the user's state root
+(`evals/<run id>/`, evals/runs.py): its report, and its daemon's instances and logs, for Studio's
+Evals view and `goondan logs --trace`. Exit 0 every case passes, 1 any fails, 2 a bad eval file
+or bundle.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,7 @@ from bundles.loader import inspect_bundle
 from orchestrator import daemon
 from orchestrator.control import client
 from orchestrator.control.server import ControlContext
-from orchestrator.evals import report
+from orchestrator.evals import report, runs
 from orchestrator.evals.cost import Prices, prices_of
 from orchestrator.evals.judge import JudgeClient
 from orchestrator.evals.runner import Result, run_all
@@ -37,6 +41,18 @@ from protocol.endpoints import StateLayout
 from protocol.launch import MODEL_RECORDING_ENV
 
 RUN_TIMEOUT_S = 3600.0
+
+
+@dataclass(slots=True)
+class _Ran:
+    """What a run did: its exit code so far, its results, and what to keep of it."""
+
+    code: int
+    results: list[Result] = field(default_factory=list)
+    swarm: str = ""
+    bundle: str = ""
+    state: Path | None = None
+    """The run's own daemon's state root (None with --attach: the cases are that daemon's)."""
 
 
 def _progress(done: int, total: int) -> None:
@@ -136,6 +152,11 @@ class _Eval:
             "--attach", action="store_true",
             help="run the cases in the daemon already running the bundle's swarm (--state-root)",
         )  # fmt: skip
+        parser.add_argument(
+            "--keep-runs", type=int, default=runs.KEEP, metavar="N",
+            help=f"keep the newest N runs under the state root's evals/ for Studio "
+            f"(default {runs.KEEP}; 0 keeps none, this one included)",
+        )  # fmt: skip
         taping = parser.add_mutually_exclusive_group()
         taping.add_argument(
             "--record", metavar="DIR",
@@ -147,8 +168,9 @@ class _Eval:
         )  # fmt: skip
 
     def run(self, args: argparse.Namespace) -> int:
-        if args.concurrency < 1 or args.repeat < 1:
-            print("goondan eval: --concurrency and --repeat must be >= 1", file=sys.stderr)
+        if args.concurrency < 1 or args.repeat < 1 or args.keep_runs < 0:
+            print("goondan eval: --concurrency and --repeat must be >= 1, --keep-runs >= 0",
+                  file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
         try:
             spec = load(Path(args.file))
@@ -164,77 +186,104 @@ class _Eval:
         if (problem := _taping_problem(args)) is not None:
             print(f"goondan eval: {problem}", file=sys.stderr)
             return EXIT_USAGE
+        started = time.time()
         if args.attach:
-            code, results = self._run_attached(args, spec)
-        else:
-            with _recording(args), tempfile.TemporaryDirectory(prefix="goondan-eval-") as root:
-                code, results = self._run_daemon(args, spec, Path(root))
-        if code != EXIT_OK:
-            return code
-        return self._report(args, results, previous)
+            ran = self._run_attached(args, spec)
+            return ran.code if ran.code != EXIT_OK else self._report(args, ran, started, previous)
+        with _recording(args), tempfile.TemporaryDirectory(prefix="goondan-eval-") as root:
+            ran = self._run_daemon(args, spec, Path(root))
+            # reported inside: the run's instances and logs move from its temporary root
+            return ran.code if ran.code != EXIT_OK else self._report(args, ran, started, previous)
 
-    def _run_daemon(
-        self, args: argparse.Namespace, spec: EvalFile, root: Path
-    ) -> tuple[int, list[Result]]:
+    def _run_daemon(self, args: argparse.Namespace, spec: EvalFile, root: Path) -> _Ran:
         layout = StateLayout.from_env(root)
         loaded = inspect_bundle(args.bundle, state_root=layout.root)
         if loaded.bundle is None:
             for diag in loaded.errors:
                 print(str(diag), file=sys.stderr)
-            return EXIT_USAGE, []
+            return _Ran(EXIT_USAGE)
         try:
             swarm = loaded.bundle.swarm(getattr(args, "swarm", None))
         except (KeyError, BundleError) as exc:
             print(f"goondan eval: {exc}", file=sys.stderr)
-            return EXIT_USAGE, []
+            return _Ran(EXIT_USAGE)
         results: list[Result] = []
         judge = _judge(spec, loaded.bundle.path, layout.root)
         opts = daemon.DaemonOptions(bundle=loaded.bundle, swarm=swarm, layout=layout, quiet=True,
                                     on_started=_runner(spec, args, results, judge,
                                                        prices_of(loaded.bundle)))  # fmt: skip
         code = daemon.run(opts)
-        return code, results
+        return _Ran(code, results, swarm.name, str(loaded.bundle.path), layout.root)
 
-    def _run_attached(self, args: argparse.Namespace, spec: EvalFile) -> tuple[int, list[Result]]:
+    def _run_attached(self, args: argparse.Namespace, spec: EvalFile) -> _Ran:
         """`--attach`: the cases go to the daemon already running the bundle's swarm (under
         --state-root), over its control socket; their instances stay there for `instance show`."""
         if getattr(args, "record", None) or getattr(args, "replay", None):
             print("goondan eval: --attach uses the daemon's own Models: no --record/--replay",
                   file=sys.stderr)  # fmt: skip
-            return EXIT_USAGE, []
+            return _Ran(EXIT_USAGE)
         layout = client.layout_of(args)
         loaded = inspect_bundle(args.bundle, state_root=layout.root)
         if loaded.bundle is None:
             for diag in loaded.errors:
                 print(str(diag), file=sys.stderr)
-            return EXIT_USAGE, []
+            return _Ran(EXIT_USAGE)
         try:
             swarm = loaded.bundle.swarm(getattr(args, "swarm", None))
             info = client.find_daemons(argparse.Namespace(**{**vars(args), "swarm": swarm.name}))[0]
         except (KeyError, BundleError) as exc:
             print(f"goondan eval: {exc}", file=sys.stderr)
-            return EXIT_USAGE, []
+            return _Ran(EXIT_USAGE)
         except client.ClientError as exc:
             client.Printer("eval").error(exc.error)
-            return EXIT_RUNTIME, []
+            return _Ran(EXIT_RUNTIME)
         judge = _judge(spec, loaded.bundle.path, layout.root)
         results: list[Result] = []
         go = _runner(spec, args, results, judge, prices_of(loaded.bundle))
         code = asyncio.run(go(RemoteTarget(info)))
-        return code, results
+        return _Ran(code, results, swarm.name, str(loaded.bundle.path))
 
     def _report(
-        self, args: argparse.Namespace, results: list[Result], previous: dict[str, Any] | None
+        self,
+        args: argparse.Namespace,
+        ran: _Ran,
+        started: float,
+        previous: dict[str, Any] | None,
     ) -> int:
+        results = ran.results
         print(report.table(results, args.repeat))
         if previous is not None:
             print("\n".join(report.compare(previous, results)) or "no change against --compare")
         name = Path(args.file).stem
         if args.junit:
             report.write_junit(Path(args.junit), results, name)
+        document = {
+            **report.as_json(results), "file": str(Path(args.file).absolute()), "name": name,
+            "bundle": ran.bundle, "swarm": ran.swarm, "startedAt": started,
+            "finishedAt": time.time(), "repeat": args.repeat, "concurrency": args.concurrency,
+            "attached": ran.state is None, "summary": report.summary(results),
+        }  # fmt: skip
         if args.json:
-            report.write_json(Path(args.json), results)
+            report.write_json(Path(args.json), document)
+        _keep(args, document, ran.state)
         return EXIT_OK if all(r.passed for r in results) else EXIT_RUNTIME
+
+
+def _keep(args: argparse.Namespace, document: dict[str, Any], state: Path | None) -> None:
+    """Keep the run under the user's state root; a failure to keep it does not fail the eval
+    (its report is on stdout and in --json/--junit), it is said."""
+    layout = client.layout_of(args)
+    run_id = runs.new_id(document["startedAt"])
+    try:
+        if args.keep_runs == 0:
+            runs.prune(layout, 0)
+            return
+        where = runs.save(layout, run_id, document, state, args.keep_runs)
+    except OSError as exc:
+        print(f"goondan eval: the run was not kept under {runs.runs_dir(layout)}: {exc}",
+              file=sys.stderr)  # fmt: skip
+        return
+    print(f"goondan eval: run {run_id} kept in {where} (Studio: Evals)", file=sys.stderr)
 
 
 COMMAND = _Eval()

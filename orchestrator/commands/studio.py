@@ -24,6 +24,7 @@ import sys
 
 from orchestrator.control import localstate
 from orchestrator.control.client import ClientError, find_daemon, layout_of, pick_swarm
+from orchestrator.evals import runs
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.errors import ErrorCode
 
@@ -212,7 +213,8 @@ def _warn_no_token(args: argparse.Namespace, url: str) -> None:
 
 def _swarm(args: argparse.Namespace) -> str | None:
     """The swarm to show: --swarm, the one running daemon's, else (no daemon) the one the
-    files name; ClientError when several daemons run."""
+    files name, else that of the newest kept eval run (a root with evals only: their view
+    needs no swarm of its own); ClientError when several daemons run."""
     if args.swarm:
         return str(args.swarm)
     try:
@@ -220,7 +222,13 @@ def _swarm(args: argparse.Namespace) -> str | None:
     except ClientError as exc:
         if exc.error.code != ErrorCode.E_DAEMON_NOT_RUNNING:
             raise  # several run: which one is the user's to say
-        return pick_swarm(args, localstate.swarms(layout_of(args)))
+        layout = layout_of(args)
+        found = localstate.swarms(layout)
+        picked = pick_swarm(args, found)
+        if picked is not None or found:
+            return picked
+        kept = runs.reports(layout)[:1]
+        return str(kept[0]["swarm"]) if kept and isinstance(kept[0].get("swarm"), str) else None
 
 
 def _bind(host: str, port: int) -> socket.socket:

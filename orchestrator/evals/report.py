@@ -89,21 +89,42 @@ def as_json(results: list[Result]) -> dict[str, Any]:
     return {"results": [as_row(r) for r in results], "passRates": pass_rates(results)}
 
 
-def compare(previous: dict[str, Any], results: list[Result]) -> list[str]:
-    """What regressed and what improved against an earlier `--json` report."""
-    before = previous.get("passRates")
+def changes(before: object, now: dict[str, float]) -> dict[str, list[dict[str, Any]]]:
+    """The cases whose pass rate fell (`regressed`) or rose (`improved`) against `before`, an
+    earlier report's `passRates`; cases new or gone are neither."""
+    out: dict[str, list[dict[str, Any]]] = {"regressed": [], "improved": []}
     if not isinstance(before, dict):
-        return ["--compare: the file has no passRates (not a goondan eval --json report)"]
-    now = pass_rates(results)
-    lines = []
+        return out
     for case, rate in now.items():
         old = before.get(case)
-        if isinstance(old, int | float) and rate < old:
-            lines.append(f"regressed: {case} ({old:.0%} -> {rate:.0%})")
-        elif isinstance(old, int | float) and rate > old:
-            lines.append(f"improved: {case} ({old:.0%} -> {rate:.0%})")
-    return lines
+        if isinstance(old, int | float) and not isinstance(old, bool) and old != rate:
+            kind = "regressed" if rate < old else "improved"
+            out[kind].append({"case": case, "before": old, "now": rate})
+    return out
 
 
-def write_json(path: Path, results: list[Result]) -> None:
-    path.write_text(json.dumps(as_json(results), indent=2, ensure_ascii=False), encoding="utf-8")
+def compare(previous: dict[str, Any], results: list[Result]) -> list[str]:
+    """What regressed and what improved against an earlier `--json` report."""
+    if not isinstance(previous.get("passRates"), dict):
+        return ["--compare: the file has no passRates (not a goondan eval --json report)"]
+    found = changes(previous["passRates"], pass_rates(results))
+    return [
+        f"{kind}: {c['case']} ({c['before']:.0%} -> {c['now']:.0%})"
+        for kind in ("regressed", "improved")
+        for c in found[kind]
+    ]
+
+
+def summary(results: list[Result]) -> dict[str, Any]:
+    """A run in a line: how many case runs, passed, failed, its pass rate and cost."""
+    passed = sum(r.passed for r in results)
+    return {
+        "cases": len(results), "passed": passed, "failed": len(results) - passed,
+        "passRate": passed / len(results) if results else None,
+        "costUsd": _total_cost(results),
+    }  # fmt: skip
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    """The report `as_json` gives, with what ran (`goondan eval` adds file, swarm, times)."""
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -22,7 +22,7 @@ from orchestrator.control.client import new_request_id
 from orchestrator.observe import logview
 from orchestrator.observe.conversations import InstanceConversation, Line, NoSuchInstance
 from orchestrator.observe.loglines import LogLine
-from orchestrator.studio import views
+from orchestrator.studio import evals, views
 from orchestrator.studio.cluster import ClusterUnavailable, ClusterViews
 from orchestrator.studio.hub import ProcessHub, sse, sse_loop
 from orchestrator.studio.link import DaemonLink
@@ -148,16 +148,23 @@ class _Handlers:
         agent, key = _text(data, "agent"), _text(data, "instanceKey")
         return _reply(await s.link.stop_process(agent, key))
 
-    async def instances(self, _: Request) -> Response:
+    async def instances(self, request: Request) -> Response:
+        if (run := request.query_params.get("eval")) is not None:
+            layout, swarm = evals.state(self.s.layout, run)
+            return JSONResponse({"instances": localstate.instances(layout, swarm)})
         return JSONResponse({"instances": await self.s.instances()})
 
     async def conversation_stream(self, request: Request) -> Response:
         s = self.s
         key, agent = request.query_params.get("key", ""), request.query_params.get("agent")
+        run = request.query_params.get("eval")
         node = s.node()
         poll: Callable[[], Awaitable[list[Line]]]
         try:
-            if node is not None:
+            if run is not None:  # a case of a kept eval run: its own daemon's state
+                layout, swarm = evals.state(s.layout, run)
+                poll = _local_poll(InstanceConversation(layout, swarm, key, agent or None))
+            elif node is not None:
                 poll = (await s.cluster.conversation(node, key, agent or None)).poll
             else:
                 poll = _local_poll(InstanceConversation(s.layout, s.swarm, key, agent or None))
@@ -171,7 +178,11 @@ class _Handlers:
         return _stream(sse_loop(request, added, CONVERSATION_INTERVAL))
 
     async def trace(self, request: Request) -> Response:
-        index = await self.s.events()
+        if (run := request.query_params.get("eval")) is not None:
+            index = RuntimeIndex(*evals.state(self.s.layout, run))
+            index.refresh()
+        else:
+            index = await self.s.events()
         trace_id = request.path_params["trace_id"]
         rows = views.waterfall(index.of_trace(trace_id))
         if not rows:
@@ -223,6 +234,12 @@ class _Handlers:
         call_id = request.path_params["call_id"]
         return _reply(await self.s.link.decide(call_id, decision == "approve", message))
 
+    async def evals(self, _: Request) -> Response:
+        return JSONResponse({"runs": evals.listing(self.s.layout)})
+
+    async def eval_run(self, request: Request) -> Response:
+        return JSONResponse(evals.one(self.s.layout, request.path_params["run_id"]))
+
     async def logs(self, request: Request) -> Response:
         s = self.s
         keep = _log_filter(request)
@@ -267,11 +284,17 @@ def build(studio: Studio) -> Starlette:
         Route("/api/calls", h.calls),
         Route("/api/calls/{call_id}", h.resolve, methods=["POST"]),
         Route("/api/calls/{call_id}/{decision}", h.decide, methods=["POST"]),
+        Route("/api/evals", h.evals),
+        Route("/api/evals/{run_id}", h.eval_run),
         Route("/api/logs", h.logs),
         Route("/api/stream/logs", h.logs_stream),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    handlers = {BadRequest: _bad_request, ClusterUnavailable: _unavailable}
+    handlers = {
+        BadRequest: _bad_request,
+        ClusterUnavailable: _unavailable,
+        evals.RunNotFound: _no_run,
+    }
     return Starlette(routes=routes, exception_handlers=handlers)
 
 
@@ -279,6 +302,12 @@ async def _unavailable(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, ClusterUnavailable)
     error = exc.error
     return _error(503, error.code, error.message, error.suggestion)
+
+
+async def _no_run(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, evals.RunNotFound)
+    error = exc.error
+    return _error(404, error.code, error.message, error.suggestion)
 
 
 async def _bad_request(_: Request, exc: Exception) -> Response:

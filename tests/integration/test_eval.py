@@ -99,7 +99,8 @@ async def test_each_evaluator_passes_and_fails_through_the_cli(tmp_path: Path) -
     assert sorted(c.get("name", "") for c in failures) == sorted(
         n for n in rows if n.endswith("fail")
     )
-    assert not (tmp_path / "state").exists()  # the run's daemon had its own state root
+    # the run's daemon had its own state root: of the user's, only the kept run is written
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["evals"]
 
 
 async def test_repeat_reports_the_pass_rate_and_compare_the_change(tmp_path: Path) -> None:

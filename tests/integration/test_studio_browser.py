@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import pwd
+from pathlib import Path
 
 from protocol.control import SendText
 from tests.integration.conftest import StartDaemon
@@ -190,3 +191,33 @@ async def test_approving_and_denying_a_tools_approval_from_the_page(
             code, out, _ = await run_cli("instance", "show", key, "--json")
             last = json.loads(out.splitlines()[-1])
             assert code == 0 and last["role"] == "assistant" and expected in last["content"]
+
+
+async def test_evals_view_lists_kept_runs_and_opens_a_cases_conversation(tmp_path: Path) -> None:
+    from tests.integration.test_eval import _files
+
+    chromium_path()
+    cases = "cases:\n  - {name: greets, input: hi, expect: {contains: Hello}}\n"
+    bundle, evals = _files(tmp_path, cases)
+    async with asyncio.timeout(120):
+        assert (await run_cli("eval", str(evals), "--bundle", str(bundle)))[0] == 0
+        evals.write_text(cases.replace("Hello", "Howdy"))
+        assert (await run_cli("eval", str(evals), "--bundle", str(bundle)))[0] == 1
+        async with studio() as s, browser_page() as page:
+            await page.goto(s.url + "#/evals")
+            rows = page.locator("#evals tbody tr")
+            await rows.first.wait_for()
+            assert await rows.count() == 2
+            assert await rows.nth(0).locator(".against").inner_text() == "1 regressed"
+            assert await rows.nth(1).locator(".against").inner_text() == "first run"
+            await rows.nth(0).locator("a").click()
+            await page.wait_for_selector("#eval-cases tr.failed")
+            assert "regressed: greets (100% → 0%)" in await page.locator("#eval-diff").inner_text()
+            await screenshot(page, "evals")
+            await page.locator("#eval-cases a.conversation").click()
+            await page.wait_for_function(
+                "document.querySelectorAll('#conversation .msg').length === 2"
+            )
+            assert "hi" in await page.locator("#conversation .msg").first.inner_text()
+            await page.locator("#conversation a.trace").click()
+            await page.wait_for_selector("#trace .span.turn")

@@ -162,8 +162,12 @@ function drawGraph(holder, g) {
 async function conversation(params) {
   const keyInput = el("select", { id: "conv-key" });
   const list = el("div", { id: "conversation" });
-  view().replaceChildren(el("h2", {}, "Conversation"), el("div", { class: "toolbar" }, "instance", keyInput), list);
-  const rows = (await api("/api/instances")).instances;
+  // a case of a kept eval run: its instances are in that run's own state
+  const run = params.get("eval");
+  const inRun = run ? `&eval=${encodeURIComponent(run)}` : "";
+  const title = run ? el("h2", {}, "Conversation · eval run ", el("a", { href: `#/evals/${run}` }, run)) : el("h2", {}, "Conversation");
+  view().replaceChildren(title, el("div", { class: "toolbar" }, "instance", keyInput), list);
+  const rows = (await api(`/api/instances?${inRun.slice(1)}`)).instances;
   const choices = rows.map((r) => `${r.instanceKey}\u0000${r.agent}`);
   keyInput.append(el("option", { value: "" }, "choose an instance…"),
     ...rows.map((r, i) => el("option", { value: choices[i] }, `${r.instanceKey} · ${r.agent}`)));
@@ -171,22 +175,22 @@ async function conversation(params) {
   keyInput.value = choices.includes(current) ? current : "";
   keyInput.addEventListener("change", () => {
     const [key, agent] = keyInput.value.split("\u0000");
-    location.hash = `#/conversation?key=${encodeURIComponent(key)}&agent=${encodeURIComponent(agent)}`;
+    location.hash = `#/conversation?key=${encodeURIComponent(key)}&agent=${encodeURIComponent(agent)}${inRun}`;
   });
   if (params.get("key") === null) {  // open the instance that spoke last
     const recent = rows.filter((r) => r.updatedAt).sort((a, b) => b.updatedAt - a.updatedAt)[0];
-    if (recent) location.replace(`#/conversation?key=${encodeURIComponent(recent.instanceKey)}&agent=${encodeURIComponent(recent.agent)}`);
+    if (recent) location.replace(`#/conversation?key=${encodeURIComponent(recent.instanceKey)}&agent=${encodeURIComponent(recent.agent)}${inRun}`);
     return;
   }
   let turn = null;
-  const q = `key=${encodeURIComponent(params.get("key"))}&agent=${encodeURIComponent(params.get("agent") || "")}`;
+  const q = `key=${encodeURIComponent(params.get("key"))}&agent=${encodeURIComponent(params.get("agent") || "")}${inRun}`;
   stream(`/api/stream/conversation?${q}`, {
     messages: (msgs) => {
       for (const m of msgs) {
         if (m.turnId && m.turnId !== turn) {
           turn = m.turnId;
           list.append(el("div", { class: "turn-head" }, `turn ${m.turnId} · `,
-            m.traceId ? el("a", { class: "trace", href: `#/trace/${m.traceId}` }, `trace ${m.traceId.slice(0, 8)}`) : "no trace"));
+            m.traceId ? el("a", { class: "trace", href: `#/trace/${m.traceId}${run ? "?eval=" + encodeURIComponent(run) : ""}` }, `trace ${m.traceId.slice(0, 8)}`) : "no trace"));
         }
         list.append(message(m));
       }
@@ -211,9 +215,10 @@ async function trace(params, id) {
   view().replaceChildren(el("h2", {}, "Trace"),
     el("div", { class: "toolbar" }, input, el("button", { onclick: () => { location.hash = `#/trace/${input.value.trim()}`; } }, "show")), holder);
   if (!id) { holder.replaceChildren(el("p", { class: "muted" }, "Open a trace from a conversation or the logs, or paste its id.")); return; }
-  try { drawTrace(holder, await api(`/api/trace/${encodeURIComponent(id)}`)); } catch (e) { flash(holder, e); }
+  const run = params.get("eval");
+  try { drawTrace(holder, await api(`/api/trace/${encodeURIComponent(id)}${run ? "?eval=" + encodeURIComponent(run) : ""}`), run); } catch (e) { flash(holder, e); }
 }
-function drawTrace(holder, t) {
+function drawTrace(holder, t, run) {
   const spans = t.spans;
   const t0 = Math.min(...spans.map((s) => s.start));
   const t1 = Math.max(...spans.map((s) => s.end ?? s.start));
@@ -228,9 +233,11 @@ function drawTrace(holder, t) {
       el("div", { class: "track" }, el("div", { class: "bar", style: `left:${left}%;width:${width}%` })),
       el("div", { class: "meta" }, `${ms(s.ms)}${usage}${s.error ? " · " + s.error : ""}`));
   });
+  // an eval run's log lines are in its own state, not this daemon's: the CLI reads them
+  const lines = run ? el("span", { class: "mono" }, `goondan logs --state-root <the run>/state --trace ${t.traceId}`)
+    : el("a", { href: `#/logs?trace=${t.traceId}` }, "its log lines");
   holder.replaceChildren(
-    el("p", { class: "muted" }, `trace ${t.traceId} · ${ms(total * 1000)} · agents: ${agents.join(", ")} · `,
-      el("a", { href: `#/logs?trace=${t.traceId}` }, "its log lines")),
+    el("p", { class: "muted" }, `trace ${t.traceId} · ${ms(total * 1000)} · agents: ${agents.join(", ")} · `, lines),
     el("div", { class: "wf" }, rows));
 }
 
@@ -354,9 +361,64 @@ function errors(byCode) {
   return el("div", { class: "chart", id: "errors" }, el("h3", {}, "Errors by code"), body);
 }
 
+// -- Evals -------------------------------------------------------------------------------
+
+const rate = (v) => v === null || v === undefined ? "" : `${Math.round(v * 100)}%`;
+const usd = (v) => v === null || v === undefined ? "" : `$${v.toFixed(6)}`;
+function against(r) {
+  if (!r.previous) return "first run";
+  const parts = [];
+  if (r.regressed.length) parts.push(`${r.regressed.length} regressed`);
+  if (r.improved.length) parts.push(`${r.improved.length} improved`);
+  return parts.length ? parts.join(", ") : "no change";
+}
+async function evals(params, id) {
+  if (id) return evalRun(id);
+  const holder = el("div", { id: "evals" });
+  view().replaceChildren(el("h2", {}, "Evals"), holder);
+  const runs = (await api("/api/evals")).runs;
+  if (!runs.length) {
+    holder.replaceChildren(el("p", { class: "muted" }, "No eval run is kept under this state root yet: each `goondan eval FILE` run is kept here."));
+    return;
+  }
+  holder.replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ["started", "eval", "swarm", "pass rate", "passed", "failed", "cost", "against the previous run"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, runs.map((r) => el("tr", { "data-id": r.id, class: r.summary.failed ? "failed" : "passed" },
+      el("td", {}, el("a", { href: `#/evals/${r.id}` }, clock(r.startedAt))),
+      el("td", { title: r.file || "" }, r.name || ""), el("td", {}, r.swarm || ""),
+      el("td", { class: "num rate" }, rate(r.summary.passRate)), el("td", { class: "num" }, r.summary.passed ?? ""),
+      el("td", { class: "num" }, r.summary.failed ?? ""), el("td", { class: "num" }, usd(r.summary.costUsd)),
+      el("td", { class: "against" }, against(r)))))));
+}
+async function evalRun(id) {
+  const r = await api(`/api/evals/${encodeURIComponent(id)}`);
+  const inRun = r.attached ? "" : `&eval=${encodeURIComponent(id)}`;
+  const changes = [...r.regressed.map((c) => ["regressed", c]), ...r.improved.map((c) => ["improved", c])];
+  const diff = !r.previous ? el("p", { class: "muted" }, "The first kept run of this eval file.")
+    : el("div", { id: "eval-diff" },
+      el("p", {}, "Against the previous run ", el("a", { href: `#/evals/${r.previous}` }, r.previous), `: ${against(r)}`),
+      changes.length ? el("ul", {}, changes.map(([kind, c]) => el("li", { class: kind }, `${kind}: ${c.case} (${rate(c.before)} → ${rate(c.now)})`))) : "");
+  const rows = r.results.map((c) => el("tr", { class: c.passed ? "passed" : "failed", "data-case": c.case },
+    el("td", {}, r.repeat > 1 ? `${c.case} #${c.repeat + 1}` : c.case),
+    el("td", {}, c.passed ? "pass" : "FAIL"),
+    el("td", {}, c.passed ? "" : `${c.evaluator}: ${c.why}`),
+    el("td", { class: "num" }, c.tokens ?? ""), el("td", { class: "num" }, usd(c.costUsd)),
+    el("td", { class: "num" }, ms(c.latencyMs)),
+    el("td", {}, el("a", { class: "conversation", href: `#/conversation?key=${encodeURIComponent(c.instanceKey)}&agent=${inRun}` }, "conversation"),
+      c.traceId ? [" · ", el("a", { class: "trace", href: `#/trace/${c.traceId}${inRun ? "?" + inRun.slice(1) : ""}` }, "trace")] : "")));
+  view().replaceChildren(
+    el("h2", {}, `Eval ${r.name || ""} · `, el("a", { href: "#/evals" }, "all runs")),
+    el("p", { class: "muted" }, `run ${r.id} · ${clock(r.startedAt)} · swarm ${r.swarm} · pass rate ${rate(r.summary.passRate)} · ` +
+      `${r.summary.passed} passed, ${r.summary.failed} failed${r.summary.costUsd !== null && r.summary.costUsd !== undefined ? " · " + usd(r.summary.costUsd) : ""}`),
+    diff,
+    el("table", { id: "eval-cases" },
+      el("thead", {}, el("tr", {}, ["case", "result", "why", "tokens", "cost", "latency", ""].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows)));
+}
+
 // -- router ------------------------------------------------------------------------------
 
-const routes = { processes, graph, conversation, trace, calls, logs, charts };
+const routes = { processes, graph, conversation, trace, calls, logs, charts, evals };
 async function route() {
   for (const item of live) item.close();
   live = [];
