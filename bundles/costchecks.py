@@ -1,5 +1,6 @@
-"""Checks of the cost controls: Model pricing, rate limits and fallback chains; Agent and Swarm
-budgets (a dollar budget needs the price of every Model its agents may call)."""
+"""Checks of the cost controls: Model pricing, rate limits, fallback chains and recordings;
+Agent and Swarm budgets (a dollar budget needs the price of every Model its agents may
+call)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ def check_model(rep: Reporter, res: Resource[ModelSpec]) -> None:
         limit = spec.rate_limit
         _positive(rep, res, ("spec", "rateLimit", "requestsPerMinute"), limit.requests_per_minute)
         _positive(rep, res, ("spec", "rateLimit", "tokensPerMinute"), limit.tokens_per_minute)
+    if spec.replay is not None and (spec.recording is not None or not spec.replay.strip()):
+        rep.error(res, ("spec", "replay"), _SCHEMA,
+                  "replay: DIR is an empty directory or is given with recording",
+                  "keep one: `replay: DIR` is `recording: {mode: replay, dir: DIR}`")  # fmt: skip
     seen: set[str] = set()
     for i, ref in enumerate(spec.fallback):
         target = parse_ref(ref, expected=Kind.MODEL) if _parses(ref) else None

@@ -164,6 +164,16 @@ class ModelSpec(_Spec):
     recording: Recording | None = None
     """Record this Model's responses to a directory, or replay them from it instead of calling
     the provider (docs/guides/evals.md)."""
+    replay: str | None = None
+    """`replay: DIR` is `recording: {mode: replay, dir: DIR}` in one line, for debugging one
+    conversation from `goondan run`; not together with `recording`."""
+
+    @property
+    def taping(self) -> Recording | None:
+        """The recording setting, from `recording` or the `replay` shorthand."""
+        if self.recording is not None or not self.replay:
+            return self.recording
+        return Recording(mode="replay", dir=self.replay)
 
 
 class ScriptToolCall(_Spec):

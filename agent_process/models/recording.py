@@ -59,7 +59,7 @@ def setting_of(
                 suggestion=f"unset {ENV}, or set it to record:DIR or replay:DIR",
             )
         return Setting("record" if mode == "record" else "replay", Path(where).absolute())
-    spec = resource.spec.recording
+    spec = resource.spec.taping
     if spec is None:
         return None
     root = resource.root if isinstance(resource.root, Path) else Path(resource.root)

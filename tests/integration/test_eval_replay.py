@@ -124,7 +124,10 @@ async def test_goondan_run_records_and_replays_a_streamed_turn(
             await _stop(daemon)
         [tape] = (tmp_path / "tapes").glob("*.json")
         assert json.loads(tape.read_text())["chunks"] == ["rec", "orded ", "yes"]
-        bundle.write_text(bundle.read_text().replace("mode: record", "mode: replay"))
+        # `replay: DIR`, the one-line form of `recording: {mode: replay, dir: DIR}`
+        bundle.write_text(
+            bundle.read_text().replace("recording: {mode: record, dir: tapes}", "replay: tapes")
+        )
         daemon = await start_daemon(bundle, swarm="evalswarm")
         # a fresh conversation, streamed again: the recorded pieces come back as deltas
         assert await _streamed("second") == ["rec", "orded ", "yes"]
