@@ -55,9 +55,18 @@ class _Ran:
     """The run's own daemon's state root (None with --attach: the cases are that daemon's)."""
 
 
+BAR = 30
+
+
+def progress_line(done: int, total: int) -> str:
+    filled = BAR * done // total if total else BAR
+    return f"goondan eval [{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} cases"
+
+
 def _progress(done: int, total: int) -> None:
+    """A live bar on a terminal (stderr); nothing when piped, as in CI logs."""
     if sys.stderr.isatty():
-        sys.stderr.write(f"\rgoondan eval: {done}/{total} cases")
+        sys.stderr.write(f"\r{progress_line(done, total)}")
         sys.stderr.write("\n" if done == total else "")
         sys.stderr.flush()
 

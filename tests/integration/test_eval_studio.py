@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
 from pathlib import Path
 
-from tests.integration.harness import run_cli
+from tests.integration.harness import PYTHON, child_env, run_cli
 from tests.integration.studio_harness import first_event, studio
 from tests.integration.test_eval import _files
 from tests.integration.test_studio import code_of
@@ -114,3 +116,35 @@ async def test_keep_runs_bounds_what_is_kept(tmp_path: Path) -> None:
             "eval", str(evals), "--bundle", str(bundle), "--keep-runs", "-1"
         )
         assert code == 2 and "--keep-runs" in err
+
+
+async def test_a_terminal_sees_a_live_progress_bar_and_a_pipe_does_not(tmp_path: Path) -> None:
+    bundle, evals = _files(tmp_path, PASSING)
+    primary, secondary = pty.openpty()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            PYTHON, "-m", "orchestrator", "eval", str(evals), "--bundle", str(bundle),
+            "--concurrency", "1",
+            env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=secondary,
+        )  # fmt: skip
+        os.close(secondary)
+        async with asyncio.timeout(90):
+            out, _ = await proc.communicate()
+        screen = b""
+        while True:  # the pty holds what the run wrote; EIO once it is drained and closed
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            screen += chunk
+    finally:
+        os.close(primary)
+    assert proc.returncode == 0
+    text = screen.decode()
+    assert "\rgoondan eval [" + "#" * 15 + "." * 15 + "] 1/2 cases" in text
+    assert f"goondan eval [{'#' * 30}] 2/2 cases" in text
+    assert "cases" not in out.decode().splitlines()[0]  # the table on stdout, not the bar
+    code, _, err = await run_cli("eval", str(evals), "--bundle", str(bundle))
+    assert code == 0 and "[#" not in err  # piped (as in CI logs): no bar
