@@ -1,8 +1,15 @@
 """The checker: after a run, each instance's conversation as the history stream has it against
-what the workload had acknowledged. Lost: acknowledged but not in the conversation; duplicated:
-a text twice in it; out of order: acknowledged texts of one key (sent one after another) in
-another order; unavailability: the longest time, after a fault healed, until a key's next
-answered send."""
+what the workload had acknowledged: each key's `caller` conversation against its sends, its
+`worker` conversation against its acknowledged requests (agents__request, often across
+nodes). Lost: acknowledged but not in the conversation; duplicated: a text twice in it; out of
+order: acknowledged texts of one key (sent one after another) in another order;
+unavailability: the longest time, after a fault healed, until a key's next answered send.
+
+A request a `worker` conversation holds twice is counted apart (`reasked`), not as a
+duplicate: a `caller` turn that a fault moved to another process resumes after its last stored
+step and runs that step's agents__request again (docs/cluster.md "What is not guaranteed":
+tools with outside effects may run twice), so the asked instance can be asked twice. Its
+order is checked on each request's first arrival."""
 
 from __future__ import annotations
 
@@ -18,8 +25,12 @@ from tests.faults.workload import Outcome
 class Report:
     acknowledged: int = 0
     failed: int = 0
+    requests: int = 0
+    """Acknowledged sends that made `caller` ask `worker` (each must be in its conversation)."""
     lost: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
+    reasked: list[str] = field(default_factory=list)
+    """Requests a `worker` received twice (a resumed `caller` turn asked again)."""
     out_of_order: list[str] = field(default_factory=list)
     double_writers: list[str] = field(default_factory=list)
     unavailable: dict[str, float] = field(default_factory=dict)
@@ -30,9 +41,11 @@ class Report:
         return not (self.lost or self.duplicated or self.out_of_order or self.double_writers)
 
     def table(self) -> str:
-        rows = [f"acknowledged {self.acknowledged}  failed/unanswered {self.failed}",
+        rows = [f"acknowledged {self.acknowledged} (requests {self.requests})  "
+                f"failed/unanswered {self.failed}",
                 f"lost {len(self.lost)} {self.lost[:5]}",
                 f"duplicated {len(self.duplicated)} {self.duplicated[:5]}",
+                f"re-asked by a resumed turn {len(self.reasked)} {self.reasked[:5]}",
                 f"out of order {len(self.out_of_order)} {self.out_of_order[:5]}",
                 f"double writers {len(self.double_writers)} {self.double_writers[:5]}"]  # fmt: skip
         rows += [
@@ -41,20 +54,39 @@ class Report:
         return "\n".join(rows)
 
 
-def check(outcomes: list[Outcome], histories: dict[str, list[str]]) -> Report:
+def check(
+    outcomes: list[Outcome], callers: dict[str, list[str]], workers: dict[str, list[str]]
+) -> Report:
+    """`callers`/`workers`: key -> the user texts of its `caller`/`worker` conversation."""
     report = Report()
-    for key, texts in histories.items():
+    for key, texts in callers.items():
         mine = [o for o in outcomes if o.key == key]
         acked = [o.text for o in mine if o.ok]
         report.acknowledged += len(acked)
         report.failed += len(mine) - len(acked)
-        counts = Counter(texts)
-        report.lost += [t for t in acked if counts[t] == 0]
-        report.duplicated += [t for t, c in counts.items() if c > 1]
-        present = [t for t in texts if t in set(acked)]
-        if present != [t for t in acked if counts[t] > 0]:
-            report.out_of_order.append(key)
+        _compare(report, f"caller:{key}", acked, texts)
+        asked = [o.text for o in mine if o.ok and o.request]
+        report.requests += len(asked)
+        _compare(report, f"worker:{key}", asked, workers.get(key, []), report.reasked)
     return report
+
+
+def _compare(
+    report: Report,
+    instance: str,
+    acked: list[str],
+    texts: list[str],
+    twice: list[str] | None = None,
+) -> None:
+    """One conversation (`texts`) against what was acknowledged to it, in order; a text in it
+    twice goes to `twice` (default: the duplicates)."""
+    counts = Counter(texts)
+    report.lost += [f"{instance} {t}" for t in acked if counts[t] == 0]
+    repeated = report.duplicated if twice is None else twice
+    repeated += [f"{instance} {t}" for t, c in counts.items() if c > 1]
+    present = [t for t in dict.fromkeys(texts) if t in set(acked)]  # first arrivals
+    if present != [t for t in acked if counts[t] > 0]:
+        report.out_of_order.append(instance)
 
 
 def unavailability(outcomes: list[Outcome], healed: float, keys: list[str]) -> float:

@@ -2,7 +2,8 @@
 servers and 3 nodes, each in a network namespace; while every instance key gets sends, the
 nemesis injects each fault kind FAULT_ROUNDS times (default 1; `make cluster-faults`: 10) in
 an order FAULT_SEED decides, heals it and waits for every key to answer again. Then every
-acknowledged send is in its instance's conversation once and in order."""
+acknowledged send is in its instance's conversation once and in order, and so is every
+acknowledged request in the `worker` instance it asked (across nodes for most keys)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.cluster.harness import read_history, swarm_of, unique_swarm_bundle, u
 from tests.faults import nemesis
 from tests.faults.checker import broken_chains, check, unavailability
 from tests.faults.cluster import NsNatsCluster, start_ns_node
-from tests.faults.workload import Workload
+from tests.faults.workload import Workload, crossing
 
 KEYS = [f"k{i}" for i in range(6)]
 RECOVERY = 45.0
@@ -42,6 +43,7 @@ async def test_every_acknowledged_send_survives_the_faults(
     print(f"\nFAULT_SEED={seed} FAULT_ROUNDS={rounds} not injected: {nemesis.skipped()}")
     bundle = unique_swarm_bundle(tmp_path)
     bundle_swarm = swarm_of(bundle)
+    assert crossing(KEYS, ["n1", "n2", "n3"]), "no key's request crosses nodes: pick other keys"
     rng = random.Random(seed)
     async with asyncio.timeout(60 + rounds * len(nemesis.KINDS) * (RECOVERY + 15)):
         nodes = list(await asyncio.gather(*(
@@ -62,8 +64,8 @@ async def test_every_acknowledged_send_survives_the_faults(
                 print(f"{kind:<18} {what:<40} answered again after {wait:5.1f} s")
             work.stopping.set()
             await running
-            histories = {k: user_texts(await read_history(ns_nats, world.nodes[0].swarm,
-                                                          "caller", k)) for k in KEYS}  # fmt: skip
+            said = {(agent, k): user_texts(await read_history(ns_nats, bundle_swarm, agent, k))
+                    for agent in ("caller", "worker") for k in KEYS}  # fmt: skip
         finally:
             if running is not None and not running.done():
                 running.cancel()
@@ -73,11 +75,12 @@ async def test_every_acknowledged_send_survives_the_faults(
                 with contextlib.suppress(ProcessLookupError):  # a killed one is gone
                     node.signal(signal.SIGCONT)
                 await node.close()
-    report = check(work.outcomes, histories)
+    callers = {k: said["caller", k] for k in KEYS}
+    report = check(work.outcomes, callers, {k: said["worker", k] for k in KEYS})
     async with asyncio.timeout(30):
-        for key in KEYS:
-            report.double_writers += await broken_chains(ns_nats, bundle_swarm, "caller", key)
+        for agent, key in said:
+            report.double_writers += await broken_chains(ns_nats, bundle_swarm, agent, key)
     report.unavailable = {kind: max(w) for kind, w in waits.items()}
     print(report.table())
     assert report.ok, report.table()
-    assert report.acknowledged > 0, report.table()
+    assert report.acknowledged > 0 and report.requests > 0, report.table()

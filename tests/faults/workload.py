@@ -1,17 +1,26 @@
 """The workload: one sender per instance key, each sending numbered texts one after another
-through the nodes in turn (around the ones the nemesis stopped or killed). A send is
-acknowledged when it is answered; a coded error or a timeout leaves it unacknowledged (the
-checker then does not require it, only that it is not duplicated)."""
+through the nodes in turn (around the ones the nemesis stopped or killed). About a third of a
+key's texts start with `req`: `caller` then asks its key's `worker` instance through
+agents__request before it answers (tests/cluster/bundle), and for most keys that instance's
+partition is owned by another node (`crossing`), so the request crosses nodes. A send is
+acknowledged when it is answered (a request: with the worker's answer); a coded error or a
+timeout leaves it unacknowledged (the checker then does not require it, only that it is not
+duplicated)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import dataclass, field
 
+from orchestrator.cluster.names import partition_of, plan
 from tests.faults.nemesis import World
 
 SEND_LIMIT = 30.0
+REQUEST_SHARE = 1 / 3
+PARTITIONS = 12
+"""tests/cluster/bundle's `partitions`."""
 
 
 @dataclass
@@ -23,6 +32,27 @@ class Outcome:
     ok: bool
     code: str | None = None
 
+    @property
+    def request(self) -> bool:
+        """Whether `caller` asked `worker` for this one (agents__request)."""
+        return self.text.startswith("req ")
+
+
+def crossing(keys: list[str], nodes: list[str]) -> list[str]:
+    """The keys whose `caller` and `worker` instances the settled cluster places on different
+    nodes (the nodes' own rendezvous plan): their requests cross nodes."""
+    owners = plan(PARTITIONS, nodes)
+    return [k for k in keys if owners[partition_of("caller", k, PARTITIONS)]
+            != owners[partition_of("worker", k, PARTITIONS)]]  # fmt: skip
+
+
+def answered(text: str, answer: str) -> bool:
+    """Whether `answer` is `caller`'s to `text`: its echo, or for a request the tool result
+    carrying `worker`'s echo."""
+    if text.startswith("req "):
+        return f'"response":"worker: {text}"' in answer
+    return answer == f"caller: {text}"
+
 
 @dataclass
 class Workload:
@@ -31,24 +61,25 @@ class Workload:
     outcomes: list[Outcome] = field(default_factory=list)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def _one(self, key: str, n: int) -> None:
+    async def _one(self, key: str, n: int, text: str) -> None:
         live = [i for i in range(len(self.world.nodes)) if i not in self.world.down] or [0]
         node = self.world.nodes[live[n % len(live)]]
-        text = f"w{n} {key}"
         start = time.monotonic()
         try:
             async with asyncio.timeout(SEND_LIMIT):
                 reply = await node.send(text, key=key)
-            ok = reply.ok and reply.result["input"] == f"caller: {text}"
+            ok = reply.ok and answered(text, str(reply.result["input"]))
             code = None if reply.ok else str(reply.error.code if reply.error else "?")
         except (TimeoutError, OSError) as exc:
             ok, code = False, type(exc).__name__
         self.outcomes.append(Outcome(key, text, start, time.monotonic(), ok, code))
 
     async def _sender(self, key: str) -> None:
+        rng = random.Random(key)  # the same texts every run: a failure can be replayed
         n = 0
         while not self.stopping.is_set():
-            await self._one(key, n)
+            text = f"{'req ' if rng.random() < REQUEST_SHARE else ''}w{n} {key}"
+            await self._one(key, n, text)
             n += 1
 
     async def run(self) -> None:
