@@ -11,6 +11,11 @@ benchmarks already print, read by a small grammar (clauses joined by ", "):
 - `1,000`: at least this many (a count);
 - `exactly 1`: the median is this value.
 
+Each benchmark runs `BENCH_RUNS` times (default 3; `__main__.py`): a figure's row shows the
+median of its runs' medians (and that run's p99, baseline and ratio), the spread of the
+medians (lowest to highest), and its goal is met only when every run meets it (`pass 3/3`; `FAIL
+2/3` when one run missed it): one lucky run on a noisy machine proves nothing.
+
 The `> 10x median` column counts the samples over ten times the median (rows that count them):
 rare stalls that a p99 over a few hundred samples can hide. A goal the grammar cannot read is
 reported as `?`, never as a pass. The plot (plot.py: latency
@@ -43,7 +48,11 @@ class Line:
     bench: str
     row: Row
     verdict: str
-    """pass | FAIL | ? (goal not understood) | "" (no goal)."""
+    """pass | FAIL | ? (goal not understood) | "" (no goal), over every run."""
+    runs: tuple[Row, ...] = ()
+    """The figure's row in each run (empty: one run, `row` itself)."""
+    met: int | None = None
+    """How many runs met the goal (None: no goal)."""
 
 
 def _number(text: str) -> float:
@@ -91,6 +100,47 @@ def verdict(row: Row) -> str:
     return "pass" if all(results) else "FAIL"
 
 
+def combine(bench: str, runs: Sequence[Row]) -> Line:
+    """One figure over its runs: the run with the median median stands for it; its goal is met
+    only when every run meets it."""
+    ordered = sorted(runs, key=lambda r: r.median)
+    middle = ordered[(len(ordered) - 1) // 2]
+    verdicts = [verdict(r) for r in runs]
+    if not middle.goal:
+        return Line(bench, middle, "", tuple(runs), None)
+    met = sum(v == "pass" for v in verdicts)
+    overall = "?" if "?" in verdicts else "pass" if met == len(runs) else "FAIL"
+    return Line(bench, middle, overall, tuple(runs), met)
+
+
+def lines_of(results: dict[str, list[list[Row]]]) -> list[Line]:
+    """Every figure of every benchmark, its runs matched by name (in the first run's order)."""
+    out = []
+    for bench, runs in results.items():
+        names = list(dict.fromkeys(r.name for rows in runs for r in rows))
+        for name in names:
+            found = [r for rows in runs for r in rows if r.name == name]
+            out.append(combine(bench, found))
+    return out
+
+
+def _spread(line: Line) -> str:
+    if len(line.runs) < 2:
+        return "-"
+    medians = [r.median for r in line.runs]
+    return f"{_fmt(min(medians))} to {_fmt(max(medians))}"
+
+
+def _result(line: Line) -> str:
+    if not line.verdict:
+        return "-"
+    return (
+        line.verdict
+        if line.met is None or len(line.runs) < 2
+        else f"{line.verdict} {line.met}/{len(line.runs)}"
+    )
+
+
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
@@ -101,17 +151,18 @@ def _fmt(value: float | None) -> str:
 
 def table(lines: Sequence[Line]) -> str:
     out = [
-        f"| benchmark | figure | median | p99 | > {STALL_FACTOR}x median | unit | baseline | ratio "
-        "| goal | result |",
-        "|---|---|---:|---:|---:|---|---:|---:|---|---|",
+        f"| benchmark | figure | median | spread of runs | p99 | > {STALL_FACTOR}x median | unit "
+        "| baseline | ratio | goal | result |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---|---|",
     ]
     for ln in lines:
         r = ln.row
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
         stalls = "-" if r.stalls is None else str(r.stalls)
         out.append(
-            f"| {ln.bench} | {r.name} | {_fmt(r.median)} | {_fmt(r.p99)} | {stalls} | {r.unit} | "
-            f"{_fmt(r.baseline)} | {ratio} | {r.goal or '-'} | {ln.verdict or '-'} |"
+            f"| {ln.bench} | {r.name} | {_fmt(r.median)} | {_spread(ln)} | {_fmt(r.p99)} | "
+            f"{stalls} | {r.unit} | {_fmt(r.baseline)} | {ratio} | {r.goal or '-'} | "
+            f"{_result(ln)} |"
         )
     return "\n".join(out)
 
@@ -121,12 +172,15 @@ def interpreter() -> str:
     return f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})"
 
 
-def write(results: dict[str, list[Row]], failed: Sequence[str] = ()) -> int:
-    """Print and write the report; return how many goals failed (or could not be read)."""
-    lines = [Line(b, r, verdict(r)) for b, rows in results.items() for r in rows]
+def write(results: dict[str, list[list[Row]]], failed: Sequence[str] = ()) -> int:
+    """Print and write the report of every benchmark's runs (each run a list of rows); return
+    how many goals failed in any run (or could not be read)."""
+    lines = lines_of(results)
     goals = [ln for ln in lines if ln.verdict]
     bad = [ln for ln in goals if ln.verdict != "pass"]
+    runs = max((len(r) for r in results.values()), default=1)
     head = f"{len(goals) - len(bad)}/{len(goals)} goals met"
+    head += f" in every one of {runs} runs" if runs > 1 else ""
     if failed:
         head += f"; benchmarks that failed to run: {', '.join(failed)}"
     text = f"# goondan benchmark report\n\n{interpreter()}\n\n{head}\n\n{table(lines)}\n"

@@ -38,7 +38,7 @@ def test_table_has_one_line_per_row() -> None:
     text = table([Line("b", r, verdict(r)) for r, _ in CASES])
     assert len(text.splitlines()) == 2 + len(CASES)
     assert (
-        "| b | rt | 300.0 | 900.0 | - | µs | 250.0 | 1.20x | ≤ 1.25x, p99 ≤ 1000 µs | pass |"
+        "| b | rt | 300.0 | - | 900.0 | - | µs | 250.0 | 1.20x | ≤ 1.25x, p99 ≤ 1000 µs | pass |"
         in text
     )
 
@@ -47,7 +47,7 @@ def test_table_counts_stalls_when_the_row_has_them() -> None:
     from tests.bench.report import Line
 
     row = Row("hop", 1900, 2500, "µs", 1400, "≤ 2000 µs p50", stalls=stalls([1.0] * 299 + [11.0]))
-    assert "| b | hop | 1,900.0 | 2,500.0 | 1 | µs |" in table([Line("b", row, verdict(row))])
+    assert "| b | hop | 1,900.0 | - | 2,500.0 | 1 | µs |" in table([Line("b", row, verdict(row))])
 
 
 def test_the_report_says_which_python_ran_it(
@@ -57,8 +57,27 @@ def test_the_report_says_which_python_ran_it(
 
     monkeypatch.chdir(tmp_path)  # REPORT is relative: bench-report.md lands here
     monkeypatch.setattr(report.plot, "write", lambda path: "no plot")
-    report.write({"b": [Row("spawn", 6, 9, "ms", 4, "≤ 10 ms p50")]})
+    report.write({"b": [[Row("spawn", 6, 9, "ms", 4, "≤ 10 ms p50")]]})
     top = (tmp_path / report.REPORT).read_text().splitlines()[:3]
     version = ".".join(map(str, sys.version_info[:3]))
     assert top[2] == f"{platform.python_implementation()} {version} ({sys.executable})"
     assert top[2] in capsys.readouterr().out
+
+
+def test_a_goal_is_met_only_when_every_run_meets_it() -> None:
+    from tests.bench.report import lines_of
+
+    goal = "≤ 10 ms p50"
+    runs = [
+        [Row("spawn", 6, 9, "ms", 4, goal), Row("idle", 1, 2, "%", None)],
+        [Row("spawn", 12, 14, "ms", 4, goal), Row("idle", 3, 4, "%", None)],
+        [Row("spawn", 7, 8, "ms", 4, goal), Row("idle", 2, 3, "%", None)],
+    ]
+    spawn, idle = lines_of({"b": runs})
+    assert (spawn.row.median, spawn.verdict, spawn.met) == (7, "FAIL", 2)  # the middle run
+    assert (idle.row.median, idle.verdict) == (2, "")
+    text = table([spawn, idle])
+    assert "| b | spawn | 7.0 | 6.0 to 12.0 | 8.0 |" in text and "| FAIL 2/3 |" in text
+    steady = lines_of({"b": [[Row("spawn", m, m, "ms", 4, goal)] for m in (6, 7, 8)]})[0]
+    assert (steady.verdict, steady.met) == ("pass", 3)
+    assert "| pass 3/3 |" in table([steady])
