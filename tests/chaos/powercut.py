@@ -50,12 +50,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import math
 import os
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -66,10 +64,10 @@ from typing import Any
 from orchestrator.ingress.journal import EntryState, JournalEntry, JournalError
 from orchestrator.ingress.journal.sqlite import SqliteJournal, _connect
 from protocol.events import AgentEvent, Source, SourceKind, new_event
+from tests.chaos.ext4 import fresh_image, mount, shut_down, umount
 
-FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32): ext4, xfs, f2fs
-FS_GOING_FLAGS_NOLOGFLUSH = 2
 JOURNAL = Path("state") / "journal" / "chaos" / "ingress.sqlite3"
+IMAGE_SIZE = 64 << 20
 TARGET = "agent:worker:k0"
 SOURCE = Source(kind=SourceKind.CLI, name="powercut")
 
@@ -167,15 +165,6 @@ async def one(
 # -- the experiment --------------------------------------------------------------------------
 
 
-def mount(image: Path, at: Path, mode: str) -> None:
-    options = f"loop,commit=600,data={mode}"
-    subprocess.run(["mount", "-o", options, str(image), str(at)], check=True)
-
-
-def umount(at: Path) -> None:
-    subprocess.run(["umount", str(at)], check=True)
-
-
 def cut(mnt: Path, plan: dict[str, Any]) -> tuple[list[Ack], float]:
     """Run the writer, cut the power after the plan's acknowledgements: (all it
     acknowledged, the moment the cut began; infinity without one)."""
@@ -195,12 +184,8 @@ def cut(mnt: Path, plan: dict[str, Any]) -> tuple[list[Ack], float]:
             acks.append(json.loads(line))
         time.sleep(plan["delay_ms"] / 1000)  # the cut lands somewhere in the next commits
         if plan["power"]:
-            fd = os.open(mnt, os.O_RDONLY)
-            try:
-                began = time.monotonic()
-                fcntl.ioctl(fd, FS_IOC_SHUTDOWN, struct.pack("I", FS_GOING_FLAGS_NOLOGFLUSH))
-            finally:
-                os.close(fd)
+            began = time.monotonic()
+            shut_down(mnt)
     finally:
         writer.send_signal(signal.SIGKILL)
         rest = writer.communicate()[0]
@@ -264,7 +249,7 @@ def holds(ack: Ack, entry: JournalEntry) -> bool:
 
 
 def experiment(workdir: Path, plan: dict[str, Any]) -> dict[str, Any]:
-    image = fresh_image(workdir)
+    image = fresh_image(workdir / "disk.img", IMAGE_SIZE)
     with tempfile.TemporaryDirectory(prefix="powercut-", dir=workdir) as where:
         mnt = Path(where)
         mount(image, mnt, plan["mode"])
@@ -279,26 +264,15 @@ def experiment(workdir: Path, plan: dict[str, Any]) -> dict[str, Any]:
             umount(mnt)
 
 
-def fresh_image(workdir: Path) -> Path:
-    image = workdir / "disk.img"
-    image.unlink(missing_ok=True)
-    with image.open("wb") as f:
-        f.truncate(64 << 20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
-    return image
-
-
 def probe(workdir: Path) -> str | None:
     """Why the power cannot be cut here (None: it can)."""
     try:
-        image = fresh_image(workdir)
+        image = fresh_image(workdir / "disk.img", IMAGE_SIZE)
         with tempfile.TemporaryDirectory(prefix="probe-", dir=workdir) as where:
             mount(image, Path(where), "ordered")
-            fd = os.open(where, os.O_RDONLY)
             try:
-                fcntl.ioctl(fd, FS_IOC_SHUTDOWN, struct.pack("I", FS_GOING_FLAGS_NOLOGFLUSH))
+                shut_down(Path(where))
             finally:
-                os.close(fd)
                 umount(Path(where))
     except (OSError, subprocess.CalledProcessError) as exc:
         return f"cannot mount an ext4 image and shut it down: {exc}"

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import subprocess
 import sys
 import time
@@ -35,12 +34,12 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from tests.chaos.ext4 import unavailable
 from tests.integration.harness import REPO, child_env
 
 CUTS = int(os.environ.get("POWER_CUTS", "12"))
 EXPERIMENT_S = 60.0
 """One experiment (mkfs, mount, run, cut, mount again, check) takes about a second."""
-TOOLS = ("unshare", "mount", "umount", "mkfs.ext4")
 
 
 class Cutter:
@@ -88,15 +87,6 @@ class Cutter:
         """Its stdin ends: it stops after the plan it runs (and its namespace goes)."""
         if self.proc.returncode is None:
             self.proc.communicate(timeout=EXPERIMENT_S)
-
-
-def unavailable() -> str | None:
-    if sys.platform != "linux":
-        return "Linux only (ext4, loop devices, mount namespaces)"
-    if os.geteuid() != 0:
-        return "needs root: a loop mount in a mount namespace of its own"
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-    return f"missing {', '.join(missing)}" if missing else None
 
 
 @pytest.fixture(scope="module")
