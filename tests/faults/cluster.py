@@ -1,6 +1,8 @@
 """The fault suite's cluster: the 3 NATS servers of `tests/cluster/natsd.py` and 3 goondan
 nodes, each in its own namespace of a `Net` (so a fault can cut one off). JetStream writes
-with `sync_interval: always`, so an acknowledged append is on disk before a kill."""
+with `sync_interval: always`, so an acknowledged append is on disk before a kill; where the
+machine can (`power.unavailable`), each server's store is an ext4 image whose power can be
+cut (tests/faults/power.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from tests.cluster.harness import swarm_of
 from tests.cluster.natsd import NatsCluster, Server, authorization, with_user
+from tests.faults import power
 from tests.faults.netns import Net
 from tests.integration.harness import PYTHON, Daemon, child_env
 
@@ -28,16 +31,22 @@ class NsServer(Server):
 
 class NsNatsCluster(NatsCluster):
     net: Net
+    powered: bool
+    """Whether each server's store is an ext4 image (`power.cut` works on it)."""
 
     @classmethod
-    def in_net(cls, binary: str, root: Path, net: Net, size: int = 3) -> NsNatsCluster:
+    def in_net(
+        cls, binary: str, root: Path, net: Net, size: int = 3, powered: bool = False
+    ) -> NsNatsCluster:
         cluster = cls(binary, root)
-        cluster.net = net
+        cluster.net, cluster.powered = net, powered
         for i in range(size):
             name = f"s{i + 1}"
             address = net.add(name)
             cluster.servers.append(NsServer(name, NATS_PORT, ROUTE_PORT, root / name,
                                             root / f"{name}.log", address=address))  # fmt: skip
+            if powered:
+                power.make_store(root / name)
         return cluster
 
     def server_config(self, server: Server) -> Path:
@@ -58,8 +67,22 @@ class NsNatsCluster(NatsCluster):
             "--cluster_name", "goondan-faults",
             "--cluster", f"nats://{server.address}:{ROUTE_PORT}", "--routes", routes,
         ]  # fmt: skip
+        if self.powered:
+            args = power.mounted(server.store, args)
         with server.log.open("ab") as out:
             server.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+    async def restart(self, server: Server) -> None:
+        """Start a killed server again on its store (its image mounted anew: a reboot)."""
+        if self.powered:
+            await power.released(server.store)
+        self.start(server)
+
+    def power_cut(self, server: Server) -> None:
+        """Its disk keeps only what was synced, then it dies (`power.cut`)."""
+        assert self.powered and server.proc is not None
+        power.cut(server.proc.pid, server.store)
+        self.kill(server)
 
     def urls_as(self, user: str) -> str:
         return ",".join(with_user(s.plain_url, user) for s in self.servers)

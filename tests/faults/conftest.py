@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cluster.natsd import nats_server_or_skip
-from tests.faults import netns
+from tests.faults import netns, power
 from tests.faults.cluster import NsNatsCluster
 
 
@@ -29,7 +29,8 @@ def net() -> Iterator[netns.Net]:
 @pytest.fixture
 def ns_nats(net: netns.Net, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NsNatsCluster]:
     binary = nats_server_or_skip()
-    cluster = NsNatsCluster.in_net(binary, tmp_path_factory.mktemp("nats"), net)
+    root = tmp_path_factory.mktemp("nats")
+    cluster = NsNatsCluster.in_net(binary, root, net, powered=power.unavailable() is None)
     for name in ("n1", "n2", "n3"):
         net.add(name)
     try:

@@ -1,7 +1,8 @@
 """The fault kinds and a seeded schedule. Each fault is held longer than the bundle's lease TTL
 (tests/cluster/bundle: 2 s), so leases expire and move while it lasts; `heal` undoes it.
-Asymmetric loss and delay need the netem qdisc, which `netns.netem_available` detects; without
-it those kinds are left out with the reason (`skipped`)."""
+Asymmetric loss and delay need the netem qdisc, which `netns.netem_available` detects, and the
+power cuts need the servers' stores on ext4 images (tests/faults/power.py); without them those
+kinds are left out with the reason (`skipped`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.faults import power
 from tests.faults.cluster import NsNatsCluster, start_ns_node
 from tests.faults.netns import netem_available
 from tests.integration.harness import Daemon
@@ -103,28 +105,55 @@ async def nats_kill(world: World, rng: random.Random) -> str:
     server = rng.choice(world.nats.servers)
     world.nats.kill(server)
     await asyncio.sleep(HOLD)
-    world.nats.start(server)
+    await world.nats.restart(server)
     await world.nats.wait_listening()
     return f"{server.name} killed and restarted"
+
+
+async def nats_power_cut(world: World, rng: random.Random) -> str:
+    server = rng.choice(world.nats.servers)
+    world.nats.power_cut(server)
+    await asyncio.sleep(HOLD)
+    await world.nats.restart(server)
+    await world.nats.wait_listening()
+    return f"{server.name} lost power and rebooted"
+
+
+async def nats_power_cut_majority(world: World, rng: random.Random) -> str:
+    """2 of 3 servers lose power together: JetStream has no quorum until they are back, and
+    an append they had acknowledged is only on their (cut) disks."""
+    servers = rng.sample(world.nats.servers, 2)
+    for server in servers:
+        world.nats.power_cut(server)
+    await asyncio.sleep(HOLD)
+    for server in servers:
+        await world.nats.restart(server)
+    await world.nats.wait_listening()
+    return f"{'+'.join(s.name for s in servers)} lost power and rebooted"
 
 
 KINDS: dict[str, Fault] = {
     "node_cut": node_cut, "nats_minority_cut": nats_minority_cut, "split": split,
     "node_pause": node_pause, "nats_pause": nats_pause, "node_kill": node_kill,
-    "nats_kill": nats_kill,
+    "nats_kill": nats_kill, "nats_power_cut": nats_power_cut,
+    "nats_power_cut_majority": nats_power_cut_majority,
 }  # fmt: skip
+POWER = ("nats_power_cut", "nats_power_cut_majority")
 
 
-def skipped() -> dict[str, str]:
+def skipped(nats: NsNatsCluster) -> dict[str, str]:
     """The kinds this machine cannot inject, with the reason."""
-    if netem_available():
-        return {}
-    reason = "no netem qdisc in this kernel (tc qdisc add ... netem failed)"
-    return {"asymmetric_loss": reason, "delay": reason}
+    left: dict[str, str] = {}
+    if not netem_available():
+        reason = "no netem qdisc in this kernel (tc qdisc add ... netem failed)"
+        left |= {"asymmetric_loss": reason, "delay": reason}
+    if not nats.powered:
+        left |= dict.fromkeys(POWER, f"no power cuts: {power.unavailable()}")
+    return left
 
 
-def schedule(seed: int, rounds: int) -> list[str]:
+def schedule(seed: int, rounds: int, skip: dict[str, str]) -> list[str]:
     """Every kind `rounds` times, in an order the seed decides."""
-    kinds = [kind for kind in KINDS for _ in range(rounds)]
+    kinds = [kind for kind in KINDS if kind not in skip for _ in range(rounds)]
     random.Random(seed).shuffle(kinds)
     return kinds
