@@ -84,8 +84,11 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser(loaded: Mapping[str, Command]) -> argparse.ArgumentParser:
-    """Every command is listed; only those in `loaded` get their options and a runner."""
+def build_parser(
+    loaded: Mapping[str, Command], listed: Sequence[CommandInfo] = COMMANDS
+) -> argparse.ArgumentParser:
+    """The commands `listed` (default: every one, as `--help` shows them); only those in
+    `loaded` get their options and a runner."""
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -98,7 +101,7 @@ def build_parser(loaded: Mapping[str, Command]) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"goondan {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     common = common_options()
-    for info in COMMANDS:
+    for info in listed:
         p = sub.add_parser(info.name, help=info.help, description=info.help, parents=[common])
         cmd = loaded.get(info.name)
         if cmd is not None:
@@ -111,6 +114,15 @@ def _chosen(argv: Sequence[str]) -> dict[str, Command]:
     """The command named by the first word of `argv`, loaded (none for `--version`)."""
     word = next((a for a in argv if not a.startswith("-")), None)
     return {info.name: info.load() for info in COMMANDS if info.name == word}
+
+
+def _listed(argv: Sequence[str], chosen: Mapping[str, Command]) -> Sequence[CommandInfo]:
+    """The commands the parser needs: only the chosen one when argv starts with its name (a
+    sub-parser's help and errors do not name the others, and building the other 15 was a
+    tenth of `goondan send`'s run), else every one (`goondan --help`, a misspelt command)."""
+    if argv and argv[0] in chosen:
+        return [info for info in COMMANDS if info.name == argv[0]]
+    return COMMANDS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `goondan send ... | head -1`: end quietly when the reader has gone, like other Unix
         # tools (the daemon keeps Python's default: a closed pipe is an error it handles)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    parser = build_parser(chosen)
+    parser = build_parser(chosen, _listed(argv, chosen))
     args = parser.parse_args(argv)
     command: Command | None = getattr(args, "_command", None)
     if command is None:

@@ -8,7 +8,6 @@ escaped into one safe path segment; nothing a user types can point a path outsid
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -56,6 +55,8 @@ def path_segment(text: str) -> str:
     if segment in ("", ".", ".."):
         segment = segment.replace(".", "%2E") or "%00"
     if len(segment) > SEGMENT_MAX:
+        import hashlib  # here: only an over-long name needs it, and it loads OpenSSL (~2 ms)
+
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_CHARS]
         head = segment[: SEGMENT_MAX - _DIGEST_CHARS - 1]
         cut = head.find("%", len(head) - 2)  # never end inside a %XX escape

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 
 from protocol.errors import ProtocolError
 
@@ -13,14 +13,16 @@ _TRACEPARENT_RE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
 
 def new_trace_id() -> str:
-    # All-zero ids are invalid in W3C; the chance is 2^-128 but the check is cheap.
-    while (value := secrets.token_hex(16)) == "0" * 32:
+    # All-zero ids are invalid in W3C; the chance is 2^-128 but the check is cheap. os.urandom
+    # is what secrets.token_hex reads; secrets itself imports hmac and hashlib (OpenSSL), ~2 ms
+    # of every process's start, the CLI's included (protocol/__init__ imports this module)
+    while (value := os.urandom(16).hex()) == "0" * 32:
         pass
     return value
 
 
 def new_span_id() -> str:
-    while (value := secrets.token_hex(8)) == "0" * 16:
+    while (value := os.urandom(8).hex()) == "0" * 16:
         pass
     return value
 

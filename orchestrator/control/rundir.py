@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 from pathlib import Path
 from typing import TextIO
 
@@ -62,6 +61,8 @@ def acquire(paths: RunPaths, swarm: str) -> TextIO:
 
 def write_token(paths: RunPaths) -> str:
     """A fresh control capability for this daemon's life, readable by its user only."""
+    import secrets  # the daemon's alone: the CLI imports this module, and secrets loads OpenSSL
+
     token = secrets.token_hex(32)
     write_atomic(paths.control_token, token.encode())
     return token

@@ -4,7 +4,15 @@ Run: `python -m tests.bench bench_cli`. Three commands, each started as a fresh 
 way a user or a script starts it, taking turns within each round so the machine's drift hits
 them alike: the bare interpreter (baseline), `goondan --version`, and a warm `goondan send`
 to the entry agent of a running daemon (the hello example; its turn takes ~1 ms, so the
-figure is the CLI's own start, connect, request and exit).
+figure is the CLI's own start, connect, request and exit). The commands run with their bytecode
+cached, as a user's do (PYTHONDONTWRITEBYTECODE, which CI and some shells set, would have every
+run compile each module edited since `make install`).
+
+Issue 33's goal is `send` within 3x the bare interpreter. Its floor is the two libraries a
+client of the control socket needs: `python -c "import zmq, msgspec"` alone is ~4x a bare start
+here (pyzmq ~2.3x: pickle, random, json, its constants; msgspec ~1.8x: typing_extensions and
+inspect), so the row is reported against that goal, and the import-set test
+(tests/unit/orchestrator/test_cli_imports.py) keeps the rest of the path small.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,9 +41,22 @@ def _script() -> list[str]:
 
 
 def _timed(argv: list[str], env: dict[str, str]) -> float:
+    """Wall time from start to exit. The child's end is awaited by a blocking wait: Popen.wait
+    with a timeout polls with sleeps doubling up to 50 ms, which rounded every figure up to the
+    next poll (a 70 ms send read as 114 ms, a 12 ms bare start as 16 ms); a timer kills a
+    child that hangs instead."""
     start = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, timeout=60)
-    return (time.perf_counter() - start) * 1000
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        code = proc.wait()
+    finally:
+        watchdog.cancel()
+    elapsed = (time.perf_counter() - start) * 1000
+    if code != 0:
+        raise subprocess.CalledProcessError(code, argv)
+    return elapsed
 
 
 def _wait_ready(env: dict[str, str]) -> None:
@@ -49,18 +71,20 @@ def _wait_ready(env: dict[str, str]) -> None:
 def main() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="gb-") as root:
         env = dict(os.environ, GOONDAN_STATE_ROOT=root)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         daemon = subprocess.Popen(
             [*GOONDAN, "run", str(BUNDLE)], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
             _wait_ready(env)
-            runs: dict[str, list[float]] = {"bare": [], "version": [], "send": []}
             argvs = {
                 "bare": [sys.executable, "-c", "pass"],
+                "floor": [sys.executable, "-c", "import zmq, msgspec"],
                 "version": [*_script(), "--version"],
                 "send": [*_script(), "send", "hi"],
             }
+            runs: dict[str, list[float]] = {name: [] for name in argvs}
             for _ in range(ROUNDS):
                 for name, argv in argvs.items():
                     runs[name].append(_timed(argv, env))
@@ -71,9 +95,11 @@ def main() -> list[Row]:
     rows = [
         Row("python -c pass (baseline)", base, p99(runs["bare"]), "ms", base),
         Row("goondan --version", statistics.median(runs["version"]), p99(runs["version"]),
-            "ms", base, goal="≤ 3x bare"),
+            "ms", base, goal="≤ 3x"),
         Row("goondan send, warm daemon (round trip)", statistics.median(runs["send"]),
-            p99(runs["send"]), "ms", base, goal="≤ 80 ms p50"),
+            p99(runs["send"]), "ms", base, goal="≤ 80 ms p50, ≤ 3x"),
+        Row("python -c 'import zmq, msgspec' (floor)", statistics.median(runs["floor"]),
+            p99(runs["floor"]), "ms", base),
     ]  # fmt: skip
     print_rows(f"CLI start-up ({ROUNDS} runs each, Python {sys.version.split()[0]})", rows)
     return rows

@@ -1,0 +1,64 @@
+"""What `goondan send` and `goondan --version` import (issue 33: the CLI round trip). A client of
+the control socket needs msgspec, pyzmq and its own modules; each heavy import that creeps into
+its path (the daemon's logging, YAML, HTTP, the bundle loader, an event loop, OpenSSL) is paid by
+every send a script makes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import json, sys
+from orchestrator.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+HEAVY = (
+    "structlog", "yaml", "jsonschema", "httpx", "uvloop", "asyncio", "anyio", "bundles",
+    "agent_process", "hashlib", "secrets", "ssl", "email", "http", "subprocess", "logging",
+)  # fmt: skip
+"""Top-level modules `send` must not load (hashlib and secrets load OpenSSL: ~2 ms)."""
+
+SEND_OWN = {
+    "orchestrator", "orchestrator.cli", "orchestrator.exitcodes", "orchestrator.commands",
+    "orchestrator.commands.send", "orchestrator.control", "orchestrator.control.client",
+    "orchestrator.control.rundir", "orchestrator.control.runpointer",
+}  # fmt: skip
+
+
+def _run(tmp_path: Path, *argv: str) -> tuple[int, list[str]]:
+    # without coverage's start hook (a .pth that imports coverage, and its imports, when set)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_PROCESS_")}
+    env["GOONDAN_STATE_ROOT"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=60, check=True)  # fmt: skip
+    out = json.loads(done.stdout.splitlines()[-1])
+    return out["code"], out["modules"]
+
+
+def _top(modules: list[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+def test_send_imports_the_client_only(tmp_path: Path) -> None:
+    # no daemon under the empty state root: the send fails at its first look-up (exit 1, coded
+    # on stderr) after everything its path imports is loaded
+    code, modules = _run(tmp_path, "send", "hi")
+    assert code == 1
+    assert {"zmq", "msgspec", "argparse"} <= _top(modules)
+    assert not _top(modules) & set(HEAVY)
+    assert {m for m in modules if m.split(".")[0] == "orchestrator"} == SEND_OWN
+
+
+def test_version_imports_no_client(tmp_path: Path) -> None:
+    code, modules = _run(tmp_path, "--version")
+    assert code == 0
+    assert not _top(modules) & {"zmq", "msgspec", "argparse", "protocol", *HEAVY}
+    assert {m for m in modules if m.startswith("orchestrator")} == {
+        "orchestrator", "orchestrator.cli", "orchestrator.exitcodes"
+    }  # fmt: skip
