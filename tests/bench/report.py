@@ -113,14 +113,26 @@ def combine(bench: str, runs: Sequence[Row]) -> Line:
     return Line(bench, middle, overall, tuple(runs), met)
 
 
+def _keyed(rows: list[Row]) -> dict[tuple[str, int], Row]:
+    """A run's rows by (name, how many rows of that name came before): one benchmark may print
+    two figures under one name (e.g. an indented "the same less ..." under each of two)."""
+    seen: dict[str, int] = {}
+    out = {}
+    for row in rows:
+        n = seen.get(row.name, 0)
+        seen[row.name] = n + 1
+        out[(row.name, n)] = row
+    return out
+
+
 def lines_of(results: dict[str, list[list[Row]]]) -> list[Line]:
     """Every figure of every benchmark, its runs matched by name (in the first run's order)."""
     out = []
     for bench, runs in results.items():
-        names = list(dict.fromkeys(r.name for rows in runs for r in rows))
-        for name in names:
-            found = [r for rows in runs for r in rows if r.name == name]
-            out.append(combine(bench, found))
+        keyed = [_keyed(rows) for rows in runs]
+        keys = list(dict.fromkeys(k for run in keyed for k in run))
+        for key in keys:
+            out.append(combine(bench, [run[key] for run in keyed if key in run]))
     return out
 
 

@@ -81,3 +81,14 @@ def test_a_goal_is_met_only_when_every_run_meets_it() -> None:
     steady = lines_of({"b": [[Row("spawn", m, m, "ms", 4, goal)] for m in (6, 7, 8)]})[0]
     assert (steady.verdict, steady.met) == ("pass", 3)
     assert "| pass 3/3 |" in table([steady])
+
+
+def test_two_figures_of_one_name_in_a_run_stay_two() -> None:
+    from tests.bench.report import lines_of
+
+    run = [Row("send", 3, 4, "ms", None), Row("  less", 1, 2, "x", None, "≤ 1.05x"),
+           Row("edge", 5, 6, "ms", None), Row("  less", 9, 9, "x", None, "≤ 1.05x")]  # fmt: skip
+    lines = lines_of({"b": [run, run]})
+    assert [(ln.row.name, ln.row.median, len(ln.runs)) for ln in lines] == [
+        ("send", 3, 2), ("  less", 1, 2), ("edge", 5, 2), ("  less", 9, 2),
+    ]  # fmt: skip
