@@ -205,14 +205,38 @@ SSE_EVENTS = [
 usage chunk and `[DONE]`, each event flushed on its own as a real stream's are."""
 
 
+def _tool_to_call(request: dict[str, Any]) -> str | None:
+    """The tool a request that offers tools gets called: the one named `*now` (else the first),
+    None when the last message is a tool's result (then the answer is "pong")."""
+    tools = [t["function"]["name"] for t in request.get("tools") or []]
+    if not tools or request["messages"][-1].get("role") == "tool":
+        return None
+    name: str = next((t for t in tools if t.endswith("now")), tools[0])
+    return name
+
+
+def tool_events(body: bytes) -> list[bytes]:
+    """`tool_answer` streamed (a host that always streams, bench_peers' Python host): the call
+    in a role chunk with its name and id, then its arguments, the finish chunk, usage, [DONE]."""
+    name = _tool_to_call(json.loads(body))
+    if name is None:
+        return SSE_EVENTS
+    start = {"index": 0, "id": "call_1", "type": "function",
+             "function": {"name": name, "arguments": ""}}  # fmt: skip
+    return [
+        _chunk({"role": "assistant", "content": None, "tool_calls": [start]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}),
+        _chunk({}, "tool_calls"),
+        *SSE_EVENTS[-2:],
+    ]
+
+
 def tool_answer(body: bytes) -> bytes:
     """A request that offers tools: call the one named `*now` (else the first; no arguments)
     unless the last message is a tool's result, then say "pong"."""
-    request = json.loads(body)
-    tools = [t["function"]["name"] for t in request.get("tools") or []]
-    if not tools or request["messages"][-1].get("role") == "tool":
+    name = _tool_to_call(json.loads(body))
+    if name is None:
         return COMPLETION
-    name = next((t for t in tools if t.endswith("now")), tools[0])
     call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
     return json.dumps({
         "id": "chatcmpl-2", "object": "chat.completion", "created": 1, "model": "local",
@@ -236,14 +260,15 @@ async def _llm_server() -> None:
                 if line.lower().startswith(b"content-length:"):
                     length = int(line.split(b":")[1])
             body = await reader.readexactly(length)
-            if b'"tools"' in body:  # bench_peers' tool round trip
+            streamed = b'"stream": true' in body or b'"stream":true' in body
+            if b'"tools"' in body and not streamed:  # bench_peers' tool round trip
                 answer = tool_answer(body)
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                              b"content-length: %d\r\n\r\n%s" % (len(answer), answer))  # fmt: skip
-            elif b'"stream": true' in body or b'"stream":true' in body:
+            elif streamed:
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                              b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
-                for event in SSE_EVENTS:
+                for event in tool_events(body) if b'"tools"' in body else SSE_EVENTS:
                     writer.write(b"%x\r\n%s\r\n" % (len(event), event))
                     await writer.drain()
                 writer.write(b"0\r\n\r\n")

@@ -11,6 +11,13 @@ journal: `run_in_harness`), drives, alternately so the machine's drift hits all:
 - **pydantic-ai** (`Agent.run`, a `tool_plain`, `run_stream` with text deltas) and the **OpenAI
   Agents SDK** (`Runner.run`, a `function_tool`, `Runner.run_streamed`'s first text delta),
   in this process, on the same `AsyncOpenAI` client, tracing off;
+- **Goondan's Python host** (`goondan` 0.2 on PyPI, the `goondan` module: a library, not this
+  project): `create_goondan(config, models=...)` in this process, its in-memory store, a new
+  session per turn as the peers start from nothing; its `openai_chat_model` on one shared
+  `httpx.AsyncClient` (without one it opens a client, and builds a TLS context, per call),
+  a `define_tool` tool; its model calls are always streamed, so its one-call turn is a
+  streamed call where the baseline's is not, and its first delta is its first
+  `step.textDelta` event;
 - **goondan**: the warm hop: an event submitted to the router, the turn in the agent's own
   process (forked by the fork server, its model on the `openai` provider pointed at the same
   server), the reply back through the router; its conversation is persisted and grows over
@@ -71,8 +78,8 @@ CLOCK = """async def now(ctx, input):
 
 handlers = {"now": now}
 """
-PEERS = ("pydantic_ai", "agents")
-"""The peers' sides in the samples, named after their modules (the `bench` extra)."""
+PEERS = {"pydantic_ai": "pydantic_ai", "agents": "agents", "seed": "goondan"}
+"""The peers' sides in the samples -> the module each needs (the `bench` extra)."""
 Turn = Callable[[int], Awaitable[float]]
 """One measured turn (its index) -> µs."""
 
@@ -185,6 +192,51 @@ def _openai_agents(client: Any) -> dict[str, Turn]:
     return {"call": _timed(one), "tool": _timed(tool), "first": first}
 
 
+def _seed(port: int) -> tuple[dict[str, Turn], Callable[[], Awaitable[None]]]:
+    """Goondan's Python host's turns, and what closes it."""
+    import httpx
+    from goondan import create_goondan, define_tool  # type: ignore[import-untyped]
+    from goondan.models import openai_chat_model  # type: ignore[import-untyped]
+
+    http = httpx.AsyncClient()
+    model = openai_chat_model(model="local", base_url=f"http://127.0.0.1:{port}/v1",
+                              api_key="sk-local", http_client=http)  # fmt: skip
+
+    async def now(args: Any, ctx: Any) -> str:
+        return "noon"
+
+    clock = define_tool(name="now", description="The time now.", input={"type": "object"},
+                        execute=now)  # fmt: skip
+    first: list[float] = []
+
+    def emit(event: dict[str, Any]) -> None:
+        if not first and event["type"] == "step.textDelta" and event["data"].get("delta"):
+            first.append(time.perf_counter())
+
+    agents = {"hop": {"model": "local"}, "tooled": {"model": "local", "tools": ["now"]}}
+    config = {"name": "bench", "routes": ["hop"], "agents": agents}
+    host = create_goondan(config=config, models={"local": model}, tools={"now": clock}, emit=emit)
+
+    async def run(text: str, agent: str = "hop") -> None:
+        result = await (await host.run(text, agent=agent)).result
+        assert result["output"] == "pong", result
+
+    async def tool(text: str) -> None:
+        await run(text, "tooled")
+
+    async def delta(i: int) -> float:
+        first.clear()
+        start = time.perf_counter()
+        await run(f"ping {i}")
+        return (first[0] - start) * 1e6
+
+    async def close() -> None:
+        await host.close()
+        await http.aclose()
+
+    return {"call": _timed(run), "tool": _timed(tool), "first": delta}, close
+
+
 def _goondan(harness: Any) -> tuple[dict[str, Turn], Callable[[int], Awaitable[None]]]:
     """goondan's turns on the warm hop, and what starts the instances of sample `n` (one
     warm-up turn each)."""
@@ -242,10 +294,11 @@ async def _measure(harness: Any, port: int) -> dict[str, list[float]]:
     import openai
 
     client = openai.AsyncOpenAI(api_key="sk-local", base_url=f"http://127.0.0.1:{port}/v1")
+    seed, close_seed = _seed(port)
     try:
         ours, spawn = _goondan(harness)
         sides = {"bare": _bare(client), "pydantic_ai": _pydantic_ai(client),
-                 "agents": _openai_agents(client), "goondan": ours}  # fmt: skip
+                 "agents": _openai_agents(client), "seed": seed, "goondan": ours}  # fmt: skip
         out: dict[str, list[float]] = {}
         await spawn(-1)
         for i in range(WARMUP):
@@ -265,11 +318,13 @@ async def _measure(harness: Any, port: int) -> dict[str, list[float]]:
                         out.setdefault(f"{name}.{kind}", []).append(await turn(i))
         return out
     finally:
+        await close_seed()
         await client.close()
 
 
 LABELS = {"bare": "openai SDK alone (baseline)", "pydantic_ai": "pydantic-ai",
-          "agents": "OpenAI Agents SDK", "goondan": "goondan warm hop (persisted)"}  # fmt: skip
+          "agents": "OpenAI Agents SDK", "seed": "Goondan's Python host 0.2 (streamed)",
+          "goondan": "goondan warm hop (persisted)"}  # fmt: skip
 KINDS = {"call": "one model call", "tool": "one tool round trip (2 model calls)",
          "first": "first text delta of a streamed call"}  # fmt: skip
 
@@ -299,7 +354,7 @@ def run() -> list[Row]:
 
 
 def main() -> list[Row]:
-    missing = [m for m in PEERS if importlib.util.find_spec(m) is None]
+    missing = [m for m in PEERS.values() if importlib.util.find_spec(m) is None]
     if missing:
         print(f"bench_peers skipped: {', '.join(missing)} not installed "
               "(pip install 'goondan-daemon[bench]')")  # fmt: skip
