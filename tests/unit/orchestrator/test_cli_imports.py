@@ -62,3 +62,18 @@ def test_version_imports_no_client(tmp_path: Path) -> None:
     assert {m for m in modules if m.startswith("orchestrator")} == {
         "orchestrator", "orchestrator.cli", "orchestrator.exitcodes"
     }  # fmt: skip
+
+
+def test_send_ends_without_teardown_and_its_output_flushed(tmp_path: Path) -> None:
+    # the real entry (argv from the command line) ends at os._exit (cli.QUICK_EXIT): what it
+    # wrote is flushed first, its exit code kept; an atexit hook of the process never runs
+    hook = "import atexit, runpy; atexit.register(print, 'teardown'); "
+    run = "runpy.run_module('orchestrator', run_name='__main__')"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_PROCESS_")}
+    env["GOONDAN_STATE_ROOT"] = str(tmp_path)
+    for argv, teardown in ((["send", "hi"], False), (["status"], True)):
+        done = subprocess.run([sys.executable, "-c", hook + run, *argv], capture_output=True,
+                              text=True, env=env, cwd=tmp_path, timeout=60)  # fmt: skip
+        assert done.returncode == 1
+        assert "E_DAEMON_NOT_RUNNING" in done.stderr
+        assert ("teardown" in done.stdout) is teardown
