@@ -21,7 +21,6 @@ import zmq
 
 from orchestrator.control import runpointer
 from orchestrator.control.rundir import read_active, read_token
-from protocol.codec import decode_control_reply, encode
 from protocol.control import (
     STREAM_WINDOW,
     ControlReply,
@@ -29,6 +28,7 @@ from protocol.control import (
     OrchestratorInfo,
     StreamAck,
 )
+from protocol.control_codec import decode_control_reply, encode
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.pids import pid_alive

@@ -29,6 +29,12 @@ SEND_OWN = {
     "orchestrator.commands.send", "orchestrator.control", "orchestrator.control.client",
     "orchestrator.control.rundir", "orchestrator.control.runpointer",
 }  # fmt: skip
+SEND_PROTOCOL = {
+    "protocol", "protocol.control", "protocol.control_codec", "protocol.durable",
+    "protocol.endpoints", "protocol.errors", "protocol.jsontypes", "protocol.pids",
+    "protocol.private", "protocol.stream",
+}  # fmt: skip
+"""Not the frame and event types (protocol.codec, events, messages, ids: ~5 ms)."""
 
 
 def _run(tmp_path: Path, *argv: str) -> tuple[int, list[str]]:
@@ -53,6 +59,7 @@ def test_send_imports_the_client_only(tmp_path: Path) -> None:
     assert {"zmq", "msgspec", "argparse"} <= _top(modules)
     assert not _top(modules) & set(HEAVY)
     assert {m for m in modules if m.split(".")[0] == "orchestrator"} == SEND_OWN
+    assert {m for m in modules if m.split(".")[0] == "protocol"} == SEND_PROTOCOL
 
 
 def test_version_imports_no_client(tmp_path: Path) -> None:
