@@ -151,6 +151,9 @@ KINDS: dict[str, Fault] = {
     "nats_power_cut_majority": nats_power_cut_majority, "node_clock_jump": node_clock_jump,
 }  # fmt: skip
 POWER = ("nats_power_cut", "nats_power_cut_majority")
+DRIVE_LEAVES_OUT = ("nats_power_cut_majority",)
+"""Kinds the one-round drive of `make test` leaves to `make cluster-faults`: JetStream without
+a quorum until both servers rebooted, ~15 s a round; `nats_power_cut` covers the mechanism."""
 JUMP = 600
 """The most a node's clock jumps (s), ahead or back: far past every lease TTL."""
 

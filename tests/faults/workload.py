@@ -10,12 +10,16 @@ duplicated)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from orchestrator.cluster.names import partition_of, plan
+from protocol.control import ControlReply
 from tests.faults.nemesis import World
+from tests.integration.harness import Daemon
 
 SEND_LIMIT = 30.0
 REQUEST_SHARE = 1 / 3
@@ -54,6 +58,24 @@ def answered(text: str, answer: str) -> bool:
     return answer == f"caller: {text}"
 
 
+async def until_dead(node: Daemon, send: Awaitable[ControlReply]) -> ControlReply | None:
+    """The send's reply, or None as soon as `node`'s process ends (a send on a killed node
+    would otherwise wait its whole SEND_LIMIT, which measured the workload, not goondan)."""
+    sending = asyncio.ensure_future(send)
+    dying = asyncio.ensure_future(node.proc.wait())
+    try:
+        await asyncio.wait({sending, dying}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        dying.cancel()
+        if not sending.done():
+            sending.cancel()
+    if not sending.cancelled() and sending.done():
+        return sending.result()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sending
+    return None
+
+
 @dataclass
 class Workload:
     world: World
@@ -67,9 +89,12 @@ class Workload:
         start = time.monotonic()
         try:
             async with asyncio.timeout(SEND_LIMIT):
-                reply = await node.send(text, key=key)
-            ok = reply.ok and answered(text, str(reply.result["input"]))
-            code = None if reply.ok else str(reply.error.code if reply.error else "?")
+                reply = await until_dead(node, node.send(text, key=key))
+            if reply is None:  # its node died under it: a client would retry elsewhere now
+                ok, code = False, "node died"
+            else:
+                ok = reply.ok and answered(text, str(reply.result["input"]))
+                code = None if reply.ok else str(reply.error.code if reply.error else "?")
         except (TimeoutError, OSError) as exc:
             ok, code = False, type(exc).__name__
         self.outcomes.append(Outcome(key, text, start, time.monotonic(), ok, code))
