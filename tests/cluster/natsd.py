@@ -107,6 +107,8 @@ class NatsCluster:
     binary: str
     root: Path
     servers: list[Server] = field(default_factory=list)
+    extra_config: str = ""
+    """Appended to every server's config (e.g. `jetstream { sync_interval: always }`)."""
 
     @classmethod
     def create(cls, binary: str, root: Path, size: int = 3) -> NatsCluster:
@@ -133,7 +135,7 @@ class NatsCluster:
 
     def start(self, server: Server) -> None:
         if not self.config.exists():
-            self.config.write_text(authorization())
+            self.config.write_text(authorization() + self.extra_config)
         routes = ",".join(f"nats://127.0.0.1:{s.cluster_port}" for s in self.servers)
         args = [
             self.binary, "-a", "127.0.0.1", "-p", str(server.port), "-js", "-sd",
