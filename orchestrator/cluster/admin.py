@@ -49,13 +49,28 @@ class UnknownNode(Exception):
         super().__init__(f"no live node {node!r} in this swarm (live: {', '.join(live) or '-'})")
 
 
-async def request_drain(nats_: Nats, node: str) -> JsonObject:
-    """Ask `node` to give its partitions away; UnknownNode when it is not live."""
+DRAIN_TAKEN_WITHIN = 5.0
+"""How long `drain` waits for the node to say it is draining (it reads the request on its next
+lease tick, a third of the lease TTL), so that a `cluster status` right after shows it."""
+
+
+async def request_drain(
+    nats_: Nats, node: str, within: float = DRAIN_TAKEN_WITHIN
+) -> JsonObject:
+    """Ask `node` to give its partitions away and wait, up to `within`, until its record says
+    it is draining (`taken`); UnknownNode when it is not live."""
     records = await nodes_of(nats_)
     if node not in {r.node for r in records}:
         raise UnknownNode(node, sorted(r.node for r in records))
     await nats_.state.put(drain_key(node), str(time.time()).encode())
-    return {"node": node, "draining": True}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        if any(r.node == node and r.draining for r in await nodes_of(nats_)):
+            return {"node": node, "draining": True, "taken": True}
+        if loop.time() > deadline:
+            return {"node": node, "draining": True, "taken": False}
+        await asyncio.sleep(0.1)  # the record is the node's to write: poll the bucket
 
 
 async def _lag(nats_: Nats, partition: int) -> tuple[int, int]:

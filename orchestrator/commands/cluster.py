@@ -142,8 +142,13 @@ class _Cluster:
             return EXIT_RUNTIME
         result: JsonObject = answered[1].result
         if args.action == "drain":
-            print(f"node {result['node']} is draining: its partitions move to the others "
-                  "after its running turns; `goondan cluster status` shows it")  # fmt: skip
+            if result.get("taken", True):
+                print(f"node {result['node']} is draining: its partitions move to the others "
+                      "after its running turns; `goondan cluster status` shows it")  # fmt: skip
+            else:
+                print(f"asked node {result['node']} to drain; it has not said so yet (it reads "
+                      "the request on its next lease tick): `goondan cluster status` shows "
+                      "when it does")  # fmt: skip
             return EXIT_OK
         print(json.dumps(result, indent=2) if args.json else render(result))
         return EXIT_RUNTIME if result["unowned"] else EXIT_OK
