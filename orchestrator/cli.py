@@ -143,10 +143,26 @@ def _listed(argv: Sequence[str], chosen: Mapping[str, Command]) -> Sequence[Comm
     return COMMANDS
 
 
+def _standard_streams() -> None:
+    """A standard stream started closed (`goondan send hi >&-`) is /dev/null: Python leaves it
+    None (a crash at the first print), and the next file or socket opened would take its
+    number and receive what was printed to it."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The `goondan` command; `argv` None means this process is the command (a caller passing
     argv, like a test, keeps its own signal handling)."""
     entry = argv is None
+    if entry:
+        _standard_streams()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv == ["--version"]:  # what scripts and health checks call: answered without a parser
         print(f"goondan {version()}")

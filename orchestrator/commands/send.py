@@ -163,9 +163,12 @@ MAX_STDIN = 1 << 20
 
 
 def _text(words: list[str], stdin: TextIO) -> str:
-    """TEXT, or stdin for `-` or no TEXT with stdin not a terminal (`echo hi | goondan send`)."""
+    """TEXT, or stdin for `-` or no TEXT with stdin not a terminal (`echo hi | goondan send`),
+    less its final line end."""
     if words == ["-"] or (not words and not stdin.isatty()):
-        return stdin.buffer.read(MAX_STDIN + 1).decode(errors="replace")
+        # the last line's end is the file's, not the message's (`echo hi |`), as `$(...)` drops it
+        text = stdin.buffer.read(MAX_STDIN + 1).decode(errors="replace")
+        return text.removesuffix("\n").removesuffix("\r")
     return " ".join(words)
 
 
