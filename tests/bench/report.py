@@ -113,15 +113,21 @@ def combine(bench: str, runs: Sequence[Row]) -> Line:
     return Line(bench, middle, overall, tuple(runs), met)
 
 
+_FIGURE_IN_NAME = re.compile(r"\s*\([+-]?[\d.,]+\s*(?:µs|us|ms|s|x|%)\)$")
+"""A figure a name carries, as bench_peers' "... (+812 µs)": not part of what the row is."""
+
+
 def _keyed(rows: list[Row]) -> dict[tuple[str, int], Row]:
-    """A run's rows by (name, how many rows of that name came before): one benchmark may print
-    two figures under one name (e.g. an indented "the same less ..." under each of two)."""
+    """A run's rows by (name less any figure in it, how many rows of that name came before):
+    one benchmark may print two figures under one name (e.g. an indented "the same less ..."
+    under each of two)."""
     seen: dict[str, int] = {}
     out = {}
     for row in rows:
-        n = seen.get(row.name, 0)
-        seen[row.name] = n + 1
-        out[(row.name, n)] = row
+        name = _FIGURE_IN_NAME.sub("", row.name)
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        out[(name, n)] = row
     return out
 
 

@@ -92,3 +92,11 @@ def test_two_figures_of_one_name_in_a_run_stay_two() -> None:
     assert [(ln.row.name, ln.row.median, len(ln.runs)) for ln in lines] == [
         ("send", 3, 2), ("  less", 1, 2), ("edge", 5, 2), ("  less", 9, 2),
     ]  # fmt: skip
+
+
+def test_a_figure_in_a_rows_name_does_not_split_its_runs() -> None:
+    from tests.bench.report import lines_of
+
+    runs = [[Row(f"one call: peer (+{m} µs)", m, m, "µs", 1.0)] for m in (812, 790)]
+    [line] = lines_of({"peers": runs})
+    assert len(line.runs) == 2
