@@ -25,7 +25,7 @@ import importlib
 from agent_process import logs
 from agent_process import preload as preloaded
 from agent_process.child import main
-from agent_process.forkprep import gate, heap, rehearsal, shared, standin
+from agent_process.forkprep import gate, heap, immortal, rehearsal, shared, standin
 from agent_process.link import libc
 from bundles.kinds import Kind
 from bundles.model import Bundle
@@ -74,5 +74,7 @@ def prepare(bundle: Bundle, launch: LaunchSettings) -> None:
     if steps & {gate.Step.START, gate.Step.TURN}:
         turns = gate.Step.TURN in steps
         rehearsal.rehearse(standin.bundle(bundle), launch, turns=turns)
+    if gate.Step.IMMORTAL in steps:
+        immortal.make_all_immortal()  # the first preparation only: see its module
     if gate.Step.HEAP in steps:
         heap.fill()  # last: what the steps before freed is taken too

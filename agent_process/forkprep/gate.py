@@ -34,6 +34,9 @@ class Step(StrEnum):
     """Rehearse a turn on that child, from the event frame to the reply and status frames."""
     HEAP = "heap"
     """Take the free blocks of the small-object heap (`heap`; pymalloc only)."""
+    IMMORTAL = "immortal"
+    """Make the fork server's objects immortal (`immortal`; 3.12+): a child's reference
+    counting no longer copies their pages."""
 
 
 Version = tuple[int, int]
@@ -42,6 +45,7 @@ MEASURED: dict[Step, frozenset[Version] | None] = {
     Step.START: frozenset({(3, 11), (3, 12), (3, 13)}),
     Step.TURN: frozenset({(3, 11), (3, 12), (3, 13)}),
     Step.HEAP: frozenset({(3, 11), (3, 12), (3, 13)}),
+    Step.IMMORTAL: frozenset({(3, 13)}),
 }
 """The CPython versions each step was measured to pay on (None: any version). Each step, left
 out alone, made the agents bigger on 3.11, 3.12 and 3.13 alike (the figures are in the commit
