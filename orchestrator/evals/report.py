@@ -30,15 +30,16 @@ def _total_cost(results: list[Result]) -> float | None:
 
 def _properties(suite: ET.Element, results: list[Result]) -> None:
     """Costs as the suite's properties: the common JUnit schema allows `properties` on a
-    testsuite, not on a testcase (consumers that validate would refuse it there)."""
-    props = ET.SubElement(suite, "properties")
+    testsuite, not on a testcase (consumers that validate would refuse it there), and none
+    when no case has a cost (the schema wants one `property` at least in a `properties`)."""
     total = _total_cost(results)
-    if total is not None:
-        ET.SubElement(props, "property", name="costUsd", value=f"{total:.8f}")
-    for r in results:
-        if r.cost_usd is not None:
-            ET.SubElement(props, "property", name=f"costUsd:{_case_name(r)}",
-                          value=f"{r.cost_usd:.8f}")  # fmt: skip
+    found = [("costUsd", total)] if total is not None else []
+    found += [(f"costUsd:{_case_name(r)}", r.cost_usd) for r in results if r.cost_usd is not None]
+    if not found:
+        return
+    props = ET.SubElement(suite, "properties")
+    for name, usd in found:
+        ET.SubElement(props, "property", name=name, value=f"{usd:.8f}")
 
 
 def _case_name(r: Result) -> str:

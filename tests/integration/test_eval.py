@@ -10,9 +10,14 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import xmlschema
+
 from tests.integration.conftest import StartDaemon
 from tests.integration.harness import run_cli
 from tests.unit.agent_process.fake_llm import FakeLLMServer, chat_completion
+
+JUNIT_XSD = Path(__file__).parents[1] / "fixtures" / "junit" / "junit.xsd"
+"""The JUnit schema CI readers accept (tests/unit/orchestrator/test_eval_junit.py: it bites)."""
 
 BUNDLE = """\
 apiVersion: goondan.ai/v1
@@ -92,6 +97,7 @@ async def test_each_evaluator_passes_and_fails_through_the_cli(tmp_path: Path) -
     assert rows["multi-turn"]["tokens"] > rows["contains pass"]["tokens"] > 0
     assert len({r["instanceKey"] for r in rows.values()}) == 13  # a fresh instance per case
     assert "7 passed, 6 failed" in out
+    xmlschema.XMLSchema(JUNIT_XSD).validate(junit)  # no costs: no (invalid) empty properties
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None
     assert (suite.get("tests"), suite.get("failures")) == ("13", "6")
@@ -448,6 +454,7 @@ cases:
     assert rows["priced"]["costUsd"] == 0.025, rows["priced"]
     assert rows["unpriced"]["costUsd"] is None  # no pricing: unknown, not free
     assert "0.025000" in out
+    xmlschema.XMLSchema(JUNIT_XSD).validate(junit)
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
