@@ -1,8 +1,9 @@
 """Faults under load (README: Running on several machines; docs/cluster.md "Faults"): 3 NATS
 servers and 3 nodes, each in a network namespace; while every instance key gets sends, the
 nemesis injects each fault kind FAULT_ROUNDS times (unset: once, less the slow kinds of
-`nemesis.DRIVE_LEAVES_OUT`; `make cluster-faults`: 10) in an order FAULT_SEED decides, heals it and waits for every key to answer again. Then every
-acknowledged send is in its instance's conversation once and in order, and so is every
+`nemesis.DRIVE_LEAVES_OUT`; `make cluster-faults`: 10) in an order FAULT_SEED decides (only
+the kinds of FAULT_KINDS when set), heals it and waits for every key to answer again. Then
+every acknowledged send is in its instance's conversation once and in order, and so is every
 acknowledged request in the `worker` instance it asked (across nodes for most keys)."""
 
 from __future__ import annotations
