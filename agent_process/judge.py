@@ -8,7 +8,11 @@ the bundle as an agent process does, builds each judge Model with the agent's ow
 
     in:  {"id": 1, "model": "Model/judge", "rubric": "...", "input": "...", "reply": "..."}
     out: {"id": 1, "pass": true, "reason": "...", "usage": {...}}
-         {"id": 1, "error": {"code": "E_EVAL_JUDGE", "message": "..."}}
+         {"id": 1, "error": {"code": "E_EVAL_JUDGE", "message": "..."}, "usage": {...}}
+
+`usage` is the judge's model call's tokens (`inputTokens`, `outputTokens`, `cachedInputTokens`),
+priced into the case's cost by `goondan eval`; an error has it when the call was made (its
+answer was not a verdict: the tokens were spent all the same).
 
 The answer is parsed strictly: a JSON object with a boolean `pass` and a string `reason`;
 anything else is E_EVAL_JUDGE, never a pass.
@@ -25,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from agent_process import resolve
-from agent_process.models import Model, ModelError, ModelRequest, create_model, recording
+from agent_process.models import (
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    create_model,
+    recording,
+)
 from bundles.diagnostics import BundleError
 from bundles.kinds import Kind
 from bundles.loader import load_bundle
@@ -97,6 +108,7 @@ class Judge:
         return self.models[name]
 
     async def one(self, ask: dict[str, Any]) -> dict[str, Any]:
+        response: ModelResponse | None = None
         try:
             model, json_mode = self._model(str(ask.get("model", "")))
             said, reply = str(ask.get("input", "")), str(ask.get("reply", ""))
@@ -109,7 +121,7 @@ class Judge:
         except ModelError as exc:
             return _error(f"the judge's model failed: {exc.info.code}: {exc.info.message}")
         except Judged as exc:
-            return _error(str(exc))
+            return _error(str(exc), response)
         except Exception as exc:  # a provider's own failure: still an answer, never a hang
             return _error(f"the judge failed: {type(exc).__name__}: {exc}"[:1000])
         return {"pass": passed, "reason": reason, "usage": response.usage.as_dict()}
@@ -119,8 +131,11 @@ class Judge:
             await model.aclose()
 
 
-def _error(message: str) -> dict[str, Any]:
-    return {"error": {"code": ErrorCode.E_EVAL_JUDGE.value, "message": message}}
+def _error(message: str, response: ModelResponse | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"error": {"code": ErrorCode.E_EVAL_JUDGE.value, "message": message}}
+    if response is not None:
+        out["usage"] = response.usage.as_dict()
+    return out
 
 
 async def serve(judge: Judge) -> None:

@@ -51,9 +51,18 @@ def _usages(layout: StateLayout, swarm: str, key: str) -> list[dict[str, Any]] |
     return found
 
 
-def _int(data: dict[str, Any], key: str) -> int:
+def _int(data: Mapping[str, Any], key: str) -> int:
     value = data.get(key)
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+def usage_cost(pricing: Pricing | None, data: Mapping[str, Any]) -> float | None:
+    """One call's usage (`inputTokens`, `outputTokens`, `cachedInputTokens`) in USD; None when
+    its Model has no pricing."""
+    if pricing is None:
+        return None
+    return cost_usd(pricing, _int(data, "inputTokens"), _int(data, "outputTokens"),
+                    _int(data, "cachedInputTokens"))  # fmt: skip
 
 
 def case_cost(layout: StateLayout, swarm: str, key: str, prices: Prices) -> float | None:
@@ -64,9 +73,8 @@ def case_cost(layout: StateLayout, swarm: str, key: str, prices: Prices) -> floa
         return None
     total = 0.0
     for data in usages:
-        pricing = prices.get(str(data.get("model")))
-        if pricing is None:
+        usd = usage_cost(prices.get(str(data.get("model"))), data)
+        if usd is None:
             return None
-        total += cost_usd(pricing, _int(data, "inputTokens"), _int(data, "outputTokens"),
-                          _int(data, "cachedInputTokens"))  # fmt: skip
+        total += usd
     return total

@@ -37,11 +37,15 @@ class Verdict:
     passed: bool
     reason: str
     tokens: int | None = None
+    usage: dict[str, int] | None = None
+    """The judge's model call's tokens, priced into the case's cost (evals/cost.py)."""
 
 
 class JudgeFailed(Exception):
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, usage: dict[str, int] | None = None) -> None:
         super().__init__(f"{ErrorCode.E_EVAL_JUDGE}: {message}")
+        self.usage = usage
+        """Tokens the failed judgment spent (its model answered, not with a verdict)."""
 
 
 class JudgeClient:
@@ -125,13 +129,21 @@ class JudgeClient:
             await self.reader
 
 
-def _verdict(answer: dict[str, Any]) -> Verdict:
-    error = answer.get("error")
-    if isinstance(error, dict):
-        raise JudgeFailed(str(error.get("message", "the judge failed")))
+def _usage(answer: dict[str, Any]) -> dict[str, int] | None:
+    """The answer's token counts; a count that is not a non-negative int is left out."""
     usage = answer.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    return {str(k): v for k, v in usage.items()
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0}  # fmt: skip
+
+
+def _verdict(answer: dict[str, Any]) -> Verdict:
+    error, usage = answer.get("error"), _usage(answer)
+    if isinstance(error, dict):
+        raise JudgeFailed(str(error.get("message", "the judge failed")), usage)
     tokens = None
-    if isinstance(usage, dict):
-        tokens = sum(v for k, v in usage.items() if isinstance(v, int) and k != "cachedInputTokens")
+    if usage is not None:
+        tokens = sum(v for k, v in usage.items() if k != "cachedInputTokens")
     return Verdict(passed=bool(answer.get("pass")), reason=str(answer.get("reason", "")),
-                   tokens=tokens)  # fmt: skip
+                   tokens=tokens, usage=usage)  # fmt: skip

@@ -9,8 +9,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from orchestrator.evals.cost import Prices, case_cost
+from orchestrator.evals.cost import Prices, case_cost, usage_cost
 from orchestrator.evals.evaluators import Outcome, evaluate
 from orchestrator.evals.judge import JudgeClient, JudgeFailed
 from orchestrator.evals.spec import Case, EvalFile
@@ -40,7 +41,10 @@ class Result:
     judge_reason: str | None = None
     """The `judge` evaluator's reason, when it gave a verdict (pass or fail)."""
     cost_usd: float | None = None
-    """What the case's model calls cost (evals/cost.py); None: a Model without pricing."""
+    """What the case's model calls cost, its judge's included (evals/cost.py); None: a Model
+    without pricing."""
+    judge_cost_usd: float | None = None
+    """The judge's part of `cost_usd`; None: not judged, or the judge's Model has no pricing."""
 
 
 def _tokens(reply: AgentEvent) -> int | None:
@@ -77,19 +81,41 @@ class CaseFailed(Exception):
     pass
 
 
-async def _judged(
-    judge: JudgeClient | None, case: Case, out: Outcome
-) -> tuple[tuple[str, str] | None, str | None]:
-    """The judge's failure (if it failed or could not judge) and its reason."""
+class Judgment(NamedTuple):
+    failed: tuple[str, str] | None
+    """The judge's failure (it failed or could not judge)."""
+    reason: str | None
+    spent: bool = False
+    """The judge's model was called (its tokens count in the case's cost)."""
+    cost_usd: float | None = None
+
+
+def _judgment(failed: tuple[str, str] | None, reason: str | None, model: str,
+              usage: dict[str, int] | None, prices: Prices) -> Judgment:  # fmt: skip
+    if usage is None:
+        return Judgment(failed, reason)
+    return Judgment(failed, reason, True,
+                    usage_cost(prices.get(model.removeprefix("Model/")), usage))  # fmt: skip
+
+
+async def _judged(judge: JudgeClient | None, case: Case, out: Outcome, prices: Prices) -> Judgment:
     want = case.expect.get("judge")
     if want is None or judge is None:
-        return None, None
+        return Judgment(None, None)
+    model = want["model"]
     try:
-        verdict = await judge.judge(want["model"], want["rubric"], "\n\n".join(case.inputs),
-                                    out.reply)  # fmt: skip
+        verdict = await judge.judge(model, want["rubric"], "\n\n".join(case.inputs), out.reply)
     except JudgeFailed as exc:
-        return ("judge", str(exc)), None
-    return (None if verdict.passed else ("judge", verdict.reason)), verdict.reason
+        return _judgment(("judge", str(exc)), None, model, exc.usage, prices)
+    failed = None if verdict.passed else ("judge", verdict.reason)
+    return _judgment(failed, verdict.reason, model, verdict.usage, prices)
+
+
+def _total(case: float | None, judged: Judgment) -> float | None:
+    """The instance's cost plus the judge's; unknown when either is (not free)."""
+    if not judged.spent:
+        return case
+    return None if case is None or judged.cost_usd is None else case + judged.cost_usd
 
 
 async def run_case(
@@ -124,14 +150,16 @@ async def run_case(
     out = Outcome(reply=reply.input if reply else "", tokens=tokens, latency_ms=latency,
                   error=error, tool_calls=trail.tool_calls, steps=trail.max_steps)  # fmt: skip
     failed = evaluate(case.expect, out)
-    reason = None
+    judged = Judgment(None, None)
     if failed is None:  # the model's verdict last: no tokens spent on a case already failed
-        failed, reason = await _judged(judge, case, out)
+        judged = await _judged(judge, case, out, prices or {})
+        failed = judged.failed
     return Result(case=case.name, repeat=repeat, instance_key=key, passed=failed is None,
                   evaluator=failed[0] if failed else None, why=failed[1] if failed else None,
                   tokens=tokens, latency_ms=latency,
                   trace_id=reply.trace.trace_id if reply else None, pids=pids,
-                  judge_reason=reason, cost_usd=cost)  # fmt: skip
+                  judge_reason=judged.reason, cost_usd=_total(cost, judged),
+                  judge_cost_usd=judged.cost_usd)  # fmt: skip
 
 
 async def run_all(
@@ -165,5 +193,9 @@ def as_row(result: Result) -> JsonObject:
         "tokens": result.tokens, "latencyMs": round(result.latency_ms, 1),
         "traceId": result.trace_id, "pids": list(result.pids),
         "judgeReason": result.judge_reason,
-        "costUsd": None if result.cost_usd is None else round(result.cost_usd, 8),
+        "costUsd": _usd(result.cost_usd), "judgeCostUsd": _usd(result.judge_cost_usd),
     }  # fmt: skip
+
+
+def _usd(usd: float | None) -> float | None:
+    return None if usd is None else round(usd, 8)

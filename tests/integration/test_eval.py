@@ -459,3 +459,49 @@ cases:
     assert suite is not None
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props == {"costUsd:priced": "0.02500000"}  # no total: one case has no price
+
+
+async def test_the_judges_tokens_count_in_the_cases_cost(tmp_path: Path) -> None:
+    bundle, evals = _files(
+        tmp_path,
+        """\
+cases:
+  - {name: judged, input: hi, expect: {judge: {rubric: Greets, model: Model/judge}}}
+  - {name: not a verdict, input: hi, expect: {judge: {rubric: Greets, model: Model/judge}}}
+  - {name: unpriced judge, input: hi, expect: {judge: {rubric: Greets, model: Model/free}}}
+""",
+    )
+    report = tmp_path / "report.json"
+    async with FakeLLMServer() as server:
+        server.replies = [  # 11 tokens in, 7 out each
+            (200, chat_completion('{"pass": true, "reason": "it greets"}')),
+            (200, chat_completion("Sure! It passes.")),
+            (200, chat_completion('{"pass": true, "reason": "it greets"}')),
+        ]
+        judges = JUDGE_MODEL.replace("__LLM__", f"http://127.0.0.1:{server.port}")
+        priced = (
+            "options: {maxRetries: 0, timeoutSeconds: 5}\n"
+            "  pricing: {inputPerMTok: 1000, outputPerMTok: 2000}"
+        )
+        judges = judges.replace("options: {maxRetries: 0, timeoutSeconds: 5}", priced)
+        judges += JUDGE_MODEL.replace("__LLM__", f"http://127.0.0.1:{server.port}").replace(
+            "name: judge", "name: free"
+        )
+        free_agent = "  model: eval-script\n  pricing: {inputPerMTok: 0, outputPerMTok: 0}\n"
+        text = BUNDLE.replace("  model: eval-script\n", free_agent) + judges
+        (bundle / "goondan.yaml").write_text(text)
+        async with asyncio.timeout(60):
+            code, out, err = await run_cli(
+                "eval", str(evals), "--bundle", str(bundle), "--concurrency", "1",
+                "--json", str(report),
+            )  # fmt: skip
+        assert len(server.requests) == 3, (out, err)
+    assert code == 1, err
+    rows = {r["case"]: r for r in json.loads(report.read_text())["results"]}
+    # the instance's scripted calls are free; the judge's 11 x $1000/M + 7 x $2000/M
+    for name in ("judged", "not a verdict"):  # an answer that is no verdict still cost tokens
+        assert (rows[name]["costUsd"], rows[name]["judgeCostUsd"]) == (0.025, 0.025), rows[name]
+    assert rows["not a verdict"]["evaluator"] == "judge"
+    unpriced = rows["unpriced judge"]
+    assert (unpriced["passed"], unpriced["costUsd"], unpriced["judgeCostUsd"]) == (True, None, None)
+    assert out.count("0.025000") == 2, out
