@@ -5,6 +5,9 @@ Model's bucket (a zero-usage report carrying the tokens it took)."""
 from __future__ import annotations
 
 import asyncio
+import os
+
+import pytest
 
 from agent_process.permit_ahead import FRESH_S, Ahead
 from protocol.events import new_event
@@ -105,3 +108,18 @@ async def test_the_last_calls_usage_waits_for_the_turns_end_or_the_next_frame() 
         b.current = None
         await b.report({"model": "m", "inputTokens": 7}, last=True)  # no turn: sent at once
         assert (await next_call(sent)).payload.args["inputTokens"] == 7
+
+
+async def test_the_permit_asked_ahead_is_sent_before_the_cpu_goes_back_to_the_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ask is handed to the socket, then the CPU to zmq's I/O thread (os.sched_yield),
+    before the turn's set-up runs: otherwise the frame left only when the call blocked."""
+    async with asyncio.timeout(5):
+        sent: Sent = asyncio.Queue()
+        queued_at_yield: list[int] = []
+        monkeypatch.setattr(os, "sched_yield", lambda: queued_at_yield.append(sent.qsize()))
+        b = bridge(sent)
+        await b.ask_ahead(ARGS)
+        assert queued_at_yield == [1]
+        assert (await next_call(sent)).payload.op is CallOp.MODEL_PERMIT
