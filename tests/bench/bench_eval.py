@@ -9,8 +9,9 @@ own agent process, as an eval case does.
     each round so the machine's drift hits them alike: `goondan send --instance NEW hi` (the
     baseline, a fresh process each) and `goondan eval --attach` of a one-case file with the
     same input (a fresh process: the file read and checked, the bundle loaded for prices, the
-    case run, its cost and trail read, the run kept for Studio). Then a 20-case file at
-    concurrency 1: its wall time less a one-case run's, per case (what one more case costs).
+    case run, its cost and trail read, the run kept for Studio). Every fifth round, a 20-case
+    file at concurrency 1 too: its wall time less a one-case run's, per case (what one more
+    case costs: the goal's figure; the one-case run is eval's start, which a suite pays once).
 (b) 100 cases at concurrency 8, as CI runs a suite: `goondan eval` with a daemon of its own
     (its start and stop included) and `--attach`ed to the running one, against 100 bare sends
     run 8 at a time; wall time and cases/s.
@@ -120,15 +121,18 @@ class Bench:
 
 
 def _per_case(bench: Bench) -> tuple[list[float], list[float], list[float]]:
+    """Sends and one-case evals taking turns, a MANY-case eval every fifth round among them:
+    the machine's drift hits all three alike."""
     sends: list[float] = []
     ones: list[float] = []
-    for _ in range(ROUNDS):
+    manies: list[float] = []
+    for n in range(ROUNDS):
         sends.append(bench.send())
         ones.append(bench.eval(1, "--attach", "--concurrency", "1"))
+        if n % 5 == 0:
+            manies.append(bench.eval(MANY, "--attach", "--concurrency", "1"))
     one = statistics.median(ones)
-    many = [(bench.eval(MANY, "--attach", "--concurrency", "1") - one) / (MANY - 1)
-            for _ in range(3)]  # fmt: skip
-    return sends, ones, many
+    return sends, ones, [(many - one) / (MANY - 1) for many in manies]
 
 
 def _suite(bench: Bench) -> tuple[float, float, float]:
