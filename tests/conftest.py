@@ -1,8 +1,10 @@
 """Shared test settings: every test runs with its own state root so nothing touches ~/.goondan,
-and the long drives carry the `drive` marker."""
+the long drives carry the `drive` marker, and the other daemons' fork servers skip their
+preparation steps."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -47,6 +49,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first = config.rootpath / FIRST
     # a stable sort: every xdist worker must collect the same order
     items.sort(key=lambda item: (item.path != first, item.nodeid != FOLLOWER))
+
+
+UNPREPARED = ("tests/integration", "tests/fuzz")
+WARM_ENV = "GOONDAN_FORK_WARM"
+
+
+@pytest.fixture(autouse=True)
+def _fork_server_unprepared(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemons of the integration and fuzz tests (not the drives) run their fork server
+    without its preparation steps (agent_process/forkprep, `GOONDAN_FORK_WARM=0`): memory
+    optimizations that hold a new daemon's first spawn for about a second of both cores, paid
+    by every test. The drives run the product's defaults (at scale, under faults, in a
+    browser, with memory budgets) and the forkprep unit tests prove each step; an explicit
+    GOONDAN_FORK_WARM (`GOONDAN_FORK_WARM=1 make test`: every test with them) is kept."""
+    if WARM_ENV in os.environ or request.node.get_closest_marker("drive") is not None:
+        return
+    root = request.config.rootpath
+    if any((root / path) in request.node.path.parents for path in UNPREPARED):
+        monkeypatch.setenv(WARM_ENV, "0")
 
 
 @pytest.fixture(autouse=True)
