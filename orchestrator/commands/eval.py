@@ -27,7 +27,6 @@ from typing import Any
 
 from bundles.diagnostics import BundleError
 from bundles.loader import inspect_bundle
-from orchestrator import daemon
 from orchestrator.control import client
 from orchestrator.control.server import ControlContext
 from orchestrator.evals import report, runs
@@ -205,6 +204,8 @@ class _Eval:
             return ran.code if ran.code != EXIT_OK else self._report(args, ran, started, previous)
 
     def _run_daemon(self, args: argparse.Namespace, spec: EvalFile, root: Path) -> _Ran:
+        from orchestrator import daemon  # the daemon's stack: not for --attach
+
         layout = StateLayout.from_env(root)
         loaded = inspect_bundle(args.bundle, state_root=layout.root)
         if loaded.bundle is None:
