@@ -78,11 +78,14 @@ class NsNatsCluster(NatsCluster):
             await power.released(server.store)
         self.start(server)
 
-    def power_cut(self, server: Server) -> None:
-        """Its disk keeps only what was synced, then it dies (`power.cut`)."""
-        assert self.powered and server.proc is not None
-        power.cut(server.proc.pid, server.store)
-        self.kill(server)
+    def power_cut(self, *servers: Server) -> None:
+        """Their disks keep only what was synced, then they die (`power.cut`): every disk is
+        cut before any process is killed, so none of them acknowledges anything in between."""
+        for server in servers:
+            assert self.powered and server.proc is not None
+            power.cut(server.proc.pid, server.store)
+        for server in servers:
+            self.kill(server)
 
     def urls_as(self, user: str) -> str:
         return ",".join(with_user(s.plain_url, user) for s in self.servers)

@@ -124,8 +124,7 @@ async def nats_power_cut_majority(world: World, rng: random.Random) -> str:
     """2 of 3 servers lose power together: JetStream has no quorum until they are back, and
     an append they had acknowledged is only on their (cut) disks."""
     servers = rng.sample(world.nats.servers, 2)
-    for server in servers:
-        world.nats.power_cut(server)
+    world.nats.power_cut(*servers)
     await asyncio.sleep(HOLD)
     for server in servers:
         await world.nats.restart(server)
