@@ -7,6 +7,7 @@ cut (tests/faults/power.py)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,9 @@ from tests.faults.netns import Net
 from tests.integration.harness import PYTHON, Daemon, child_env
 
 NATS_PORT, ROUTE_PORT = 4222, 6222
+SYNC = "" if os.environ.get("FAULT_NATS_SYNC") == "default" else ", sync_interval: always"
+"""FAULT_NATS_SYNC=default runs JetStream's default (a flush every 2 minutes) to show what
+`sync_interval: always` buys: the power cuts then lose acknowledged sends."""
 
 
 @dataclass
@@ -51,10 +55,7 @@ class NsNatsCluster(NatsCluster):
 
     def server_config(self, server: Server) -> Path:
         path = self.root / f"{server.name}.conf"
-        path.write_text(
-            f"{authorization()}\n"
-            f'jetstream {{ store_dir: "{server.store}", sync_interval: always }}\n'
-        )
+        path.write_text(f'{authorization()}\njetstream {{ store_dir: "{server.store}"{SYNC} }}\n')
         return path
 
     def start(self, server: Server) -> None:

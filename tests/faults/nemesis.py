@@ -132,6 +132,17 @@ async def nats_power_cut_majority(world: World, rng: random.Random) -> str:
     return f"{'+'.join(s.name for s in servers)} lost power and rebooted"
 
 
+async def nats_power_cut_all(world: World, rng: random.Random) -> str:
+    """Every server loses power at once (a rack, a data centre): nothing survives but what
+    each had synced to its disk."""
+    world.nats.power_cut(*world.nats.servers)
+    await asyncio.sleep(HOLD)
+    for server in world.nats.servers:
+        await world.nats.restart(server)
+    await world.nats.wait_listening()
+    return "every server lost power and rebooted"
+
+
 async def node_clock_jump(world: World, rng: random.Random) -> str:
     """A node's wall clock jumps minutes ahead or back, stays there, then jumps back: leases
     and everything else must keep counting on the monotonic clock."""
@@ -147,12 +158,13 @@ KINDS: dict[str, Fault] = {
     "node_cut": node_cut, "nats_minority_cut": nats_minority_cut, "split": split,
     "node_pause": node_pause, "nats_pause": nats_pause, "node_kill": node_kill,
     "nats_kill": nats_kill, "nats_power_cut": nats_power_cut,
-    "nats_power_cut_majority": nats_power_cut_majority, "node_clock_jump": node_clock_jump,
+    "nats_power_cut_majority": nats_power_cut_majority, "nats_power_cut_all": nats_power_cut_all,
+    "node_clock_jump": node_clock_jump,
 }  # fmt: skip
-POWER = ("nats_power_cut", "nats_power_cut_majority")
-DRIVE_LEAVES_OUT = ("nats_power_cut_majority",)
+POWER = ("nats_power_cut", "nats_power_cut_majority", "nats_power_cut_all")
+DRIVE_LEAVES_OUT = ("nats_power_cut_majority", "nats_power_cut_all")
 """Kinds the one-round drive of `make test` leaves to `make cluster-faults`: JetStream without
-a quorum until both servers rebooted, ~15 s a round; `nats_power_cut` covers the mechanism."""
+a quorum until the servers rebooted, ~15 s a round; `nats_power_cut` covers the mechanism."""
 JUMP = 600
 """The most a node's clock jumps (s), ahead or back: far past every lease TTL."""
 
