@@ -143,7 +143,8 @@ spec:
 
 """
 """The `api` connector in front of the warm hop's agent."""
-EDGE_READY = b'"process": "connector:api:api:1", "source": "spawning", "target": "idle"'
+EDGE_READY = b'"process":"connector:api:api:1","source":"spawning","target":"idle"'
+"""As the JSON log writes it (compact): spaced, it never matched and each run waited 60 s."""
 
 
 def _start_daemon(bundle: Path, ready: bytes = EDGE_READY) -> subprocess.Popen[bytes]:
@@ -194,6 +195,9 @@ async def _drive(bundle: Path, port: int, edge_port: int) -> dict[str, list[floa
         for n in range(INSTANCES):
             key = f"i{n}"
             await asyncio.to_thread(control.send, key, -1, False)  # spawns the instance
+            # the edge's instance of the key is another one (api:<Connection>:<token>:<key>,
+            # _edge.py): spawned here too, or each instance's first edge sample was a spawn
+            await _plain(edge, "hop", key, -1)
             for i in range(PER_INSTANCE):  # alternated, so the machine's drift hits all
                 bare, bare_streamed = await _first_token(sdk, i)
                 bare_plain = await _plain(sdk, "local", None, i)
