@@ -54,9 +54,7 @@ DRAIN_TAKEN_WITHIN = 5.0
 lease tick, a third of the lease TTL), so that a `cluster status` right after shows it."""
 
 
-async def request_drain(
-    nats_: Nats, node: str, within: float = DRAIN_TAKEN_WITHIN
-) -> JsonObject:
+async def request_drain(nats_: Nats, node: str, within: float = DRAIN_TAKEN_WITHIN) -> JsonObject:
     """Ask `node` to give its partitions away and wait, up to `within`, until its record says
     it is draining (`taken`); UnknownNode when it is not live."""
     records = await nodes_of(nats_)
