@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -131,13 +132,17 @@ async def test_a_journal_from_a_newer_goondan_is_refused(tmp_path: Path) -> None
 
 # -- crashes ---------------------------------------------------------------------------------
 
-WRITER = """
-import asyncio, json, sys
+WRITERS = """
+import asyncio, json, os, sys
 from pathlib import Path
 from orchestrator.ingress.journal.sqlite import SqliteJournal
 from protocol.events import Source, SourceKind, new_event
 
-async def main(path, ops):
+def say(*record):
+    sys.stdout.write(json.dumps(record) + "\\n")
+    sys.stdout.flush()
+
+async def main(token, path, ops):
     journal = await SqliteJournal.open(Path(path))
     source = Source(kind=SourceKind.CLI, name="crash")
     ids = []
@@ -146,16 +151,50 @@ async def main(path, ops):
             e = new_event(type="m", input="x", instance_key="k", source=source)
             await journal.append(e, "agent:a:k")
             ids.append(e.id)
-            print(json.dumps(["append", e.id]), flush=True)
+            say(token, "append", e.id)
         elif ids:
             target = ids[len(ids) // 2]
             await (journal.claim(target) if op == "claim" else journal.complete(target))
-            print(json.dumps([op, target]), flush=True)
-    print(json.dumps(["end", None]), flush=True)
+            say(token, op, target)
+    say(token, "end", None)
     await asyncio.sleep(3600)
 
-asyncio.run(main(sys.argv[1], sys.argv[2:]))
+for line in sys.stdin:
+    token, path, *ops = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        asyncio.run(main(token, path, ops))
+        os._exit(0)
+    say(token, "pid", pid)
+    os.waitpid(pid, 0)
+    say(token, "reaped", pid)
 """
+"""Imports once, then forks one writer per example: each writer is still its own process with
+its own connection, SIGKILLed by the test; an interpreter and its imports per example were
+most of this test's time."""
+
+
+@pytest.fixture(scope="module")
+def writers() -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITERS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )  # fmt: skip
+    yield proc
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    proc.stdout.close()
+
+
+def _records(proc: subprocess.Popen[str], token: str) -> Iterator[list[str]]:
+    """The records of example `token` (a killed writer's earlier lines are skipped)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        record = json.loads(line)
+        if record[0] == token:
+            yield record[1:]
+    raise AssertionError("the writers' process ended")
 
 
 @settings(
@@ -168,30 +207,36 @@ asyncio.run(main(sys.argv[1], sys.argv[2:]))
     kill_after=st.integers(min_value=0, max_value=40),
 )
 def test_a_crash_at_any_point_loses_no_acknowledged_write(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[str], kill_after: int
+    tmp_path_factory: pytest.TempPathFactory,
+    writers: subprocess.Popen[str],
+    ops: list[str],
+    kill_after: int,
 ) -> None:
     """SIGKILL the writer after `kill_after` acknowledged operations (while later ones may be
     mid-commit): every acknowledged append is there, every acknowledged completion holds, and
     the journal opens cleanly."""
     path = tmp_path_factory.mktemp("crash") / "ingress.sqlite3"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(path), *ops],
-        stdout=subprocess.PIPE, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )  # fmt: skip
+    token = path.parent.name
+    assert writers.stdin is not None
+    writers.stdin.write(json.dumps([token, str(path), *ops]) + "\n")
+    writers.stdin.flush()
+    records = _records(writers, token)
+    kind, pid = next(records)
+    assert kind == "pid"
     acked: list[list[str]] = []
-    assert proc.stdout is not None
     try:
-        for line in proc.stdout:
-            record = json.loads(line)
+        for record in records:
+            assert record[0] != "reaped", "the writer died before it was killed"
             if record[0] == "end":
                 break
             acked.append(record)
             if len(acked) >= kill_after:
                 break
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        proc.stdout.close()
+        os.kill(int(pid), signal.SIGKILL)
+        for record in records:  # the writer is dead once its parent has reaped it
+            if record[0] == "reaped":
+                break
 
     async def check() -> None:
         journal = await SqliteJournal.open(path)
