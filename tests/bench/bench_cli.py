@@ -40,14 +40,17 @@ def _script() -> list[str]:
     return [str(script)] if script.exists() else GOONDAN
 
 
-def _timed(argv: list[str], env: dict[str, str]) -> float:
-    """Wall time from start to exit. The child's end is awaited by a blocking wait: Popen.wait
-    with a timeout polls with sleeps doubling up to 50 ms, which rounded every figure up to the
-    next poll (a 70 ms send read as 114 ms, a 12 ms bare start as 16 ms); a timer kills a
-    child that hangs instead."""
+def timed(
+    argv: list[str], env: dict[str, str], *, limit: float = 60.0, quiet: bool = False
+) -> float:
+    """Wall time from start to exit (stdout dropped, stderr too when `quiet`). The child's end
+    is awaited by a blocking wait: Popen.wait with a timeout polls with sleeps doubling up to
+    50 ms, which rounded every figure up to the next poll (a 70 ms send read as 114 ms, a 12 ms
+    bare start as 16 ms); a timer kills a child that hangs past `limit` instead."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
-    watchdog = threading.Timer(60, proc.kill)
+    stderr = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    watchdog = threading.Timer(limit, proc.kill)
     watchdog.start()
     try:
         code = proc.wait()
@@ -87,7 +90,7 @@ def main() -> list[Row]:
             runs: dict[str, list[float]] = {name: [] for name in argvs}
             for _ in range(ROUNDS):
                 for name, argv in argvs.items():
-                    runs[name].append(_timed(argv, env))
+                    runs[name].append(timed(argv, env))
         finally:
             daemon.terminate()
             daemon.wait(timeout=60)

@@ -25,13 +25,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.bench.baselines import Row, p99, print_rows
-from tests.bench.bench_cli import GOONDAN, _script, _wait_ready
+from tests.bench.bench_cli import GOONDAN, _script, _wait_ready, timed
 
 ROUNDS = 15
 MANY = 20
@@ -72,19 +71,9 @@ def _cases(n: int) -> str:
 
 
 def _timed(argv: list[str], env: dict[str, str]) -> float:
-    """bench_cli's measure (a blocking wait, a watchdog), with stderr dropped too: each eval
-    says there where its run is kept."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    watchdog = threading.Timer(300, proc.kill)
-    watchdog.start()
-    try:
-        code = proc.wait()
-    finally:
-        watchdog.cancel()
-    if code != 0:  # a case that failed (exit 1) is a broken benchmark, not a figure
-        raise subprocess.CalledProcessError(code, argv)
-    return (time.perf_counter() - start) * 1000
+    """bench_cli's measure, stderr dropped too (each eval says there where its run is kept); a
+    case that failed (exit 1) raises: a broken benchmark, not a figure."""
+    return timed(argv, env, limit=300, quiet=True)
 
 
 class Bench:
