@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.cluster.natsd import Server
 from tests.faults import clock, power
 from tests.faults.cluster import NsNatsCluster, start_ns_node
 from tests.faults.netns import netem_available
@@ -102,22 +103,24 @@ async def node_kill(world: World, rng: random.Random) -> str:
     return f"n{i + 1} killed and restarted"
 
 
-async def nats_kill(world: World, rng: random.Random) -> str:
+async def _one_server_down(
+    world: World, rng: random.Random, down: Callable[[Server], object]
+) -> str:
+    """One server taken down (killed, or its store's power cut), held down, restarted."""
     server = rng.choice(world.nats.servers)
-    world.nats.kill(server)
+    down(server)
     await asyncio.sleep(HOLD)
     await world.nats.restart(server)
     await world.nats.wait_listening()
-    return f"{server.name} killed and restarted"
+    return server.name
+
+
+async def nats_kill(world: World, rng: random.Random) -> str:
+    return f"{await _one_server_down(world, rng, world.nats.kill)} killed and restarted"
 
 
 async def nats_power_cut(world: World, rng: random.Random) -> str:
-    server = rng.choice(world.nats.servers)
-    world.nats.power_cut(server)
-    await asyncio.sleep(HOLD)
-    await world.nats.restart(server)
-    await world.nats.wait_listening()
-    return f"{server.name} lost power and rebooted"
+    return f"{await _one_server_down(world, rng, world.nats.power_cut)} lost power and rebooted"
 
 
 async def nats_power_cut_majority(world: World, rng: random.Random) -> str:
