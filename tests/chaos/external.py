@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-import socket
 import sys
 from pathlib import Path
 
@@ -34,13 +33,6 @@ CLI_LIMIT_S = CLI_TIMEOUT_S + 5 + GRACE
 HOOK_TIMEOUT_S = 15 + GRACE
 """The Connection's `timeoutMs` is 15 s (then 504): no response past this is a hang."""
 CODED = re.compile(r"^goondan \w+: (E_[A-Z0-9_]+) ", re.MULTILINE)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def goondan(*args: str, limit: float) -> tuple[int, str, str] | None:

@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -288,3 +290,24 @@ class Daemon:
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
         self._zctx.term()
+
+
+PORTS = range(20_000, 32_768)
+"""Below the kernel's ephemeral range (32768-60999 by default). A port from bind(0) is one the
+kernel may also give the next outgoing connection of any process, which then holds it when
+the daemon binds: under CI's three parallel runs a connector's start failed with `address in
+use` that way (and a Connection that cannot start stops the daemon)."""
+
+
+def free_port() -> int:
+    """A port free now, outside the ephemeral range; a test's daemon binds it soon after."""
+    pick = random.SystemRandom()
+    for _ in range(200):
+        port = pick.choice(PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")

@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -29,7 +28,7 @@ import httpx
 
 from protocol.endpoints import StateLayout
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, Daemon
+from tests.integration.harness import REPO, Daemon, free_port
 
 FIXTURE = REPO / "tests" / "fixtures" / "chat_connectors"
 TG_TOKEN = "123456:fake-telegram-token"
@@ -39,13 +38,6 @@ TG = "connector:tg:telegram"
 SL = "connector:sl:slack"
 
 Handler = Callable[[str, dict[str, str], Any], Awaitable[tuple[int, Any]]]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 TEXT_FIELDS = frozenset({"text", "action", "callback_query_id"})

@@ -13,7 +13,6 @@ import hmac
 import json
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -22,20 +21,13 @@ import httpx
 import pytest
 
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, Daemon
+from tests.integration.harness import REPO, Daemon, free_port
 
 FIXTURE = REPO / "tests" / "fixtures" / "connectors"
 JSON = {"Content-Type": "application/json"}
 SECRET = "integration-secret"
 HOOK = "connector:hook:webhook"
 SIGNED = "connector:signed:webhook"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def start_hooks(

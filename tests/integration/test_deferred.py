@@ -16,7 +16,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-import socket
 import time
 from typing import Any
 
@@ -24,7 +23,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import PYTHON, REPO, Daemon, child_env, run_cli
+from tests.integration.harness import PYTHON, REPO, Daemon, child_env, free_port, run_cli
 
 BUNDLE = REPO / "tests" / "fixtures" / "deferred"
 SWARM = "deferred"
@@ -228,13 +227,6 @@ async def test_pending_call_survives_a_daemon_restart(start_daemon: StartDaemon)
         assert rc == 0, err
         assert tool_result(out) == {"status": "ok", "output": {"events": ["standup"]}}
         assert await calls_list() == []
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 HOOK_SECRET = "integration-hook-secret"

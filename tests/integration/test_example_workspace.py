@@ -9,7 +9,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -21,17 +20,10 @@ from protocol.control import StatusQuery
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, Daemon, run_cli
+from tests.integration.harness import REPO, Daemon, free_port, run_cli
 
 BUNDLE = REPO / "bundles" / "examples" / "workspace"
 HOOK = "connector:http:webhook"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def ask(text: str, port: int) -> Any:

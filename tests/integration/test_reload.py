@@ -7,7 +7,6 @@ import asyncio
 import re
 import shutil
 import signal
-import socket
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from protocol.control import Reload
 from protocol.endpoints import StateLayout
 from protocol.errors import ErrorCode
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import Daemon, run_cli
+from tests.integration.harness import Daemon, free_port, run_cli
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reload" / "two"
 SWARM = "edits"
@@ -194,13 +193,6 @@ async def test_a_yaml_edit_reaches_the_restarted_agent_only(
         assert (await daemon.send("two", "beta")).result["input"] == "two"
         after = await pids(daemon)
         assert after["beta"] == before["beta"] and after["alpha"] != before["alpha"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_a_connection_edit_restarts_only_its_connector(
