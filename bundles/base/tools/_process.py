@@ -254,6 +254,10 @@ async def run_capped(
     finally:
         # Also on cancellation (the turn was stopped): nothing of the call may outlive us.
         await _release(held, pid, output)
+        if not output.exited.done():
+            # SIGKILLed but not yet reaped (a loaded machine): closing now would leave a
+            # transport of a "running" process to the collector (a ResourceWarning in CI)
+            await _exits_within(output, _SWEEP_SECONDS)
         transport.close()
     exit_code, sig = _exit_fields(
         transport.get_returncode(), stopped_in_sandbox=sandboxed and timed_out
