@@ -19,10 +19,10 @@ from protocol.control import StatusQuery
 from protocol.endpoints import StateLayout
 from tests.chaos import checks
 from tests.chaos.deferred import deferrer, leftover_calls
-from tests.chaos.external import cli_sender, free_port, hook_sender
+from tests.chaos.external import cli_sender, hook_sender
 from tests.chaos.load import Books, Control, Sender, run_load
 from tests.integration.conftest import StartDaemon
-from tests.integration.harness import REPO, Daemon
+from tests.integration.harness import REPO, Daemon, free_port
 
 BUNDLE = REPO / "tests" / "chaos" / "bundle"
 SWARM = "chaos"

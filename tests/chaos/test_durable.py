@@ -32,11 +32,11 @@ from orchestrator.ingress.journal.sqlite import describe
 from protocol.endpoints import StateLayout
 from tests.chaos import checks
 from tests.chaos.durable import Clients
-from tests.chaos.external import free_port
 from tests.chaos.ledger import Ledger, conversations, inter_agent_acks, verify
 from tests.chaos.lives import SWARM, Lives
 from tests.chaos.load import Control
 from tests.integration.conftest import StartDaemon
+from tests.integration.harness import free_port
 
 SECONDS = float(os.environ.get("CHAOS_SECONDS", "12"))
 PERIOD = int(os.environ.get("CHAOS_ORCH_KILL_MS", "2500")) / 1000
