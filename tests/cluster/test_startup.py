@@ -87,7 +87,7 @@ async def test_a_node_that_cannot_reach_nats_gives_up_with_the_coded_error(
 async def test_a_node_waiting_for_nats_at_its_start_stops_when_asked(tmp_path: Path) -> None:
     [port] = free_ports(1)
     bundle = unique_swarm_bundle(tmp_path)
-    env = child_env({"GOONDAN_STATE_ROOT": str(tmp_path / "state")})
+    env = child_env()  # the test's own state root, short enough for its sockets' paths
     proc = await asyncio.create_subprocess_exec(
         PYTHON, "-m", "orchestrator", "run", str(bundle), "--no-entry-check",
         "--log-format", "json", "--cluster", f"nats://127.0.0.1:{port}", "--node", "n1",
