@@ -108,6 +108,13 @@ def _check_and_prepare(conn: sqlite3.Connection, path: Path, fix: str) -> tuple[
                            f"({type(exc).__name__})", fix) from None  # fmt: skip
 
 
+def _close_unclaimed(
+    opening: asyncio.Future[tuple[sqlite3.Connection, bytes | None, bool]],
+) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result()[0].close()
+
+
 class SqliteJournal:
     def __init__(
         self, conn: sqlite3.Connection, path: Path, clock: Callable[[], float] = time.time
@@ -122,7 +129,13 @@ class SqliteJournal:
 
     @classmethod
     async def open(cls, path: Path, clock: Callable[[], float] = time.time) -> SqliteJournal:
-        conn, copy, history = await asyncio.to_thread(_open, path)
+        opening = asyncio.ensure_future(asyncio.to_thread(_open, path))
+        try:
+            conn, copy, history = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # the thread cannot be stopped: the connection it still opens is closed when it does
+            opening.add_done_callback(_close_unclaimed)
+            raise
         journal = cls(conn, path, clock)
         journal.usage_copy, journal.has_history = copy, history
         return journal

@@ -255,3 +255,40 @@ def test_a_crash_at_any_point_loses_no_acknowledged_write(
             await journal.close()
 
     asyncio.run(asyncio.wait_for(check(), 30))
+
+
+async def test_an_open_cancelled_mid_way_closes_the_connection_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon stopped while its journal opens (the open runs in a thread that cannot be
+    stopped) does not leave the connection that thread still makes open."""
+    from orchestrator.ingress.journal import sqlite as journal_sqlite
+
+    release, made = asyncio.Event(), asyncio.Event()
+    opened: list[sqlite3.Connection] = []
+    loop = asyncio.get_running_loop()
+    real_open = journal_sqlite._open
+
+    def held_open(path: Path) -> tuple[sqlite3.Connection, bytes | None, bool]:
+        asyncio.run_coroutine_threadsafe(release.wait(), loop).result(timeout=10)
+        result = real_open(path)
+        opened.append(result[0])
+        loop.call_soon_threadsafe(made.set)
+        return result
+
+    monkeypatch.setattr(journal_sqlite, "_open", held_open)
+    task = asyncio.create_task(SqliteJournal.open(tmp_path / "journal.db"))
+    await asyncio.sleep(0)  # the open is under way in its thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(10):
+            await task
+    release.set()
+    async with asyncio.timeout(10):
+        await made.wait()
+        while True:  # closed by the open's done callback, on this loop
+            try:
+                opened[0].execute("SELECT 1")
+            except sqlite3.ProgrammingError:
+                break
+            await asyncio.sleep(0.01)
