@@ -28,6 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from orchestrator.cluster.ingress import Envelope, decode_envelope
 from orchestrator.cluster.link import Nats
+from protocol import backoff
 from protocol.errors import ProtocolError
 from protocol.ids import Address, parse_address
 
@@ -37,6 +38,13 @@ FETCH_WAIT = 2.0
 BUSY_WAIT = 0.02
 MAX_INFLIGHT = 512
 """Per partition: events pulled and not finished (queued behind their instance's turn too)."""
+START_RETRY = 0.1
+"""The first pause before a consumer's start is asked again (then doubling, up to ttl/2)."""
+_UNANSWERED = (
+    TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError,
+    nats.js.errors.ServiceUnavailableError,
+)  # fmt: skip
+"""No answer, or JetStream saying it has no leader yet: worth asking again."""
 
 Deliver = Callable[[Envelope, Address], None]
 
@@ -132,6 +140,25 @@ class Consumers:
     # -- pulling ---------------------------------------------------------------------------
 
     async def _subscribe(self, partition: int) -> JetStreamContext.PullSubscription:
+        """The partition's consumer, looked up (created if missing) and bound. A consumer
+        whose leader is gone (a NATS server killed, cut or paused) answers nothing: each
+        attempt is bounded by half the lease TTL and asked again, so the consumer starts as
+        soon as JetStream elected its new leader, not after the JetStream API's timeout
+        (docs/cluster.md "Faults"). The lease stays held meanwhile; a refusal is raised."""
+        attempt = 0
+        while True:
+            try:
+                async with asyncio.timeout(self.ttl / 2):
+                    return await self._bind(partition)
+            except _UNANSWERED as exc:
+                pause = backoff.delay(attempt, first=START_RETRY, cap=self.ttl / 2)
+                if attempt == 0:  # one line per start, not one per try while NATS is out
+                    log.warning("consumer_start_retried", partition=partition,
+                                error=type(exc).__name__)  # fmt: skip
+                await asyncio.sleep(pause)
+                attempt += 1
+
+    async def _bind(self, partition: int) -> JetStreamContext.PullSubscription:
         js, names = self.nats.js, self.nats.names
         durable = names.consumer(partition)
         config = ConsumerConfig(
