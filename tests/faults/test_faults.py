@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -34,6 +35,27 @@ async def recovered(work: Workload, healed: float) -> float:
         assert time.monotonic() < deadline, f"a key did not answer {RECOVERY} s after the heal"
         await asyncio.sleep(0.2)
     return unavailability(work.outcomes, healed, KEYS)
+
+
+def _trace(
+    world: nemesis.World, work: Workload, faults: list[dict[str, object]], nats: NsNatsCluster
+) -> None:
+    """FAULT_TRACE=DIR: the run's timeline for finding where recovery time goes: each fault's
+    start and heal (wall clock), each send (wall clock), the nodes' log lines and the servers'
+    logs."""
+    where = os.environ.get("FAULT_TRACE")
+    if not where:
+        return
+    out = Path(where)
+    out.mkdir(parents=True, exist_ok=True)
+    shift = time.time() - time.monotonic()
+    sends = [{"key": o.key, "text": o.text, "sent": o.sent + shift, "done": o.done + shift,
+              "ok": o.ok, "code": o.code} for o in work.outcomes]  # fmt: skip
+    nodes = {f"n{i + 1}": node.lines for i, node in enumerate(world.nodes)}
+    nodes |= {f"retired{i}": node.lines for i, node in enumerate(world.retired)}
+    (out / "trace.json").write_text(json.dumps({"faults": faults, "sends": sends, "nodes": nodes}))
+    for server in nats.servers:
+        (out / server.log.name).write_bytes(server.log.read_bytes())
 
 
 async def test_every_acknowledged_send_survives_the_faults(
@@ -63,14 +85,18 @@ async def test_every_acknowledged_send_survives_the_faults(
         world = nemesis.World(ns_nats, nodes, bundle, tmp_path)
         work = Workload(world, KEYS)
         running: asyncio.Future[None] | None = None
+        faults: list[dict[str, object]] = []
         try:
             for node in nodes:
                 await node.wait_for("cluster_settled", nodes=3)
             running = asyncio.ensure_future(work.run())
             waits: dict[str, list[float]] = {}
             for kind in nemesis.schedule(seed, rounds, skip):
+                began = time.time()
                 what = await nemesis.KINDS[kind](world, rng)
-                wait = await recovered(work, time.monotonic())
+                healed = time.monotonic()
+                faults.append({"kind": kind, "what": what, "began": began, "healed": time.time()})
+                wait = await recovered(work, healed)
                 waits.setdefault(kind, []).append(wait)
                 print(f"{kind:<18} {what:<40} answered again after {wait:5.1f} s")
             work.stopping.set()
@@ -86,6 +112,7 @@ async def test_every_acknowledged_send_survives_the_faults(
                 with contextlib.suppress(ProcessLookupError):  # a killed one is gone
                     node.signal(signal.SIGCONT)
                 await node.close()
+            _trace(world, work, faults, ns_nats)
     callers = {k: said["caller", k] for k in KEYS}
     report = check(work.outcomes, callers, {k: said["worker", k] for k in KEYS})
     async with asyncio.timeout(30):
