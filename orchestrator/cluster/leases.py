@@ -1,13 +1,14 @@
 """Partition leases: which node owns which partition, in the `leases` KV bucket.
 
-Every `ttl/3` seconds a node
+Every `ttl/3` seconds a node renews each lease it holds with `update(last=revision)`
+(compare-and-set: a lease someone else took cannot be renewed), on a cadence of its own, and
+in a tick
 1. beats: puts its record in the `nodes` bucket (entries expire after `ttl`: a dead node
    leaves the live set by itself);
 2. plans: rendezvous hashing over the live, not draining nodes (`names.plan`);
-3. renews each lease it holds with `update(last=revision)` (compare-and-set: a lease someone
-   else took cannot be renewed), releases gracefully the ones the plan gives away (the
-   partition handler finishes its work first, then `delete(last=revision)`), and takes the
-   ones the plan gives it with `create` (fails while another node's lease lives).
+3. releases gracefully the ones the plan gives away (the partition handler finishes its work
+   first, then `delete(last=revision)`), and takes the ones the plan gives it with `create`
+   (fails while another node's lease lives).
 
 A lease is trusted locally only until `sent + ttl - margin`, where `sent` is the moment the
 renewal that succeeded was sent (the server's own TTL counts from later). A node paused past
@@ -121,6 +122,9 @@ class LeaseKeeper:
     _gaining: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     """Partitions whose handler is still starting (a consumer to create): off the tick, so a
     slow start never keeps the leases from being renewed."""
+    _renewing: dict[int, asyncio.Event] = field(default_factory=dict)
+    """Renewals on their way: a release waits for its partition's (it would move the revision
+    the release deletes by, and the lease would wait out its TTL instead)."""
     _settled_for: list[str] | None = None
     """The live nodes when this node last held exactly what the plan gives it."""
 
@@ -143,10 +147,12 @@ class LeaseKeeper:
 
     async def run(self) -> None:
         watch = asyncio.ensure_future(self._watch_lapses())
+        renewals = asyncio.ensure_future(self._renewals())
         try:
             await self._ticks()
         finally:
             watch.cancel()
+            renewals.cancel()
             for starting in self._gaining.values():
                 starting.cancel()
 
@@ -175,6 +181,20 @@ class LeaseKeeper:
 
     async def tick(self) -> None:
         self._drop_lapsed()
+        nodes, want = await self._plan()
+        for p in [p for p in self.held if p not in want and p not in self.releasing]:
+            self.releasing.add(p)
+            task = asyncio.ensure_future(self._release(p))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        settled = set(self.held) == want and not self.releasing
+        if settled and self._settled_for != nodes:
+            log.info("cluster_settled", nodes=len(nodes), partitions=len(want))
+        self._settled_for = nodes if settled else None
+
+    async def _plan(self) -> tuple[list[str], set[int]]:
+        """Beat, read the live nodes, take (some of) the partitions the plan gives this node
+        that it lacks; the live nodes and the partitions it wants."""
         if not self.draining and self.asked_to_drain is not None and await self.asked_to_drain():
             log.warning("cluster_draining", node=self.node, partitions=len(self.held))
             self.draining = True
@@ -183,20 +203,40 @@ class LeaseKeeper:
         self.live_nodes = nodes
         owners = plan(self.partitions, [] if self.draining else nodes)
         want = {p for p, n in owners.items() if n == self.node}
-        await asyncio.gather(*(self._renew(p) for p in list(self.held)))
-        for p in [p for p in self.held if p not in want and p not in self.releasing]:
-            self.releasing.add(p)
-            task = asyncio.ensure_future(self._release(p))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
         missing = sorted(p for p in want if p not in self.held)
         await asyncio.gather(*(self._take(p) for p in missing[:TAKES_PER_TICK]))
         if len(missing) > TAKES_PER_TICK:
             self._wake.set()  # the rest at once, in the next tick (after renewing these)
-        settled = set(self.held) == want and not self.releasing
-        if settled and self._settled_for != nodes:
-            log.info("cluster_settled", nodes=len(nodes), partitions=len(want))
-        self._settled_for = nodes if settled else None
+        return nodes, want
+
+    async def _renewals(self) -> None:
+        """Every `interval`, each held lease renewed, on a cadence of its own: not behind the
+        tick's beat and node listing. A heal that re-elects JetStream's leaders leaves the
+        `nodes` bucket or the meta leader (which a key listing needs) without an answer for
+        seconds while the `leases` stream already takes writes; renewals queued behind them
+        let every lease lapse and every partition move (docs/cluster.md "Faults")."""
+        while True:
+            try:
+                async with asyncio.timeout(self.ttl):
+                    await self._renew_held()
+            except TimeoutError:
+                log.warning("lease_renewals_failed", error="TimeoutError", held=len(self.held))
+            await asyncio.sleep(self.interval)
+
+    async def _renew_held(self) -> None:
+        """Each held lease renewed on its own: one that fails (NATS without an answer) lapses
+        on time (`_drop_lapsed`), the others are kept. A lapsed one is dropped first, never
+        renewed: a node back from a pause stops acting for it before anything else."""
+        self._drop_lapsed()
+        held = list(self.held)
+        results = await asyncio.gather(*(self._renew(p) for p in held), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for error in failed:
+            if not isinstance(error, nats.errors.Error | TimeoutError | OSError):
+                raise error
+        if failed:
+            log.warning("lease_renewals_failed", failed=len(failed), held=len(held),
+                        error=type(failed[0]).__name__)  # fmt: skip
 
     def _drop_lapsed(self) -> None:
         now = self.clock()
@@ -228,6 +268,14 @@ class LeaseKeeper:
         lease = self.held.get(p)
         if lease is None:
             return
+        self._renewing[p] = done = asyncio.Event()
+        try:
+            await self._renew_lease(p, lease)
+        finally:
+            del self._renewing[p]
+            done.set()
+
+    async def _renew_lease(self, p: int, lease: Lease) -> None:
         sent = self.clock()
         key = self.nats.names.lease_key(p)
         try:
@@ -278,6 +326,9 @@ class LeaseKeeper:
                 with contextlib.suppress(asyncio.CancelledError):
                     await starting
             await self.handler.release(p)
+            renewing = self._renewing.get(p)
+            if renewing is not None:
+                await renewing.wait()
             lease = self.held.pop(p, None)
             if lease is not None:
                 await self._give_up(p, lease)

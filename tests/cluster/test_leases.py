@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -166,5 +167,33 @@ async def test_a_release_whose_lease_moved_leaves_it_and_never_raises(
             released = [e for e in logs if e["event"] == "partition_released"]
             assert len(released) == PARTITIONS
             assert [e["partition"] for e in released if e.get("lease") == "moved"] == [0]
+    finally:
+        await stop(node)
+
+
+async def test_leases_are_renewed_while_the_nodes_bucket_does_not_answer(
+    nats_cluster: NatsCluster,
+) -> None:
+    """Renewals do not wait behind the beat: with the `nodes` bucket gone (as when a heal
+    leaves its stream, or the meta leader a key listing needs, without an answer for
+    seconds) every tick fails, and the node keeps every lease through several TTLs. Before,
+    the renewals came after the beat in the tick and every lease lapsed (docs/cluster.md
+    "Faults")."""
+    swarm = f"beat-{uuid.uuid4().hex[:6]}"
+    node = await start_node(nats_cluster, swarm, "solo")
+    try:
+        async with asyncio.timeout(30):
+            await settle([node])
+            with capture_logs() as logs:
+                await node.nats.js.delete_stream(f"KV_{node.nats.names.bucket('nodes')}")
+                failed_at = time.monotonic()
+                while True:  # ticks fail every third of the TTL: three TTLs of them (polled)
+                    failures = sum(line["event"] == "lease_tick_failed" for line in logs)
+                    if failures >= 9 and time.monotonic() - failed_at > 3 * TTL:
+                        break
+                    await asyncio.sleep(0.1)
+        assert not [line for line in logs if line["event"] == "lease_lapsed"]
+        assert not node.handler.dropped
+        assert all(node.keeper.holds(p) for p in range(PARTITIONS))
     finally:
         await stop(node)
