@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -57,6 +58,9 @@ ANSWERED_BY = "answeredBy"
 """Whom the connector authenticated for an answer (protocol.jsonrpc.ANSWERED_BY): the token's
 id, which a Connection's `config.approvers` names to let it decide approvals."""
 """JSON-RPC code of a client-side call the user cancelled (ARCHITECTURE.md §10)."""
+EAGER = sys.version_info >= (3, 12)
+"""Tasks may start eagerly (`started`)."""
+T = TypeVar("T")
 CLIENT_HEADER = "x-goondan-api-client"
 """The id of the request's bearer token, set by the connector's gate (a client's own header of
 that name is dropped): whose instances and idempotency keys a request reaches."""
@@ -161,12 +165,14 @@ class Backlog:
     piled up meanwhile as one delta: the backlog holds at most a few entries per step, never
     one per delta, and the client fewer, larger chunks."""
 
-    __slots__ = ("_gaps", "_items", "_ready")
+    __slots__ = ("_gaps", "_items", "_waiter")
 
     def __init__(self) -> None:
         self._items: deque[StreamDelta | list[StreamDelta] | None] = deque()
         """A step's text that waits is a list of its deltas (joined once, when taken)."""
-        self._ready = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+        """The reader's wait while the backlog is empty (a bare future: an Event keeps a set
+        of waiters and a flag for the one reader there is)."""
         self._gaps = GapWatch()
         """After a delta lost on the way, text waits for the reply (Shown.last)."""
 
@@ -181,12 +187,17 @@ class Backlog:
                 self._items.append([delta])
         else:
             self._items.append(delta)
-        self._ready.set()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def get(self) -> StreamDelta | None:
         while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
         item = self._items.popleft()
         if not isinstance(item, list):
             return item
@@ -283,7 +294,7 @@ class Edge:
             yield Piece(text=done.text, done=done)
             return
         deltas = Backlog()
-        emit = asyncio.ensure_future(self._emit(ask, deltas.put))
+        emit = started(self._emit(ask, deltas.put))
         emit.add_done_callback(lambda _: deltas.put(None))  # after every delta
         shown = Shown()
         try:
@@ -310,6 +321,16 @@ class Edge:
             raise Refusal(504, "E_AGENT_TIMEOUT", f"no reply within {self.timeout:g} s") from None
         assert reply is not None  # emit(reply=True) always answers
         return reply
+
+
+def started(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """A task whose first step runs now, up to its first real wait: the event goes out in
+    this step, not after a turn of the event loop (and whatever else it runs). Python 3.12+;
+    before, an ordinary task."""
+    if EAGER:
+        loop = asyncio.get_running_loop()  # eager_start needs it given (uvloop's and asyncio's)
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+    return asyncio.ensure_future(coro)
 
 
 async def whole(pieces: AsyncIterator[Piece]) -> Done:

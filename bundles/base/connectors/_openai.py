@@ -28,6 +28,7 @@ Loaded by path with `bundles.sdk.load_sibling` (bundles/base is not a Python pac
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -128,6 +129,7 @@ def tool_call(call: Any) -> dict[str, Any]:
 class Completions:
     def __init__(self, edge_: Any) -> None:
         self.edge = edge_
+        self._ids = CompletionIds()
 
     def routes(self) -> list[Route]:
         return [
@@ -188,12 +190,9 @@ class Completions:
     async def _chunks(
         self, model: str, first: Any, pieces: AsyncGenerator[Any], include_usage: bool
     ) -> AsyncIterator[bytes]:
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+        head = {"id": f"chatcmpl-{self._ids.next()}", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": model}  # fmt: skip
-
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            body = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-            return _event(body)
+        chunk = ChunkTemplate(head)
 
         # one write per piece (the role chunk rides with the first, [DONE] with the end): each
         # write is a send on the socket and a wake-up of the client
@@ -232,13 +231,50 @@ class Completions:
         return lines
 
 
+class CompletionIds:
+    """The ids of a server's streamed completions: 32 hex digits as a uuid4's, a random half
+    drawn once in this process and a counter, instead of a uuid4 (a getrandom call) before each
+    stream's first chunk. Ids name a completion to its client; nothing is looked up by them."""
+
+    __slots__ = ("_count", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]  # made in the connector process, after any fork
+        self._count = itertools.count()
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._count):016x}"
+
+
+class ChunkTemplate:
+    """The SSE event of a `chat.completion.chunk` of one completion, from its head encoded
+    once: a delta encodes only its `delta` (the bytes are those of the whole dict encoded,
+    keys in the same order)."""
+
+    __slots__ = ("_before",)
+
+    def __init__(self, head: dict[str, Any]) -> None:
+        self._before = (b"data: " + _encode(head)[:-1]
+                        + b',"choices":[{"index":0,"delta":')  # fmt: skip
+
+    def __call__(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        if finish is None:
+            return self._before + _encode(delta) + _NO_FINISH
+        return self._before + _encode(delta) + b',"finish_reason":' + _encode(finish) + _END
+
+
+_encode = msgspec.json.Encoder().encode
+_END = b"}]}\n\n"
+_NO_FINISH = b',"finish_reason":null' + _END
+
+
 def tool_progress(tool: Any) -> dict[str, Any]:
     """A tool call of the turn as the `goondan.tool` extension of a chunk."""
     return {"name": tool.name, "callId": tool.call_id, "status": tool.status or "started"}
 
 
 def _event(body: dict[str, Any]) -> bytes:
-    return b"data: " + msgspec.json.encode(body) + b"\n\n"
+    return b"data: " + _encode(body) + b"\n\n"
 
 
 async def _chain(first: Any, rest: AsyncGenerator[Any]) -> AsyncGenerator[Any]:

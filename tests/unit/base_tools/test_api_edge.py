@@ -121,6 +121,20 @@ async def test_a_streamed_reply_is_a_piece_per_delta_then_the_rest() -> None:
     assert pieces[-1].done.text == "it is noon now" and ctx.emitted[0]["on_delta"] is not None
 
 
+@pytest.mark.skipif(not edge.EAGER, reason="tasks start eagerly on Python 3.12+")
+async def test_a_streamed_request_emits_before_its_task_first_waits() -> None:
+    """The event leaves in the step that asks for the stream, not after a turn of the event
+    loop: the first piece's wait starts with the emit already made."""
+    ctx = Ctx(answer=Reply(text="hi"))
+    seam = edge.Edge(ctx, 5.0, frozenset({"a"}))
+    pieces = seam.pieces("a", "k", "hello", stream=True)
+    step = anext(pieces).__await__()
+    next(step)  # one step of the request's task, up to its first wait
+    assert [e["text"] for e in ctx.emitted] == ["hello"]
+    step.close()
+    await pieces.aclose()
+
+
 async def test_a_reader_behind_gets_a_steps_waiting_text_as_one_delta() -> None:
     backlog = edge.Backlog()
     started = {"kind": DeltaKind.TOOL_STARTED, "tool": "t", "tool_call_id": "k"}
@@ -230,3 +244,29 @@ def test_the_api_connector_will_not_start_open_or_with_strangers() -> None:
     with pytest.raises(RuntimeError, match="nobody"):
         api.Api(Ctx(config={"tokens": ["t"], "agents": ["a", "nobody"]}))
     assert api.Api(Ctx(config={"tokens": "t1, t2", "agents": "b"})).edge.agents == {"b"}
+
+
+@pytest.mark.parametrize(
+    ("delta", "finish"),
+    [({"role": "assistant", "content": ""}, None), ({"content": 'a "quoted"\nline ✓'}, None),
+     ({}, "stop"), ({"tool_calls": [{"index": 0, "id": "c1", "type": "function"}]}, None),
+     ({}, "tool_calls")],
+)  # fmt: skip
+def test_a_chunk_from_the_template_is_the_bytes_of_the_whole_chunk_encoded(
+    delta: dict[str, Any], finish: str | None
+) -> None:
+    import msgspec
+
+    head = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 7, "model": "a"}
+    whole = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    assert (
+        openai.ChunkTemplate(head)(delta, finish)
+        == b"data: " + msgspec.json.encode(whole) + b"\n\n"
+    )
+
+
+def test_completion_ids_are_32_hex_digits_and_never_repeat_in_a_server() -> None:
+    ids, other = openai.CompletionIds(), openai.CompletionIds()
+    taken = [ids.next() for _ in range(1000)] + [other.next() for _ in range(1000)]
+    assert len(set(taken)) == 2000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in taken)
