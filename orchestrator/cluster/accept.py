@@ -24,11 +24,17 @@ from nats.aio.subscription import Subscription
 from orchestrator.cluster.consumers import Consumers
 from orchestrator.cluster.ingress import NatsJournal
 from orchestrator.ingress.accept import Acceptor
-from orchestrator.ingress.journal import Appended, EntryState, JournalEntry
+from orchestrator.ingress.journal import Appended, EntryState, JournalEntry, JournalError
+from protocol import backoff
 from protocol.events import AgentEvent, Source, SourceKind, new_event
 from protocol.ids import Address
 
 log = structlog.get_logger("goondan.cluster.accept")
+RECHECK_FIRST = 1.0
+RECHECK_CAP = 8.0
+"""A waiting send reads the `replies` bucket after 1 s without a reply, then after 2, 4 and
+every 8 s: a lost reply is found within about 8 s of being kept, and a long turn costs
+one read per 8 s."""
 _encode = msgspec.msgpack.Encoder().encode
 _decode_event = msgspec.msgpack.Decoder(AgentEvent).decode
 
@@ -45,6 +51,9 @@ class ClusterAcceptor(Acceptor):
         """The history writer's `after`: a reply and the acknowledgement wait for the turn's
         conversation appends."""
         self._subs: dict[str, Subscription] = {}
+        self._rechecks: dict[str, asyncio.Task[None]] = {}
+        self._keeping: set[asyncio.Future[None]] = set()
+        """Replies being kept in the `replies` bucket (retried; cancelled at close)."""
 
     @staticmethod
     def _nowhere(
@@ -87,12 +96,35 @@ class ClusterAcceptor(Acceptor):
                 waiter.set_result(reply)
 
         self._subs[event_id] = await nc.subscribe(subject, cb=on_reply)
+        self._rechecks[event_id] = asyncio.ensure_future(self._recheck(event_id, waiter))
         waiter.add_done_callback(lambda _f: self._unwait(event_id))
+
+    async def _recheck(
+        self, event_id: str, waiter: asyncio.Future[AgentEvent] | asyncio.Future[AgentEvent | None]
+    ) -> None:
+        """The `replies` bucket, read while no reply came: first after RECHECK_FIRST, then
+        less and less often. A reply published while a NATS server on its way died is lost
+        (core NATS), and the client waited its whole timeout for a turn that had finished
+        (docs/cluster.md "Faults": after `nats_kill`, 30 s)."""
+        attempt = 0
+        while not waiter.done():
+            await asyncio.sleep(backoff.delay(attempt, first=RECHECK_FIRST, cap=RECHECK_CAP))
+            attempt += 1
+            try:
+                entry = await self.cluster_journal.lookup(event_id)
+            except JournalError:
+                continue  # the bucket does not answer now: the next look
+            if entry is not None and entry.reply is not None and not waiter.done():
+                log.info("reply_recovered", event_id=event_id)
+                waiter.set_result(entry.reply)
 
     def _unwait(self, event_id: str) -> None:
         sub = self._subs.pop(event_id, None)
         if sub is not None:
             self._background(_unsubscribe(sub))
+        recheck = self._rechecks.pop(event_id, None)
+        if recheck is not None:
+            recheck.cancel()
 
     # -- what the owner's router reports ----------------------------------------------------
 
@@ -111,10 +143,15 @@ class ClusterAcceptor(Acceptor):
         self.after(held.target, lambda: self._complete(event_id))
 
     async def _reply(self, event_id: str, reply: AgentEvent) -> None:
+        """Published to the waiting node (core NATS: lost if a server on its way dies), and
+        kept in the `replies` bucket, where the waiting node looks when no reply came. The
+        keeping is retried off the instance's queue: its next turn does not wait for it."""
         nats_ = self.cluster_journal.nats
         with contextlib.suppress(nats.errors.Error):
             await nats_.nc.publish(nats_.names.reply_subject(event_id), _encode(reply))
-        await self.cluster_journal.complete(event_id, reply)
+        keeping = asyncio.ensure_future(self.cluster_journal.complete(event_id, reply))
+        self._keeping.add(keeping)
+        keeping.add_done_callback(self._keeping.discard)
 
     def _complete(self, event_id: str) -> None:
         self.consumers.complete(event_id)
@@ -159,6 +196,8 @@ class ClusterAcceptor(Acceptor):
     async def close(self) -> None:
         for event_id in list(self._subs):
             self._unwait(event_id)
+        for keeping in list(self._keeping):
+            keeping.cancel()
         await super().close()
 
 

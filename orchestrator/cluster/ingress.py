@@ -25,6 +25,7 @@ from nats.js.api import PubAck
 from orchestrator.cluster.link import Nats
 from orchestrator.cluster.names import partition_of, token
 from orchestrator.ingress.journal import Appended, EntryState, JournalEntry, JournalError
+from protocol import backoff
 from protocol.errors import ErrorCode
 from protocol.events import AgentEvent
 from protocol.ids import parse_address
@@ -32,6 +33,7 @@ from protocol.ids import parse_address
 log = structlog.get_logger("goondan.cluster.ingress")
 PUBLISH_TRY = 2.0
 PUBLISH_DEADLINE = 30.0
+KEEP_DEADLINE = 30.0
 MSG_ID = "Nats-Msg-Id"
 
 
@@ -141,12 +143,26 @@ class NatsJournal:
         return None  # a turn in progress is the consumer's in-flight message
 
     async def complete(self, event_id: str, reply: AgentEvent | None = None) -> None:
+        """The reply kept in the `replies` bucket: asked again while the bucket does not
+        answer (a leader election), until KEEP_DEADLINE: a node waiting for this reply reads
+        it there when the published one was lost."""
         if reply is None:
             return
-        try:
-            await self.nats.replies.put(reply_key(event_id), _encode(reply))
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("reply_not_kept", event_id=event_id, error=type(exc).__name__)
+        deadline = time.monotonic() + KEEP_DEADLINE
+        attempt = 0
+        while True:
+            try:
+                await self.nats.replies.put(reply_key(event_id), _encode(reply))
+            except (nats.errors.Error, TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    log.warning("reply_not_kept", event_id=event_id, error=type(exc).__name__)
+                    return
+                await asyncio.sleep(backoff.delay(attempt, first=0.1, cap=1.0))
+                attempt += 1
+                continue
+            if attempt:
+                log.info("reply_kept", event_id=event_id, tries=attempt + 1)
+            return
 
     async def pending(self, target: str | None = None) -> list[JournalEntry]:
         return []
