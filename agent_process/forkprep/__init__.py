@@ -10,7 +10,8 @@ every page it writes, so the fork server does ahead, once, what each child would
    bundle for the launch settings its children get (`agent_process.preload`);
 2. `share`: build what children would each build (`shared`);
 3. `start`, `turn`: rehearse a child's start and turn on the real code (`rehearsal`);
-4. `heap`: take the free blocks of the small-object heap, last (`heap`).
+4. `heap`: take the free blocks of the small-object heap (`heap`), then `malloc`: those of the
+   C heap (`mallocfill`), last.
 
 Steps 2-4 run on the Python versions they were measured to help on (`gate`);
 `GOONDAN_FORK_WARM=0` turns them all off. None of them opens a socket, starts a thread or an
@@ -25,7 +26,7 @@ import importlib
 from agent_process import logs
 from agent_process import preload as preloaded
 from agent_process.child import main
-from agent_process.forkprep import gate, heap, immortal, rehearsal, shared, standin
+from agent_process.forkprep import gate, heap, immortal, mallocfill, rehearsal, shared, standin
 from agent_process.link import libc
 from bundles.kinds import Kind
 from bundles.model import Bundle
@@ -77,4 +78,6 @@ def prepare(bundle: Bundle, launch: LaunchSettings) -> None:
     if gate.Step.IMMORTAL in steps:
         immortal.make_all_immortal()  # the first preparation only: see its module
     if gate.Step.HEAP in steps:
-        heap.fill()  # last: what the steps before freed is taken too
+        heap.fill()  # what the steps before freed is taken too
+    if gate.Step.MALLOC in steps:
+        mallocfill.fill()  # last (`heap.fill` collects garbage); the first preparation only

@@ -37,6 +37,9 @@ class Step(StrEnum):
     IMMORTAL = "immortal"
     """Make the fork server's objects immortal (`immortal`; 3.12+): a child's reference
     counting no longer copies their pages."""
+    MALLOC = "malloc"
+    """Take the free chunks of the C heap (`mallocfill`; glibc only): a child's C allocations
+    go to fresh pages instead of copying shared ones."""
 
 
 Version = tuple[int, int]
@@ -46,6 +49,7 @@ MEASURED: dict[Step, frozenset[Version] | None] = {
     Step.TURN: frozenset({(3, 11), (3, 12), (3, 13)}),
     Step.HEAP: frozenset({(3, 11), (3, 12), (3, 13)}),
     Step.IMMORTAL: frozenset({(3, 13)}),
+    Step.MALLOC: None,  # glibc's heap, whatever the interpreter (measured on 3.13)
 }
 """The CPython versions each step was measured to pay on (None: any version). Each step, left
 out alone, made the agents bigger on 3.11, 3.12 and 3.13 alike (the figures are in the commit
