@@ -170,3 +170,28 @@ async def test_routing_and_start_all_read_the_current_view() -> None:
     broker = FakeBroker()
     Connections(broker, current, targets.ensure, DirectIngress(broker.submit)).start_all()
     assert targets.ensured == [other]
+
+
+async def test_the_routed_line_is_written_once_the_event_is_on_its_way() -> None:
+    """`ingress_routed` (~20 µs: a line to the file and one to the console) is not on the path
+    of a connector's event to its agent: it follows the submit."""
+    from structlog.testing import capture_logs
+
+    broker = FakeBroker()
+    seen_at_submit: list[list[str]] = []
+
+    def submit(event: AgentEvent, target: Address, waiter: object = None) -> None:
+        seen_at_submit.append([e["event"] for e in logs])
+        broker.submit(event, target)
+
+    connections = Connections(broker, CurrentSwarm(HOOK_VIEW), FakeTargets().ensure,
+                              DirectIngress(submit))  # fmt: skip
+    event = connector_event("ticket", user="ann")
+    with capture_logs() as logs:
+        connections.on_event(ProcessEntry(address=HOOK, status=S.IDLE, generation=1), event)
+        async with asyncio.timeout(5):
+            await connections.settled()
+    assert seen_at_submit == [[]]
+    [line] = [e for e in logs if e["event"] == "ingress_routed"]
+    assert (line["connection"], line["event_id"], line["target"], line["rule"], line["reply"]) == (
+        "hook", event.id, "agent:front:user:ann", 0, True)  # fmt: skip
