@@ -50,6 +50,8 @@ def drop_secret_variables(
     """Remove every variable whose value holds a secret (but PATH, HOME, LANG, LC_* and the
     like); returns their names (never values)."""
     real = [s for s in secrets if len(s) >= MIN_SECRET_LEN]
+    if not real:  # a bundle without secrets: no walk of the environment (each new agent's)
+        return []
     names = [
         name
         for name, value in environ.items()

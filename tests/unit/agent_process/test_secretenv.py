@@ -23,3 +23,12 @@ def test_what_the_process_needs_to_run_stays() -> None:
     environ = {"PATH": "/opt/test1234/bin:/usr/bin", "LC_ALL": "C.test1234", "X": "test1234"}
     assert drop_secret_variables({"test1234"}, environ) == ["X"]
     assert set(environ) == {"PATH", "LC_ALL"}
+
+
+def test_without_secrets_the_environment_is_not_read() -> None:
+    class Untouchable(dict[str, str]):
+        def items(self):  # type: ignore[override]
+            raise AssertionError("read")
+
+    assert drop_secret_variables(set(), Untouchable(X="ab")) == []
+    assert drop_secret_variables({"ab"}, Untouchable(X="ab")) == []  # too short to count
