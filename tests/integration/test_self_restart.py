@@ -40,7 +40,10 @@ async def test_self_restart_restarts_every_agent_after_the_turn(
         assert reply.ok, reply.error
         assert '"scheduled":true' in reply.result["input"].replace(" ", "")
         for agent in ("alpha", "beta"):
-            await daemon.wait_for("ready", since=mark, process=f"agent:{agent}:{SWARM}:2")
+            # both: an agent's `ready` can come in before the fork server's reply that gives
+            # the daemon its pid (two sockets), and the table shows the pid from that reply
+            for event in ("ready", "spawned"):
+                await daemon.wait_for(event, since=mark, process=f"agent:{agent}:{SWARM}:2")
         after = await _table(daemon)
         for agent in ("alpha", "beta"):
             assert after[agent][1] == 2
