@@ -126,6 +126,10 @@ class LeaseKeeper:
     """Renewals on their way: a release waits for its partition's (it would move the revision
     the release deletes by, and the lease would wait out its TTL instead)."""
     _settled_for: list[str] | None = None
+    _shaken_at: float | None = None
+    """When a tick last failed (None: not within a TTL of working ticks)."""
+    _before_outage: list[str] = field(default_factory=list)
+    """The live nodes as listed before the ticks began to fail."""
     """The live nodes when this node last held exactly what the plan gives it."""
 
     @property
@@ -172,6 +176,9 @@ class LeaseKeeper:
             except (nats.errors.Error, TimeoutError, OSError) as exc:
                 # NATS unreachable (a leader election, a reconnect): leases lapse on their own
                 log.warning("lease_tick_failed", error=type(exc).__name__)
+                if self._shaken_at is None:
+                    self._before_outage = list(self.live_nodes)
+                self._shaken_at = self.clock()
                 self._drop_lapsed()
             try:
                 async with asyncio.timeout(self.interval):
@@ -199,7 +206,7 @@ class LeaseKeeper:
             log.warning("cluster_draining", node=self.node, partitions=len(self.held))
             self.draining = True
         await self._beat()
-        nodes = await self._live_nodes()
+        nodes = self._with_absent_peers(await self._live_nodes())
         self.live_nodes = nodes
         owners = plan(self.partitions, [] if self.draining else nodes)
         want = {p for p, n in owners.items() if n == self.node}
@@ -253,6 +260,24 @@ class LeaseKeeper:
             live=self.live_count(), draining=self.draining, control=self.control,
         )  # fmt: skip
         await self.nats.nodes.put(token(self.node), msgspec.json.encode(record))
+
+    def _with_absent_peers(self, listed: list[str]) -> list[str]:
+        """For a TTL after this node's last failed tick, the nodes live before the failures
+        are planned with even when their records are missing: an outage of NATS let every
+        record expire, and the first node whose listing worked again saw only itself, took
+        every partition and handed most back a tick later, each move an activation read
+        from the history stream (docs/cluster.md "Faults"). A peer that is alive beats again
+        within that TTL; one that died meanwhile is left out a TTL later."""
+        if self._shaken_at is None:
+            return listed
+        if self.clock() - self._shaken_at >= self.ttl:
+            self._shaken_at = None
+            return listed
+        absent = sorted(set(self._before_outage) - set(listed))
+        if absent and not self.draining:
+            log.info("absent_nodes_kept", nodes=absent)
+            return sorted({*listed, *absent})
+        return listed
 
     async def _live_nodes(self) -> list[str]:
         records = await nodes_of(self.nats)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from structlog.testing import capture_logs
@@ -75,6 +76,14 @@ def overlap(nodes: list[Node]) -> set[int]:
             if node.keeper.holds(p):
                 (twice if p in seen else seen).add(p)
     return twice
+
+
+async def polled(done: Callable[[], bool]) -> None:
+    """Until `done()` (leases change on timers: this looks every 50 ms; the caller bounds it)."""
+    while True:
+        if done():
+            return
+        await asyncio.sleep(0.05)
 
 
 async def settle(nodes: list[Node]) -> dict[int, str]:
@@ -197,3 +206,38 @@ async def test_leases_are_renewed_while_the_nodes_bucket_does_not_answer(
         assert all(node.keeper.holds(p) for p in range(PARTITIONS))
     finally:
         await stop(node)
+
+
+async def test_after_an_outage_a_peer_missing_from_the_listing_keeps_its_share_a_ttl(
+    nats_cluster: NatsCluster,
+) -> None:
+    """An outage of the `nodes` bucket (as of NATS's meta leader) let every record expire; the
+    first node whose listing works again sees only itself. It plans with the peers live
+    before the outage for a TTL more (a live one beats again meanwhile), then takes a dead
+    one's share. Before, it took every partition at once and handed most back a tick later
+    (docs/cluster.md "Faults")."""
+    swarm = f"outage-{uuid.uuid4().hex[:6]}"
+    a, b = [await start_node(nats_cluster, swarm, name) for name in ("a", "b")]
+    try:
+        async with asyncio.timeout(30):
+            await settle([a, b])
+            theirs = set(b.keeper.held)
+            await stop(b)  # silent through the outage: its leases lapse, its record goes
+            bucket = a.nats.names.bucket("nodes")
+            info = await a.nats.js.stream_info(f"KV_{bucket}")
+            with capture_logs() as logs:
+                await a.nats.js.delete_stream(f"KV_{bucket}")
+                await polled(lambda: sum(ln["event"] == "lease_tick_failed" for ln in logs) >= 2)
+                await a.nats.js.add_stream(info.config)  # back, empty
+                await polled(lambda: theirs <= set(a.keeper.held))
+        events = [line["event"] for line in logs]
+        assert "absent_nodes_kept" in events
+        kept = events.index("absent_nodes_kept")
+        gained = [
+            i for i, ln in enumerate(logs)
+            if ln["event"] == "partition_gained" and ln["partition"] in theirs
+        ]  # fmt: skip
+        assert min(gained) > kept, "b's share was taken before the TTL b had to beat again"
+        assert all(line["nodes"] == ["b"] for line in logs if line["event"] == "absent_nodes_kept")
+    finally:
+        await stop(a)
