@@ -9,7 +9,8 @@ every page it writes, so the fork server does ahead, once, what each child would
 1. import the child's code and the model SDKs the bundle uses, and hold the daemon's loaded
    bundle for the launch settings its children get (`agent_process.preload`);
 2. `share`: build what children would each build (`shared`);
-3. `start`, `turn`: rehearse a child's start and turn on the real code (`rehearsal`);
+3. `start`, `turn`: rehearse a child's start and turn on the real code (`rehearsal`), then
+   `types`: give every class its attribute-cache version tag (`typetags`);
 4. `heap`: take the free blocks of the small-object heap (`heap`), then `malloc`: those of the
    C heap (`mallocfill`), last.
 
@@ -26,7 +27,16 @@ import importlib
 from agent_process import logs
 from agent_process import preload as preloaded
 from agent_process.child import main
-from agent_process.forkprep import gate, heap, immortal, mallocfill, rehearsal, shared, standin
+from agent_process.forkprep import (
+    gate,
+    heap,
+    immortal,
+    mallocfill,
+    rehearsal,
+    shared,
+    standin,
+    typetags,
+)
 from agent_process.link import libc
 from bundles.kinds import Kind
 from bundles.model import Bundle
@@ -75,6 +85,8 @@ def prepare(bundle: Bundle, launch: LaunchSettings) -> None:
     if steps & {gate.Step.START, gate.Step.TURN}:
         turns = gate.Step.TURN in steps
         rehearsal.rehearse(standin.bundle(bundle), launch, turns=turns)
+    if gate.Step.TYPES in steps:
+        typetags.assign_all()  # after the rehearsal: the classes it made are tagged too
     if gate.Step.IMMORTAL in steps:
         immortal.make_all_immortal()  # the first preparation only: see its module
     if gate.Step.HEAP in steps:

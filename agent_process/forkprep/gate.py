@@ -37,6 +37,9 @@ class Step(StrEnum):
     IMMORTAL = "immortal"
     """Make the fork server's objects immortal (`immortal`; 3.12+): a child's reference
     counting no longer copies their pages."""
+    TYPES = "types"
+    """Give every class its attribute-cache version tag (`typetags`): a child's first lookup
+    on a class no longer writes the class's page."""
     MALLOC = "malloc"
     """Take the free chunks of the C heap (`mallocfill`; glibc only): a child's C allocations
     go to fresh pages instead of copying shared ones."""
@@ -49,6 +52,7 @@ MEASURED: dict[Step, frozenset[Version] | None] = {
     Step.TURN: frozenset({(3, 11), (3, 12), (3, 13)}),
     Step.HEAP: frozenset({(3, 11), (3, 12), (3, 13)}),
     Step.IMMORTAL: frozenset({(3, 13)}),
+    Step.TYPES: frozenset({(3, 13)}),
     Step.MALLOC: None,  # glibc's heap, whatever the interpreter (measured on 3.13)
 }
 """The CPython versions each step was measured to pay on (None: any version). Each step, left
