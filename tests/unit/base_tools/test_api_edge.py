@@ -270,3 +270,14 @@ def test_completion_ids_are_32_hex_digits_and_never_repeat_in_a_server() -> None
     taken = [ids.next() for _ in range(1000)] + [other.next() for _ in range(1000)]
     assert len(set(taken)) == 2000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in taken)
+
+
+def test_the_host_check_answers_the_same_when_asked_again() -> None:
+    """Its IP parse is remembered per name: a name refused once is refused every time."""
+    policy = api.guard.BrowserPolicy.of({})
+    for _ in range(2):
+        api.guard.check_browser({"host": "127.0.0.1:8790"}, policy)
+        api.guard.check_browser({"host": "[::1]:8790"}, policy)
+        with pytest.raises(api.guard.HttpError) as foreign:
+            api.guard.check_browser({"host": "evil.example:8790"}, policy)
+        assert (foreign.value.status, foreign.value.code) == (421, "E_HTTP_HOST")
