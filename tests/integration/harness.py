@@ -89,7 +89,13 @@ async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, s
         PYTHON, "-m", "orchestrator", *args,
         env=child_env(env), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await proc.communicate()
+    try:
+        out, err = await proc.communicate()
+    except BaseException:  # the test's timeout: end the call here, not in a later test's collector
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

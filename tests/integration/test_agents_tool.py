@@ -184,8 +184,10 @@ async def test_a_callee_that_dies_answers_crashed_at_once(start_daemon: StartDae
         result = await ask(daemon, "crash")
         assert result["error"]["code"] == ErrorCode.E_AGENT_CRASHED
         failed = next(e for e in runtime_events("caller") if e["type"] == "tool.failed")
-        # the bar: within the same second (the request's own timeout is 60 s)
-        assert failed["durationMs"] < 1000
+        # answered by the callee's death, not by the request's own 60 s timeout (it takes well
+        # under a second on a quiet machine; the bound leaves room for CI's load, as no test
+        # here asserts a timing)
+        assert failed["durationMs"] < 10_000
 
 
 async def test_timeout_and_bad_targets_are_coded(start_daemon: StartDaemon) -> None:
