@@ -120,7 +120,8 @@ async def test_a_start_error_is_answered_and_not_respawned_in_a_loop(
         # not "terminated": it is held down and starts again later, and status says when
         assert broken.status == "startFailed"
         assert broken.generation <= 2  # held down: at most one retry after a second (load)
-        assert broken.retry_in_seconds is not None and broken.retry_in_seconds > 0
+        # when: 0 once the hold-down is over and the retry is due (a slow status under load)
+        assert broken.retry_in_seconds is not None and broken.retry_in_seconds >= 0
         assert broken.last_exit is not None and broken.last_exit.reason == "start_error"
         code, out, _ = await run_cli("status", "--swarm", daemon.swarm)
         assert code == 1  # a failing process fails the health check
