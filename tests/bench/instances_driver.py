@@ -275,6 +275,9 @@ class Driver:
         mib = 1024 * 1024
         return daemon.memory_info().rss / mib, sum(p.memory_info().rss for p in server) / mib
 
+    async def _live(self) -> int:
+        return sum(1 for r in await self.client.status_rows() if r["pid"] is not None)
+
     async def _sample(self, driven: int) -> None:
         rows = await self.client.status_rows()
         live = sum(1 for r in rows if r["pid"] is not None)
@@ -310,12 +313,16 @@ class Driver:
                     if on_progress is not None:
                         on_progress(done)
 
+        live_before = await self._live()
         start, cpu = time.perf_counter(), self._cpu()
         await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
         self.run.seconds = time.perf_counter() - start
+        # an agent's CPU is its parent's once it is reaped: divided by the agents that ended,
+        # not by every instance driven (up to maxLiveInstances are still live at the end)
+        reaped = max(1, n + live_before - await self._live())
         (du, ds, df), (fu, fs, ff), (au, as_, af) = (
-            [(b - a) / n for a, b in zip(before, after, strict=True)]
-            for before, after in zip(cpu, self._cpu(), strict=True)
+            [(b - a) / count for a, b in zip(before, after, strict=True)]
+            for before, after, count in zip(cpu, self._cpu(), (n, n, reaped), strict=True)
         )
         self.run.cpu_ms = (1000 * (du + ds), 1000 * (fu + fs), 1000 * (au + as_))
         self.run.sys_ms = (1000 * ds, 1000 * fs, 1000 * as_)
