@@ -80,13 +80,24 @@ def test_rlimits_are_set_soft_and_hard() -> None:
     assert got["raised"] in (False, None)
 
 
+def _vm_data_bytes() -> int:
+    """This process's private writable memory as RLIMIT_DATA counts it (VmData)."""
+    status = Path("/proc/self/status").read_text()
+    kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmData:"))
+    return int(kib) * 1024
+
+
 def test_a_memory_breach_is_a_coded_error_and_the_process_goes_on() -> None:
     def body() -> Any:
-        limits.apply(Limits(memory=256 << 20))
+        # 256 MiB above what this process already holds: a test worker that ran many tests
+        # before this one can hold more than 256 MiB itself (a 3.11 CI run's did), and then
+        # every allocation failed, the small one after the breach too
+        held = _vm_data_bytes()
+        limits.apply(Limits(memory=held + (256 << 20)))
         try:
             bytearray(1 << 30)
         except MemoryError as exc:
-            coded = limits.as_limit_error(exc, Limits(memory=256 << 20))
+            coded = limits.as_limit_error(exc, Limits(memory=held + (256 << 20)))
         else:
             return "allocated"
         assert isinstance(coded, ToolFailed)
