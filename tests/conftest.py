@@ -69,7 +69,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-UNPREPARED = ("tests/integration", "tests/fuzz")
+PREPARED = (
+    "tests/bench/test_instances.py",  # 20,000 new instances: what the steps make cheaper
+    "tests/integration/test_forkserver_memory.py",  # what the steps save, measured
+)
+"""The tests whose daemons run their fork server's preparation steps (agent_process/forkprep,
+the product's default): the ones that measure what those steps are for. The daemons of the
+other integration, fuzz and drive tests run without them (`GOONDAN_FORK_WARM=0`)."""
 WARM_ENV = "GOONDAN_FORK_WARM"
 
 
@@ -77,16 +83,16 @@ WARM_ENV = "GOONDAN_FORK_WARM"
 def _fork_server_unprepared(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The daemons of the integration and fuzz tests (not the drives) run their fork server
-    without its preparation steps (agent_process/forkprep, `GOONDAN_FORK_WARM=0`): memory
-    optimizations that hold a new daemon's first spawn for about a second of both cores, paid
-    by every test. The drives run the product's defaults (at scale, under faults, in a
-    browser, with memory budgets) and the forkprep unit tests prove each step; an explicit
-    GOONDAN_FORK_WARM (`GOONDAN_FORK_WARM=1 make test`: every test with them) is kept."""
-    if WARM_ENV in os.environ or request.node.get_closest_marker("drive") is not None:
-        return
+    """The preparation steps cost a new daemon ~0.3 s of CPU and hold its first spawn as long
+    (measured: 0.48 vs 0.79 CPU-seconds for a daemon's start, one send and its stop): memory
+    optimizations the forkprep unit tests prove step by step and PREPARED measures, which
+    the other daemons a run starts (a cluster test starts three, a chaos test restarts
+    one again and again) paid for nothing but CI's minutes. An explicit GOONDAN_FORK_WARM
+    (`GOONDAN_FORK_WARM=1 make test`: every test with them) is kept."""
     root = request.config.rootpath
-    if any((root / path) in request.node.path.parents for path in UNPREPARED):
+    if WARM_ENV in os.environ or (root / "tests" / "unit") in request.node.path.parents:
+        return  # the unit tests of forkprep say which steps they run
+    if not any(request.node.path == root / path for path in PREPARED):
         monkeypatch.setenv(WARM_ENV, "0")
 
 
