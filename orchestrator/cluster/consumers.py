@@ -151,6 +151,7 @@ class Consumers:
                 async with asyncio.timeout(self.ttl / 2):
                     return await self._bind(partition)
             except _UNANSWERED as exc:
+                _raise_if_cancelled()
                 pause = backoff.delay(attempt, first=START_RETRY, cap=self.ttl / 2)
                 if attempt == 0:  # one line per start, not one per try while NATS is out
                     log.warning("consumer_start_retried", partition=partition,
@@ -190,6 +191,7 @@ class Consumers:
                 try:
                     msgs = await sub.fetch(batch=batch, timeout=BUSY_WAIT if busy else FETCH_WAIT)
                 except (TimeoutError, nats.errors.TimeoutError):
+                    _raise_if_cancelled()  # nats-py may turn our cancellation into its timeout
                     busy = False
                     continue
                 except nats.errors.Error as exc:  # reconnecting, a consumer leader election
@@ -204,8 +206,11 @@ class Consumers:
                 for msg in msgs:
                     self._take(partition, msg)
         finally:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
+            # bounded: the loop is being stopped, and a server that does not answer (paused,
+            # cut) must not hold the stop (or an event loop's close) forever
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                async with asyncio.timeout(self.ttl / 2):
+                    await sub.unsubscribe()
 
     def _take(self, partition: int, msg: Msg) -> None:
         try:
@@ -249,6 +254,15 @@ class Consumers:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _raise_if_cancelled() -> None:
+    """A loop that retries on timeouts must still end when its task is cancelled: a library
+    that catches the CancelledError and raises its own timeout leaves the task cancelling, and
+    the loop would go on forever (seen: an event loop's close waiting on a pull loop)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 async def _ack(msg: Msg) -> None:

@@ -58,13 +58,13 @@ async def test_a_consumer_whose_leader_is_gone_starts_once_another_is_elected(
         second = await connect(others, swarm, "b")
         assert leader.proc is not None
         leader.proc.send_signal(signal.SIGSTOP)  # its requests are neither answered nor refused
+        taker = consumers(second, [])
         try:
-            taker = consumers(second, [])
             with capture_logs() as logs:
                 await taker.gained(PARTITION)  # before the fix: TimeoutError after 5 s
             assert PARTITION in taker.owned
             assert any(line["event"] == "consumer_start_retried" for line in logs)
-            await taker.close()
         finally:
             leader.proc.send_signal(signal.SIGCONT)
+            await taker.close()  # its pull loop, whatever failed: nothing left to the loop's close
             await second.close()
