@@ -191,14 +191,16 @@ class Consumers:
                 try:
                     msgs = await sub.fetch(batch=batch, timeout=BUSY_WAIT if busy else FETCH_WAIT)
                 except (TimeoutError, nats.errors.TimeoutError):
-                    _raise_if_cancelled()  # nats-py may turn our cancellation into its timeout
+                    _raise_if_cancelled()
                     busy = False
                     continue
                 except nats.errors.Error as exc:  # reconnecting, a consumer leader election
+                    _raise_if_cancelled()  # nats-py: a cancel on a closed connection is its error
                     log.warning("fetch_failed", partition=partition, error=type(exc).__name__)
                     await asyncio.sleep(0.2)
                     continue
                 except Exception:  # a dead loop would hold the lease and pull nothing
+                    _raise_if_cancelled()
                     log.exception("fetch_raised", partition=partition)
                     await asyncio.sleep(0.2)
                     continue
@@ -257,9 +259,10 @@ class Consumers:
 
 
 def _raise_if_cancelled() -> None:
-    """A loop that retries on timeouts must still end when its task is cancelled: a library
-    that catches the CancelledError and raises its own timeout leaves the task cancelling, and
-    the loop would go on forever (seen: an event loop's close waiting on a pull loop)."""
+    """A loop that retries on errors must still end when its task is cancelled: nats-py turns
+    a cancellation of `next_msg` into ConnectionClosedError once its connection is closed, which
+    leaves the task cancelling, and the loop went on every 0.2 s forever (seen: an event loop's
+    close waiting on a pull loop whose connection was closed first)."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
