@@ -53,11 +53,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In pytest-xdist's controller, which runs no test, a `sqlite3.Connection` that pytest-cov
-    and coverage.py leave open while combining the workers' data (coverage's SQLite data files)
-    is not an error of ours: collected by pytest's last garbage collection, it failed one CI run
-    in four on Python 3.13 (which warns of unclosed connections) after every test had passed.
-    Only that warning, only in the controller: a worker's and a `-n 0` run's leaks stay errors."""
+    """In pytest-xdist's controller, which runs no test and none of our code that opens SQLite,
+    an unclosed `sqlite3.Connection` is not an error of ours (the one thing there that opens
+    SQLite is pytest-cov combining the workers' coverage data files): collected by pytest's
+    last garbage collection, it failed one CI run in four on Python 3.13 (which warns of
+    unclosed connections) after every test had passed. Only that warning, only in the
+    controller: a worker's and a `-n 0` run's leaks stay errors."""
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
     # pytest_configure runs inside the session's configured-warnings context, which is still

@@ -182,6 +182,7 @@ class Consumers:
         busy = False
         try:
             while True:
+                _raise_if_cancelled()  # each retry below may have swallowed a cancellation
                 free = MAX_INFLIGHT - self.count(partition)
                 if free <= 0:
                     room.clear()
@@ -191,16 +192,13 @@ class Consumers:
                 try:
                     msgs = await sub.fetch(batch=batch, timeout=BUSY_WAIT if busy else FETCH_WAIT)
                 except (TimeoutError, nats.errors.TimeoutError):
-                    _raise_if_cancelled()
                     busy = False
                     continue
                 except nats.errors.Error as exc:  # reconnecting, a consumer leader election
-                    _raise_if_cancelled()  # nats-py: a cancel on a closed connection is its error
                     log.warning("fetch_failed", partition=partition, error=type(exc).__name__)
                     await asyncio.sleep(0.2)
                     continue
                 except Exception:  # a dead loop would hold the lease and pull nothing
-                    _raise_if_cancelled()
                     log.exception("fetch_raised", partition=partition)
                     await asyncio.sleep(0.2)
                     continue
