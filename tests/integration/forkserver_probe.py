@@ -99,12 +99,26 @@ def idle_uss(count: int, bundle_path: Path, agent: str, state_root: Path) -> lis
 
     async def spawn() -> list[float]:
         harness = Harness("forkserver", server, layout, bundle, agents=(agent,))
+        # an agent's ready can come before the fork server's reply that gives the supervisor
+        # its pid (each crosses a socket of its own): the USS is read once every pid is known
+        started: list[int] = []
+        all_started = asyncio.Event()
+        table_pid_started = harness.table.pid_started
+
+        def pid_started(pid: int) -> None:
+            table_pid_started(pid)
+            started.append(pid)
+            if len(started) == count + 1:
+                all_started.set()
+
+        harness.table.pid_started = pid_started  # type: ignore[method-assign]
         try:
             async with asyncio.timeout(120):
                 await harness.spawn("first")  # as the bench: the server's first fork is not counted
                 for i in range(count):
                     await harness.spawn(f"idle-{i}")
                 live = [e for e in harness.table.live() if e.address.instance_key != "first"]
+                await all_started.wait()
                 return uss_mib([e.pid for e in live if e.pid])
         finally:
             await harness.close()
