@@ -25,6 +25,7 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from orchestrator.supervision import forkserver
 
@@ -100,25 +101,27 @@ def idle_uss(count: int, bundle_path: Path, agent: str, state_root: Path) -> lis
     async def spawn() -> list[float]:
         harness = Harness("forkserver", server, layout, bundle, agents=(agent,))
         # an agent's ready can come before the fork server's reply that gives the supervisor
-        # its pid (each crosses a socket of its own): the USS is read once every pid is known
-        started: list[int] = []
-        all_started = asyncio.Event()
-        table_pid_started = harness.table.pid_started
+        # its pid (each crosses a socket of its own): the USS is read once every pid is known.
+        # The supervisor sets a pid in the step that its spawner's `spawn` returns in.
+        spawned: list[int] = []
+        all_spawned = asyncio.Event()
+        spawner_spawn = harness.spawner.spawn
 
-        def pid_started(pid: int) -> None:
-            table_pid_started(pid)
-            started.append(pid)
-            if len(started) == count + 1:
-                all_started.set()
+        async def spawn_counted(spec: Any) -> Any:
+            handle = await spawner_spawn(spec)
+            spawned.append(handle.pid)
+            if len(spawned) == count + 1:
+                all_spawned.set()
+            return handle
 
-        harness.table.pid_started = pid_started  # type: ignore[method-assign]
+        harness.spawner.spawn = spawn_counted  # type: ignore[method-assign]
         try:
             async with asyncio.timeout(120):
                 await harness.spawn("first")  # as the bench: the server's first fork is not counted
                 for i in range(count):
                     await harness.spawn(f"idle-{i}")
                 live = [e for e in harness.table.live() if e.address.instance_key != "first"]
-                await all_started.wait()
+                await all_spawned.wait()
                 return uss_mib([e.pid for e in live if e.pid])
         finally:
             await harness.close()
