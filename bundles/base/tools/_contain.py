@@ -56,7 +56,8 @@ class CallProcesses(Protocol):
     def argv(self, argv: list[str]) -> list[str]: ...
 
     def terminate(self, pid: int) -> None:
-        """Ask every process of the call to stop (SIGTERM), escalation follows."""
+        """Ask every process of the call to stop (SIGTERM), escalation follows. Called again
+        during the grace period: a process started since is asked too, each one once."""
 
     def kill_now(self, pid: int) -> None:
         """SIGKILL every process of the call; synchronous, for cancellation paths too."""
@@ -87,6 +88,7 @@ class CgroupCall:
         self.path = parent / f"{_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.path.mkdir()
         self.removed = False
+        self._told: set[int] = set()
 
     def argv(self, argv: list[str]) -> list[str]:
         return ["/bin/sh", "-c", _MOVE_SELF, str(self.path), *argv]
@@ -98,8 +100,9 @@ class CgroupCall:
 
     def terminate(self, pid: int) -> None:
         for member in self._pids():
-            if self.spare_leader and member == pid:
+            if (self.spare_leader and member == pid) or member in self._told:
                 continue
+            self._told.add(member)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(member, signal.SIGTERM)
 
@@ -130,12 +133,16 @@ class ReaperCall:
         self.margin_s = REAPER_MARGIN_S
         self.grace_ms = max(1, round(grace_s * 1000))
         self.spare = ["--spare-child"] if spare_leader else []
+        self._told = False
 
     def argv(self, argv: list[str]) -> list[str]:
         head = [sys.executable, "-I", "-S", str(REAPER), str(self.grace_ms), str(os.getpid())]
         return [*head, *self.spare, "--", *argv]
 
     def terminate(self, pid: int) -> None:
+        if self._told:
+            return  # the reaper looks for processes started since on its own
+        self._told = True
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)  # the reaper passes it on to every descendant
 

@@ -39,6 +39,7 @@ _SENSITIVE_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.
 _MIN_SECRET_LEN = 4  # shorter values would match half the environment by accident
 _DRAIN_SECONDS = 2.0  # after the processes are gone, how long pipes may take to report EOF
 _SWEEP_SECONDS = 5.0  # how long killing and reaping the call's processes may take
+_RESCAN_SECONDS = 0.05  # how often a grace period looks for processes started since its SIGTERM
 _MINIMAL_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "SHELL", "TZ")
 
 
@@ -161,10 +162,16 @@ def _kill_spawned(
 async def _stop(
     held: _contain.CallProcesses, pid: int, output: _CappedOutput, grace_s: float
 ) -> None:
-    """SIGTERM the call's processes, give the leader `grace_s` to exit, then SIGKILL them."""
+    """SIGTERM the call's processes, give the leader `grace_s` to exit, then SIGKILL them.
+    A process started during the grace period (the command itself, when a sandbox took longer
+    to set up than the deadline) gets its SIGTERM too, instead of only the kill at the end."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s + held.margin_s
     held.terminate(pid)
-    if await _exits_within(output, grace_s + held.margin_s):
-        return
+    while (left := deadline - loop.time()) > 0:
+        if await _exits_within(output, min(left, _RESCAN_SECONDS)):
+            return
+        held.terminate(pid)
     held.kill_now(pid)
     if not await _exits_within(output, _SWEEP_SECONDS):
         _signal_group(pid, signal.SIGKILL)  # the holder itself is stuck: the leader goes anyway

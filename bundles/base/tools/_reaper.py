@@ -30,11 +30,14 @@ import resource
 import select
 import signal
 import sys
+import time
 from types import FrameType
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 EXIT_CANNOT_RUN = 127
+RESCAN_S = 0.05
+"""How often the grace period looks for processes started after its SIGTERM."""
 
 
 class _Stop(Exception):
@@ -81,13 +84,20 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def _signal_all(sig: int, spare: int = 0) -> None:
-    for pid in descendants(os.getpid()):
-        if pid == spare:
+def _signal_new(sig: int, spare: int, told: set[int]) -> set[int]:
+    """`sig` to every descendant but `spare` not in `told`; returns who has been told now."""
+    found = descendants(os.getpid())
+    for pid in found:
+        if pid == spare or pid in told:
             continue
         # Gone already, or it changed uid (a setuid program): not ours to kill.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
+    return told.union(found)
+
+
+def _signal_all(sig: int) -> None:
+    _signal_new(sig, 0, set())
 
 
 def _wait_for(pid: int, seconds: float) -> int | None:
@@ -119,9 +129,17 @@ def _stop(child: int, now: bool, grace_s: float, spare: bool) -> int | None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if now:
         return None
-    _signal_all(signal.SIGTERM, child if spare else 0)
+    deadline = time.monotonic() + grace_s
+    told = _signal_new(signal.SIGTERM, child if spare else 0, set())
     try:
-        return _wait_for(child, grace_s)
+        while (left := deadline - time.monotonic()) > 0:
+            status = _wait_for(child, min(left, RESCAN_S))
+            if status is not None:
+                return status
+            # a process started after the first SIGTERM (the command itself, when a sandbox
+            # took longer to set up than the deadline) is told too, once, not left to the kill
+            told = _signal_new(signal.SIGTERM, child if spare else 0, told)
+        return None
     except _Stop:
         return None  # SIGUSR1 during the grace period: kill now
 

@@ -156,6 +156,27 @@ async def test_detached_processes_are_gone_after_a_timeout(
     assert survivors == {}, f"outlived the call: {survivors}"
 
 
+STARTS_AFTER_THE_DEADLINE = (
+    "trap 'told=1' TERM; while [ -z \"$told\" ]; do sleep 0.05; done; "
+    "bash -c \"trap 'echo got-term; exit 7' TERM; echo started; sleep 30 & wait\""
+)
+"""A shell that starts its trapping child only once it got the deadline's SIGTERM itself: the
+child did not exist when that SIGTERM went out (as a command whose sandbox took longer to set
+up than the deadline)."""
+
+
+async def test_a_process_started_after_the_deadline_gets_its_sigterm_too(
+    tracked: FakeContext,
+) -> None:
+    """The stop looks again during the grace period: a process that did not exist when the
+    deadline's SIGTERM went out is told too, instead of being killed at the end of the grace."""
+    ctx = replace(tracked, config={**tracked.config, "killGraceMs": 5_000})
+    command = {"command": STARTS_AFTER_THE_DEADLINE, "timeoutMs": 1_000}
+    async with asyncio.timeout(20):
+        out = await call(bash, "exec", ctx, command)
+    assert (out["timedOut"], out["exitCode"], out["stdout"]) == (True, 7, "started\ngot-term\n")
+
+
 async def test_a_child_ignoring_sigterm_in_its_own_session_is_killed(
     tracked: FakeContext, workdir: Path
 ) -> None:

@@ -22,7 +22,7 @@ from protocol.errors import ErrorCode
 from tests.sandboxing import needs_bubblewrap
 
 from .conftest import FakeContext, call, load_tool
-from .test_bash_descendants import _remove_cgroups, _test_cgroup_parent
+from .test_bash_descendants import STARTS_AFTER_THE_DEADLINE, _remove_cgroups, _test_cgroup_parent
 
 bash = load_tool("tools/bash.py")
 file_system = load_tool("tools/file_system.py")
@@ -101,6 +101,15 @@ async def test_a_deadline_gives_the_sandboxed_command_its_grace_period(ctx: Fake
     assert (out["timedOut"], out["exitCode"], out["stdout"]) == (True, 7, "started\ngot-term\n")
     plain = await run(ctx, "sleep 30", timeoutMs=300)
     assert (plain["timedOut"], plain["exitCode"], plain["signal"]) == (True, None, "SIGTERM")
+
+
+async def test_a_process_started_after_the_deadline_gets_its_sigterm_too(
+    ctx: FakeContext,
+) -> None:
+    """As without a sandbox (test_bash_descendants), past bubblewrap, which the stop spares."""
+    patient = replace(ctx, config={**ctx.config, "killGraceMs": 5_000})
+    out = await run(patient, STARTS_AFTER_THE_DEADLINE, timeoutMs=1_000)
+    assert (out["timedOut"], out["exitCode"], out["stdout"]) == (True, 7, "started\ngot-term\n")
 
 
 async def test_sandbox_off_runs_the_command_as_before(ctx: FakeContext, tmp_path: Path) -> None:
