@@ -66,12 +66,18 @@ async def start_node(
 
 
 async def start_nodes(
-    start_daemon: StartDaemon, nats: NatsCluster, bundle: Path, root: Path, count: int = 3
+    start_daemon: StartDaemon,
+    nats: NatsCluster,
+    bundle: Path,
+    root: Path,
+    count: int = 3,
+    **kwargs: Any,
 ) -> list[Daemon]:
     # all at once, as a cluster's machines boot: the nodes' starts (the streams' Raft groups,
     # their fork servers) overlap; one that fails cancels the others (Daemon.start closes them)
     async with asyncio.TaskGroup() as group:
-        starts = [group.create_task(start_node(start_daemon, nats, bundle, f"n{i + 1}", root))
+        starts = [group.create_task(start_node(start_daemon, nats, bundle, f"n{i + 1}", root,
+                                               **kwargs))
                   for i in range(count)]  # fmt: skip
     nodes = [start.result() for start in starts]
     for node in nodes:  # every node holds its share of the plan over all of them

@@ -143,16 +143,20 @@ class Daemon:
         umask: int = -1,
         entry_check: bool = False,
         state_root: Path | None = None,
+        measured: bool = True,
     ) -> Daemon:
         """`umask` is the daemon's (-1: this process's). The fixtures hold entries broken on
-        purpose (a tool that fails to import), so `run`'s entry check is off unless asked."""
+        purpose (a tool that fails to import), so `run`'s entry check is off unless asked.
+        `measured=False`: without coverage's tracer (`unmeasured_env`), for a daemon that only
+        repeats what an earlier one of the test measured."""
         if not entry_check:
             args = ("--no-entry-check", *args)
         if state_root is not None:
             env = {**(env or {}), "GOONDAN_STATE_ROOT": str(state_root)}
         proc = await asyncio.create_subprocess_exec(
             PYTHON, "-m", "orchestrator", "run", str(bundle), "--log-format", "json", *args,
-            env=child_env(env), stdin=asyncio.subprocess.DEVNULL,
+            env=child_env(env) if measured else unmeasured_env(env),
+            stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, umask=umask,
         )  # fmt: skip
         daemon = cls(proc, swarm, state_root)
