@@ -102,27 +102,25 @@ test-drives: ## only the long drives: 20,000 instances, chaos, cluster, Studio's
 	@$(COMPILE_TESTS)
 	$(BIN)/python -m pytest -q -m "drive and not quarantine" -n $(TEST_WORKERS) $(TEST_DIST) $(STAGE_COV) $(PYTEST_ARGS)
 
-# The committed baseline of where the suite's minutes go, to compare a slow run against: .ci/run's
-# two test stages run here, each one's wall time, outcome and slowest tests (--durations). A
-# failed stage is recorded too (its outcome line says so) and fails the target.
+# The committed baseline of where the suite's minutes go, to compare a slow run against: one
+# `make test` (the README's command), its wall time, outcome and slowest tests (--durations). A
+# failed run is recorded too (its outcome line says so) and fails the target.
 DURATIONS := tests/durations.txt
 DURATIONS_TOP ?= 40
 # not $(MAKE) in the recipe: make would run that line even under `make -n`, and rewrite the file
 DURATIONS_MAKE = $(MAKE) --no-print-directory
-durations: ## refresh tests/durations.txt: the wall time and slowest tests of .ci/run's two test stages (~10 min on 2 cores)
-	@log=$$(mktemp); status=0; \
+durations: ## refresh tests/durations.txt: the wall time and slowest tests of one `make test` (~10 min on 2 cores)
+	@log=$$(mktemp); status=0; start=$$(date +%s); \
+	$(DURATIONS_MAKE) test PYTEST_ARGS="-p no:cacheprovider --durations=$(DURATIONS_TOP)" \
+		>$$log 2>&1 || status=1; \
 	{ echo "# Where the suite's minutes go: a baseline to compare a CI log's --durations with." \
 		"Refresh: make durations."; \
-	echo "# .ci/run's two test stages on $$(nproc) cores, -n $(TEST_WORKERS), $$($(BIN)/python -V)," \
+	echo "# One \`make test\` on $$(nproc) cores, -n $(TEST_WORKERS), $$($(BIN)/python -V)," \
 		"commit $$(git rev-parse --short HEAD), $$(date -u +%F)"; \
-	for stage in test-fast:measure test-drives:append; do \
-		start=$$(date +%s); \
-		$(DURATIONS_MAKE) $${stage%%:*} COV_STAGE=$${stage#*:} \
-			PYTEST_ARGS="-p no:cacheprovider --durations=$(DURATIONS_TOP)" >$$log 2>&1 || status=1; \
-		echo; echo "## make $${stage%%:*}: $$(( $$(date +%s) - start )) s;" \
-			"$$(grep -E ' in [0-9.]+s' $$log | tail -1)"; \
-		awk '/slowest [0-9]+ durations/ {on = 1; next} on && !/^[0-9.]+s +[a-z]+ / {exit} on' $$log; \
-	done; } >$(DURATIONS).new; \
+	echo; echo "## make test: $$(( $$(date +%s) - start )) s;" \
+		"$$(grep -E ' in [0-9.]+s' $$log | tail -1)"; \
+	awk '/slowest [0-9]+ durations/ {on = 1; next} on && !/^[0-9.]+s +[a-z]+ / {exit} on' $$log; \
+	} >$(DURATIONS).new; \
 	rm -f $$log; mv $(DURATIONS).new $(DURATIONS); cat $(DURATIONS); exit $$status
 
 lint: ## ruff, mypy --strict and the import contracts of ARCHITECTURE.md §2
