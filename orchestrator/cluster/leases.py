@@ -35,6 +35,7 @@ import structlog
 
 from orchestrator.cluster.link import WRONG_LAST, Nats
 from orchestrator.cluster.names import plan, token
+from orchestrator.cluster.stuck_bucket import StuckNodesBucket
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger("goondan.cluster.leases")
@@ -113,6 +114,8 @@ class LeaseKeeper:
     """Whether `goondan cluster drain` asked this node to give its partitions away."""
     clock: Callable[[], float] = time.monotonic
     held: dict[int, Lease] = field(default_factory=dict)
+    stuck: StuckNodesBucket | None = None
+    """Told of each beat: makes the `nodes` bucket again when its stream is stuck."""
     draining: bool = False
     started_at: float = field(default_factory=time.time)
     live_nodes: list[str] = field(default_factory=list)
@@ -159,6 +162,8 @@ class LeaseKeeper:
             renewals.cancel()
             for starting in self._gaining.values():
                 starting.cancel()
+            if self.stuck is not None:
+                self.stuck.stop()
 
     async def _watch_lapses(self) -> None:
         """A lease lapses on time even while a tick waits on NATS (an election, a reconnect):
@@ -259,7 +264,14 @@ class LeaseKeeper:
             started_at=self.started_at, beat_at=time.time(), partitions=sorted(self.held),
             live=self.live_count(), draining=self.draining, control=self.control,
         )  # fmt: skip
-        await self.nats.nodes.put(token(self.node), msgspec.json.encode(record))
+        try:
+            await self.nats.nodes.put(token(self.node), msgspec.json.encode(record))
+        except BaseException:  # the tick's timeout cancels a put without answer: failed too
+            if self.stuck is not None:
+                self.stuck.beat_failed()
+            raise
+        if self.stuck is not None:
+            self.stuck.beat_ok()
 
     def _with_absent_peers(self, listed: list[str]) -> list[str]:
         """For a TTL after this node's last failed tick, the nodes live before the failures

@@ -266,7 +266,7 @@ async def _prepare(nc: Client, opts: ClusterOptions, names: SwarmNames) -> Nats:
         ))  # fmt: skip
         ttl = policy.lease_ttl_seconds
         kv = {
-            what: await _bucket(js, names.bucket(what), replicas, ttl=bucket_ttl)
+            what: await ensure_bucket(js, names.bucket(what), replicas, ttl=bucket_ttl)
             for what, bucket_ttl in (
                 ("leases", ttl), ("nodes", ttl), ("state", None), ("replies", REPLY_KEEP),
                 ("calls", None),
@@ -299,7 +299,11 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
         await js.add_stream(config)
 
 
-async def _bucket(js: JetStreamContext, name: str, replicas: int, ttl: float | None) -> KeyValue:
+async def ensure_bucket(
+    js: JetStreamContext, name: str, replicas: int, ttl: float | None
+) -> KeyValue:
+    """The bucket `name`, created when missing (the `nodes` bucket also when made again,
+    stuck_bucket.py)."""
     try:
         return await js.key_value(name)
     except nats.js.errors.BucketNotFoundError:

@@ -27,6 +27,7 @@ from orchestrator.cluster.ingress import Envelope
 from orchestrator.cluster.leases import LeaseKeeper
 from orchestrator.cluster.node_logs import NodeLogs
 from orchestrator.cluster.placement import ClusterPlacement
+from orchestrator.cluster.stuck_bucket import StuckNodesBucket
 from orchestrator.cluster.swarm_control import SwarmControl
 from orchestrator.cluster.swarm_delete import SwarmDelete
 from orchestrator.routing.broker import Hub
@@ -76,6 +77,7 @@ class ClusterNode:
             live_count=lambda: len(supervisor.table.live()), control=control,
             asked_to_drain=lambda: admin.drain_requested(link.nats, link.node),
             clock=tenancy.clock, held=tenancy.held,
+            stuck=StuckNodesBucket(link.nats, link.ttl, link.opts.policy.replicas, tenancy.clock),
         )  # fmt: skip
 
     @property

@@ -20,13 +20,15 @@ from orchestrator.cluster.names import token
 SHARED_PUBLISH = (
     "goondan.*.in.>", "goondan.*.h.>", "goondan.*.reply.*",
     "$KV.*.p.*", "$KV.*.r.*", "$KV.*.*.*.*", "$KV.*.swarm.meta", "$KV.*.drain.*",
-    "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.CREATE.*",
+    "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.CREATE.*", "$JS.API.STREAM.DELETE.*",
     "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>",
     "$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.CREATE.>", "$JS.API.CONSUMER.INFO.>",
     "$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.DELETE.>", "$JS.ACK.>", "$JS.FC.>",
 )  # fmt: skip
 """leases `p.<n>`, replies `r.<id>`, calls `<agent>.<key>.<id>`, state `swarm.meta` and
-`drain.<node>`; a record under another shape in the `nodes` bucket does not count (`leases.py`)."""
+`drain.<node>`; a record under another shape in the `nodes` bucket does not count (`leases.py`).
+A stream's delete is for the `nodes` bucket stuck without a leader (`stuck_bucket.py`): the
+subject cannot name part of a token, and a node may already purge every stream."""
 
 
 def node_publish(node: str) -> list[str]:

@@ -157,6 +157,13 @@ class NatsCluster:
             server.proc.wait()
         server.proc = None
 
+    def stop(self, server: Server) -> None:
+        """A graceful stop (SIGTERM): the server snapshots its Raft groups on the way out."""
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.terminate()
+            server.proc.wait(timeout=READY_WITHIN)
+        server.proc = None
+
     def stop_all(self) -> None:
         for server in self.servers:
             self.kill(server)

@@ -1,0 +1,138 @@
+"""The `nodes` bucket made again when its stream has no leader for good (or is gone).
+
+After a whole-cluster power cut (docs/cluster.md "Faults") every replica of the bucket's stream
+can come back with its store behind its own Raft snapshot: the records the snapshot counts had
+expired and their files were removed, and the removal's index was not on disk yet. Each replica
+then needs a catchup from the leader before it may lead (nats-server 2.12+ holds such a replica
+out of elections, so an outdated one cannot lead with data missing), there is no leader to catch
+up from, and none ever is: every server logs `catchup aborted, no leader for stream` every 5 s,
+no node can beat or plan, and no partition is taken again. No request to the stream helps (a
+leader stepdown needs a leader), but JetStream's meta leader deletes such a stream.
+
+The bucket holds soft state only: each live node's record, written again at every beat and
+expiring with the lease TTL. So a node whose beats have failed for `rebuild_after` asks for the
+stream's info, and when JetStream says the stream has no leader, or that it is gone, deletes it
+and creates the bucket again with its configuration; the nodes beat into it at their next tick.
+A server answers a stream's info with no leader only once the group has been leaderless past
+its own threshold (10 s): a stream in a normal election, or one another node has just created
+again, gets no such answer and is left alone. The `leases` bucket is not made again this way:
+its entries are the partitions' ownership, not soft state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+import nats.errors
+import nats.js.errors
+import structlog
+
+from orchestrator.cluster.link import API_TIMEOUT, Nats, ensure_bucket
+
+log = structlog.get_logger("goondan.cluster.stuck_bucket")
+
+REBUILD_FLOOR = 10.0
+"""The least time beats fail before the bucket's stream is looked at: a JetStream election after
+a restart takes seconds (up to ~10 s after a majority of the servers rebooted)."""
+REBUILD_PATIENCE = 30.0
+"""How long one look, delete and creation may take (the delete of a stuck stream waits for its
+replicas' aborted catchups: ~4 s measured)."""
+
+Verdict = Literal["led", "leaderless", "gone"]
+
+
+class _ApiError(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+
+
+class _ClusterInfo(msgspec.Struct):
+    leader: str = ""
+
+
+class _StreamInfo(msgspec.Struct):
+    cluster: _ClusterInfo | None = None
+    error: _ApiError | None = None
+
+
+async def stream_verdict(nats_: Nats, stream: str) -> Verdict:
+    """Whether `stream` has a leader, is leaderless past the server's own threshold, or is
+    gone. Raises nats.errors.TimeoutError when nobody answers (a stream in an election, no meta
+    leader) and nats.js.errors.APIError for any other refusal."""
+    reply = await nats_.nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=API_TIMEOUT)
+    info = msgspec.json.decode(reply.data, type=_StreamInfo)
+    if info.error is not None:
+        if info.error.code == 404:
+            return "gone"
+        raise nats.js.errors.APIError(code=info.error.code, err_code=info.error.err_code)
+    if info.cluster is None or info.cluster.leader:  # a single server's stream: always led
+        return "led"
+    return "leaderless"
+
+
+@dataclass(slots=True)
+class StuckNodesBucket:
+    nats: Nats
+    ttl: float
+    replicas: int
+    clock: Callable[[], float] = time.monotonic
+    failing_since: float | None = None
+    """When the beats began to fail (None: the last one worked)."""
+    looked_at: float | None = None
+    rebuilds: int = 0
+    _task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def rebuild_after(self) -> float:
+        return max(REBUILD_FLOOR, 3 * self.ttl)
+
+    def beat_ok(self) -> None:
+        self.failing_since = self.looked_at = None
+
+    def beat_failed(self) -> None:
+        """Counts the failure; past `rebuild_after`, looks at the stream off the tick (a delete
+        and a creation outlast a tick), one look at a time and at most one a TTL (the server
+        answers only once the stream has been leaderless for its own threshold)."""
+        now = self.clock()
+        if self.failing_since is None:
+            self.failing_since = now
+        if now - self.failing_since < self.rebuild_after:
+            return
+        if self.looked_at is not None and now - self.looked_at < self.ttl:
+            return
+        if self._task is None or self._task.done():
+            self.looked_at = now
+            self._task = asyncio.ensure_future(self._look())
+
+    async def _look(self) -> None:
+        stream = f"KV_{self.nats.names.bucket('nodes')}"
+        try:
+            async with asyncio.timeout(REBUILD_PATIENCE):
+                verdict = await stream_verdict(self.nats, stream)
+                if verdict == "led":
+                    return  # the beats fail for another reason: nothing of the bucket's
+                log.warning("nodes_bucket_stuck", stream=stream, verdict=verdict)
+                if verdict == "leaderless":
+                    with contextlib.suppress(nats.js.errors.NotFoundError):
+                        patient = self.nats.nc.jetstream(timeout=REBUILD_PATIENCE)
+                        await patient.delete_stream(stream)
+                await ensure_bucket(
+                    self.nats.js, self.nats.names.bucket("nodes"), self.replicas, self.ttl
+                )
+        except (nats.errors.Error, TimeoutError, OSError) as exc:
+            # a node's NATS user without the stream delete permission (an older `goondan
+            # cluster nats-config`) lands here too: the next look says so again
+            log.warning("nodes_bucket_rebuild_failed", stream=stream, error=type(exc).__name__)
+            return
+        self.rebuilds += 1
+        log.warning("nodes_bucket_rebuilt", stream=stream)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

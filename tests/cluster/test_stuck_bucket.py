@@ -1,0 +1,69 @@
+"""The `nodes` bucket stuck without a leader after a whole-cluster outage is made again
+(orchestrator/cluster/stuck_bucket.py; docs/cluster.md "Faults"). The fault suite's power cut
+of every server left each replica of the bucket's stream with a store behind its own Raft
+snapshot; here every server is stopped (each snapshots its groups, the node's record live in
+them) and each store loses the stream's files, which leaves the stream in the same state: every
+server logs `catchup aborted, no leader for stream` and none ever leads it. A module of its own:
+it stops its NATS cluster's servers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import uuid
+
+import nats.errors
+
+from bundles.kinds import ClusterPolicy
+from orchestrator.cluster.leases import LeaseKeeper, nodes_of
+from orchestrator.cluster.link import Nats, open_swarm
+from orchestrator.cluster.options import options
+from orchestrator.cluster.stuck_bucket import StuckNodesBucket, stream_verdict
+from tests.cluster.natsd import NatsCluster
+from tests.cluster.test_leases import Handler
+
+PARTITIONS = 4
+TTL = 1.5
+
+
+async def test_a_nodes_bucket_left_without_a_leader_is_made_again(
+    nats_cluster: NatsCluster,
+) -> None:
+    policy = ClusterPolicy(partitions=PARTITIONS, lease_ttl_seconds=TTL, replicas=3)
+    swarm = f"stuck-{uuid.uuid4().hex[:6]}"
+    conn = await open_swarm(options(nats_cluster.urls, "n1", None, policy), swarm, "n1")
+    stuck = StuckNodesBucket(conn, TTL, replicas=3)
+    keeper = LeaseKeeper(conn, "n1", PARTITIONS, TTL, Handler(), stuck=stuck)
+    task = asyncio.ensure_future(keeper.run())
+    stream = f"KV_{conn.names.bucket('nodes')}"
+    try:
+        async with asyncio.timeout(90):
+            await _until_beaten_into(conn, stream)
+            for server in nats_cluster.servers:
+                nats_cluster.stop(server)
+            for server in nats_cluster.servers:
+                shutil.rmtree(server.store / "jetstream" / "$G" / "streams" / stream / "msgs")
+            for server in nats_cluster.servers:
+                nats_cluster.start(server)
+            await nats_cluster.wait_ready()
+            await _until_beaten_into(conn, stream)  # before the fix: never (leaderless)
+        assert stuck.rebuilds >= 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await conn.nc.close()
+
+
+async def _until_beaten_into(conn: Nats, stream: str) -> None:
+    """Until the bucket's stream has a leader and holds the node's record (polled: nothing to
+    await in NATS; the caller bounds it)."""
+    while True:
+        try:
+            led = await stream_verdict(conn, stream) == "led"
+            if led and [r.node for r in await nodes_of(conn)] == ["n1"]:
+                return
+        except (nats.errors.Error, TimeoutError):
+            pass  # no answer while the servers restart and elect
+        await asyncio.sleep(0.2)
