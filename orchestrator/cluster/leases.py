@@ -224,7 +224,7 @@ class LeaseKeeper:
     async def _renewals(self) -> None:
         """Every `interval`, each held lease renewed, on a cadence of its own: not behind the
         tick's beat and node listing. A heal that re-elects JetStream's leaders leaves the
-        `nodes` bucket or the meta leader (which a key listing needs) without an answer for
+        `nodes` bucket's stream (which a beat and a key listing need) without a leader for
         seconds while the `leases` stream already takes writes; renewals queued behind them
         let every lease lapse and every partition move (docs/cluster.md "Faults")."""
         while True:

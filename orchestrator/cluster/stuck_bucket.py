@@ -11,12 +11,13 @@ leader stepdown needs a leader), but JetStream's meta leader deletes such a stre
 
 The bucket holds soft state only: each live node's record, written again at every beat and
 expiring with the lease TTL. So a node whose beats have failed for `rebuild_after` asks for the
-stream's info, and when JetStream says the stream has no leader, or that it is gone, deletes it
-and creates the bucket again with its configuration; the nodes beat into it at their next tick.
-A server answers a stream's info with no leader only once the group has been leaderless past
-its own threshold (10 s): a stream in a normal election, or one another node has just created
-again, gets no such answer and is left alone. The `leases` bucket is not made again this way:
-its entries are the partitions' ownership, not soft state.
+stream's info every TTL, and when JetStream has said for `leaderless_for` that the stream has
+no leader, or says that it is gone, deletes it and creates the bucket again with its
+configuration; the nodes beat into it at their next tick. The wait is for the elections after
+a reboot, which take seconds (up to ~10 s after a majority of the servers rebooted): a server
+up for long says a stream is leaderless as soon as its leader is gone (the fault suite saw a
+node delete one 4 s after a majority power cut healed before this wait). The `leases` bucket is
+not made again this way: its entries are the partitions' ownership, not soft state.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ log = structlog.get_logger("goondan.cluster.stuck_bucket")
 REBUILD_FLOOR = 10.0
 """The least time beats fail before the bucket's stream is looked at: a JetStream election after
 a restart takes seconds (up to ~10 s after a majority of the servers rebooted)."""
+LEADERLESS_FOR = 10.0
+"""How long JetStream must have said the stream has no leader before it is made again."""
 REBUILD_PATIENCE = 30.0
 """How long one look, delete and creation may take (the delete of a stuck stream waits for its
 replicas' aborted catchups: ~4 s measured)."""
@@ -85,6 +88,9 @@ class StuckNodesBucket:
     failing_since: float | None = None
     """When the beats began to fail (None: the last one worked)."""
     looked_at: float | None = None
+    leaderless_since: float | None = None
+    """When a look first found the stream without a leader (None: not since it had one)."""
+    leaderless_for: float = LEADERLESS_FOR
     rebuilds: int = 0
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -93,7 +99,7 @@ class StuckNodesBucket:
         return max(REBUILD_FLOOR, 3 * self.ttl)
 
     def beat_ok(self) -> None:
-        self.failing_since = self.looked_at = None
+        self.failing_since = self.looked_at = self.leaderless_since = None
 
     def beat_failed(self) -> None:
         """Counts the failure; past `rebuild_after`, looks at the stream off the tick (a delete
@@ -115,8 +121,8 @@ class StuckNodesBucket:
         try:
             async with asyncio.timeout(REBUILD_PATIENCE):
                 verdict = await stream_verdict(self.nats, stream)
-                if verdict == "led":
-                    return  # the beats fail for another reason: nothing of the bucket's
+                if not self._stuck(verdict):
+                    return
                 log.warning("nodes_bucket_stuck", stream=stream, verdict=verdict)
                 if verdict == "leaderless":
                     with contextlib.suppress(nats.js.errors.NotFoundError):
@@ -131,7 +137,19 @@ class StuckNodesBucket:
             log.warning("nodes_bucket_rebuild_failed", stream=stream, error=type(exc).__name__)
             return
         self.rebuilds += 1
+        self.leaderless_since = None
         log.warning("nodes_bucket_rebuilt", stream=stream)
+
+    def _stuck(self, verdict: Verdict) -> bool:
+        if verdict == "led":  # the beats fail for another reason: nothing of the bucket's
+            self.leaderless_since = None
+            return False
+        if verdict == "gone":
+            return True
+        now = self.clock()
+        if self.leaderless_since is None:
+            self.leaderless_since = now
+        return now - self.leaderless_since >= self.leaderless_for
 
     def stop(self) -> None:
         if self._task is not None:

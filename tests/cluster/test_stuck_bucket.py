@@ -25,6 +25,9 @@ from tests.cluster.test_leases import Handler
 
 PARTITIONS = 4
 TTL = 1.5
+LEADERLESS_FOR = 2.0
+"""Shorter than a node's (10 s): the stream here stays leaderless for good, and the test is
+about what is done then."""
 
 
 async def test_a_nodes_bucket_left_without_a_leader_is_made_again(
@@ -33,7 +36,7 @@ async def test_a_nodes_bucket_left_without_a_leader_is_made_again(
     policy = ClusterPolicy(partitions=PARTITIONS, lease_ttl_seconds=TTL, replicas=3)
     swarm = f"stuck-{uuid.uuid4().hex[:6]}"
     conn = await open_swarm(options(nats_cluster.urls, "n1", None, policy), swarm, "n1")
-    stuck = StuckNodesBucket(conn, TTL, replicas=3)
+    stuck = StuckNodesBucket(conn, TTL, replicas=3, leaderless_for=LEADERLESS_FOR)
     keeper = LeaseKeeper(conn, "n1", PARTITIONS, TTL, Handler(), stuck=stuck)
     task = asyncio.ensure_future(keeper.run())
     stream = f"KV_{conn.names.bucket('nodes')}"
