@@ -131,7 +131,7 @@ class StuckNodesBucket:
                 await ensure_bucket(
                     self.nats.js, self.nats.names.bucket("nodes"), self.replicas, self.ttl
                 )
-        except (nats.errors.Error, TimeoutError, OSError) as exc:
+        except (nats.errors.Error, TimeoutError, OSError, msgspec.DecodeError) as exc:
             # a node's NATS user without the stream delete permission (an older `goondan
             # cluster nats-config`) lands here too: the next look says so again
             log.warning("nodes_bucket_rebuild_failed", stream=stream, error=type(exc).__name__)
