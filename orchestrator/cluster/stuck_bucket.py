@@ -103,8 +103,7 @@ class StuckNodesBucket:
 
     def beat_failed(self) -> None:
         """Counts the failure; past `rebuild_after`, looks at the stream off the tick (a delete
-        and a creation outlast a tick), one look at a time and at most one a TTL (the server
-        answers only once the stream has been leaderless for its own threshold)."""
+        and a creation outlast a tick), one look at a time and at most one a TTL."""
         now = self.clock()
         if self.failing_since is None:
             self.failing_since = now
