@@ -35,7 +35,6 @@ from bundles.kinds import AgentSpec, ToolSpec
 from bundles.model import Bundle, Resource
 from bundles.sdk import AgentsRuntime
 from protocol.endpoints import InstancePaths, StateLayout
-from protocol.private import private_dir
 
 _log = structlog.get_logger("goondan.runtime")
 
@@ -121,10 +120,9 @@ async def _assemble(
     approval_rules: dict[str, Approval],
 ) -> Parts:
     paths = req.paths
-    # only the conversation's directory: extension state and the workdir are made when first
-    # written (at a million hibernated instances, empty directories are 4 KiB each)
-    if req.sink is None:
-        private_dir(paths.messages_dir)
+    # only the conversation's directory, made by the event bus's open (its file is there):
+    # extension state and the workdir are made when first written (at a million hibernated
+    # instances, empty directories are 4 KiB each)
     logger = agent_logger(req.agent, req.instance_key)
     bus = EventBus(
         paths.runtime_events_jsonl, agent=req.agent, instance_key=req.instance_key, sink=req.sink

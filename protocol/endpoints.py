@@ -19,9 +19,10 @@ IPC_PATH_LIMIT = 107
 """sun_path is 108 bytes including the terminating NUL."""
 
 ENV_STATE_ROOT = "GOONDAN_STATE_ROOT"
-_SAFE_SEGMENT = re.compile(r"[A-Za-z0-9_.-]")
 SEGMENT_MAX = 100
 """Bytes of one escaped name: `<agent>.<instanceKey>.log` (two segments) stays under 255."""
+_SAFE_SEGMENT = re.compile(r"[A-Za-z0-9_.-]")
+_PLAIN_SEGMENT = re.compile(rf"[A-Za-z0-9_.-]{{1,{SEGMENT_MAX}}}")
 _DIGEST_CHARS = 16
 
 
@@ -45,6 +46,8 @@ def path_segment(text: str) -> str:
     a longer result keeps a readable prefix and ends in `~` and a hash of the whole text. `~` is
     always escaped otherwise, so a shortened name never equals a plain one.
     """
+    if _PLAIN_SEGMENT.fullmatch(text) and text not in (".", ".."):
+        return text  # nothing to escape (most names): no walk over each character
     out = []
     for ch in text:
         if _SAFE_SEGMENT.match(ch):

@@ -11,27 +11,35 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+_P = TypeVar("_P", Path, str)
 
 
-def private_dir(path: Path) -> Path:
+def private_dir(path: _P) -> _P:
     """`mkdir -p path` where every directory this call creates is 0700; existing ones are left
-    as they are (`goondan doctor` reports looser ones)."""
-    missing: list[Path] = []
-    current = path
-    while not current.is_dir():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for directory in reversed(missing):
+    as they are (`goondan doctor` reports looser ones).
+
+    The deepest directory is tried first and a parent only when the kernel says it is missing:
+    a directory that exists (every call but an instance's first) costs one failing `mkdir`, no
+    `stat` and no `Path` per level (this runs in every new agent). A name that is already there
+    (a symlink too) is left as it is, to the `open` that follows."""
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        return path
+    except FileNotFoundError:
+        parent = os.path.dirname(os.fspath(path))
+        if not parent or parent == os.fspath(path):
+            raise  # a relative path whose working directory is gone
+        private_dir(parent)
         try:
-            os.mkdir(directory, DIR_MODE)
+            os.mkdir(path, DIR_MODE)
         except FileExistsError:
-            continue  # another process made it first; its creator set its mode
-        os.chmod(directory, DIR_MODE)
+            return path  # another process made it first; its creator set its mode
+    os.chmod(path, DIR_MODE)
     return path
 
 

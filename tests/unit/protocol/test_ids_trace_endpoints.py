@@ -166,3 +166,21 @@ def test_a_shortened_name_never_equals_a_plain_one() -> None:
     short = path_segment(long_key)
     assert "~" in short
     assert path_segment(short) != short  # `~` is escaped in a plain name
+
+
+@given(st.text(alphabet="ab.-_%~/Z9\n é", max_size=SEGMENT_MAX + 5))
+def test_path_segment_matches_the_walk_over_each_character(text: str) -> None:
+    """A plain name skips the escaping walk: the result is the walk's, at the length bound too."""
+    walked = "".join(
+        ch if ch.isascii() and (ch.isalnum() or ch in "_.-") else
+        "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+        for ch in text
+    )  # fmt: skip
+    if walked in ("", ".", "..") or len(walked) > SEGMENT_MAX:
+        return  # escaped or shortened: the cases above
+    assert path_segment(text) == walked
+
+
+def test_a_plain_name_at_the_bound_is_kept_and_one_past_it_is_shortened() -> None:
+    assert path_segment("k" * SEGMENT_MAX) == "k" * SEGMENT_MAX
+    assert "~" in path_segment("k" * (SEGMENT_MAX + 1))
