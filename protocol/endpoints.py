@@ -8,6 +8,7 @@ escaped into one safe path segment; nothing a user types can point a path outsid
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -188,9 +189,7 @@ class StateLayout:
         return self.root / "instances" / path_segment(swarm)
 
     def instance_paths(self, swarm: str, instance_key: str, agent: str) -> InstancePaths:
-        return InstancePaths(
-            root=self.swarm_instances_dir(swarm) / path_segment(instance_key) / path_segment(agent)
-        )
+        return _instance_paths(self, swarm, instance_key, agent)
 
     def connector_state_dir(self, swarm: str, connection: str) -> Path:
         """What a Connection's connector keeps across restarts (e.g. telegram's offset)."""
@@ -222,3 +221,13 @@ class StateLayout:
     @property
     def secrets_dir(self) -> Path:
         return self.root / "secrets"
+
+
+@functools.lru_cache(maxsize=4)
+def _instance_paths(
+    layout: StateLayout, swarm: str, instance_key: str, agent: str
+) -> InstancePaths:
+    # an agent process asks for its own instance's paths four times as it starts (its child,
+    # runtime and assembly each hold a layout); an InstancePaths is immutable, so one is shared
+    root = layout.swarm_instances_dir(swarm) / path_segment(instance_key) / path_segment(agent)
+    return InstancePaths(root=root)

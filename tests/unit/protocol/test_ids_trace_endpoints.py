@@ -184,3 +184,11 @@ def test_path_segment_matches_the_walk_over_each_character(text: str) -> None:
 def test_a_plain_name_at_the_bound_is_kept_and_one_past_it_is_shortened() -> None:
     assert path_segment("k" * SEGMENT_MAX) == "k" * SEGMENT_MAX
     assert "~" in path_segment("k" * (SEGMENT_MAX + 1))
+
+
+def test_an_instance_s_paths_are_made_once_and_never_shared_with_another(tmp_path: Path) -> None:
+    first = StateLayout(root=tmp_path).instance_paths("s", "k", "a")
+    assert StateLayout(root=tmp_path).instance_paths("s", "k", "a") is first
+    other = StateLayout(root=tmp_path).instance_paths("s", "k2", "a")
+    assert other.root == tmp_path / "instances" / "s" / "k2" / "a" != first.root
+    assert StateLayout(root=tmp_path / "x").instance_paths("s", "k", "a").root != first.root
