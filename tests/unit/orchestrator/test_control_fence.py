@@ -161,3 +161,29 @@ def test_the_agents_cgroup_is_the_parent_of_the_daemons_leaf(
     monkeypatch.setattr(control_fence, "cgroup_of", lambda pid: daemon_in)
     assert control_fence.agents_cgroup(Path("/sys/fs/cgroup/svc")) == agents
     assert control_fence.agents_cgroup(None) is None
+
+
+NAMED = """
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(15, ctypes.c_char_p(b"\\xff\\xfe) 1 ("), 0, 0, 0)  # PR_SET_NAME
+os.write(1, b"named\\n")
+sys.stdin.read()
+"""
+
+
+def test_a_caller_named_with_bytes_that_are_not_utf8_is_still_placed() -> None:
+    """A process picks its own command name (any bytes but NUL, `)` and spaces too): the walk
+    still reads its parent, so an agent cannot name itself out of the fence's view."""
+    named = subprocess.Popen([sys.executable, "-S", "-c", NAMED], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert named.stdout is not None and named.stdout.readline() == b"named\n"
+        assert descends_from(named.pid, os.getpid()) is True
+        fence = Fence(TOKEN, os.getpid(), os.geteuid())
+        refused = fence.refusal(TOKEN, named.pid, os.geteuid())
+        assert refused is not None and refused.code is ErrorCode.E_CONTROL_FORBIDDEN
+    finally:
+        assert named.stdin is not None and named.stdout is not None
+        named.stdin.close()
+        named.wait(timeout=30)
+        named.stdout.close()
