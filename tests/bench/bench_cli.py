@@ -12,11 +12,15 @@ Issue 33's goal is `send` within 3x the bare interpreter. Its floor is the two l
 client of the control socket needs: `python -c "import zmq, msgspec"` alone is ~4x a bare start
 here (pyzmq ~2.3x: pickle, random, json, its constants; msgspec ~1.8x: typing_extensions and
 inspect), so the row is reported against that goal, and the import-set test
-(tests/unit/orchestrator/test_cli_imports.py) keeps the rest of the path small.
+(tests/unit/orchestrator/test_cli_imports.py) keeps the rest of the path small. The last row
+is the floor without them: the same send through orchestrator/control/thin_call.py (ZMTP and
+MessagePack on the standard library), 31 ms = 2.1x a bare start against send's 78 ms = 5.3x
+(3 runs, load 0.6-1.0; docs/performance.md, "The command line").
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -62,6 +66,24 @@ def timed(
     return elapsed
 
 
+THIN = """
+import sys
+from orchestrator.control.thin_call import call
+reply = call(sys.argv[1], sys.argv[2], {"type": "send", "requestId": "b", "text": "hi"}, 10)
+sys.exit(0 if reply["ok"] else 1)
+"""
+"""A send with nothing but the standard library (orchestrator/control/thin_call.py: ZMTP and
+MessagePack of its own), the daemon found by the bench: the floor of a client without pyzmq
+and msgspec, which `goondan send` does not use yet."""
+
+
+def _control(root: Path) -> list[str]:
+    """The running daemon's control endpoint and token (what the CLI looks up first)."""
+    (active,) = root.glob("run/*/active.json")
+    endpoint: str = json.loads(active.read_text())["endpoints"]["control"]
+    return [endpoint, active.with_name("control.token").read_text().strip()]
+
+
 def _wait_ready(env: dict[str, str]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the CLI itself says when the daemon answers
@@ -86,6 +108,7 @@ def main() -> list[Row]:
                 "floor": [sys.executable, "-c", "import zmq, msgspec"],
                 "version": [*_script(), "--version"],
                 "send": [*_script(), "send", "hi"],
+                "thin": [sys.executable, "-c", THIN, *_control(Path(root))],
             }
             runs: dict[str, list[float]] = {name: [] for name in argvs}
             for _ in range(ROUNDS):
@@ -103,6 +126,8 @@ def main() -> list[Row]:
             p99(runs["send"]), "ms", base, goal="≤ 80 ms p50, ≤ 3x"),
         Row("python -c 'import zmq, msgspec' (floor)", statistics.median(runs["floor"]),
             p99(runs["floor"]), "ms", base),
+        Row("the same send through thin_call (stdlib floor)", statistics.median(runs["thin"]),
+            p99(runs["thin"]), "ms", base),
     ]  # fmt: skip
     print_rows(f"CLI start-up ({ROUNDS} runs each, Python {sys.version.split()[0]})", rows)
     return rows
