@@ -6,6 +6,8 @@ real ControlReply, requests decoded by msgspec into the real request types."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -136,3 +138,13 @@ def test_a_silent_daemon_is_a_timeout(endpoint: str) -> None:
     thread.join(timeout=10)
     assert caught.value.code == E_CONTROL_TIMEOUT
     assert [r.request_id for r in heard] == ["r2"]
+
+
+def test_it_imports_neither_pyzmq_nor_msgspec() -> None:
+    # the point of the module: a command using it starts without either (a fresh interpreter,
+    # as the test process has both loaded)
+    probe = "import sys, orchestrator.control.thin_call; print(' '.join(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)  # fmt: skip
+    loaded = {m.split(".")[0] for m in done.stdout.split()}
+    assert "orchestrator" in loaded and not loaded & {"zmq", "msgspec", "typing_extensions"}
