@@ -5,6 +5,7 @@ preparation steps."""
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -53,6 +54,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _interruptible_children()
+    _quiet_controller_sqlite(config)
+
+
+def _interruptible_children() -> None:
+    """A shell without job control starts a background command (`make test &`, nohup) with
+    SIGINT ignored, and an ignored signal stays ignored across fork and exec: every process
+    the tests start would ignore the Ctrl-C that the interrupt tests send it (`instance show
+    --follow` then never ends). A handler is reset to the default at exec, so installing
+    Python's own makes each child start with SIGINT as on a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _quiet_controller_sqlite(config: pytest.Config) -> None:
     """In pytest-xdist's controller, which runs no test and none of our code that opens SQLite,
     an unclosed `sqlite3.Connection` is not an error of ours (the one thing there that opens
     SQLite is pytest-cov combining the workers' coverage data files): collected by pytest's
