@@ -159,6 +159,23 @@ def _kill_spawned(
     output.exited.add_done_callback(lambda _: transport.close())
 
 
+async def _abandon(
+    held: _contain.CallProcesses,
+    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, Any]],
+) -> None:
+    """Cancelled while asyncio was still wiring the pipes: the command may be running already
+    (a loaded machine), so the cancellation goes on only once it and everything it started
+    are gone, as after any other cancellation. `_kill_spawned` kills them as the spawn ends;
+    this waits for that, bounded (cancelled again, it leaves the rest to that callback)."""
+    try:
+        async with asyncio.timeout(_SWEEP_SECONDS):
+            _, output = await asyncio.shield(spawn)
+            await asyncio.shield(output.exited)
+    except Exception:  # noqa: BLE001  no process (the spawn failed), or one we could not kill
+        pass  # finish sweeps what is left
+    await held.finish(_SWEEP_SECONDS)
+
+
 async def _stop(
     held: _contain.CallProcesses, pid: int, output: _CappedOutput, grace_s: float
 ) -> None:
@@ -242,6 +259,7 @@ async def run_capped(
         transport, output = await asyncio.shield(spawn)
     except asyncio.CancelledError:
         spawn.add_done_callback(functools.partial(_kill_spawned, held))
+        await _abandon(held, spawn)
         raise
     except BaseException:
         await held.finish(_SWEEP_SECONDS)

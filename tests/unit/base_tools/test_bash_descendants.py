@@ -261,6 +261,36 @@ async def test_cancelling_a_call_kills_its_detached_processes(
     assert survivors == {}, f"outlived the cancelled call: {survivors}"
 
 
+async def test_a_call_cancelled_before_its_pipes_are_wired_leaves_nothing(
+    tracked: FakeContext, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loaded machine the command runs (and detaches its processes) before asyncio has
+    wired its pipes: a cancellation then must sweep them too before it goes on (CI, 3.11)."""
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop, asyncio.BaseEventLoop):
+        pytest.skip("the pipes are held back through asyncio's own loop")
+    wired = asyncio.Event()
+    connect = loop.connect_read_pipe
+
+    async def held_back(*args: Any, **kwargs: Any) -> Any:
+        await wired.wait()
+        return await connect(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "connect_read_pipe", held_back)
+    os.mkfifo(workdir / "ready")
+    command = SPAWN_ALL + "; echo go > ready; sleep 60"
+    task = asyncio.create_task(call(bash, "exec", tracked, {"command": command}))
+    async with asyncio.timeout(20):
+        assert await asyncio.to_thread((workdir / "ready").read_text) == "go\n"
+    task.cancel()
+    loop.call_later(0.2, wired.set)  # the loop gets to the pipes a moment later
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(20):
+            await task
+    survivors = {name: pid for name, pid in pids(workdir).items() if alive(pid)}
+    assert survivors == {}, f"outlived the cancelled call: {survivors}"
+
+
 async def test_processes_tracking_is_checked(ctx: FakeContext) -> None:
     bad = replace(ctx, config={"processTracking": "chroot"})
     with pytest.raises(ToolFailed) as info:
