@@ -150,7 +150,7 @@ bench-instances: ## 1,000,000 distinct instances through one daemon (GOONDAN_BEN
 fuzz: ## long fuzz runs: frames at the daemon's sockets, hostile tool args, bundles (FUZZ_EXAMPLES)
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} FUZZ_EXAMPLES_TOOLS=$${FUZZ_EXAMPLES_TOOLS:-300} \
 	FUZZ_BUNDLE_EXAMPLES=$${FUZZ_BUNDLE_EXAMPLES:-2000} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
-		--timeout=0 tests/fuzz tests/unit/bundles/test_fuzz.py tests/unit/protocol/test_codec.py $(PYTEST_ARGS)
+		--timeout=0 tests/fuzz tests/unit/protocol/test_codec.py $(PYTEST_ARGS)
 
 chaos: ## long chaos runs: SIGKILL of agents and of the orchestrator (CHAOS_SECONDS, default 120), power cuts under the journal (POWER_CUTS, default 300)
 	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} POWER_CUTS=$${POWER_CUTS:-300} $(BIN)/python -m pytest -q -s \

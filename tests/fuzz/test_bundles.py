@@ -1,4 +1,5 @@
-"""Mutated bundles go in, only coded `BundleError`s come out: no other exception, no hang.
+"""Mutated bundles go in, only coded `BundleError`s come out: no other exception, no hang
+(the bundle loader fuzzed in process: no daemon).
 
 Hangs are excluded by construction (node budget, depth limit, size limits), not by a timer:
 the alias bombs below would take hours and gigabytes without those limits.
