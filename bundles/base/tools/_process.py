@@ -167,12 +167,11 @@ async def _abandon(
     (a loaded machine), so the cancellation goes on only once it and everything it started
     are gone, as after any other cancellation. `_kill_spawned` kills them as the spawn ends;
     this waits for that, bounded (cancelled again, it leaves the rest to that callback)."""
-    try:
+    # an exception: no process (the spawn failed), or one we could not kill; finish sweeps
+    with contextlib.suppress(Exception):
         async with asyncio.timeout(_SWEEP_SECONDS):
             _, output = await asyncio.shield(spawn)
             await asyncio.shield(output.exited)
-    except Exception:  # noqa: BLE001  no process (the spawn failed), or one we could not kill
-        pass  # finish sweeps what is left
     await held.finish(_SWEEP_SECONDS)
 
 
