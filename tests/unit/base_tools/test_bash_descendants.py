@@ -13,7 +13,7 @@ import os
 import select
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -244,20 +244,29 @@ async def test_one_call_s_sweep_spares_the_agent_s_other_processes(
     assert alive(bystander.pid)
 
 
-async def test_cancelling_a_call_kills_its_detached_processes(
-    tracked: FakeContext, workdir: Path
-) -> None:
+async def survivors_of_a_cancelled_call(
+    ctx: FakeContext, workdir: Path, cancelled: Callable[[], object] = lambda: None
+) -> dict[str, int]:
+    """Start a call that detaches every kind of process, cancel it once they all run (then
+    `cancelled()`), and return those alive when its CancelledError reached us."""
     os.mkfifo(workdir / "ready")
     command = SPAWN_ALL + "; echo go > ready; sleep 60"
-    task = asyncio.create_task(call(bash, "exec", tracked, {"command": command}))
+    task = asyncio.create_task(call(bash, "exec", ctx, {"command": command}))
     async with asyncio.timeout(20):
         assert await asyncio.to_thread((workdir / "ready").read_text) == "go\n"
     task.cancel()
+    cancelled()
     with pytest.raises(asyncio.CancelledError):
         async with asyncio.timeout(20):
             await task
+    return {name: pid for name, pid in pids(workdir).items() if alive(pid)}
+
+
+async def test_cancelling_a_call_kills_its_detached_processes(
+    tracked: FakeContext, workdir: Path
+) -> None:
     # The cancelled call swept before its CancelledError reached us.
-    survivors = {name: pid for name, pid in pids(workdir).items() if alive(pid)}
+    survivors = await survivors_of_a_cancelled_call(tracked, workdir)
     assert survivors == {}, f"outlived the cancelled call: {survivors}"
 
 
@@ -277,17 +286,10 @@ async def test_a_call_cancelled_before_its_pipes_are_wired_leaves_nothing(
         return await connect(*args, **kwargs)
 
     monkeypatch.setattr(loop, "connect_read_pipe", held_back)
-    os.mkfifo(workdir / "ready")
-    command = SPAWN_ALL + "; echo go > ready; sleep 60"
-    task = asyncio.create_task(call(bash, "exec", tracked, {"command": command}))
-    async with asyncio.timeout(20):
-        assert await asyncio.to_thread((workdir / "ready").read_text) == "go\n"
-    task.cancel()
-    loop.call_later(0.2, wired.set)  # the loop gets to the pipes a moment later
-    with pytest.raises(asyncio.CancelledError):
-        async with asyncio.timeout(20):
-            await task
-    survivors = {name: pid for name, pid in pids(workdir).items() if alive(pid)}
+    # the loop gets to the pipes a moment after the cancellation
+    survivors = await survivors_of_a_cancelled_call(
+        tracked, workdir, lambda: loop.call_later(0.2, wired.set)
+    )
     assert survivors == {}, f"outlived the cancelled call: {survivors}"
 
 
