@@ -1,10 +1,10 @@
 """The fault kinds and a seeded schedule. Each fault is held longer than the bundle's lease TTL
 (tests/cluster/bundle: 2 s), so leases expire and move while it lasts; `heal` undoes it.
-Asymmetric loss is an nftables rule in one member's namespace (`netns.nft_unavailable`); delay
-needs the netem qdisc, which `netns.netem_available` detects (no kind injects it yet), and the
-power cuts need the servers' stores on ext4 images (tests/faults/power.py), the clock jumps
-libfaketime (tests/faults/clock.py); without them those kinds are left out with the reason
-(`skipped`)."""
+Asymmetric loss is an nftables rule in one member's namespace (`netns.nft_unavailable`), a slow
+link a token bucket on one way of its link; a fixed delay per packet needs the netem qdisc,
+which `netns.netem_available` detects (no kind injects it yet). The power cuts need the
+servers' stores on ext4 images (tests/faults/power.py), the clock jumps libfaketime
+(tests/faults/clock.py); without them those kinds are left out with the reason (`skipped`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.cluster.natsd import Server
 from tests.faults import clock, power
 from tests.faults.cluster import NsNatsCluster, start_ns_node
-from tests.faults.netns import netem_available, nft_unavailable
+from tests.faults.netns import netem_available, nft_unavailable, tbf_available
 from tests.integration.harness import Daemon
 
 HOLD = 4.0
@@ -86,6 +86,19 @@ async def asymmetric_loss(world: World, rng: random.Random) -> str:
     await asyncio.sleep(HOLD)
     world.nats.net.heal()
     return f"{member} loses {percent} % {'sent' if direction == 'out' else 'received'}"
+
+
+async def slow_link(world: World, rng: random.Random) -> str:
+    """A node or a server behind a congested link one way: what it sends (or receives) drains
+    at 32-128 kbit/s through a queue of up to 2 s, so heartbeats, acks and lease renewals
+    arrive seconds late instead of being lost."""
+    member = rng.choice([*(f"n{i + 1}" for i in range(len(world.nodes))),
+                         *(s.name for s in world.nats.servers)])  # fmt: skip
+    direction, kbit = rng.choice(["out", "in"]), rng.choice([32, 64, 128])
+    world.nats.net.throttle(member, direction, kbit)
+    await asyncio.sleep(HOLD)
+    world.nats.net.heal()
+    return f"{member} {'sends' if direction == 'out' else 'receives'} at {kbit} kbit/s"
 
 
 async def node_pause(world: World, rng: random.Random) -> str:
@@ -173,7 +186,7 @@ async def node_clock_jump(world: World, rng: random.Random) -> str:
 
 KINDS: dict[str, Fault] = {
     "node_cut": node_cut, "nats_minority_cut": nats_minority_cut, "split": split,
-    "asymmetric_loss": asymmetric_loss,
+    "asymmetric_loss": asymmetric_loss, "slow_link": slow_link,
     "node_pause": node_pause, "nats_pause": nats_pause, "node_kill": node_kill,
     "nats_kill": nats_kill, "nats_power_cut": nats_power_cut,
     "nats_power_cut_majority": nats_power_cut_majority, "nats_power_cut_all": nats_power_cut_all,
@@ -193,8 +206,10 @@ def skipped(nats: NsNatsCluster) -> dict[str, str]:
     no_loss = nft_unavailable()
     if no_loss is not None:
         left["asymmetric_loss"] = no_loss
+    if not tbf_available():
+        left["slow_link"] = "no tbf qdisc in this kernel (tc qdisc add ... tbf failed)"
     if not netem_available():  # not a kind yet: said, so a run's header shows what is missing
-        left["delay"] = "no netem qdisc in this kernel (tc qdisc add ... netem failed)"
+        left["fixed_delay"] = "no netem qdisc in this kernel (tc qdisc add ... netem failed)"
     if not nats.powered:
         left |= dict.fromkeys(POWER, f"no power cuts: {power.unavailable()}")
     no_clock = clock.unavailable()

@@ -39,19 +39,30 @@ def unavailable() -> str | None:
     return None
 
 
-def netem_available() -> bool:
-    """Whether this kernel has the netem qdisc (loss, delay): tried on a throwaway veth."""
+def qdisc_available(*qdisc: str) -> bool:
+    """Whether this kernel has a queueing discipline (`netem delay 10ms`, `tbf ...`): tried
+    on a throwaway veth."""
     if shutil.which("tc") is None:
         return False
     a, b = f"{PREFIX}{os.getpid()}ta", f"{PREFIX}{os.getpid()}tb"
     if ip("link", "add", a, "type", "veth", "peer", "name", b, check=False).returncode != 0:
         return False
     try:
-        tc = subprocess.run(["tc", "qdisc", "add", "dev", a, "root", "netem", "delay", "10ms"],
+        tc = subprocess.run(["tc", "qdisc", "add", "dev", a, "root", *qdisc],
                             capture_output=True, check=False, timeout=10)  # fmt: skip
         return tc.returncode == 0
     finally:
         ip("link", "del", a, check=False)
+
+
+def netem_available() -> bool:
+    """netem: a fixed delay (and loss) per packet."""
+    return qdisc_available("netem", "delay", "10ms")
+
+
+def tbf_available() -> bool:
+    """tbf: a token bucket, what `Net.throttle` makes a congested link of."""
+    return qdisc_available("tbf", "rate", "64kbit", "burst", "1600", "latency", "2s")
 
 
 NFT_INSTALL = "apt-get install nftables (make install does, as root)"
@@ -120,6 +131,8 @@ class Net:
     """member -> its address."""
     lossy: set[str] = field(default_factory=set)
     """Members with a loss rule (`lose`), deleted by `heal`."""
+    throttled: set[tuple[str, str]] = field(default_factory=set)
+    """(member, direction) with a token bucket (`throttle`), deleted by `heal`."""
 
     @property
     def bridge(self) -> str:
@@ -142,7 +155,7 @@ class Net:
         ip("link", "set", self.bridge, "up")
 
     def add(self, member: str) -> str:
-        ns, host_end, inner = self.ns(member), self.end(member), f"{self.tag}{member}n"
+        ns, host_end, inner = self.ns(member), self.end(member), self.inner(member)
         address = f"10.78.{self.subnet}.{len(self.members) + 10}"
         ip("netns", "add", ns)
         ip("link", "add", host_end, "type", "veth", "peer", "name", inner)
@@ -177,12 +190,40 @@ class Net:
             if done.returncode != 0:
                 raise RuntimeError(f"nft {command!r} in {ns}: {done.stderr.strip()}")
 
+    def inner(self, member: str) -> str:
+        """The veth end inside the member's namespace."""
+        return f"{self.tag}{member}n"
+
+    def _queue(self, member: str, direction: str) -> tuple[list[str], str]:
+        """(tc's namespace arguments, device) of the queue `member` sends through (`out`: its
+        own end) or receives through (`in`: the bridge's end)."""
+        if direction == "out":
+            return ["-n", self.ns(member)], self.inner(member)
+        return [], self.end(member)
+
+    def throttle(self, member: str, direction: str, kbit: int) -> None:
+        """A congested link one way: what `member` sends or receives drains at `kbit` kbit/s
+        through a queue of up to 2 s, so packets wait (a delay that grows with the load)
+        before any is dropped. A token bucket (tbf), where netem's fixed delay is missing."""
+        netns, dev = self._queue(member, direction)
+        self.throttled.add((member, direction))
+        done = subprocess.run(["tc", *netns, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                               f"{kbit}kbit", "burst", "1600", "latency", "2s"],
+                              capture_output=True, text=True, check=False, timeout=10)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"tc tbf on {dev}: {done.stderr.strip()}")
+
     def heal(self) -> None:
         for member in self.members:
             ip("link", "set", self.end(member), "up")
         for member in self.lossy:
             _nft(self.ns(member), f"delete table inet {LOSS_TABLE}")
         self.lossy.clear()
+        for member, direction in self.throttled:
+            netns, dev = self._queue(member, direction)
+            subprocess.run(["tc", *netns, "qdisc", "del", "dev", dev, "root"],
+                           capture_output=True, check=False, timeout=10)  # fmt: skip
+        self.throttled.clear()
 
     def destroy(self) -> None:
         for member in self.members:

@@ -1,9 +1,11 @@
-"""The fault suite's one-way packet loss (`Net.lose`): a member loses what it sends or what
-it receives, never both, and `heal` gives it back. Checked with UDP (no retransmission hides
-a loss): the host sends datagrams to a member that answers each one."""
+"""The fault suite's one-way link faults: a member loses (`Net.lose`) or is throttled on
+(`Net.throttle`) what it sends or what it receives, never both, and `heal` gives it back.
+Checked with UDP (no retransmission hides a loss): the host sends datagrams to a member that
+answers each one."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -21,7 +23,7 @@ s.settimeout(1.0)
 got = 0
 try:
     while True:
-        data, peer = s.recvfrom(100)
+        data, peer = s.recvfrom(2000)
         got += 1
         try:
             s.sendto(data, peer)
@@ -56,6 +58,47 @@ def exchange(net: netns.Net, member: str) -> tuple[int, int]:
         if echo.poll() is None:
             echo.kill()
             echo.wait(timeout=10)
+
+
+def burst(net: netns.Net, member: str, count: int, size: int = 1000) -> tuple[int, int]:
+    """(datagrams the member received, answers the host received) of `count` sent at once."""
+    echo = subprocess.Popen([*net.exec_prefix(member), sys.executable, "-c", ECHO],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert echo.stdout is not None and echo.stdout.readline().strip() == "ready"
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            for i in range(count):
+                sock.sendto(str(i).encode().ljust(size), (net.members[member], 9999))
+            sock.settimeout(1.5)  # a throttled queue drains a datagram every 0.25 s or faster
+            answered = 0
+            with contextlib.suppress(TimeoutError):
+                while answered < count:
+                    sock.recvfrom(2000)
+                    answered += 1
+        out, _ = echo.communicate(timeout=10)
+        return int(out.strip()), answered
+    finally:
+        if echo.poll() is None:
+            echo.kill()
+            echo.wait(timeout=10)
+
+
+def test_a_throttled_member_gets_one_way_only_what_its_queue_holds(net: netns.Net) -> None:
+    """40 kB at once through 32 kbit/s with a queue of 2 s: what does not fit is dropped (the
+    rest waits, which is the fault's point: its delay is not asserted)."""
+    if not netns.tbf_available():
+        pytest.skip("no tbf qdisc in this kernel")
+    net.add("m1")
+    assert burst(net, "m1", 40) == (40, 40)
+    net.throttle("m1", "in", 32)
+    received, answered = burst(net, "m1", 40)
+    assert 0 < received < 20 and answered == received  # its answers go out unthrottled
+    net.heal()
+    net.throttle("m1", "out", 32)
+    received, answered = burst(net, "m1", 40)
+    assert received == 40 and 0 < answered < 20
+    net.heal()
+    assert burst(net, "m1", 40) == (40, 40)
 
 
 def test_a_member_loses_one_way_only_until_healed(net: netns.Net) -> None:
