@@ -9,6 +9,7 @@ import contextlib
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -36,51 +37,59 @@ print(got, flush=True)
 SENT = 10
 
 
-def exchange(net: netns.Net, member: str) -> tuple[int, int]:
-    """(datagrams the member received, answers the host received) of SENT sent."""
+Address = tuple[str, int]
+
+
+def talk_to_echo(
+    net: netns.Net, member: str, talk: Callable[[socket.socket, Address], int]
+) -> tuple[int, int]:
+    """Run ECHO in `member`, `talk(sock, its address)` to it from the host (returning the
+    answers it got); (datagrams the member received, answers the host received)."""
     echo = subprocess.Popen([*net.exec_prefix(member), sys.executable, "-c", ECHO],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert echo.stdout is not None and echo.stdout.readline().strip() == "ready"
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.settimeout(0.2)
-            answered = 0
-            for i in range(SENT):
-                sock.sendto(str(i).encode(), (net.members[member], 9999))
-                try:
-                    sock.recvfrom(100)
-                    answered += 1
-                except TimeoutError:
-                    pass
+            answered = talk(sock, (net.members[member], 9999))
         out, _ = echo.communicate(timeout=10)
         return int(out.strip()), answered
     finally:
         if echo.poll() is None:
             echo.kill()
             echo.wait(timeout=10)
+
+
+def exchange(net: netns.Net, member: str) -> tuple[int, int]:
+    """SENT datagrams, each waiting for its answer a moment."""
+
+    def talk(sock: socket.socket, to: Address) -> int:
+        sock.settimeout(0.2)
+        answered = 0
+        for i in range(SENT):
+            sock.sendto(str(i).encode(), to)
+            with contextlib.suppress(TimeoutError):
+                sock.recvfrom(100)
+                answered += 1
+        return answered
+
+    return talk_to_echo(net, member, talk)
 
 
 def burst(net: netns.Net, member: str, count: int, size: int = 1000) -> tuple[int, int]:
-    """(datagrams the member received, answers the host received) of `count` sent at once."""
-    echo = subprocess.Popen([*net.exec_prefix(member), sys.executable, "-c", ECHO],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert echo.stdout is not None and echo.stdout.readline().strip() == "ready"
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            for i in range(count):
-                sock.sendto(str(i).encode().ljust(size), (net.members[member], 9999))
-            sock.settimeout(1.5)  # a throttled queue drains a datagram every 0.25 s or faster
-            answered = 0
-            with contextlib.suppress(TimeoutError):
-                while answered < count:
-                    sock.recvfrom(2000)
-                    answered += 1
-        out, _ = echo.communicate(timeout=10)
-        return int(out.strip()), answered
-    finally:
-        if echo.poll() is None:
-            echo.kill()
-            echo.wait(timeout=10)
+    """`count` datagrams of `size` bytes sent at once, then their answers."""
+
+    def talk(sock: socket.socket, to: Address) -> int:
+        for i in range(count):
+            sock.sendto(str(i).encode().ljust(size), to)
+        sock.settimeout(1.5)  # a throttled queue drains a datagram every 0.25 s or faster
+        answered = 0
+        with contextlib.suppress(TimeoutError):
+            while answered < count:
+                sock.recvfrom(2000)
+                answered += 1
+        return answered
+
+    return talk_to_echo(net, member, talk)
 
 
 def test_a_throttled_member_gets_one_way_only_what_its_queue_holds(net: netns.Net) -> None:
