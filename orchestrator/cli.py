@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from orchestrator import __version__
 from orchestrator.exitcodes import EXIT_OK, EXIT_USAGE
 
-if TYPE_CHECKING:  # argparse (with re, gettext, shutil) loads when a parser is built
+if TYPE_CHECKING:  # argparse (with re and gettext) loads when a parser is built
     import argparse
 
+    class Command(Protocol):  # annotations only: a Protocol class costs every command its time
+        @property
+        def name(self) -> str: ...
 
-class Command(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def configure(self, parser: argparse.ArgumentParser) -> None: ...
-    def run(self, args: argparse.Namespace) -> int: ...
+        def configure(self, parser: argparse.ArgumentParser) -> None: ...
+        def run(self, args: argparse.Namespace) -> int: ...
 
 
 class CommandInfo(NamedTuple):
@@ -71,11 +70,29 @@ def version() -> str:
     return __version__
 
 
+def help_formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's own formatter, at the width argparse would choose (the terminal's, or
+    $COLUMNS, less 2), found without shutil: argparse asks shutil.get_terminal_size for it
+    at every add_argument, and importing shutil (bz2, lzma, fnmatch) was ~2 ms of a send."""
+    import argparse
+
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return argparse.HelpFormatter(prog, width=(columns or 80) - 2)
+
+
 def common_options() -> argparse.ArgumentParser:
     """Options every command accepts after its name."""
     import argparse
 
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, formatter_class=help_formatter)
     common.add_argument(
         "--state-root",
         metavar="DIR",
@@ -94,6 +111,7 @@ def build_parser(
 
     parser = argparse.ArgumentParser(
         prog="goondan",
+        formatter_class=help_formatter,
         description=(
             "Run swarms of LLM agents as supervised OS processes. "
             "Exit codes: 0 ok, 1 runtime error, 2 usage error or invalid bundle."
@@ -103,7 +121,8 @@ def build_parser(
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     common = common_options()
     for info in listed:
-        p = sub.add_parser(info.name, help=info.help, description=info.help, parents=[common])
+        p = sub.add_parser(info.name, help=info.help, description=info.help, parents=[common],
+                           formatter_class=help_formatter)  # fmt: skip
         cmd = loaded.get(info.name)
         if cmd is not None:
             cmd.configure(p)
@@ -120,7 +139,7 @@ def _chosen(argv: Sequence[str]) -> dict[str, Command]:
 QUICK_EXIT = frozenset({"send"})
 """Commands whose process ends at `os._exit` once its output is flushed: the interpreter's
 teardown (freeing every module it imported) was ~10 ms of a ~70 ms `goondan send`, which
-leaves nothing to finish (its ZeroMQ context is terminated, it starts no thread or child)."""
+leaves nothing to finish (its socket is closed, it starts no thread or child)."""
 
 
 def _flushed() -> bool:

@@ -4,6 +4,8 @@
 Both the orchestrator and the agent processes compute paths through `StateLayout`, so the
 layout is written once. Instance keys are arbitrary text (e.g. `telegram:42`), so they are
 escaped into one safe path segment; nothing a user types can point a path outside the root.
+The path types are NamedTuples rather than dataclasses: `goondan send` finds its daemon with
+them, and dataclasses imports inspect (~6 ms of a ~50 ms send).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from protocol.errors import ErrorCode, ProtocolError
+from protocol.error_codes import ErrorCode, ProtocolError
 
 IPC_PATH_LIMIT = 107
 """sun_path is 108 bytes including the terminating NUL."""
@@ -81,8 +83,7 @@ def ipc_endpoint(path: Path, state_root: Path) -> str:
     return f"ipc://{path}"
 
 
-@dataclass(frozen=True, slots=True)
-class RunPaths:
+class RunPaths(NamedTuple):
     """The run directory of one swarm: sockets, pid file, active.json (mode 0700)."""
 
     state_root: Path
@@ -118,8 +119,7 @@ class RunPaths:
         return ipc_endpoint(self.control_sock, self.state_root)
 
 
-@dataclass(frozen=True, slots=True)
-class InstancePaths:
+class InstancePaths(NamedTuple):
     """Files of one agent instance (ARCHITECTURE.md §7)."""
 
     root: Path
@@ -161,8 +161,7 @@ class InstancePaths:
         return self.root / "workdir"
 
 
-@dataclass(frozen=True, slots=True)
-class StateLayout:
+class StateLayout(NamedTuple):
     """`<state_root>` and everything below it. `run_root` and `logs_root` follow systemd's
     RUNTIME_DIRECTORY / LOGS_DIRECTORY when the daemon runs as a service."""
 

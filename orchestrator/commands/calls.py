@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.control import localstate
 from orchestrator.control.client import (
@@ -29,6 +29,9 @@ from orchestrator.control.client import (
 from orchestrator.exitcodes import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
 from protocol.control import CallsDecide, CallsList, CallsResolve, ControlReply, ControlRequest
 from protocol.errors import ErrorCode, ErrorInfo
+
+if TYPE_CHECKING:
+    from orchestrator.control.locate import Coded
 
 
 class _Calls:
@@ -86,7 +89,7 @@ class _Calls:
         return EXIT_OK
 
 
-def _without_daemon(args: argparse.Namespace, printer: Printer, why: ErrorInfo) -> int:
+def _without_daemon(args: argparse.Namespace, printer: Printer, why: Coded) -> int:
     """`list` reads the pending calls from the files; `resolve` says the call is still
     pending on disk and waits for a daemon to take the answer."""
     layout = layout_of(args)

@@ -12,28 +12,38 @@ Streaming (ARCHITECTURE.md §4): on a terminal the reply is printed as the model
 tool calls are reported on stderr as they start and end; with `--json`, every delta is a JSON
 line (`text.delta`, `tool.started`, `tool.finished`) before the response event's line.
 `--no-stream` waits for the whole reply; a stdout that is not a terminal gets the reply only.
+
+A script may send many times a second, so send starts without msgspec and pyzmq (~45 ms of a
+~75 ms send): it finds the daemon with `orchestrator.control.locate` and talks to it through
+`orchestrator.control.thin_call`, its request and reply plain dicts in the control Structs'
+wire shape (protocol.control's SendText, Attach and ControlReply; a test decodes each request
+built here with msgspec into its Struct).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
-from orchestrator.control.client import ClientError, Printer, call, find_daemon, new_request_id
+from orchestrator.control import locate, thin_call
+from orchestrator.control.locate import ClientError, Printer, Problem
+from orchestrator.control.zmtp import ZmtpError
 from orchestrator.exitcodes import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE
-from protocol.control import Attach, ControlReply, SendText
-from protocol.errors import ErrorCode, ErrorInfo
-from protocol.stream import DeltaKind, GapWatch, StreamDelta
+from protocol.error_codes import ErrorCode
+from protocol.stream_view import DeltaKind, GapWatch, PlainDelta, delta_line
+
+if TYPE_CHECKING:
+    from protocol.stream_view import Delta
 
 
 class JsonLines:
     """`--json`: one line per delta, as it arrives."""
 
-    def delta(self, delta: StreamDelta) -> None:
-        sys.stdout.write(json.dumps(delta.event(), ensure_ascii=False) + "\n")
+    def delta(self, delta: Delta) -> None:
+        sys.stdout.write(json.dumps(delta_line(delta), ensure_ascii=False) + "\n")
         sys.stdout.flush()
 
 
@@ -50,7 +60,7 @@ class Terminal:
         self.gaps = GapWatch()
         """After a delta lost on the way, text waits for the reply (`reply` prints the rest)."""
 
-    def delta(self, delta: StreamDelta) -> None:
+    def delta(self, delta: Delta) -> None:
         if not self.gaps.passes(delta):
             return
         if delta.kind is DeltaKind.TEXT:
@@ -125,28 +135,14 @@ class _Send:
         text = "" if args.attach else _text(args.text, sys.stdin)
         problem = _problem(args, text)
         if problem is not None:
-            printer.error(ErrorInfo(code=ErrorCode.E_CONTROL_BAD_REQUEST, message=problem))
+            printer.error(Problem(ErrorCode.E_CONTROL_BAD_REQUEST, problem))
             return EXIT_USAGE
         output = _output(args)
-        req: SendText | Attach = SendText(
-            request_id=new_request_id(),
-            text=text,
-            agent=args.agent,
-            instance_key=args.instance,
-            wait=not args.no_wait,
-            timeout_ms=int(args.timeout * 1000),
-            idempotency_key=args.idempotency_key,
-            stream=output is not None,
-            announce=not args.no_wait,
-        )
-        if args.attach:
-            req = Attach(request_id=new_request_id(), event_id=args.attach,
-                         timeout_ms=int(args.timeout * 1000))  # fmt: skip
         accepted: list[str] = [args.attach] if args.attach else []
+        on_delta = output.delta if output is not None else None
         try:
-            reply = call(find_daemon(args), req, timeout=args.timeout + 5,
-                         on_delta=output.delta if output is not None else None,
-                         on_accepted=accepted.append)  # fmt: skip
+            reply = _call(args, _request(args, text, stream=on_delta is not None), on_delta,
+                          accepted.append)  # fmt: skip
         except ClientError as exc:
             printer.error(exc.error)
             return EXIT_RUNTIME
@@ -156,6 +152,45 @@ class _Send:
             sys.stderr.write(_interrupted(args, accepted[0] if accepted else None) + "\n")
             return EXIT_INTERRUPTED
         return _print(args, reply, output, printer)
+
+
+def _request(args: argparse.Namespace, text: str, *, stream: bool) -> dict[str, Any]:
+    """protocol.control's SendText (or Attach) as msgspec encodes it."""
+    timeout_ms = int(args.timeout * 1000)
+    if args.attach:
+        return {"type": "attach", "requestId": locate.new_request_id(), "eventId": args.attach,
+                "timeoutMs": timeout_ms}  # fmt: skip
+    return {
+        "type": "send", "requestId": locate.new_request_id(), "text": text, "agent": args.agent,
+        "instanceKey": args.instance, "wait": not args.no_wait, "timeoutMs": timeout_ms,
+        "idempotencyKey": args.idempotency_key, "stream": stream, "announce": not args.no_wait,
+    }  # fmt: skip
+
+
+def _call(
+    args: argparse.Namespace,
+    request: dict[str, Any],
+    on_delta: Callable[[Delta], None] | None,
+    on_accepted: Callable[[str], None],
+) -> dict[str, Any]:
+    """The daemon's final reply to `request` (ClientError when there is none)."""
+    info = locate.find_daemon(args)
+    endpoint = locate.control_endpoint(info)
+    timeout = args.timeout + 5
+
+    def delta(data: dict[str, Any]) -> None:
+        try:
+            shown = PlainDelta.from_wire(data)
+        except ValueError as exc:
+            raise ClientError(ErrorCode.E_PROTOCOL_DECODE, f"malformed delta: {exc}") from None
+        if on_delta is not None:
+            on_delta(shown)
+
+    try:
+        return thin_call.call(endpoint, locate.read_token(endpoint), request, timeout,
+                              delta if on_delta is not None else None, on_accepted)  # fmt: skip
+    except ZmtpError as exc:
+        raise locate.call_failed(exc, info, timeout) from None
 
 
 MAX_STDIN = 1 << 20
@@ -188,6 +223,8 @@ def _interrupted(args: argparse.Namespace, event_id: str | None) -> str:
     if event_id is None:
         return ("goondan send: interrupted before the daemon confirmed the input; if it took "
                 "it, its turn goes on (goondan status, goondan instance show)")  # fmt: skip
+    import shlex  # only after a Ctrl-C: every send would pay for its import
+
     where = "".join(f" --{flag.replace('_', '-')} {shlex.quote(value)}"
                     for flag in ("state_root", "swarm")
                     if (value := getattr(args, flag, None)))  # fmt: skip
@@ -217,19 +254,19 @@ def _shown(result: Any) -> Any:
 
 def _print(
     args: argparse.Namespace,
-    reply: ControlReply,
+    reply: dict[str, Any],
     output: JsonLines | Terminal | None,
     printer: Printer,
 ) -> int:
-    if args.json and reply.result is not None:
-        print(json.dumps(_shown(reply.result), ensure_ascii=False))
-    if not reply.ok:
+    result: Any = reply.get("result")
+    if args.json and result is not None:
+        print(json.dumps(_shown(result), ensure_ascii=False))
+    if not reply["ok"]:
         if isinstance(output, Terminal):
             output.end_line()
-        printer.reply_error(reply)
+        printer.error(_error_of(reply))
         return EXIT_RUNTIME
     if not args.json:
-        result: Any = reply.result
         if isinstance(result, dict) and result.get("finished"):
             print(f"event {result['eventId']} finished (it had no reply)")
         elif isinstance(output, Terminal):
@@ -237,6 +274,17 @@ def _print(
         else:
             print(result.get("input", "") if isinstance(result, dict) else result)
     return EXIT_OK
+
+
+def _error_of(reply: dict[str, Any]) -> Problem:
+    """A refusal's coded error (ControlReply.error: code, message, suggestion)."""
+    error = reply.get("error")
+    if not isinstance(error, dict):
+        return Problem(ErrorCode.E_CONTROL_BAD_REQUEST, "failed")
+    suggestion = error.get("suggestion")
+    return Problem(str(error.get("code", ErrorCode.E_CONTROL_BAD_REQUEST)),
+                   str(error.get("message", "failed")),
+                   suggestion if isinstance(suggestion, str) else None)  # fmt: skip
 
 
 COMMAND = _Send()

@@ -15,6 +15,7 @@ from typing import TextIO
 
 import msgspec
 
+from orchestrator.control import locate
 from protocol.control import OrchestratorInfo
 from protocol.durable import write_atomic
 from protocol.endpoints import RunPaths
@@ -68,24 +69,15 @@ def write_token(paths: RunPaths) -> str:
     return token
 
 
-def read_token(control_endpoint: str) -> str:
-    """The token beside the control socket of `ipc://<run dir>/control.sock` ("" if none)."""
-    path = Path(control_endpoint.removeprefix("ipc://")).with_name("control.token")
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
-
-
 def write_active(paths: RunPaths, info: OrchestratorInfo) -> None:
     write_atomic(paths.active_json, msgspec.json.encode(info))
 
 
 def read_active(path: Path) -> OrchestratorInfo | None:
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=OrchestratorInfo)
-    except (OSError, msgspec.DecodeError):
-        return None
+    """The daemon's `active.json` at `path` (`locate.read_active`, typed); None when it is
+    missing or not one."""
+    info = locate.read_active(path)
+    return msgspec.convert(info, OrchestratorInfo) if info is not None else None
 
 
 def secure_socket(path: Path) -> None:

@@ -2,24 +2,19 @@
 
 Under systemd (`RuntimeDirectory=`) the daemon's sockets live in `$RUNTIME_DIRECTORY`, which a
 CLI started from a login shell does not see. The daemon then leaves this small JSON file in the
-usual place, and `orchestrator.control.client` follows it to the real `active.json`.
+usual place, and `orchestrator.control.locate` follows it to the real `active.json`. It is
+read and written with the standard library's json: `goondan send` follows it without msgspec.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from pathlib import Path
 
-import msgspec
-
 from protocol.durable import write_atomic
 from protocol.endpoints import StateLayout, path_segment
-
-
-class Pointer(msgspec.Struct, rename="camel"):
-    run_dir: str
-    pid: int
 
 
 def pointer_path(layout: StateLayout, swarm: str) -> Path:
@@ -35,8 +30,8 @@ def write(layout: StateLayout, swarm: str) -> Path | None:
     if not needed(layout, swarm):
         return None
     path = pointer_path(layout, swarm)
-    data = Pointer(run_dir=str(layout.run_paths(swarm).run_dir), pid=os.getpid())
-    write_atomic(path, msgspec.json.encode(data))
+    data = {"runDir": str(layout.run_paths(swarm).run_dir), "pid": os.getpid()}
+    write_atomic(path, json.dumps(data).encode())
     return path
 
 
@@ -60,7 +55,8 @@ def active_files(run_root: Path) -> list[Path]:
 
 def read(file: Path) -> Path | None:
     try:
-        pointer = msgspec.json.decode(file.read_bytes(), type=Pointer)
-    except (OSError, msgspec.DecodeError):
+        pointer = json.loads(file.read_bytes())
+    except (OSError, ValueError, RecursionError):
         return None
-    return Path(pointer.run_dir) / "active.json"
+    run_dir = pointer.get("runDir") if isinstance(pointer, dict) else None
+    return Path(run_dir) / "active.json" if isinstance(run_dir, str) and run_dir else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -33,12 +33,15 @@ from protocol.control import InstanceList, LogsQuery, OrchestratorInfo
 from protocol.errors import ErrorCode, ErrorInfo
 from protocol.jsontypes import JsonObject
 
+if TYPE_CHECKING:
+    from orchestrator.control.locate import Coded
+
 ASK_LIMIT = 30.0
 """Seconds for the node to gather every node's answer (its own ask of each is shorter)."""
 
 
 class ClusterUnavailable(Exception):
-    def __init__(self, error: ErrorInfo) -> None:
+    def __init__(self, error: Coded) -> None:
         super().__init__(error.message)
         self.error = error
 

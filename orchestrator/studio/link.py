@@ -53,7 +53,9 @@ class DaemonLink:
         try:
             return await asyncio.to_thread(call, info, req, limit)
         except ClientError as exc:
-            return ControlReply(request_id=req.request_id, ok=False, error=exc.error)
+            error = ErrorInfo(code=exc.error.code, message=exc.error.message,
+                              suggestion=exc.error.suggestion)  # fmt: skip
+            return ControlReply(request_id=req.request_id, ok=False, error=error)
 
     async def status(self) -> StatusResult | None:
         reply = await self.ask(StatusQuery(request_id=new_request_id()))

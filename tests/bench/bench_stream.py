@@ -176,7 +176,8 @@ def _start_daemon(bundle: Path, ready: bytes = EDGE_READY) -> subprocess.Popen[b
 async def _drive(bundle: Path, port: int, edge_port: int) -> dict[str, list[float]]:
     import openai
 
-    from orchestrator.control.rundir import read_active, read_token
+    from orchestrator.control.locate import read_token
+    from orchestrator.control.rundir import read_active
     from protocol.endpoints import StateLayout
 
     daemon = _start_daemon(bundle)

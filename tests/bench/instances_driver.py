@@ -109,7 +109,7 @@ class Pipelined:
         import zmq
         import zmq.asyncio
 
-        from orchestrator.control.rundir import read_token
+        from orchestrator.control.locate import read_token
 
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.DEALER)

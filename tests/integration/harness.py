@@ -24,7 +24,8 @@ import psutil
 import zmq
 import zmq.asyncio
 
-from orchestrator.control.rundir import read_active, read_token
+from orchestrator.control.locate import read_token
+from orchestrator.control.rundir import read_active
 from protocol.codec import decode_control_reply, encode
 from protocol.control import ControlReply, ControlRequest, SendText, StatusQuery, StatusResult
 from protocol.endpoints import StateLayout

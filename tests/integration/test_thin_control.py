@@ -9,7 +9,7 @@ import asyncio
 import msgspec
 
 from orchestrator.control import thin_call
-from orchestrator.control.rundir import read_token
+from orchestrator.control.locate import read_token
 from protocol.control import ControlReply, Ping, SendText
 from protocol.errors import ErrorCode
 from protocol.stream import StreamDelta

@@ -1,7 +1,7 @@
-"""What `goondan send` and `goondan --version` import (issue 33: the CLI round trip). A client of
-the control socket needs msgspec, pyzmq and its own modules; each heavy import that creeps into
-its path (the daemon's logging, YAML, HTTP, the bundle loader, an event loop, OpenSSL) is paid by
-every send a script makes."""
+"""What `goondan send` and `goondan --version` import (issue 33: the CLI round trip). `send`
+talks to the daemon on the standard library alone (orchestrator/control/thin_call.py); each
+import that creeps into its path (msgspec, pyzmq, the daemon's logging, YAML, HTTP, the bundle
+loader, an event loop, OpenSSL, dataclasses' inspect) is paid by every send a script makes."""
 
 from __future__ import annotations
 
@@ -22,19 +22,27 @@ HEAVY = (
     "structlog", "yaml", "jsonschema", "httpx", "uvloop", "asyncio", "anyio", "bundles",
     "agent_process", "hashlib", "secrets", "ssl", "email", "http", "subprocess", "logging",
 )  # fmt: skip
-"""Top-level modules `send` must not load (hashlib and secrets load OpenSSL: ~2 ms)."""
+"""Top-level modules no light command loads (hashlib and secrets load OpenSSL: ~2 ms)."""
+SEND_NEVER = (
+    "zmq", "msgspec", "typing_extensions", "dataclasses", "inspect", "shutil", "socket",
+    "uuid", "shlex",
+)  # fmt: skip
+"""What `send` was cut of, each measured (docs/performance.md, "The command line"): pyzmq and
+msgspec ~45 ms together, dataclasses (its inspect) ~6, socket.py ~2.5, shutil (argparse's
+terminal width) ~2, uuid and shlex under 1."""
 
 SEND_OWN = {
     "orchestrator", "orchestrator.cli", "orchestrator.exitcodes", "orchestrator.commands",
-    "orchestrator.commands.send", "orchestrator.control", "orchestrator.control.client",
-    "orchestrator.control.rundir", "orchestrator.control.runpointer",
+    "orchestrator.commands.send", "orchestrator.control", "orchestrator.control.locate",
+    "orchestrator.control.runpointer", "orchestrator.control.thin_call",
+    "orchestrator.control.zmtp",
 }  # fmt: skip
 SEND_PROTOCOL = {
-    "protocol", "protocol.control", "protocol.control_codec", "protocol.durable",
-    "protocol.endpoints", "protocol.errors", "protocol.jsontypes", "protocol.pids",
-    "protocol.private", "protocol.stream",
+    "protocol", "protocol.durable", "protocol.endpoints", "protocol.error_codes",
+    "protocol.msgpack_thin", "protocol.pids", "protocol.private", "protocol.stream_view",
 }  # fmt: skip
-"""Not the frame and event types (protocol.codec, events, messages, ids: ~5 ms)."""
+"""No wire Structs: the request and reply are dicts in their shape (a test in
+test_send_request.py decodes them with msgspec)."""
 
 
 def _run(tmp_path: Path, *argv: str) -> tuple[int, list[str]]:
@@ -56,10 +64,19 @@ def test_send_imports_the_client_only(tmp_path: Path) -> None:
     # on stderr) after everything its path imports is loaded
     code, modules = _run(tmp_path, "send", "hi")
     assert code == 1
-    assert {"zmq", "msgspec", "argparse"} <= _top(modules)
-    assert not _top(modules) & set(HEAVY)
+    assert "argparse" in _top(modules)
+    assert not _top(modules) & {*HEAVY, *SEND_NEVER}
     assert {m for m in modules if m.split(".")[0] == "orchestrator"} == SEND_OWN
     assert {m for m in modules if m.split(".")[0] == "protocol"} == SEND_PROTOCOL
+
+
+def test_the_other_commands_talk_without_pyzmq(tmp_path: Path) -> None:
+    # status reads typed replies (msgspec) over the same standard-library transport as send
+    code, modules = _run(tmp_path, "status")
+    assert code == 1
+    assert "msgspec" in _top(modules)
+    assert not _top(modules) & {"zmq", *HEAVY}
+    assert {"orchestrator.control.client", "orchestrator.control.thin_call"} <= set(modules)
 
 
 def test_version_imports_no_client(tmp_path: Path) -> None:

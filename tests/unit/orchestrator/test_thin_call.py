@@ -5,6 +5,7 @@ real ControlReply, requests decoded by msgspec into the real request types."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -18,13 +19,21 @@ import zmq
 
 from orchestrator.control import client, server, thin_call
 from orchestrator.control.zmtp import E_CONTROL_TIMEOUT, E_PROTOCOL_DECODE, ZmtpError
-from protocol.control import ControlReply, ControlRequest, SendText, StreamAck
+from protocol.control import (
+    STREAM_WINDOW,
+    ControlReply,
+    ControlRequest,
+    OrchestratorInfo,
+    Ping,
+    SendText,
+    StreamAck,
+)
 from protocol.stream import DeltaKind, StreamDelta
 
 
 def test_its_bounds_are_the_daemons() -> None:
     assert thin_call.CONTROL_MAX_FRAME_BYTES == server.CONTROL_MAX_FRAME_BYTES
-    assert thin_call.ACK_EVERY == client.ACK_EVERY
+    assert thin_call.ACK_EVERY == STREAM_WINDOW // 2
 
 
 @pytest.fixture
@@ -148,3 +157,57 @@ def test_it_imports_neither_pyzmq_nor_msgspec() -> None:
                           timeout=60, check=True)  # fmt: skip
     loaded = {m.split(".")[0] for m in done.stdout.split()}
     assert "orchestrator" in loaded and not loaded & {"zmq", "msgspec", "typing_extensions"}
+
+
+def _info(endpoint: str) -> OrchestratorInfo:
+    return OrchestratorInfo(
+        pid=os.getpid(), swarm="s", bundle="b.yaml", started_at="now", version="0",
+        state_root="/tmp", endpoints={"control": endpoint},
+    )  # fmt: skip
+
+
+def test_the_typed_client_reads_the_same_exchange_with_msgspec(
+    endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every command but send: the same transport, its frames decoded into the control Structs
+    thread, heard = serve(endpoint, streaming)
+    deltas: list[StreamDelta] = []
+    accepted: list[str] = []
+    req = SendText(request_id="r1", text="hi", stream=True, announce=True)
+    reply = client.call(_info(endpoint), req, 10, deltas.append, accepted.append)
+    thread.join(timeout=10)
+    assert reply == ControlReply(
+        request_id="r1", ok=True, result={"type": "agent.response", "n": 70}
+    )
+    assert [d.seq for d in deltas] == list(range(70)) and accepted == ["evt-1"]
+    assert all(isinstance(d, StreamDelta) for d in deltas)
+    assert [type(r) for r in heard] == [SendText, StreamAck, StreamAck]
+    assert "goondan: waiting for the agent" in capsys.readouterr().err
+
+
+def test_the_typed_client_names_the_silent_daemon_and_refuses_garbage(endpoint: str) -> None:
+    left = threading.Event()
+
+    def silent(router: zmq.Socket[bytes], peer: bytes, req: ControlRequest) -> list[ControlRequest]:
+        left.wait(10)
+        return []
+
+    thread, _ = serve(endpoint, silent)
+    with pytest.raises(client.ClientError) as caught:
+        client.call(_info(endpoint), Ping(request_id="r3"), 0.3)
+    left.set()
+    thread.join(timeout=10)
+    assert caught.value.error.code == E_CONTROL_TIMEOUT
+    assert f"pid {os.getpid()}" in caught.value.error.message
+
+    def garbage(
+        router: zmq.Socket[bytes], peer: bytes, req: ControlRequest
+    ) -> list[ControlRequest]:
+        router.send_multipart([peer, msgspec.msgpack.encode({"requestId": 7})])
+        return []
+
+    thread, _ = serve(endpoint, garbage)
+    with pytest.raises(client.ClientError) as caught:
+        client.call(_info(endpoint), Ping(request_id="r4"), 10)
+    thread.join(timeout=10)
+    assert caught.value.error.code == E_PROTOCOL_DECODE
