@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -136,23 +137,40 @@ def _extra(module: ModuleType) -> tuple[Level, str, str | None]:
 
 
 def check_dependency(dep: Dependency, features: set[str]) -> Check:
+    """A dependency the bundle needs is imported (it must load, native parts included); one it
+    does not use is only looked up: importing the model SDKs and mcp took ~3 s of a doctor
+    run, for providers the bundle never calls."""
+    needed = dep.needed_for is None or dep.needed_for in features
+    fix = f"pip install '{dep.dist}' in the environment of {sys.executable}"
+    if not needed:
+        return _installed(dep, fix)
     try:
         module = importlib.import_module(dep.module)
     except (ImportError, OSError) as exc:
-        needed = dep.needed_for is None or dep.needed_for in features
         why = "required" if dep.needed_for is None else f"needed for {dep.needed_for}"
-        return Check(
-            dep.dist,
-            Level.FAIL if needed else Level.WARN,
-            f"cannot import {dep.module} ({why}): {exc}",
-            f"pip install '{dep.dist}' in the environment of {sys.executable}",
-        )
+        return Check(dep.dist, Level.FAIL, f"cannot import {dep.module} ({why}): {exc}", fix)
+    level, extra, extra_fix = _extra(module)
+    version = _version(dep, module)
+    return Check(dep.dist, level, f"{version}" + (f" ({extra})" if extra else ""), extra_fix)
+
+
+def _installed(dep: Dependency, fix: str) -> Check:
+    """An optional dependency this bundle does not use: installed or not, without its import."""
     try:
-        version = metadata.version(dep.dist)
-    except metadata.PackageNotFoundError:
-        version = getattr(module, "__version__", "unknown version")
-    level, extra, fix = _extra(module)
-    return Check(dep.dist, level, f"{version}" + (f" ({extra})" if extra else ""), fix)
+        found = importlib.util.find_spec(dep.module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return Check(dep.dist, Level.WARN, f"not installed (needed for {dep.needed_for})", fix)
+    unused = f"not loaded: no bundle checked here uses {dep.needed_for}"
+    return Check(dep.dist, Level.OK, f"{_version(dep, None)} ({unused})")
+
+
+def _version(dep: Dependency, module: ModuleType | None) -> str:
+    try:
+        return metadata.version(dep.dist)
+    except metadata.PackageNotFoundError:  # a module's own __version__ is the fallback only
+        return str(getattr(module, "__version__", "unknown version"))
 
 
 def _writable(directory: Path) -> str | None:

@@ -292,3 +292,36 @@ async def test_the_journal_is_reported_with_its_oldest_unfinished_event(
     assert _check(report, "journal")["status"] == "fail"
     assert "E_JOURNAL_CORRUPT" in _check(report, "journal")["detail"]
     assert code != EXIT_OK
+
+
+DOCTOR_IMPORTS = """
+import json, sys
+from orchestrator.cli import main
+code = main(["doctor", "--json", sys.argv[1]])
+print(json.dumps({"code": code, "loaded": [m for m in ("openai", "anthropic", "mcp")
+                                            if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize(("model", "loaded"), [(SCRIPTED, []), (OPENAI, ["openai"])])
+def test_only_the_sdks_the_bundle_uses_are_imported(
+    tmp_path: Path, model: str, loaded: list[str]
+) -> None:
+    # an unused SDK is looked up, not imported: anthropic and mcp alone were ~2.5 s of a doctor
+    # run (a fresh interpreter: this test process may have imported them already)
+    import os
+    import subprocess
+    import sys
+
+    bundle = _bundle(tmp_path / "b", model)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_PROCESS_")}
+    env.update(GOONDAN_STATE_ROOT=str(tmp_path / "s"), OPENAI_API_KEY="sk-test-not-used")
+    done = subprocess.run([sys.executable, "-c", DOCTOR_IMPORTS, str(bundle)], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["loaded"] == loaded
+    report = json.loads("\n".join(done.stdout.splitlines()[:-1]))
+    for name in ("openai", "anthropic", "mcp"):
+        check = _check(report, name)
+        assert check["status"] == "ok"
+        assert ("not loaded" in check["detail"]) is (name not in loaded)
