@@ -5,7 +5,10 @@ Compiling a tool file and its helpers from source is a cost of every agent proce
 when there is no `__pycache__` (read-only bundle, `PYTHONDONTWRITEBYTECODE`; `bench_spawn_tools`
 measures a spawn with the built-in tools). The fork
 server `warm()`s the bundle's files once; each child's loader looks the source up by its
-exact bytes, so an edited file is simply compiled again (nothing stale is ever run).
+exact bytes, so an edited file is simply compiled again (nothing stale is ever run). The
+loader never reads or writes `__pycache__`: a .pyc is trusted while the source's mtime (in
+whole seconds) and size match, so a tool edited within a second of its last load, to a text of
+the same length (a digit changed), ran its old code.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ _code: dict[tuple[str, bytes], CodeType] = {}
 
 
 class _CachedSourceLoader(importlib.machinery.SourceFileLoader):
+    def get_code(self, fullname: str) -> CodeType:
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
     def source_to_code(self, data: bytes, path: str, *, _optimize: int = -1) -> CodeType:  # type: ignore[override]
         key = (str(path), bytes(data))
         code = _code.get(key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ def load(path: Path, name: str) -> object:
 def test_warmed_code_is_reused_and_edits_are_seen(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # with bytecode written (PYTHONDONTWRITEBYTECODE unset), a .pyc of the first load would be
+    # trusted for the edit below: same size, same second
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
     monkeypatch.setattr(codecache, "_code", {})
     tool = tmp_path / "tool.py"
     tool.write_text("VALUE = 1\n")
@@ -39,6 +43,7 @@ def test_warmed_code_is_reused_and_edits_are_seen(
     tool.write_text("VALUE = 2\n")
     assert load(tool, "cc_tool_b").VALUE == 2  # type: ignore[attr-defined]
     assert compiled == [str(tool)]
+    assert not (tmp_path / "__pycache__").exists()
 
 
 def test_a_file_that_does_not_compile_is_left_to_the_loader(tmp_path: Path) -> None:
