@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -40,6 +41,21 @@ FOLLOWER = (
 the one it runs before that one starts (its teardown needs to know what comes next), and work
 stealing (the Makefile's TEST_DIST) cannot move a test a worker took: the one after FIRST waits
 out the whole drive. Should this id name no test any more, the order stays as collected."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> object:
+    """Test modules are collected with bytecode writing on, whatever PYTHONDONTWRITEBYTECODE
+    says: pytest keeps a test module's assertion-rewritten code in __pycache__ only when it
+    may write bytecode, and rewrote all ~300 again in every session and xdist worker (~2
+    CPU-s each, a dozen pytest processes in CI). Only collection: a test's own imports (and
+    every child process) keep the setting."""
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = saved
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by `-m`
