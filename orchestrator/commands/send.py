@@ -178,7 +178,7 @@ def _call(
     endpoint = locate.control_endpoint(info)
     timeout = args.timeout + 5
 
-    def delta(data: dict[str, Any]) -> None:
+    def delta(data: dict[str, Any]) -> None:  # a send that asked for none gets none
         try:
             shown = PlainDelta.from_wire(data)
         except ValueError as exc:
@@ -187,8 +187,8 @@ def _call(
             on_delta(shown)
 
     try:
-        return thin_call.call(endpoint, locate.read_token(endpoint), request, timeout,
-                              delta if on_delta is not None else None, on_accepted)  # fmt: skip
+        return thin_call.call(endpoint, locate.read_token(endpoint), request, timeout, delta,
+                              on_accepted)  # fmt: skip
     except ZmtpError as exc:
         raise locate.call_failed(exc, info, timeout) from None
 
