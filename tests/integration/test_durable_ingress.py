@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+from pathlib import Path
 
 from protocol.control import Attach
 from protocol.endpoints import StateLayout
@@ -70,22 +71,25 @@ async def test_six_accepted_sends_survive_an_orchestrator_sigkill(
 
 
 async def test_an_agent_sigkilled_mid_turn_finishes_the_turn_in_its_replacement(
-    start_daemon: StartDaemon,
+    start_daemon: StartDaemon, tmp_path: Path
 ) -> None:
     """The daemon lives, the agent process is SIGKILLed from outside (the OOM killer, an
     operator) while a waiting send and two `--no-wait` sends are in flight: the cut turn goes
-    once more to the replacement, which resumes it (its idempotent `sleep` runs again), and
+    once more to the replacement, which resumes it (its idempotent `until` runs again), and
     every event ends in its reply, once in the conversation, in order."""
     async with asyncio.timeout(60):
         daemon = await start_daemon()
-        waiting = asyncio.ensure_future(daemon.send("sleep 0.6", "alpha"))
+        # the turn runs until the gate file exists: it is surely cut, however slow the sends
+        gate = tmp_path / "gate"
+        waiting = asyncio.ensure_future(daemon.send(f"until {gate}", "alpha"))
         await daemon.wait_for("transition", process="agent:alpha:probe:1", target="processing")
         later = [await daemon.send(f"sleep 0.{i}", "alpha", wait=False) for i in (1, 2)]
         alpha = await daemon.process("alpha")
         os.kill(alpha.pid, signal.SIGKILL)
+        gate.touch()
         reply = await waiting
         assert reply.ok, reply.error
-        assert json.loads(reply.result["input"])["output"] == "slept 0.6"
+        assert json.loads(reply.result["input"])["output"] == "reached"
         [retried] = daemon.find("event_retried", process="agent:alpha:probe:1")
         for accepted in later:
             done = await daemon.request(

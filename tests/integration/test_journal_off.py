@@ -54,13 +54,16 @@ async def test_without_a_journal_sends_are_answered_and_nothing_is_kept(
         for _ in range(2):
             line = await daemon.wait_for("transition", ended, source="processing", target="idle")
             ended = daemon.lines.index(line) + 1
-        # a turn runs; a second send waits behind it, not started, when the stop comes
-        mark = ended
-        running = asyncio.ensure_future(daemon.send("sleep 0.5", "alpha"))
+        # a turn runs (until the gate file exists); a second send waits behind it, not
+        # started, when the stop comes
+        mark, gate = ended, tmp_path / "gate"
+        running = asyncio.ensure_future(daemon.send(f"until {gate}", "alpha"))
         await daemon.wait_for("transition", since=mark, target="processing")
         queued = asyncio.ensure_future(daemon.send("sleep 0.1", "alpha"))
         await daemon.wait_notices(1)  # accepted, and told why it waits
         daemon.signal(signal.SIGTERM)
+        await daemon.wait_for("stopping")
+        gate.touch()
         assert (await running).ok
         dropped = await queued
         assert not dropped.ok and dropped.error is not None
