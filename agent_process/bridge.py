@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -275,12 +274,9 @@ class Bridge:
         await self.drop_ahead()
         call_id, fut = self._permit_call()
         self._ahead = Ahead.of(args, call_id, fut, time.monotonic())
+        # written to the socket now (agent_process/dealer.py), not queued for another thread:
+        # the daemon grants it while this turn's set-up runs
         await self._send_permit(call_id, args)
-        # The frame is only queued: zmq's I/O thread writes it, and the kernel (EEVDF) lets
-        # this thread, busy with the turn's set-up, keep the CPU until its slice ends or it
-        # blocks, i.e. at the model call itself, so the request left when the call already
-        # waited for it (~300-450 µs of each first permit). Yielding once sends it now.
-        os.sched_yield()
 
     async def drop_ahead(self) -> None:
         """At a turn's end: a permit asked ahead and not used goes back."""

@@ -394,7 +394,7 @@ class Child:
 
 
 async def amain(launch: ChildLaunch, factory: RunnerFactory) -> int:
-    with connect(launch) as link:
+    async with connect(launch) as link:
         child = Child(launch, link)
         try:
             if not await child.start(factory):

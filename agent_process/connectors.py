@@ -190,7 +190,7 @@ class ConnectorHost:
 
 
 async def amain(launch: ChildLaunch) -> int:
-    with connect(launch) as link:
+    async with connect(launch) as link:
         host = ConnectorHost(launch, link)
         if not await host.start():
             return EXIT_START_ERROR

@@ -27,18 +27,17 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import NoReturn, Protocol, TypeVar
 
 import msgspec
 import structlog
-import zmq
 
 from agent_process.dealer import Dealer
 from protocol.codec import decode_message, encode
 from protocol.errors import ErrorCode, ErrorInfo, ProtocolError
 from protocol.ids import ORCHESTRATOR, routing_id
-from protocol.launch import ChildLaunch
+from protocol.launch import ChildLaunch, LaunchSettings
 from protocol.messages import (
     FEATURE_HISTORY,
     Event,
@@ -62,8 +61,8 @@ EXIT_ORPHANED = 4
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 M_ARENA_MAX = -8
-LINGER_MS = 2000
-"""How long closing the socket may wait to flush the last frames (e.g. the shutdown_ack)."""
+LINGER_S = 2.0
+"""How long closing the connection may wait to flush the last frames (e.g. the shutdown_ack)."""
 
 T = TypeVar("T")
 Dispatch = Callable[[Message], None]
@@ -224,7 +223,10 @@ class Link:
         monotonic = time.monotonic
         loop = asyncio.get_running_loop()
         while True:
-            data = await recv()
+            try:
+                data = await recv()
+            except ConnectionError as exc:
+                lost(str(exc))
             self.last_heard = monotonic()
             try:
                 msg = decode_message(data)
@@ -267,29 +269,47 @@ class Link:
                 await on_beat()
             timeout = self.launch.settings.heartbeat_timeout
             if time.monotonic() - self.last_heard > timeout:
-                log.error("orchestrator_lost", silent_for=timeout)
-                sys.stdout.flush()
-                os._exit(EXIT_ORPHANED)
+                lost(f"silent for {timeout} s")
 
 
-@contextlib.contextmanager
-def connect(launch: ChildLaunch) -> Iterator[Link]:
-    """The link over a fresh zmq context, closed (lingering for the last frames) on exit.
-    Call it inside the running loop: SIGTERM is routed to `link.drain`."""
+def lost(why: str) -> NoReturn:
+    """The orchestrator is gone (silent past the heartbeat timeout, or its connection closed):
+    nobody would take this process's frames, so it ends, EXIT_ORPHANED."""
+    log.error("orchestrator_lost", reason=why)
+    sys.stdout.flush()
+    os._exit(EXIT_ORPHANED)
+
+
+@contextlib.asynccontextmanager
+async def connect(launch: ChildLaunch) -> AsyncIterator[Link]:
+    """The link over a fresh connection to the daemon's agents socket, closed (lingering for
+    the last frames) on exit. SIGTERM is routed to `link.drain`. A daemon that cannot be reached
+    (no socket, or no handshake within the heartbeat timeout) is a lost orchestrator: logged,
+    and the process exits EXIT_ORPHANED."""
     loop = asyncio.get_running_loop()
-    zctx = zmq.Context()
-    sock = zctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, routing_id(launch.process, launch.nonce))
-    sock.setsockopt(zmq.LINGER, LINGER_MS)
-    sock.connect(launch.settings.endpoint)
-    dealer = Dealer(sock, loop)
+    settings = launch.settings
+    identity = routing_id(launch.process, launch.nonce)
+    try:
+        async with asyncio.timeout(settings.heartbeat_timeout):
+            dealer = await Dealer.connect(settings.endpoint, identity, inbound_limit(settings))
+    except (OSError, TimeoutError) as exc:  # ConnectionError is an OSError
+        log.error("orchestrator_unreachable", endpoint=settings.endpoint,
+                  error=str(exc) or type(exc).__name__)  # fmt: skip
+        sys.stdout.flush()
+        os._exit(EXIT_ORPHANED)
     link = Link(launch, dealer)
     loop.add_signal_handler(signal.SIGTERM, link.drain)
     try:
         yield link
     finally:
-        dealer.close()
-        zctx.term()
+        await dealer.aclose(LINGER_S)
+
+
+def inbound_limit(settings: LaunchSettings) -> int:
+    """The largest frame a child takes from the daemon: a frame the daemon accepted at
+    `max_frame_bytes` comes on re-addressed (another envelope around the same payload), so the
+    bound has room for that; it is there against a runaway length, not to judge the daemon."""
+    return 2 * settings.max_frame_bytes + (64 << 10)
 
 
 @functools.cache
@@ -314,7 +334,7 @@ def die_with_parent(parent_pid: int | None) -> None:
     """PR_SET_PDEATHSIG: the kernel SIGKILLs us when our parent (daemon or fork server) dies."""
     if sys.platform.startswith("linux"):
         libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # one malloc arena: a second one for the zmq I/O thread costs private pages
+        # one malloc arena: a second one for a thread the process starts costs private pages
         libc().mallopt(M_ARENA_MAX, 1)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(EXIT_ORPHANED)  # the parent died before PDEATHSIG was armed

@@ -70,7 +70,7 @@ async def test_an_idle_loop_parked_on_its_queue_ends_at_the_drain(
     endpoint: str, tmp_path: Path
 ) -> None:
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts(endpoint, tmp_path)) as link:
+        async with connect(_opts(endpoint, tmp_path)) as link:
             child = Child(_opts(endpoint, tmp_path), link)
             child.runner = HeldRunner()
             loop = asyncio.ensure_future(child._turn_loop())
@@ -87,7 +87,7 @@ async def test_a_busy_loop_finishes_its_turn_and_hands_back_the_rest(
     first, second = _event("one"), _event("two")
     runner = HeldRunner()
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts(endpoint, tmp_path)) as link:
+        async with connect(_opts(endpoint, tmp_path)) as link:
             child = Child(_opts(endpoint, tmp_path), link)
             child.runner = runner
             child.queue.put_nowait(first)

@@ -96,7 +96,7 @@ async def test_handshake_sends_hello_then_ready_with_the_tools(
         return ["bash__run", "files__read"]
 
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts_for(router, tmp_path)) as link:
+        async with connect(_opts_for(router, tmp_path)) as link:
             assert await link.handshake(load, _never_fails)
             hello, ready = await _recv(router), await _recv(router)
     assert isinstance(hello, Hello) and hello.from_ == PROCESS_ID and hello.to == ORCHESTRATOR
@@ -120,7 +120,7 @@ async def test_handshake_reports_a_failed_load_as_start_error(
         return ErrorInfo(code=ErrorCode.E_AGENT_START_FAILED, message=f"coded: {exc}")
 
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts_for(router, tmp_path)) as link:
+        async with connect(_opts_for(router, tmp_path)) as link:
             assert not await link.handshake(load, failure)
             hello, error = await _recv(router), await _recv(router)
     assert isinstance(hello, Hello)
@@ -147,7 +147,7 @@ async def test_serve_dispatches_frames_in_order_and_drops_garbage(
                       source=Source(kind=SourceKind.CLI, name="cli"))  # fmt: skip
     shutdown = ShutdownPayload(grace_period_ms=100, reason=ShutdownReason.RESTART)
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts_for(router, tmp_path)) as link:
+        async with connect(_opts_for(router, tmp_path)) as link:
             assert await link.handshake(_no_tools, _never_fails)
             assert [type(await _recv(router)) for _ in range(2)] == [Hello, Ready]
             await _send(router, b"\x00 not a frame")
@@ -179,7 +179,7 @@ async def test_heartbeats_count_up_and_run_the_beat_hook_after_each(
         return out
 
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts_for(router, tmp_path, interval=0.01)) as link:
+        async with connect(_opts_for(router, tmp_path, interval=0.01)) as link:
             beats = await link.serve(three_beats(), lambda msg: None, on_beat)
     # beat n is sent before its hook runs, and the hook of beat n-1 ran before beat n
     assert [seq for seq, _ in beats] == [1, 2, 3]
@@ -207,7 +207,7 @@ async def test_an_inactive_link_is_silent_but_answers_a_probe_and_says_when_a_tu
         return [m.payload for m in seen if isinstance(m, Heartbeat)]
 
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts_for(router, tmp_path, interval=0.05)) as link:
+        async with connect(_opts_for(router, tmp_path, interval=0.05)) as link:
             beats = await link.serve(exchange(link), lambda msg: None)
     assert [(b.answer, b.quiet) for b in beats] == [
         (True, False), (False, False), (False, True), (False, False),
@@ -225,7 +225,7 @@ async def test_a_quiet_beat_is_owed_even_when_the_loop_already_waits(
         return await _recv(router)
 
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts_for(router, tmp_path, interval=0.01)) as link:
+        async with connect(_opts_for(router, tmp_path, interval=0.01)) as link:
             beat = await link.serve(exchange(link), lambda msg: None)
     assert isinstance(beat, Heartbeat) and beat.payload.quiet and not beat.payload.answer
 
@@ -234,7 +234,7 @@ async def test_shutdown_ack_carries_the_events_never_started(
     router: zmq.asyncio.Socket, tmp_path: Path
 ) -> None:
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts_for(router, tmp_path)) as link:
+        async with connect(_opts_for(router, tmp_path)) as link:
             await link.shutdown_ack(["e1", "e2"])
             ack = await _recv(router)
     assert isinstance(ack, ShutdownAck) and ack.payload.undelivered_events == ["e1", "e2"]
@@ -242,7 +242,7 @@ async def test_shutdown_ack_carries_the_events_never_started(
 
 async def test_sigterm_asks_for_a_drain(router: zmq.asyncio.Socket, tmp_path: Path) -> None:
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts_for(router, tmp_path)) as link:
+        async with connect(_opts_for(router, tmp_path)) as link:
             assert isinstance(link, Link) and not link.draining.is_set()
             os.kill(os.getpid(), signal.SIGTERM)  # routed to the loop's handler by connect()
             await link.draining.wait()
@@ -255,7 +255,7 @@ async def test_the_drain_hook_runs_once_whatever_asks_for_the_drain(
     hooked: list[bool] = []
     shutdown = ShutdownPayload(grace_period_ms=100, reason=ShutdownReason.RESTART)
     async with asyncio.timeout(TIMEOUT):
-        with connect(_opts_for(router, tmp_path)) as link:
+        async with connect(_opts_for(router, tmp_path)) as link:
             link.on_drain = lambda: hooked.append(link.draining.is_set())
             os.kill(os.getpid(), signal.SIGTERM)
             await link.draining.wait()
@@ -272,26 +272,63 @@ from protocol.launch import ChildLaunch, LaunchSettings
 async def main() -> None:
     settings = LaunchSettings(endpoint=sys.argv[1], swarm="s", bundle="b",
                               state_root=sys.argv[2], heartbeat_interval=0.02,
-                              heartbeat_timeout=0.1)
-    opts = ChildLaunch(process=parse_process_id("agent:a:k:1"), settings=settings)
-    with connect(opts) as link:
+                              heartbeat_timeout=float(sys.argv[3]))
+    opts = ChildLaunch(process=parse_process_id("agent:a:k:3"), settings=settings)
+    async with connect(opts) as link:
         await link.serve(asyncio.Event().wait(), lambda msg: None)
 
 asyncio.run(main())
 """
 
 
-async def test_a_silent_orchestrator_ends_the_child(tmp_path: Path) -> None:
-    """Nobody answers on the endpoint: after heartbeat_timeout the child logs and exits 4."""
-    endpoint = f"ipc://{tmp_path}/nobody.sock"
+async def _orphan(endpoint: str, tmp_path: Path, silence: float) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", ORPHAN_SCRIPT, endpoint, str(tmp_path), str(silence),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO,
+    )  # fmt: skip
+
+
+async def test_no_orchestrator_at_the_endpoint_ends_the_child(tmp_path: Path) -> None:
+    """Nobody listens at the endpoint: the child logs it and exits 4 at once."""
     async with asyncio.timeout(TIMEOUT):
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", ORPHAN_SCRIPT, endpoint, str(tmp_path),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO,
-        )  # fmt: skip
+        proc = await _orphan(f"ipc://{tmp_path}/nobody.sock", tmp_path, 600.0)
         out, _ = await proc.communicate()
     assert proc.returncode == EXIT_ORPHANED, out.decode()
-    assert b"orchestrator_lost" in out
+    assert b"orchestrator_unreachable" in out
+
+
+async def test_a_silent_orchestrator_ends_the_child(
+    router: zmq.asyncio.Socket, tmp_path: Path
+) -> None:
+    """The orchestrator's socket takes the connection, then never answers: after
+    heartbeat_timeout the child logs and exits 4."""
+    async with asyncio.timeout(TIMEOUT):
+        proc = await _orphan(router.getsockopt_string(zmq.LAST_ENDPOINT), tmp_path, 0.1)
+        out, _ = await proc.communicate()
+    assert proc.returncode == EXIT_ORPHANED, out.decode()
+    assert b"orchestrator_lost" in out and b"silent for" in out
+
+
+async def test_a_closed_orchestrator_connection_ends_the_child_at_once(tmp_path: Path) -> None:
+    """The orchestrator's socket goes away while the child is connected: the child sees its
+    connection end and exits 4, without waiting out its (here 600 s) heartbeat timeout."""
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    endpoint = f"ipc://{tmp_path}/agents.sock"
+    sock.bind(endpoint)
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            proc = await _orphan(endpoint, tmp_path, 600.0)
+            _, frame = await sock.recv_multipart()  # its first heartbeat: connected
+            assert isinstance(decode_message(frame), Heartbeat)
+            sock.close()
+            out, _ = await proc.communicate()
+    finally:
+        sock.close()
+        ctx.term()
+    assert proc.returncode == EXIT_ORPHANED, out.decode()
+    assert b"orchestrator_lost" in out and b"closed the connection" in out
 
 
 @pytest.mark.parametrize(

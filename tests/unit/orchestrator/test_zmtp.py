@@ -20,8 +20,9 @@ import zmq
 from orchestrator.control import zmtp
 from orchestrator.control.server import CONTROL_MAX_FRAME_BYTES
 from orchestrator.control.zmtp import ZmtpDealer, ZmtpError
+from protocol import zmtp as framing
 
-ROUTER_READY = zmtp._command(b"READY", b"\x0bSocket-Type" + struct.pack(">I", 6) + b"ROUTER")
+ROUTER_READY = framing.ready(b"ROUTER")
 HELLO = zmtp.GREETING + ROUTER_READY
 
 
@@ -89,7 +90,7 @@ class Hostile:
 
 
 def frame(data: bytes, flags: int = 0) -> bytes:
-    return zmtp._frame(data, flags)
+    return framing.frame(data, flags)
 
 
 def exchange(path: str, wait: float) -> None:
@@ -111,11 +112,12 @@ GARBAGE = {
     ),
     "no ready": (zmtp.GREETING + frame(b"hello"), zmtp.E_PROTOCOL_DECODE),
     "a pub": (
-        zmtp.GREETING + zmtp._command(b"READY", b"\x0bSocket-Type" + struct.pack(">I", 3) + b"PUB"),
+        zmtp.GREETING
+        + framing.command(b"READY", b"\x0bSocket-Type" + struct.pack(">I", 3) + b"PUB"),
         zmtp.E_PROTOCOL_DECODE,
     ),
     "ready property past its end": (
-        zmtp.GREETING + zmtp._command(b"READY", b"\x0bSocket-Type" + struct.pack(">I", 999)),
+        zmtp.GREETING + framing.command(b"READY", b"\x0bSocket-Type" + struct.pack(">I", 999)),
         zmtp.E_PROTOCOL_DECODE,
     ),
     "2^63 byte frame": (HELLO + b"\x02" + struct.pack(">Q", 1 << 63), zmtp.E_PROTOCOL_DECODE),
@@ -125,7 +127,7 @@ GARBAGE = {
     ),
     "reserved flags": (HELLO + b"\x80\x01x", zmtp.E_PROTOCOL_DECODE),
     "two frames": (HELLO + frame(b"a", 0x01) + frame(b"b"), zmtp.E_PROTOCOL_DECODE),
-    "error command": (HELLO + zmtp._command(b"ERROR", b"\x03bad"), zmtp.E_PROTOCOL_DECODE),
+    "error command": (HELLO + framing.command(b"ERROR", b"\x03bad"), zmtp.E_PROTOCOL_DECODE),
     "empty command": (HELLO + frame(b"", 0x04), zmtp.E_PROTOCOL_DECODE),
     "silent after its greeting": (zmtp.GREETING, zmtp.E_CONTROL_TIMEOUT),
     "silent after ready": (HELLO, zmtp.E_CONTROL_TIMEOUT),
@@ -162,7 +164,7 @@ def test_a_peer_that_hangs_up_is_a_coded_error(sock_dir: str, script: bytes) -> 
 
 def test_a_ping_is_answered_and_the_reply_still_read(sock_dir: str) -> None:
     path = os.path.join(sock_dir, "p.sock")
-    ping = zmtp._command(b"PING", b"\x00\x0actx")
+    ping = framing.command(b"PING", b"\x00\x0actx")
     peer = Hostile(path, HELLO + ping + frame(b"reply"), close=False)
     try:
         dealer = ZmtpDealer.connect(path, within(5), CONTROL_MAX_FRAME_BYTES)
@@ -172,7 +174,7 @@ def test_a_ping_is_answered_and_the_reply_still_read(sock_dir: str) -> None:
             dealer.close()
     finally:
         peer.stop()
-    assert bytes(peer.heard) == zmtp.GREETING + zmtp.READY + zmtp._command(b"PONG", b"ctx")
+    assert bytes(peer.heard) == zmtp.GREETING + zmtp.READY + framing.command(b"PONG", b"ctx")
 
 
 def test_nobody_at_the_path(sock_dir: str) -> None:
