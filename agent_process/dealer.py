@@ -12,7 +12,8 @@ instance. What of libzmq's behaviour a child relies on is kept:
 - frames are sent in order, never split; `send` waits while the transport's buffer is over its
   high-water mark and `send_nowait` then refuses (libzmq's SNDHWM), and reading stops while
   RCVHWM frames wait to be taken (the ROUTER then holds or drops, as it would for libzmq);
-- closing flushes what is queued for up to the linger time.
+- closing flushes what is queued for up to the linger time, and waits for the daemon to have
+  read it (`aclose`).
 
 What differs: a connection the daemon closes is seen at once (`recv` raises
 `ConnectionError`) instead of a silent reconnect, and a peer that breaks the protocol closes the
@@ -161,10 +162,20 @@ class Dealer(asyncio.Protocol):
         return data
 
     async def aclose(self, linger: float) -> None:
-        """Close after flushing what is queued, waiting at most `linger` seconds for it."""
-        if self._transport is None:
+        """Close after flushing what is queued, waiting at most `linger` seconds for it.
+
+        Our end's EOF goes out after the last frame, and the close waits for the daemon to close
+        its end: libzmq reads the stream in order, so by then our last frame (a start_error, a
+        shutdown_ack) is queued in the daemon's socket before this process exits, and the
+        daemon, whose loop takes ready descriptors in the order they became ready, reads it
+        before it hears of the exit (it took the exit for a crash when it heard of it first)."""
+        transport = self._transport
+        if transport is None:
             return
-        self._transport.close()
+        if self._lost is None and transport.can_write_eof():
+            transport.write_eof()
+        else:
+            transport.close()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(linger):
                 await asyncio.shield(self._closed)
