@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import zmq
+import zmq.asyncio
 
 from agent_process import prebuilt_tools, preload
 from agent_process.forkprep import heap, immortal
@@ -22,3 +24,18 @@ def restore_preloaded() -> Iterator[None]:
     prebuilt_tools._held.clear()
     prebuilt_tools._held.update(built)
     heap._held.clear()
+
+
+@pytest.fixture
+async def router(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[zmq.asyncio.Socket]:
+    """The daemon's side of a child's link: a real ZeroMQ ROUTER bound over ipc (a short
+    directory: unix socket paths are limited to 107 bytes)."""
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(f"ipc://{tmp_path_factory.mktemp('l')}/agents.sock")
+    try:
+        yield sock
+    finally:
+        sock.close()
+        ctx.term()

@@ -21,19 +21,6 @@ IDENTITY = b"agent:a:k:1#0123456789abcdef"
 LIMIT = 4 << 20
 
 
-@pytest.fixture
-async def router(tmp_path: Path) -> AsyncIterator[zmq.asyncio.Socket]:
-    ctx = zmq.asyncio.Context()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.bind(f"ipc://{tmp_path}/agents.sock")
-    try:
-        yield sock
-    finally:
-        sock.close()
-        ctx.term()
-
-
 def _endpoint(router: zmq.asyncio.Socket) -> str:
     return router.getsockopt_string(zmq.LAST_ENDPOINT)
 

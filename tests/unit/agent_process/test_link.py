@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -54,19 +53,6 @@ def _options(endpoint: str, state_root: Path, **overrides: float) -> ChildLaunch
         heartbeat_timeout=overrides.get("timeout", 600.0),
     )
     return ChildLaunch(process=parse_process_id(PROCESS_ID), settings=settings)
-
-
-@pytest.fixture
-async def router(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[zmq.asyncio.Socket]:
-    ctx = zmq.asyncio.Context()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.bind(f"ipc://{tmp_path_factory.mktemp('l')}/agents.sock")
-    try:
-        yield sock
-    finally:
-        sock.close()
-        ctx.term()
 
 
 def _opts_for(router: zmq.asyncio.Socket, tmp_path: Path, **overrides: float) -> ChildLaunch:
