@@ -129,11 +129,11 @@ class Dealer(asyncio.Protocol):
         """Queue one frame; waits only while the buffer is over its high-water mark. After the
         connection is lost it is dropped: `recv` reports the loss."""
         while self._paused and self._lost is None:
-            self._writable = self._loop.create_future()
-            try:
-                await self._writable
-            finally:
-                self._writable = None
+            # one future for every sender waiting (a turn's, the heartbeats', the bridge's);
+            # shielded: a cancelled sender must not cancel the others' wait
+            if self._writable is None or self._writable.done():
+                self._writable = self._loop.create_future()
+            await asyncio.shield(self._writable)
         self.send_nowait(data)
 
     def send_nowait(self, data: bytes) -> bool:

@@ -65,18 +65,21 @@ async def test_a_full_peer_makes_send_wait_and_send_nowait_refuse(tmp_path: Path
                 sent += 1
                 await asyncio.sleep(0)  # the transport writes what the socket takes
             assert 0 < sent < 200  # refused once the transport's buffer is over its mark
-            waiting = asyncio.ensure_future(dealer.send(b"last"))
+            # several senders wait at once (a turn, the heartbeats); one of them gives up
+            waiting = [asyncio.ensure_future(dealer.send(b"last %d" % i)) for i in range(3)]
+            given_up = asyncio.ensure_future(dealer.send(b"never"))
             for _ in range(10):
                 await asyncio.sleep(0)
-            assert not waiting.done()
+            assert not any(w.done() for w in [*waiting, given_up])
+            given_up.cancel()
             resume.set()
-            await waiting
+            await asyncio.gather(*waiting)
         finally:
             await dealer.aclose(5.0)
         stream = await taken
     reader = zmtp.FrameReader(LIMIT)
     frames = reader.feed(zmtp.GREETING + stream)
-    assert [body for _, body in frames] == [big] * sent + [b"last"]
+    assert [body for _, body in frames] == [big] * sent + [b"last 0", b"last 1", b"last 2"]
 
 
 async def test_closing_flushes_what_is_queued(router: zmq.asyncio.Socket) -> None:
