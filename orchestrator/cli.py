@@ -37,7 +37,10 @@ class CommandInfo(NamedTuple):
     help: str
 
     def load(self) -> Command:
-        module = importlib.import_module(f"orchestrator.commands.{self.name}")
+        from protocol.norich import WithoutRich
+
+        with WithoutRich():  # the command's imports bring structlog: protocol/norich.py says why
+            module = importlib.import_module(f"orchestrator.commands.{self.name}")
         command: Command = module.COMMAND
         return command
 

@@ -39,8 +39,8 @@ SEND_OWN = {
 }  # fmt: skip
 SEND_PROTOCOL = {
     "protocol", "protocol.durable", "protocol.endpoints", "protocol.error_codes",
-    "protocol.msgpack_thin", "protocol.pids", "protocol.private", "protocol.stream_view",
-    "protocol.zmtp",
+    "protocol.msgpack_thin", "protocol.norich", "protocol.pids", "protocol.private",
+    "protocol.stream_view", "protocol.zmtp",
 }  # fmt: skip
 """No wire Structs: the request and reply are dicts in their shape (a test in
 test_send_request.py decodes them with msgspec)."""
