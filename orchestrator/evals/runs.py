@@ -5,8 +5,10 @@ when it ran in a daemon of its own, that daemon's `instances/` and `logs/` under
 case's conversation, trace and log lines stay readable after the run (`goondan logs
 --state-root <run>/state --trace ID`, Studio's Evals view). The newest `keep` runs are kept.
 
-A run id is a UTC time and a random suffix (`20261129T012345Z-3fa9c1`): ids sort by age, and
-one from a URL is checked against that shape before it names a directory.
+A run id is a UTC time to the millisecond and a random suffix (`20261129T012345.678Z-3fa9c1`):
+ids sort by age (two runs within one second too: a second's resolution listed them in the
+suffix's random order), and one from a URL is checked against that shape before it names a
+directory. Ids of the earlier shape, to the second (`20261129T012345Z-3fa9c1`), stay valid.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ STATE = "state"
 KEPT_STATE = ("instances", "logs")
 """What a run's daemon leaves that its cases link to (not its journal, sockets or usage)."""
 MAX_REPORT_BYTES = 16 * 1024 * 1024
-_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}")
+_ID = re.compile(r"[0-9]{8}T[0-9]{6}(?:\.[0-9]{3})?Z-[0-9a-f]{6}")
 
 
 def runs_dir(layout: StateLayout) -> Path:
@@ -38,8 +40,9 @@ def runs_dir(layout: StateLayout) -> Path:
 
 
 def new_id(now: float | None = None) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-    return f"{stamp}-{secrets.token_hex(3)}"
+    at = time.time() if now is None else now
+    ms = int(at * 1000) % 1000
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(at))}.{ms:03d}Z-{secrets.token_hex(3)}"
 
 
 def is_id(text: str) -> bool:

@@ -43,6 +43,26 @@ def test_only_the_newest_runs_are_kept(tmp_path: Path) -> None:
     assert runs.reports(layout) == []
 
 
+def test_runs_started_within_one_second_are_listed_newest_first(tmp_path: Path) -> None:
+    # two `goondan eval` runs a few hundred ms apart: their ids sort by start, not by suffix
+    layout = StateLayout(root=tmp_path)
+    for _ in range(20):  # the suffixes are random: each order of them is met
+        ids = [runs.new_id(1_700_000_000.25), runs.new_id(1_700_000_000.75)]
+        for run_id in ids:
+            runs.save(layout, run_id, _report({}), None)
+        assert [r["id"] for r in runs.reports(layout)] == ids[::-1]
+        runs.prune(layout, 0)
+
+
+def test_ids_of_the_earlier_shape_to_the_second_still_name_runs(tmp_path: Path) -> None:
+    layout = StateLayout(root=tmp_path)
+    old, new = "20231114T221320Z-abcdef", runs.new_id(1_700_000_001)
+    assert new.startswith("20231114T221321.000Z-")
+    for run_id in (old, new):
+        runs.save(layout, run_id, _report({}), None)
+    assert [r["id"] for r in runs.reports(layout)] == [new, old]
+
+
 def test_an_id_names_only_a_run_directory(tmp_path: Path) -> None:
     layout = StateLayout(root=tmp_path / "root")
     secret = tmp_path / "elsewhere"
@@ -61,6 +81,8 @@ def test_an_id_names_only_a_run_directory(tmp_path: Path) -> None:
         "",
         "x" * 300,
         "20260101T000000Z-ABCDEF",
+        "20260101T000000.1Z-abcdef",
+        "20260101T000000.000.000Z-abcdef",
     ):
         assert runs.read(layout, hostile) is None, hostile
         assert runs.state_layout(layout, hostile) is None, hostile
