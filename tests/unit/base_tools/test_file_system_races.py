@@ -115,7 +115,7 @@ ROUNDS = 75
 """Rounds of 13 calls each while the swapper runs flat out on a core of its own (tens of
 thousands of swaps per test). Was 150: these four tests took a seventh of the unit suite's CPU.
 At 75, `open_no_symlinks` replaced by a plain os.open that follows links fails three of the
-four in every run tried (the fourth reaches no plain open on that path)."""
+four in each of two runs tried."""
 
 
 async def attempt(ctx: FakeContext, export: str, args: dict[str, Any]) -> Any:
