@@ -2,9 +2,9 @@
 
 A development install has rich (twine, hypothesis and import-linter need it) and a user's
 environment may too. structlog's console renderer and traceback helpers then import it, with
-pygments and ~100 modules: ~38 ms more at each daemon, CLI command and cold child start, and
-~2.5 MiB of a fork server's memory whose page tables every agent fork copies. goondan uses none
-of it: `bundles.logsetup` renders exceptions as text before any renderer sees them. So each
+pygments and ~100 modules: ~38 ms more at each daemon, CLI command and cold child start (a
+fork server's memory hardly changes: its preparation fills the heap either way). goondan uses
+none of it: `bundles.logsetup` renders exceptions as text before any renderer sees them. So each
 entry point imports its code inside `WithoutRich()`: structlog, imported there, finds no rich
 and takes its plain fallbacks. Afterwards rich imports normally again, for a user's tool that
 wants it. Standard library only, and no contextlib: `goondan send` loads this too.
