@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import sys
 
 SYS_CREATE, SYS_ADD_RULE, SYS_RESTRICT = 444, 445, 446  # x86_64 and aarch64 alike
@@ -87,7 +88,12 @@ def _allow(ruleset: int, path: str, rights: int) -> None:
     except OSError:
         return  # gone, or not ours to open: nothing to allow there
     try:
-        if not os.path.isdir(path):
+        kind = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(kind) or stat.S_ISSOCK(kind):
+            # /dev/stderr and the like lead to this launcher's own pipes: Landlock names only
+            # what a file system holds (EBADFD), and no path reaches them anew in the sandbox
+            return
+        if not stat.S_ISDIR(kind):
             rights &= _FILE_RIGHTS  # a directory-only right on a file is EINVAL
         rule = _PathBeneath(allowed_access=rights, parent_fd=fd)
         _check(

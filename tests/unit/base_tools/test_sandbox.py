@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -230,6 +231,34 @@ async def test_landlock_hides_what_bubblewrap_hides(
     assert codes[3] != "0" and codes[4] != "0" and codes[5] == "done", out
     assert (workdir / "here.txt").exists()
     assert _running(marker) == []
+
+
+@pytest.fixture
+def under_dev() -> Iterator[Path]:
+    """A state root in /dev/shm (a tmpfs an operator may pick for speed), with the workdir and
+    a secret beside it, as `workdir` lays them out under tmp_path."""
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    root = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="goondan-test-"))
+    try:
+        (root / "work").mkdir()
+        (root / "outside").mkdir()
+        (root / "outside" / "secret.txt").write_text("top secret\n")
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+@needs_landlock
+async def test_landlock_hides_a_state_root_under_dev(ctx: FakeContext, under_dev: Path) -> None:
+    # hiding a path under /dev grants /dev's other entries one by one, /dev/stderr among them:
+    # a link to the launcher's own pipe, which Landlock cannot name (it failed every command)
+    box = sandboxed(
+        replace(ctx, workdir=under_dev / "work"), mode="landlock", hide=[str(under_dev)]
+    )
+    out = await run(box, f"echo in > here.txt; echo $?; cat {under_dev / 'outside' / 'secret.txt'}")
+    assert out["exitCode"] != 0 and out["stdout"] == "0\n", out
+    assert (under_dev / "work" / "here.txt").read_text() == "in\n"
 
 
 @needs_landlock
