@@ -24,7 +24,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,7 +35,7 @@ import structlog
 
 from orchestrator.cluster.link import WRONG_LAST, Nats
 from orchestrator.cluster.names import plan, token
-from orchestrator.cluster.stuck_bucket import StuckNodesBucket
+from orchestrator.cluster.stuck_bucket import StuckBucket
 from protocol.errors import ErrorCode
 
 log = structlog.get_logger("goondan.cluster.leases")
@@ -114,8 +114,11 @@ class LeaseKeeper:
     """Whether `goondan cluster drain` asked this node to give its partitions away."""
     clock: Callable[[], float] = time.monotonic
     held: dict[int, Lease] = field(default_factory=dict)
-    stuck: StuckNodesBucket | None = None
+    nodes_stuck: StuckBucket | None = None
     """Told of each beat: makes the `nodes` bucket again when its stream is stuck."""
+    leases_stuck: StuckBucket | None = None
+    """Told of each lease taken or renewed: makes the `leases` bucket again when its stream is
+    stuck."""
     draining: bool = False
     started_at: float = field(default_factory=time.time)
     live_nodes: list[str] = field(default_factory=list)
@@ -162,8 +165,9 @@ class LeaseKeeper:
             renewals.cancel()
             for starting in self._gaining.values():
                 starting.cancel()
-            if self.stuck is not None:
-                self.stuck.stop()
+            for stuck in (self.nodes_stuck, self.leases_stuck):
+                if stuck is not None:
+                    stuck.stop()
 
     async def _watch_lapses(self) -> None:
         """A lease lapses on time even while a tick waits on NATS (an election, a reconnect):
@@ -264,14 +268,8 @@ class LeaseKeeper:
             started_at=self.started_at, beat_at=time.time(), partitions=sorted(self.held),
             live=self.live_count(), draining=self.draining, control=self.control,
         )  # fmt: skip
-        try:
+        async with _told(self.nodes_stuck):
             await self.nats.nodes.put(token(self.node), msgspec.json.encode(record))
-        except BaseException:  # the tick's timeout cancels a put without answer: failed too
-            if self.stuck is not None:
-                self.stuck.beat_failed()
-            raise
-        if self.stuck is not None:
-            self.stuck.beat_ok()
 
     def _with_absent_peers(self, listed: list[str]) -> list[str]:
         """For a TTL after this node's last failed tick, the nodes live before the failures
@@ -316,7 +314,9 @@ class LeaseKeeper:
         sent = self.clock()
         key = self.nats.names.lease_key(p)
         try:
-            revision = await self.nats.leases.update(key, self.node.encode(), last=lease.revision)
+            async with _told(self.leases_stuck):
+                revision = await self.nats.leases.update(key, self.node.encode(),
+                                                         last=lease.revision)  # fmt: skip
         except nats.js.errors.KeyWrongLastSequenceError:
             if self.held.pop(p, None) is not None:
                 log.warning("lease_taken", partition=p)
@@ -330,7 +330,8 @@ class LeaseKeeper:
         sent = self.clock()
         key = self.nats.names.lease_key(p)
         try:
-            revision = await self.nats.leases.create(key, self.node.encode())
+            async with _told(self.leases_stuck):
+                revision = await self.nats.leases.create(key, self.node.encode())
         except nats.js.errors.KeyWrongLastSequenceError:
             return  # another node's lease still lives: it expires or is released
         if self.clock() >= sent + self.ttl - self.margin:
@@ -397,6 +398,24 @@ class LeaseKeeper:
         await asyncio.gather(*(self._release(p) for p in mine))
         with contextlib.suppress(nats.errors.Error, nats.js.errors.KeyWrongLastSequenceError):
             await self.nats.nodes.delete(token(self.node))
+
+
+@contextlib.asynccontextmanager
+async def _told(stuck: StuckBucket | None) -> AsyncIterator[None]:
+    """Tells `stuck` whether the write in the block was answered: a refused compare-and-set
+    was (a leader refused it); anything else, a cancellation by a timeout included, was not."""
+    if stuck is None:
+        yield
+        return
+    try:
+        yield
+    except nats.js.errors.KeyWrongLastSequenceError:
+        stuck.ok()
+        raise
+    except BaseException:
+        stuck.failed()
+        raise
+    stuck.ok()
 
 
 async def nodes_of(nats_: Nats) -> list[NodeRecord]:

@@ -302,8 +302,8 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
 async def ensure_bucket(
     js: JetStreamContext, name: str, replicas: int, ttl: float | None
 ) -> KeyValue:
-    """The bucket `name`, created when missing (the `nodes` bucket also when made again,
-    stuck_bucket.py)."""
+    """The bucket `name`, created when missing (the `nodes` and `leases` buckets also when made
+    again, stuck_bucket.py)."""
     try:
         return await js.key_value(name)
     except nats.js.errors.BucketNotFoundError:

@@ -27,7 +27,7 @@ from orchestrator.cluster.ingress import Envelope
 from orchestrator.cluster.leases import LeaseKeeper
 from orchestrator.cluster.node_logs import NodeLogs
 from orchestrator.cluster.placement import ClusterPlacement
-from orchestrator.cluster.stuck_bucket import StuckNodesBucket
+from orchestrator.cluster.stuck_bucket import StuckBucket
 from orchestrator.cluster.swarm_control import SwarmControl
 from orchestrator.cluster.swarm_delete import SwarmDelete
 from orchestrator.routing.broker import Hub
@@ -72,12 +72,14 @@ class ClusterNode:
         """What a control client asks this node about the whole swarm."""
         self.acceptor = ClusterAcceptor(link.journal, self.consumers, placement.histories.after)
         tenancy = placement.tenancy
+        replicas = link.opts.policy.replicas
         self.leases = LeaseKeeper(
             link.nats, link.node, partitions, link.ttl, self.consumers,
             live_count=lambda: len(supervisor.table.live()), control=control,
             asked_to_drain=lambda: admin.drain_requested(link.nats, link.node),
             clock=tenancy.clock, held=tenancy.held,
-            stuck=StuckNodesBucket(link.nats, link.ttl, link.opts.policy.replicas, tenancy.clock),
+            nodes_stuck=StuckBucket(link.nats, "nodes", link.ttl, replicas, tenancy.clock),
+            leases_stuck=StuckBucket(link.nats, "leases", link.ttl, replicas, tenancy.clock),
         )  # fmt: skip
 
     @property

@@ -27,8 +27,9 @@ SHARED_PUBLISH = (
 )  # fmt: skip
 """leases `p.<n>`, replies `r.<id>`, calls `<agent>.<key>.<id>`, state `swarm.meta` and
 `drain.<node>`; a record under another shape in the `nodes` bucket does not count (`leases.py`).
-A stream's delete is for the `nodes` bucket stuck without a leader (`stuck_bucket.py`): the
-subject cannot name part of a token, and a node may already purge every stream."""
+A stream's delete is for the `nodes` or `leases` bucket stuck without a leader
+(`stuck_bucket.py`): the subject cannot name part of a token, and a node may already purge every
+stream."""
 
 
 def node_publish(node: str) -> list[str]:

@@ -1,10 +1,10 @@
-"""The `nodes` bucket stuck without a leader after a whole-cluster outage is made again
-(orchestrator/cluster/stuck_bucket.py; docs/cluster.md "Faults"). The fault suite's power cut
-of every server left each replica of the bucket's stream with a store behind its own Raft
-snapshot; here every server is stopped (each snapshots its groups, the node's record live in
-them) and each store loses the stream's files, which leaves the stream in the same state: every
-server logs `catchup aborted, no leader for stream` and none ever leads it. A module of its own:
-it stops its NATS cluster's servers."""
+"""The `nodes` and `leases` buckets stuck without a leader after a whole-cluster outage are made
+again (orchestrator/cluster/stuck_bucket.py; docs/cluster.md "Faults"). The fault suite's power
+cut of every server left each replica of a bucket's stream with a store behind its own Raft
+snapshot; here every server is stopped (each snapshots its groups, the node's record or leases
+live in them) and each store loses the stream's files, which leaves the stream in the same
+state: every server logs `catchup aborted, no leader for stream` and none ever leads it. A
+module of its own: it stops its NATS cluster's servers."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from bundles.kinds import ClusterPolicy
 from orchestrator.cluster.leases import LeaseKeeper, nodes_of
 from orchestrator.cluster.link import Nats, open_swarm
 from orchestrator.cluster.options import options
-from orchestrator.cluster.stuck_bucket import StuckNodesBucket, stream_verdict
+from orchestrator.cluster.stuck_bucket import StuckBucket, stream_verdict
 from tests.cluster.natsd import NatsCluster
 from tests.cluster.test_leases import Handler
 
@@ -36,20 +36,14 @@ async def test_a_nodes_bucket_left_without_a_leader_is_made_again(
     policy = ClusterPolicy(partitions=PARTITIONS, lease_ttl_seconds=TTL, replicas=3)
     swarm = f"stuck-{uuid.uuid4().hex[:6]}"
     conn = await open_swarm(options(nats_cluster.urls, "n1", None, policy), swarm, "n1")
-    stuck = StuckNodesBucket(conn, TTL, replicas=3, leaderless_for=LEADERLESS_FOR)
-    keeper = LeaseKeeper(conn, "n1", PARTITIONS, TTL, Handler(), stuck=stuck)
+    stuck = StuckBucket(conn, "nodes", TTL, replicas=3, leaderless_for=LEADERLESS_FOR)
+    keeper = LeaseKeeper(conn, "n1", PARTITIONS, TTL, Handler(), nodes_stuck=stuck)
     task = asyncio.ensure_future(keeper.run())
     stream = f"KV_{conn.names.bucket('nodes')}"
     try:
         async with asyncio.timeout(90):
             await _until_beaten_into(conn, stream)
-            for server in nats_cluster.servers:
-                nats_cluster.stop(server)
-            for server in nats_cluster.servers:
-                shutil.rmtree(server.store / "jetstream" / "$G" / "streams" / stream / "msgs")
-            for server in nats_cluster.servers:
-                nats_cluster.start(server)
-            await nats_cluster.wait_ready()
+            await _lose_every_copy(nats_cluster, stream)
             await _until_beaten_into(conn, stream)  # before the fix: never (leaderless)
         assert stuck.rebuilds >= 1
     finally:
@@ -57,6 +51,57 @@ async def test_a_nodes_bucket_left_without_a_leader_is_made_again(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await conn.nc.close()
+
+
+async def test_a_leases_bucket_left_without_a_leader_is_made_again_a_ttl_after_it_is_gone(
+    nats_cluster: NatsCluster,
+) -> None:
+    policy = ClusterPolicy(partitions=PARTITIONS, lease_ttl_seconds=TTL, replicas=3)
+    swarm = f"stuck-{uuid.uuid4().hex[:6]}"
+    conn = await open_swarm(options(nats_cluster.urls, "n1", None, policy), swarm, "n1")
+    stuck = StuckBucket(conn, "leases", TTL, replicas=3, leaderless_for=LEADERLESS_FOR)
+    handler = Handler()
+    keeper = LeaseKeeper(conn, "n1", PARTITIONS, TTL, handler, leases_stuck=stuck)
+    task = asyncio.ensure_future(keeper.run())
+    stream = f"KV_{conn.names.bucket('leases')}"
+    try:
+        async with asyncio.timeout(90):
+            await _until_holding_all(conn, keeper, stream)
+            await _lose_every_copy(nats_cluster, stream)
+            await _until_holding_all(conn, keeper, stream)  # before the fix: never
+        assert stuck.rebuilds >= 1
+        assert sorted(set(handler.dropped)) == list(range(PARTITIONS))  # lapsed meanwhile
+        assert handler.got.count(0) >= 2  # and taken again from the new bucket
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await conn.nc.close()
+
+
+async def _lose_every_copy(nats_cluster: NatsCluster, stream: str) -> None:
+    for server in nats_cluster.servers:
+        nats_cluster.stop(server)
+    for server in nats_cluster.servers:
+        shutil.rmtree(server.store / "jetstream" / "$G" / "streams" / stream / "msgs")
+    for server in nats_cluster.servers:
+        nats_cluster.start(server)
+    await nats_cluster.wait_ready()
+
+
+async def _until_holding_all(conn: Nats, keeper: LeaseKeeper, stream: str) -> None:
+    """Until the leases' stream has a leader and the node holds every partition (polled, the
+    caller bounds it)."""
+    while True:
+        try:
+            led = await stream_verdict(conn, stream) == "led"
+            if led and sorted(p for p in range(PARTITIONS) if keeper.holds(p)) == list(
+                range(PARTITIONS)
+            ):
+                return
+        except (nats.errors.Error, TimeoutError):
+            pass  # no answer while the servers restart and elect
+        await asyncio.sleep(0.2)
 
 
 async def _until_beaten_into(conn: Nats, stream: str) -> None:
