@@ -208,20 +208,42 @@ def _bare_child(endpoint: str, ident: str) -> None:
 
 
 def zygote(endpoint: str) -> None:
+    """Forks a child per stdin line; a line `cpu` is answered on stdout, once every child so far
+    has exited, with the CPU seconds of this process and of its reaped children (wait4's
+    rusage, the kernel's exact runtime): the raw CPU floor of a process per instance."""
     import structlog  # noqa: F401
     import uvloop  # noqa: F401
     import zmq.asyncio  # noqa: F401
 
     gc.collect()
     gc.freeze()
+    reaped = Reaped()
     for line in sys.stdin:
         ident = line.strip()
+        if ident == "cpu":
+            reaped.collect(block=True)
+            print(json.dumps({"self": time.process_time(), "children": reaped.cpu,
+                              "reaped": reaped.count}), flush=True)  # fmt: skip
+            continue
         if os.fork() == 0:
             _bare_child(endpoint, ident)
             os._exit(0)
+        reaped.collect(block=False)
+
+
+@dataclass(slots=True)
+class Reaped:
+    cpu: float = 0.0
+    count: int = 0
+
+    def collect(self, block: bool) -> None:
         try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
+            while True:
+                pid, _, usage = os.wait4(-1, 0 if block else os.WNOHANG)
+                if pid == 0:
+                    return
+                self.cpu += usage.ru_utime + usage.ru_stime
+                self.count += 1
         except ChildProcessError:
             pass
 

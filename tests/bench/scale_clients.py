@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 MIB = 1024 * 1024
 
 
@@ -81,6 +83,17 @@ class Control:
         self.ctx.term()
 
 
+class ZygoteCpu(msgspec.Struct, frozen=True):
+    self: float
+    children: float
+    reaped: int
+
+    def per_fork_ms(self, before: ZygoteCpu) -> float:
+        """CPU per child between `before` and this, the zygote's share and the child's."""
+        spent = self.self - before.self + self.children - before.children
+        return spent / (self.reaped - before.reaped) * 1000
+
+
 class BareZygote:
     """The bare zygote of ARCHITECTURE.md §8 beside the daemon: a zygote forks a child that says
     ready on a ROUTER."""
@@ -97,7 +110,9 @@ class BareZygote:
         endpoint = f"ipc://{directory}/zygote.sock"
         self.router.bind(endpoint)
         argv = [sys.executable, "-m", "tests.bench.baselines", "zygote", endpoint]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, text=True, env=child_env())
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env()
+        )
         self.n = 0
 
     async def fork(self) -> float:
@@ -111,6 +126,13 @@ class BareZygote:
         elapsed = (time.perf_counter() - start) * 1000
         await self.router.send_multipart([ident, b"bye"])
         return elapsed
+
+    def cpu(self) -> ZygoteCpu:
+        """The zygote's and its exited children's CPU so far (it waits for every child)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("cpu\n")
+        self.proc.stdin.flush()
+        return msgspec.json.decode(self.proc.stdout.readline(), type=ZygoteCpu)
 
     def close(self) -> None:
         self.proc.kill()
