@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import shutil
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import nats.errors
 
@@ -19,7 +21,7 @@ from bundles.kinds import ClusterPolicy
 from orchestrator.cluster.leases import LeaseKeeper, nodes_of
 from orchestrator.cluster.link import Nats, open_swarm
 from orchestrator.cluster.options import options
-from orchestrator.cluster.stuck_bucket import StuckBucket, stream_verdict
+from orchestrator.cluster.stuck_bucket import Bucket, StuckBucket, stream_verdict
 from tests.cluster.natsd import NatsCluster
 from tests.cluster.test_leases import Handler
 
@@ -30,53 +32,59 @@ LEADERLESS_FOR = 2.0
 about what is done then."""
 
 
-async def test_a_nodes_bucket_left_without_a_leader_is_made_again(
-    nats_cluster: NatsCluster,
-) -> None:
+@dataclass
+class Keeper:
+    """One node's lease keeper running on a swarm of its own, told of `what`'s writes."""
+
+    conn: Nats
+    stuck: StuckBucket
+    keeper: LeaseKeeper
+    handler: Handler
+    stream: str
+
+
+@contextlib.asynccontextmanager
+async def _keeper(nats_cluster: NatsCluster, what: Bucket) -> AsyncIterator[Keeper]:
     policy = ClusterPolicy(partitions=PARTITIONS, lease_ttl_seconds=TTL, replicas=3)
     swarm = f"stuck-{uuid.uuid4().hex[:6]}"
     conn = await open_swarm(options(nats_cluster.urls, "n1", None, policy), swarm, "n1")
-    stuck = StuckBucket(conn, "nodes", TTL, replicas=3, leaderless_for=LEADERLESS_FOR)
-    keeper = LeaseKeeper(conn, "n1", PARTITIONS, TTL, Handler(), nodes_stuck=stuck)
+    stuck = StuckBucket(conn, what, TTL, replicas=3, leaderless_for=LEADERLESS_FOR)
+    handler = Handler()
+    keeper = LeaseKeeper(
+        conn, "n1", PARTITIONS, TTL, handler,
+        nodes_stuck=stuck if what == "nodes" else None,
+        leases_stuck=stuck if what == "leases" else None,
+    )  # fmt: skip
     task = asyncio.ensure_future(keeper.run())
-    stream = f"KV_{conn.names.bucket('nodes')}"
     try:
-        async with asyncio.timeout(90):
-            await _until_beaten_into(conn, stream)
-            await _lose_every_copy(nats_cluster, stream)
-            await _until_beaten_into(conn, stream)  # before the fix: never (leaderless)
-        assert stuck.rebuilds >= 1
+        yield Keeper(conn, stuck, keeper, handler, f"KV_{conn.names.bucket(what)}")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await conn.nc.close()
+
+
+async def test_a_nodes_bucket_left_without_a_leader_is_made_again(
+    nats_cluster: NatsCluster,
+) -> None:
+    async with _keeper(nats_cluster, "nodes") as node, asyncio.timeout(90):
+        await _until_beaten_into(node.conn, node.stream)
+        await _lose_every_copy(nats_cluster, node.stream)
+        await _until_beaten_into(node.conn, node.stream)  # before the fix: never (leaderless)
+    assert node.stuck.rebuilds >= 1
 
 
 async def test_a_leases_bucket_left_without_a_leader_is_made_again_a_ttl_after_it_is_gone(
     nats_cluster: NatsCluster,
 ) -> None:
-    policy = ClusterPolicy(partitions=PARTITIONS, lease_ttl_seconds=TTL, replicas=3)
-    swarm = f"stuck-{uuid.uuid4().hex[:6]}"
-    conn = await open_swarm(options(nats_cluster.urls, "n1", None, policy), swarm, "n1")
-    stuck = StuckBucket(conn, "leases", TTL, replicas=3, leaderless_for=LEADERLESS_FOR)
-    handler = Handler()
-    keeper = LeaseKeeper(conn, "n1", PARTITIONS, TTL, handler, leases_stuck=stuck)
-    task = asyncio.ensure_future(keeper.run())
-    stream = f"KV_{conn.names.bucket('leases')}"
-    try:
-        async with asyncio.timeout(90):
-            await _until_holding_all(conn, keeper, stream)
-            await _lose_every_copy(nats_cluster, stream)
-            await _until_holding_all(conn, keeper, stream)  # before the fix: never
-        assert stuck.rebuilds >= 1
-        assert sorted(set(handler.dropped)) == list(range(PARTITIONS))  # lapsed meanwhile
-        assert handler.got.count(0) >= 2  # and taken again from the new bucket
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await conn.nc.close()
+    async with _keeper(nats_cluster, "leases") as node, asyncio.timeout(90):
+        await _until_holding_all(node.conn, node.keeper, node.stream)
+        await _lose_every_copy(nats_cluster, node.stream)
+        await _until_holding_all(node.conn, node.keeper, node.stream)  # before the fix: never
+    assert node.stuck.rebuilds >= 1
+    assert sorted(set(node.handler.dropped)) == list(range(PARTITIONS))  # lapsed meanwhile
+    assert node.handler.got.count(0) >= 2  # and taken again from the new bucket
 
 
 async def _lose_every_copy(nats_cluster: NatsCluster, stream: str) -> None:
