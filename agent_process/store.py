@@ -43,6 +43,7 @@ from protocol.conversation import (
     Role,
     TruncateEvent,
     apply_event,
+    fold,
     new_message,
 )
 from protocol.durable import write_atomic
@@ -84,10 +85,9 @@ class ConversationStore:
             return
         private_dir(self._dir)
         self._messages, clean = self._read_base()
-        replayed = 0
-        for event in self._read_events():
-            apply_event(self._messages, event)
-            replayed += 1
+        events = self._read_events()
+        fold(self._messages, events)
+        replayed = len(events)
         self.recovered_events = replayed
         self._pending_events = replayed
         self._appended = [] if clean and not replayed and self._base_path.exists() else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
@@ -94,6 +95,47 @@ def apply_event(messages: list[Message], event: MessageEvent) -> None:
             messages[:] = [m for m in messages if m.id != mid]
         case TruncateEvent():
             messages.clear()
+
+
+def fold(messages: list[Message], events: Iterable[MessageEvent]) -> None:
+    """`apply_event` of each of `events` in turn, in time linear in their number and the list's
+    length. `apply_event` alone scans the list for each append (is that id there already?):
+    folding a history that way is quadratic, 0.7 s for 14,000 events of a 7,000-message
+    conversation, and a cluster node folds the whole history of each instance that moves to it
+    (docs/cluster.md, Faults). The index holds each id's last position, which the scan from the
+    end finds."""
+    at = {m.id: i for i, m in enumerate(messages)}
+    for event in events:
+        match event:
+            case AppendEvent(message=msg):
+                i = at.get(msg.id)
+                if i is None:
+                    at[msg.id] = len(messages)
+                    messages.append(msg)
+                else:
+                    _set(messages, at, i, msg.id, msg)
+            case ReplaceEvent(message_id=mid, message=msg):
+                i = at.get(mid)
+                if i is not None:
+                    _set(messages, at, i, mid, msg)
+            case RemoveEvent(message_id=mid):
+                if mid in at:
+                    messages[:] = [m for m in messages if m.id != mid]
+                    _index(messages, at)
+            case TruncateEvent():
+                messages.clear()
+                at.clear()
+
+
+def _set(messages: list[Message], at: dict[str, int], i: int, mid: str, msg: Message) -> None:
+    messages[i] = msg
+    if msg.id != mid:  # a replace that changed the id (goondan never makes one): index again
+        _index(messages, at)
+
+
+def _index(messages: list[Message], at: dict[str, int]) -> None:
+    at.clear()
+    at.update((m.id, i) for i, m in enumerate(messages))
 
 
 def _put(messages: list[Message], mid: str, msg: Message, *, append_missing: bool) -> None:

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import msgspec
 
-from protocol.conversation import Message, MessageEvent, apply_event
+from protocol.conversation import Message, MessageEvent, fold
 
 _message_decoder = msgspec.json.Decoder(Message)
 _event_decoder: msgspec.json.Decoder[MessageEvent] = msgspec.json.Decoder(MessageEvent)
@@ -208,8 +208,7 @@ class ConversationReader:
 
     def _fold(self) -> Change:
         folded = list(self._base_messages)
-        for event in self._event_list:
-            apply_event(folded, event)
+        fold(folded, self._event_list)
         before = self._current
         now = {m.id: m for m in folded}
         for message in folded:  # a turn's user message names its trace (turn.py)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from orchestrator.control.client import call, new_request_id
 from orchestrator.observe.conversations import Line, NoSuchInstance
 from protocol.control import InstanceHistory, OrchestratorInfo
-from protocol.conversation import Message, apply_event
+from protocol.conversation import Message, fold
 from protocol.transcript import decode_events
 
 ASK_TIMEOUT = 30.0
@@ -60,8 +60,7 @@ class NodeConversation:
             events, bad = decode_events("".join(part["lines"]).encode())
             self.bad_lines += len(bad)
             messages = self.folded.setdefault(agent, [])
-            for event in events:
-                apply_event(messages, event)
+            fold(messages, events)
             for message in messages:  # a turn's user message names its trace (turn.py)
                 trace = message.metadata.get("traceId") if message.turn_id else None
                 if isinstance(trace, str):

@@ -38,7 +38,7 @@ from orchestrator.cluster.history_view import read_subject
 from orchestrator.cluster.link import WRONG_LAST, Nats
 from orchestrator.supervision.spawner import SpawnError
 from orchestrator.supervision.table import ProcessEntry
-from protocol.conversation import Message, apply_event
+from protocol.conversation import Message, fold
 from protocol.durable import write_atomic
 from protocol.endpoints import InstancePaths, StateLayout
 from protocol.ids import Address
@@ -127,8 +127,7 @@ class HistoryWriter:
         for line in bad:
             log.error("history_line_unreadable", instance=str(address), line=line.line)
         messages: list[Message] = []
-        for event in events:
-            apply_event(messages, event)
+        fold(messages, events)
         base = b"".join(_encode(m) + b"\n" for m in messages)
         await asyncio.to_thread(_write_cache, paths, base, last)
         self.rebuilt += 1
