@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import msgspec
 import nats.errors
@@ -40,6 +41,13 @@ _decode_event = msgspec.msgpack.Decoder(AgentEvent).decode
 
 After = Callable[[Address, Callable[[], Awaitable[None] | None]], None]
 """Run a step once the instance's conversation appends so far are stored (history.py)."""
+Waiter = asyncio.Future[AgentEvent] | asyncio.Future[AgentEvent | None]
+
+
+@dataclass(slots=True)
+class _Wait:
+    sub: Subscription
+    recheck: asyncio.Task[None]
 
 
 class ClusterAcceptor(Acceptor):
@@ -50,8 +58,9 @@ class ClusterAcceptor(Acceptor):
         self.after = after
         """The history writer's `after`: a reply and the acknowledgement wait for the turn's
         conversation appends."""
-        self._subs: dict[str, Subscription] = {}
-        self._rechecks: dict[str, asyncio.Task[None]] = {}
+        self._waits: dict[str, dict[Waiter, _Wait]] = {}
+        """Per event id, each waiter's subscription and recheck: a send and an attach (or two
+        attaches) can wait for one event, and one ending must not end the other's wait."""
         self._keeping: set[asyncio.Future[None]] = set()
         """Replies being kept in the `replies` bucket (retried; cancelled at close)."""
 
@@ -74,15 +83,14 @@ class ClusterAcceptor(Acceptor):
         try:
             appended = await self.cluster_journal.append(event, str(target), dedupe_key)
         except BaseException:
-            self._unwait(event.id)
+            if waiter is not None:
+                self._unwait(event.id, waiter)
             raise
-        if appended.duplicate:
-            self._unwait(event.id)  # the caller attaches to the first event instead
+        if appended.duplicate and waiter is not None:
+            self._unwait(event.id, waiter)  # the caller attaches to the first event instead
         return appended
 
-    async def _wait_reply(
-        self, event_id: str, waiter: asyncio.Future[AgentEvent] | asyncio.Future[AgentEvent | None]
-    ) -> None:
+    async def _wait_reply(self, event_id: str, waiter: Waiter) -> None:
         nc = self.cluster_journal.nats.nc
         subject = self.cluster_journal.nats.names.reply_subject(event_id)
 
@@ -95,13 +103,12 @@ class ClusterAcceptor(Acceptor):
             if not waiter.done():
                 waiter.set_result(reply)
 
-        self._subs[event_id] = await nc.subscribe(subject, cb=on_reply)
-        self._rechecks[event_id] = asyncio.ensure_future(self._recheck(event_id, waiter))
-        waiter.add_done_callback(lambda _f: self._unwait(event_id))
+        sub = await nc.subscribe(subject, cb=on_reply)
+        recheck = asyncio.ensure_future(self._recheck(event_id, waiter))
+        self._waits.setdefault(event_id, {})[waiter] = _Wait(sub, recheck)
+        waiter.add_done_callback(lambda _f: self._unwait(event_id, waiter))
 
-    async def _recheck(
-        self, event_id: str, waiter: asyncio.Future[AgentEvent] | asyncio.Future[AgentEvent | None]
-    ) -> None:
+    async def _recheck(self, event_id: str, waiter: Waiter) -> None:
         """The `replies` bucket, read while no reply came: first after RECHECK_FIRST, then
         less and less often. A reply published while a NATS server on its way died is lost
         (core NATS), and the client waited its whole timeout for a turn that had finished
@@ -118,13 +125,16 @@ class ClusterAcceptor(Acceptor):
                 log.info("reply_recovered", event_id=event_id)
                 waiter.set_result(entry.reply)
 
-    def _unwait(self, event_id: str) -> None:
-        sub = self._subs.pop(event_id, None)
-        if sub is not None:
-            self._background(_unsubscribe(sub))
-        recheck = self._rechecks.pop(event_id, None)
-        if recheck is not None:
-            recheck.cancel()
+    def _unwait(self, event_id: str, waiter: Waiter | None = None) -> None:
+        """Stop `waiter`'s wait for `event_id`'s reply, or every wait for it."""
+        waits = self._waits.get(event_id, {})
+        for one in [waiter] if waiter is not None else list(waits):
+            wait = waits.pop(one, None)
+            if wait is not None:
+                self._background(_unsubscribe(wait.sub))
+                wait.recheck.cancel()
+        if not waits:
+            self._waits.pop(event_id, None)
 
     # -- what the owner's router reports ----------------------------------------------------
 
@@ -181,7 +191,10 @@ class ClusterAcceptor(Acceptor):
         searched by event id)."""
         future: asyncio.Future[AgentEvent | None] = asyncio.get_running_loop().create_future()
         await self._wait_reply(event_id, future)
-        entry = await self.cluster_journal.lookup(event_id)
+        try:
+            entry = await self.cluster_journal.lookup(event_id)
+        except JournalError:  # the bucket does not answer now (an election): the recheck looks
+            entry = None
         if entry is not None:
             future.cancel()
             return entry, None
@@ -194,7 +207,7 @@ class ClusterAcceptor(Acceptor):
         await asyncio.Event().wait()  # the stream's max age and the buckets' TTLs bound them
 
     async def close(self) -> None:
-        for event_id in list(self._subs):
+        for event_id in list(self._waits):
             self._unwait(event_id)
         for keeping in list(self._keeping):
             keeping.cancel()

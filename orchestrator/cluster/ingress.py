@@ -91,7 +91,9 @@ class NatsJournal:
                                  dedupe_key or event.id)  # fmt: skip
         if ack.duplicate:
             first = await self._first(ack.seq)
-            if first is not None:
+            # the first copy may be this very event, stored by a try whose ack was lost (a
+            # cut, an election): then it is accepted, and its sender keeps waiting for it
+            if first is not None and first.event.id != event.id:
                 return Appended(entry=first, duplicate=True)
         entry = JournalEntry(seq=ack.seq, event=event, target=target, state=EntryState.ACCEPTED,
                              attempts=0, accepted_at=now, dedupe_key=dedupe_key)  # fmt: skip

@@ -163,12 +163,19 @@ async def _accept(
     try:
         return await ctx.acceptor.accept(event, target, waiter=waiter, dedupe_key=dedupe_key)
     except JournalError as exc:
-        raise SendFailed(ErrorCode(exc.code), f"{exc.message} ({exc.suggestion})") from None
+        raise _failed(exc) from None
+
+
+def _failed(exc: JournalError) -> SendFailed:
+    return SendFailed(ErrorCode(exc.code), f"{exc.message} ({exc.suggestion})")
 
 
 async def attach(ctx: SendContext, req: Attach) -> AgentEvent | JsonObject:
     """The reply of an accepted event, waiting while its turn runs."""
-    found = await ctx.acceptor.attach(req.event_id)
+    try:
+        found = await ctx.acceptor.attach(req.event_id)
+    except JournalError as exc:  # e.g. a cluster's `replies` bucket that does not answer
+        raise _failed(exc) from None
     if found is None:
         raise SendFailed(
             ErrorCode.E_EVENT_NOT_FOUND,
