@@ -149,7 +149,8 @@ class ClusterNode:
         leaving.add(partition)
         try:
             entries = self._instances(partition)
-            stops = [self.supervisor.stop(e, ShutdownReason.RESTART) for e in entries if e.live]
+            stops = [self.supervisor.stop(e, ShutdownReason.RESTART, hand_over=True)
+                     for e in entries if e.live]  # fmt: skip
             await asyncio.gather(*stops)
             # the turns that ran are in the stream before we go
             histories = self.placement.histories

@@ -520,8 +520,9 @@ class Router:
 
     def on_process_dead(self, entry: ProcessEntry, how: str, *, stopping: bool = False) -> None:
         """The process of `entry` is gone: its running turn goes again to the replacement
-        (once), the rest is kept in order; when the daemon is `stopping`, the turn is kept for
-        the next start (or answered E_AGENT_SHUTTING_DOWN), never reported as a crash."""
+        (once), the rest is kept in order; when the daemon is `stopping` (or the instance is
+        handed to another cluster node), the turn is kept for the next start or owner (or
+        answered E_AGENT_SHUTTING_DOWN), never reported as a crash."""
         box = self.mailboxes.get(entry.address)
         if box is None:
             return

@@ -195,6 +195,7 @@ class Supervisor:
         entry.retry_at = None
         entry.deactivated = False
         entry.killed = False
+        entry.handing_over = False
         entry.spawned_at = self.clock()
         self._exited[entry.address] = asyncio.Event()
         # terminated | crashed | crashLoopBackOff -> spawning
@@ -243,7 +244,7 @@ class Supervisor:
         record_exit(entry, handle, known)
         key = entry.address.instance_key
         drop_empty_log(self.layout.process_log(self.launch.swarm, entry.address.name, key))
-        self.deliveries.on_process_dead(entry, how, stopping=self.closing)
+        self.deliveries.on_process_dead(entry, how, stopping=self.closing or entry.handing_over)
         exited = self._exited.pop(entry.address, None)  # whoever waits holds it already
         if exited is not None:
             exited.set()
@@ -388,11 +389,15 @@ class Supervisor:
             if handle is not None:
                 handle.send_signal(signal.SIGTERM)
 
-    async def stop(self, entry: ProcessEntry, reason: ShutdownReason) -> bool:
+    async def stop(
+        self, entry: ProcessEntry, reason: ShutdownReason, *, hand_over: bool = False
+    ) -> bool:
         """shutdown -> wait for exit up to the grace period -> SIGKILL. True when it was
-        killed (the grace period ran out, or a second signal forced the stop)."""
+        killed (the grace period ran out, or a second signal forced the stop). `hand_over`:
+        the instance goes to another node, which runs a turn the stop cuts again."""
         if not entry.live:
             return False
+        entry.handing_over = hand_over
         self._begin_stop(entry, reason)
         exited = self._exited[entry.address]
         try:

@@ -62,6 +62,9 @@ class ProcessEntry:
     killed: bool = False
     """The daemon SIGKILLed the current generation (a wedge, a limit it enforces, a stop whose
     grace ran out): the turn it ran is not given to the next one, which would do the same."""
+    handing_over: bool = False
+    """The current generation is stopped to give its instance to another cluster node (its
+    partition handed over): a turn the stop cuts runs again there, it is not a crash."""
     protocol: int = 0
     """The protocol version the current generation said in `hello` (0: not yet)."""
     _ids: tuple[int, ProcessId, str, bytes] | None = field(default=None, repr=False)
