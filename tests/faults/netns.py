@@ -7,9 +7,11 @@ are found and deleted by the next one (`sweep`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 
@@ -104,11 +106,13 @@ def _nft(ns: str, command: str) -> subprocess.CompletedProcess[str]:
 
 
 def sweep() -> None:
-    """Delete the namespaces and links of runs whose process is gone (a crashed run)."""
+    """Delete the namespaces and links of runs whose process is gone (a crashed or killed run),
+    and stop what still runs in those namespaces."""
     for line in ip("netns", "list").stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
         found = NAME.match(name)
         if found and not pid_alive(int(found.group(1))):
+            stop_members(name)
             ip("netns", "del", name, check=False)
     for line in ip("-o", "link", "show").stdout.splitlines():
         parts = line.split(":")
@@ -118,6 +122,17 @@ def sweep() -> None:
         found = NAME.match(name)
         if found and not pid_alive(int(found.group(1))):
             ip("link", "del", name, check=False)
+
+
+def stop_members(ns: str) -> None:
+    """SIGKILL every process in namespace `ns` (continued first: a paused one). A run killed
+    mid-way leaves its NATS servers, nodes and their agents running there, where they load
+    the next run's machine and keep the namespace's links alive (seen: two servers and three
+    nodes after a SIGTERM)."""
+    for pid in (int(p) for p in ip("netns", "pids", ns, check=False).stdout.split()):
+        for signal_ in (signal.SIGCONT, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal_)
 
 
 @dataclass

@@ -123,3 +123,28 @@ def test_a_member_loses_one_way_only_until_healed(net: netns.Net) -> None:
     assert exchange(net, "m1") == (0, 0)  # it hears nothing (so answers nothing)
     net.heal()
     assert exchange(net, "m1") == (SENT, SENT)
+
+
+def test_a_killed_runs_namespaces_are_swept_with_what_still_runs_in_them(net: netns.Net) -> None:
+    """As a run killed by SIGTERM leaves them: a namespace named for a dead process, with a
+    process in it (one paused, as a `node_pause` leaves it)."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=10)
+    ns = f"{netns.PREFIX}{gone.pid}s1"
+    netns.ip("netns", "add", ns)
+    left = subprocess.Popen(["ip", "netns", "exec", ns, "sh", "-c", "echo in; exec sleep 300"],
+                            stdout=subprocess.PIPE)  # fmt: skip
+    assert left.stdout is not None
+    try:
+        assert left.stdout.readline() == b"in\n"  # it is in the namespace now
+        left.send_signal(19)  # SIGSTOP
+        netns.sweep()
+        assert left.wait(timeout=10) == -9  # SIGKILLed though paused
+        names = netns.ip("netns", "list").stdout.split()
+        assert ns not in names
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait(timeout=10)
+        left.stdout.close()
+        netns.ip("netns", "del", ns, check=False)
