@@ -50,7 +50,8 @@ def _trace(
     out.mkdir(parents=True, exist_ok=True)
     shift = time.time() - time.monotonic()
     sends = [{"key": o.key, "text": o.text, "sent": o.sent + shift, "done": o.done + shift,
-              "ok": o.ok, "code": o.code} for o in work.outcomes]  # fmt: skip
+              "ok": o.ok, "code": o.code, "answer": o.answer and o.answer[:300]}
+             for o in work.outcomes]  # fmt: skip
     nodes = {f"n{i + 1}": node.lines for i, node in enumerate(world.nodes)}
     nodes |= {f"retired{i}": node.lines for i, node in enumerate(world.retired)}
     (out / "trace.json").write_text(json.dumps({"faults": faults, "sends": sends, "nodes": nodes}))

@@ -35,6 +35,8 @@ class Outcome:
     done: float
     ok: bool
     code: str | None = None
+    answer: str | None = None
+    """A failed send's answer, when it had one (the trace's clue to why it failed)."""
 
     @property
     def request(self) -> bool:
@@ -87,17 +89,22 @@ class Workload:
         live = [i for i in range(len(self.world.nodes)) if i not in self.world.down] or [0]
         node = self.world.nodes[live[n % len(live)]]
         start = time.monotonic()
+        code: str | None = None
+        answer: str | None = None
         try:
             async with asyncio.timeout(SEND_LIMIT):
                 reply = await until_dead(node, node.send(text, key=key))
             if reply is None:  # its node died under it: a client would retry elsewhere now
                 ok, code = False, "node died"
             else:
-                ok = reply.ok and answered(text, str(reply.result["input"]))
-                code = None if reply.ok else str(reply.error.code if reply.error else "?")
+                answer = str((reply.result or {}).get("input", ""))
+                ok = reply.ok and answered(text, answer)
+                if not reply.ok:
+                    code = str(reply.error.code if reply.error else "?")
         except (TimeoutError, OSError) as exc:
             ok, code = False, type(exc).__name__
-        self.outcomes.append(Outcome(key, text, start, time.monotonic(), ok, code))
+        done = time.monotonic()
+        self.outcomes.append(Outcome(key, text, start, done, ok, code, None if ok else answer))
 
     async def _sender(self, key: str) -> None:
         rng = random.Random(key)  # the same texts every run: a failure can be replayed
