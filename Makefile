@@ -167,7 +167,7 @@ cluster-chaos: ## long cluster runs on 3 NATS servers + 3 nodes: load with cross
 	CLUSTER_LOAD_SECONDS=$${CLUSTER_LOAD_SECONDS:-120} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/cluster $(PYTEST_ARGS)
 
-cluster-faults: ## faults under load in network namespaces (root): node/NATS cuts, split, one-way packet loss and slow links, pauses, kills, NATS power cuts, node clock jumps; every acknowledged send kept once, in order (FAULT_ROUNDS per kind, default 10; FAULT_SEED; FAULT_KINDS)
+cluster-faults: ## faults under load in network namespaces (root): node/NATS cuts, split, one-way packet loss and slow links, pauses, kills, NATS power cuts, node clock jumps; every acknowledged send kept once, in order (FAULT_ROUNDS per kind, default 10; FAULT_SEED; FAULT_KINDS; FAULT_SETTLE s watched after each)
 	FAULT_ROUNDS=$${FAULT_ROUNDS:-10} $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=0 tests/faults $(PYTEST_ARGS)
 

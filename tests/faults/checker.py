@@ -13,6 +13,7 @@ order is checked on each request's first arrival."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -87,6 +88,20 @@ def _compare(
     present = [t for t in dict.fromkeys(texts) if t in set(acked)]  # first arrivals
     if present != [t for t in acked if counts[t] > 0]:
         report.out_of_order.append(instance)
+
+
+def longest_gap(outcomes: list[Outcome], healed: float, until: float, keys: list[str]) -> float:
+    """The longest time, between `healed` and `until`, that a key went without an answered
+    send finishing: the wait for its first answer, and any outage after it (JetStream's
+    elections can move the partitions again seconds after a heal)."""
+    gaps = []
+    for key in keys:
+        done = sorted(
+            o.done for o in outcomes if o.key == key and o.ok and healed <= o.done <= until
+        )
+        marks = [healed, *done, until]
+        gaps.append(max(b - a for a, b in itertools.pairwise(marks)))
+    return max(gaps, default=0.0)
 
 
 def unavailability(outcomes: list[Outcome], healed: float, keys: list[str]) -> float:

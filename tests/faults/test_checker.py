@@ -3,7 +3,7 @@ counts as lost, duplicated, out of order and re-asked."""
 
 from __future__ import annotations
 
-from tests.faults.checker import check
+from tests.faults.checker import check, longest_gap, unavailability
 from tests.faults.workload import Outcome, answered, crossing
 
 
@@ -52,3 +52,15 @@ def test_answers_and_crossing_keys() -> None:
     keys = [f"k{i}" for i in range(6)]
     assert set(crossing(keys, ["n1", "n2", "n3"])) < set(keys)
     assert crossing(keys, ["n1"]) == []
+
+
+def test_the_longest_gap_counts_an_outage_after_the_first_answer() -> None:
+    def at(key: str, *done: float, ok: bool = True) -> list[Outcome]:
+        return [Outcome(key, "w k", d - 0.1, d, ok) for d in done]
+
+    # healed at 10: k0 answers at 11, then nothing from 12 to 19 (a second lapse); k1 is steady
+    outcomes = at("k0", 9.0, 11.0, 12.0, 19.0, 20.0) + at("k0", 15.0, ok=False)
+    outcomes += at("k1", *(10.5 + i for i in range(10)))
+    assert unavailability(outcomes, 10.0, ["k0", "k1"]) == 1.0  # both answered within 1 s
+    assert longest_gap(outcomes, 10.0, 20.0, ["k0", "k1"]) == 7.0  # k0's 12 -> 19
+    assert longest_gap(outcomes, 10.0, 25.0, ["k1"]) == 25.0 - 19.5  # silent to the end

@@ -2,7 +2,8 @@
 servers and 3 nodes, each in a network namespace; while every instance key gets sends, the
 nemesis injects each fault kind FAULT_ROUNDS times (unset: once, less the slow kinds of
 `nemesis.DRIVE_LEAVES_OUT`; `make cluster-faults`: 10) in an order FAULT_SEED decides (only
-the kinds of FAULT_KINDS when set), heals it and waits for every key to answer again. Then
+the kinds of FAULT_KINDS when set), heals it and waits for every key to answer again (and with
+FAULT_SETTLE=S watches S seconds more for outages after that). Then
 every acknowledged send is in its instance's conversation once and in order, and so is every
 acknowledged request in the `worker` instance it asked (across nodes for most keys)."""
 
@@ -19,12 +20,16 @@ from pathlib import Path
 
 from tests.cluster.harness import read_history, swarm_of, unique_swarm_bundle, user_texts
 from tests.faults import nemesis
-from tests.faults.checker import broken_chains, check, unavailability
+from tests.faults.checker import broken_chains, check, longest_gap, unavailability
 from tests.faults.cluster import NsNatsCluster, start_ns_node
 from tests.faults.workload import Workload, crossing
 
 KEYS = [f"k{i}" for i in range(6)]
 RECOVERY = 45.0
+SETTLE = float(os.environ.get("FAULT_SETTLE", "0"))
+"""Seconds each fault's aftermath is watched once every key answered again, before the next
+fault: its longest gap then counts the outages that follow a heal (a second election), not
+only the first wait."""
 
 
 async def recovered(work: Workload, healed: float) -> float:
@@ -79,7 +84,7 @@ async def test_every_acknowledged_send_survives_the_faults(
     bundle_swarm = swarm_of(bundle)
     assert crossing(KEYS, ["n1", "n2", "n3"]), "no key's request crosses nodes: pick other keys"
     rng = random.Random(seed)
-    async with asyncio.timeout(60 + rounds * len(nemesis.KINDS) * (RECOVERY + 15)):
+    async with asyncio.timeout(60 + rounds * len(nemesis.KINDS) * (RECOVERY + SETTLE + 15)):
         nodes = list(await asyncio.gather(*(
             start_ns_node(ns_nats.net, ns_nats, bundle, f"n{i + 1}", tmp_path) for i in range(3)
         )))  # fmt: skip
@@ -99,7 +104,12 @@ async def test_every_acknowledged_send_survives_the_faults(
                 faults.append({"kind": kind, "what": what, "began": began, "healed": time.time()})
                 wait = await recovered(work, healed)
                 waits.setdefault(kind, []).append(wait)
-                print(f"{kind:<18} {what:<40} answered again after {wait:5.1f} s")
+                line = f"{kind:<18} {what:<40} answered again after {wait:5.1f} s"
+                if SETTLE:
+                    await asyncio.sleep(SETTLE)  # an observation window, not a wait for a state
+                    gap = longest_gap(work.outcomes, healed, time.monotonic(), KEYS)
+                    line += f"; longest gap {gap:5.1f} s"
+                print(line)
             work.stopping.set()
             await running
             said = {(agent, k): user_texts(await read_history(ns_nats, bundle_swarm, agent, k))
