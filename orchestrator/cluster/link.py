@@ -145,6 +145,12 @@ async def connect_client(opts: ClusterOptions, name: str) -> Client:
         "connect_timeout": 3,
         "reconnect_time_wait": 0.25,
         "max_reconnect_attempts": -1,
+        # A server that stops answering (cut off, paused) keeps its TCP connection open: only
+        # unanswered pings tell, and nats-py's default (every 120 s, two unanswered) left a
+        # node on it until it came back, its leases lapsed meanwhile (docs/cluster.md "Faults").
+        # Every half TTL: a node moves to another server within about 1.5 TTLs.
+        "ping_interval": opts.policy.lease_ttl_seconds / 2,
+        "max_outstanding_pings": 2,
         "allow_reconnect": True,
         "error_cb": trouble.on_error,
         "disconnected_cb": trouble.on_disconnected,
