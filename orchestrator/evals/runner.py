@@ -45,6 +45,9 @@ class Result:
     without pricing."""
     judge_cost_usd: float | None = None
     """The judge's part of `cost_usd`; None: not judged, or the judge's Model has no pricing."""
+    started_at: float = 0.0
+    """When its first input was sent (Unix time): which cases ran together, and where to look
+    in the logs."""
 
 
 def _tokens(reply: AgentEvent) -> int | None:
@@ -128,6 +131,7 @@ async def run_case(
 ) -> Result:
     key = f"eval-{uuid.uuid4().hex[:12]}"
     timeout_ms = target.timeout_ms
+    started_at = time.time()
     start = time.monotonic()
     tokens: int | None = None
     reply: AgentEvent | None = None
@@ -159,7 +163,7 @@ async def run_case(
                   tokens=tokens, latency_ms=latency,
                   trace_id=reply.trace.trace_id if reply else None, pids=pids,
                   judge_reason=judged.reason, cost_usd=_total(cost, judged),
-                  judge_cost_usd=judged.cost_usd)  # fmt: skip
+                  judge_cost_usd=judged.cost_usd, started_at=started_at)  # fmt: skip
 
 
 async def run_all(
@@ -191,6 +195,7 @@ def as_row(result: Result) -> JsonObject:
         "case": result.case, "repeat": result.repeat, "instanceKey": result.instance_key,
         "passed": result.passed, "evaluator": result.evaluator, "why": result.why,
         "tokens": result.tokens, "latencyMs": round(result.latency_ms, 1),
+        "startedAt": round(result.started_at, 3),
         "traceId": result.trace_id, "pids": list(result.pids),
         "judgeReason": result.judge_reason,
         "costUsd": _usd(result.cost_usd), "judgeCostUsd": _usd(result.judge_cost_usd),
