@@ -146,10 +146,12 @@ async def connect_client(opts: ClusterOptions, name: str) -> Client:
         "reconnect_time_wait": 0.25,
         "max_reconnect_attempts": -1,
         # A server that stops answering (cut off, paused) keeps its TCP connection open: only
-        # unanswered pings tell, and nats-py's default (every 120 s, two unanswered) left a
-        # node on it until it came back, its leases lapsed meanwhile (docs/cluster.md "Faults").
-        # Every half TTL: a node moves to another server within about 1.5 TTLs.
-        "ping_interval": opts.policy.lease_ttl_seconds / 2,
+        # unanswered pings tell, and nats-py's default (every 120 s, two unanswered) keeps a
+        # node on it for minutes. Every TTL: a node moves to another server about 3 TTLs
+        # in. Not sooner: pings every half TTL made a few seconds of packet loss, or a cut of
+        # the node itself, cost a new connection (and a worse wait) where TCP rode them out
+        # (docs/cluster.md "Faults").
+        "ping_interval": opts.policy.lease_ttl_seconds,
         "max_outstanding_pings": 2,
         "allow_reconnect": True,
         "error_cb": trouble.on_error,

@@ -1,9 +1,8 @@
 """A node whose NATS server stops answering (cut off, or paused: its TCP connection stays open)
 moves to another server of the cluster within a few lease TTLs and serves again while that
 server is still gone. With nats-py's default pings (every 120 s, two unanswered) it stayed on
-the dead server until it came back: in `make cluster-faults` each node on a server cut for 4 s
-lost its partitions until about 3 s after the heal, when TCP's retransmission backoff let its
-old connection through again. Its own module: it pauses a server of the module's cluster."""
+the dead server for minutes, its partitions lapsed. Its own module: it pauses a server of the
+module's cluster."""
 
 from __future__ import annotations
 
