@@ -16,6 +16,7 @@ import nats.js.errors
 from nats.js.api import DeliverPolicy
 
 from orchestrator.cluster.names import SwarmNames
+from protocol.control import ControlReply
 from protocol.conversation import Message, Role, apply_event
 from protocol.ids import agent_address
 from protocol.transcript import decode_events
@@ -159,6 +160,26 @@ def on_node(node: Daemon, *args: str) -> list[str]:
     """A CLI command's arguments for `node` (its state root and swarm)."""
     assert node.state_root is not None
     return [*args, "--state-root", str(node.state_root), "--swarm", node.swarm]
+
+
+async def activate(nodes: list[Daemon], agent: str, keys: list[str]) -> dict[str, Daemon]:
+    """Each key's `agent` instance started (a send through the first node), and the node that
+    runs it."""
+    await asyncio.gather(*(nodes[0].send("hi", agent, key=k) for k in keys))
+    return {k: owner_of(nodes, agent, k) for k in keys}
+
+
+async def turn_running(
+    owner: Daemon, through: Daemon, text: str, key: str
+) -> asyncio.Future[ControlReply]:
+    """`text` sent to the `worker` of `key` through another node, once its turn runs on
+    `owner` (its first process): the send's reply, still to come."""
+    mark = owner.mark()
+    sent = asyncio.ensure_future(through.send(text, "worker", key=key))
+    async with asyncio.timeout(30):
+        await owner.wait_for("transition", mark, process=f"agent:worker:{key}:1",
+                             target="processing")  # fmt: skip
+    return sent
 
 
 def owner_of(nodes: list[Daemon], agent: str, key: str) -> Daemon:

@@ -9,7 +9,14 @@ from __future__ import annotations
 import asyncio
 
 from protocol.conversation import Role
-from tests.cluster.harness import FreshSwarm, node_name, on_node, owner_of, read_history
+from tests.cluster.harness import (
+    FreshSwarm,
+    activate,
+    node_name,
+    on_node,
+    read_history,
+    turn_running,
+)
 from tests.cluster.natsd import NatsCluster
 from tests.integration.harness import run_cli
 
@@ -21,15 +28,13 @@ async def test_a_turn_cut_by_a_handover_runs_again_on_the_next_owner(
 ) -> None:
     nodes = fresh.nodes
     async with asyncio.timeout(60):
-        await asyncio.gather(*(nodes[0].send("hi", "worker", key=k) for k in KEYS))
+        owners = await activate(nodes, "worker", KEYS)
     key = KEYS[0]
-    owner = owner_of(nodes, "worker", key)
+    owner = owners[key]
     other = next(n for n in nodes if n is not owner)
     mark = owner.mark()
-    sent = asyncio.ensure_future(other.send("long turn", "worker", key=key))
+    sent = await turn_running(owner, other, "long turn", key)
     async with asyncio.timeout(30):
-        await owner.wait_for("transition", mark, process=f"agent:worker:{key}:1",
-                             target="processing")  # fmt: skip
         code, _, err = await run_cli(*on_node(other, "cluster", "drain", node_name(nodes, owner)))
         assert code == 0, err
         await owner.wait_for("grace_period_over", mark)  # the 8 s turn outlived the 2 s grace

@@ -74,15 +74,25 @@ def waiter() -> asyncio.Future[AgentEvent]:
     return asyncio.get_running_loop().create_future()
 
 
+def made(type_: str, text: str) -> AgentEvent:
+    return new_event(type=type_, input=text, instance_key="k", source=SOURCE)
+
+
+async def sent(a: Node) -> tuple[AgentEvent, asyncio.Future[AgentEvent]]:
+    """An input accepted with a wait for its reply, as a `goondan send` makes it."""
+    event = made("input", "hi")
+    waiting = waiter()
+    await a.acceptor.accept(event, CALLER, waiter=waiting)
+    return event, waiting
+
+
 async def test_a_send_whose_published_reply_was_lost_reads_it_from_the_bucket(
     nats_cluster: NatsCluster,
 ) -> None:
     async with asyncio.timeout(30), node(nats_cluster) as a:
-        event = new_event(type="input", input="hi", instance_key="k", source=SOURCE)
-        waiting = waiter()
         with capture_logs() as logs:
-            await a.acceptor.accept(event, CALLER, waiter=waiting)
-            reply = new_event(type="reply", input="done", instance_key="k", source=SOURCE)
+            event, waiting = await sent(a)
+            reply = made("reply", "done")
             await a.journal.complete(event.id, reply)  # kept; its publish never arrives
             async with asyncio.timeout(RECHECK_FIRST + 5):  # before the fix: forever
                 got = await waiting
@@ -96,15 +106,13 @@ async def test_a_publish_retried_after_its_first_try_was_stored_keeps_waiting(
     nats_cluster: NatsCluster,
 ) -> None:
     async with asyncio.timeout(30), node(nats_cluster) as a:
-        event = new_event(type="input", input="hi", instance_key="k", source=SOURCE)
-        first_try = waiter()
-        await a.acceptor.accept(event, CALLER, waiter=first_try)
+        event, first_try = await sent(a)
         first_try.cancel()  # its ack was lost: the send tries again with the same message id
         retry = waiter()
         appended = await a.acceptor.accept(event, CALLER, waiter=retry)
         assert appended is not None and not appended.duplicate
         assert appended.entry.event.id == event.id
-        reply = new_event(type="reply", input="done", instance_key="k", source=SOURCE)
+        reply = made("reply", "done")
         await a.publish_reply(event.id, reply)
         async with asyncio.timeout(5):
             got = await retry
@@ -115,17 +123,15 @@ async def test_one_wait_ending_leaves_another_wait_for_the_same_event_waiting(
     nats_cluster: NatsCluster,
 ) -> None:
     async with asyncio.timeout(30), node(nats_cluster) as a:
-        event = new_event(type="input", input="hi", instance_key="k", source=SOURCE)
-        sending = waiter()
-        await a.acceptor.accept(event, CALLER, waiter=sending)
+        event, sending = await sent(a)
         found = await a.acceptor.attach(event.id)
         assert found is not None
         _, attached = found
         assert attached is not None
-        other = new_event(type="reply", input="other", instance_key="k", source=SOURCE)
+        other = made("reply", "other")
         sending.set_result(other)  # the send's wait ends first ...
         await asyncio.sleep(0)  # ... and its done callbacks run
-        reply = new_event(type="reply", input="done", instance_key="k", source=SOURCE)
+        reply = made("reply", "done")
         await a.publish_reply(event.id, reply)
         async with asyncio.timeout(5):  # before the fix: the attach's wait was ended with it
             got = await attached

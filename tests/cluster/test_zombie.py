@@ -7,11 +7,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from tests.cluster.harness import (
-    FreshSwarm,
-    owner_of,
-    read_history,
-)
+from tests.cluster.harness import FreshSwarm, activate, read_history, turn_running
 from tests.cluster.natsd import NatsCluster
 from tests.integration.harness import Daemon
 
@@ -23,19 +19,15 @@ async def test_a_paused_node_cannot_append_and_drops_its_instances(
     fresh: FreshSwarm, nats_cluster: NatsCluster
 ) -> None:
     swarm = fresh.swarm
+    nodes = fresh.nodes
     async with asyncio.timeout(60):
-        nodes = fresh.nodes
-        await asyncio.gather(*(nodes[0].send("hi", "worker", key=k) for k in KEYS))
-    owners = {k: owner_of(nodes, "worker", k) for k in KEYS}
+        owners = await activate(nodes, "worker", KEYS)
     key = next(k for k in KEYS if owners[k] is not nodes[0])
     zombie: Daemon = owners[key]
     other = next(n for n in nodes if n is not zombie)
 
     mark = zombie.mark()
-    sent = asyncio.ensure_future(other.send("slow turn", "worker", key=key))
-    async with asyncio.timeout(30):
-        await zombie.wait_for("transition", mark, process=f"agent:worker:{key}:1",
-                              target="processing")  # fmt: skip
+    sent = await turn_running(zombie, other, "slow turn", key)
     zombie.signal(signal.SIGSTOP)
     try:
         async with asyncio.timeout(60):
